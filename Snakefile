@@ -1,0 +1,19 @@
+# fastslow: Fast-Slow Training (FST) as a Snakemake workflow. This file only wires:
+# config, schema validation (in common.smk), rule files, and the default target.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/eval.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        default_targets(),

@@ -1,0 +1,146 @@
+"""Configuration: JSON-schema validation with defaults, cross-field checks, one-line errors.
+
+The schema (workflow/schemas/config.schema.yaml) is the single source of truth for keys, types
+and defaults. `validate_config` fills defaults in place and raises `ConfigError` whose message is
+one line naming the key and what is expected, e.g.::
+
+    config error: slow.num_generations: expected an integer >= 1, got -3
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message is one line naming the key."""
+
+
+def load_schema(path: str | Path | None = None) -> dict[str, Any]:
+    with open(path or SCHEMA_PATH, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _key(path: Any) -> str:
+    parts = [str(p) if not isinstance(p, int) else f"[{p}]" for p in path]
+    return ".".join(parts).replace(".[", "[") or "<top level>"
+
+
+def _expected(error: Any) -> str:
+    """A short human phrase for what the schema expected at the failing key."""
+    v, kw, schema = error.validator_value, error.validator, error.schema
+    if kw == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        return f"unknown key {', '.join(map(repr, extra))}; expected one of {', '.join(allowed)}"
+    if kw == "enum":
+        return f"expected one of {', '.join(map(repr, v))}, got {error.instance!r}"
+    if kw == "type":
+        return f"expected {'an' if str(v)[0] in 'aeiou' else 'a'} {v}, got {type(error.instance).__name__} {error.instance!r}"
+    if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
+        kind = "an integer" if schema.get("type") == "integer" else "a number"
+        return f"expected {kind} {op} {v}, got {error.instance!r}"
+    if kw == "minItems":
+        return f"expected a list with at least {v} item(s), got {error.instance!r}"
+    if kw == "minLength":
+        return f"expected a non-empty string, got {error.instance!r}"
+    if kw == "required":
+        return f"missing required key; {error.message}"
+    return error.message
+
+
+def _fill_defaults(instance: Any, schema: Mapping[str, Any]) -> None:
+    """Fill `default`s of object properties recursively (before validation, like snakemake)."""
+    if not isinstance(instance, dict):
+        return
+    for name, sub in schema.get("properties", {}).items():
+        if name not in instance and "default" in sub:
+            instance[name] = copy.deepcopy(sub["default"])
+        if name in instance:
+            _fill_defaults(instance[name], sub)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for name, value in instance.items():
+            if name not in schema.get("properties", {}):
+                _fill_defaults(value, extra)
+
+
+def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Fill defaults into `config` (in place), validate it, and return it."""
+    import jsonschema
+
+    schema = schema or load_schema()
+    if not isinstance(config, dict):
+        raise ConfigError(f"config error: expected a mapping at the top level, got {type(config).__name__}")
+    _fill_defaults(config, schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        err = errors[0]
+        raise ConfigError(f"config error: {_key(err.absolute_path)}: {_expected(err)}")
+    _check_semantics(config)
+    return config
+
+
+def _check_semantics(config: dict[str, Any]) -> None:
+    """Cross-field rules a JSON schema cannot state."""
+    slow, fast = config["slow"], config["fast"]
+    k, g = fast["pool_size"], slow["num_generations"]
+    if g % k:
+        raise ConfigError(
+            f"config error: fast.pool_size: K={k} must divide slow.num_generations G={g} "
+            f"(each problem's G rollouts are spread evenly over the K contexts)"
+        )
+    if fast["proposer"] == "reflective":
+        refl = fast["reflection"]
+        need = {"openai": ("base_url", "model"), "litellm": ("model",), "hf": ("path",)}[refl["kind"]]
+        for key in need:
+            if not refl.get(key):
+                raise ConfigError(
+                    f"config error: fast.reflection.{key}: required for reflection kind {refl['kind']!r}"
+                )
+    from fastslow.tasks import TASK_NAMES
+
+    if config["data"]["source"] == "offline":
+        for i, name in enumerate(config["data"]["tasks"]):
+            if name not in TASK_NAMES:
+                raise ConfigError(
+                    f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}"
+                )
+
+
+def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Merge YAML files left to right (later wins, nested), apply overrides, validate."""
+    merged: dict[str, Any] = {}
+    for p in paths:
+        with open(p, encoding="utf-8") as fh:
+            deep_update(merged, yaml.safe_load(fh) or {})
+    if overrides:
+        deep_update(merged, dict(overrides))
+    return validate_config(merged)
+
+
+def deep_update(base: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    for k, v in new.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            deep_update(base[k], v)
+        else:
+            base[k] = copy.deepcopy(v)
+    return base
+
+
+def model_name(config: Mapping[str, Any]) -> str:
+    """The directory name of the base model under results/models/."""
+    m = config["model"]
+    if m.get("name"):
+        return m["name"]
+    base = m["base"].rstrip("/")
+    return base.split("/")[-1].replace(" ", "_")

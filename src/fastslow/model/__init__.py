@@ -1,0 +1,1 @@
+"""Base models (GGUF conversion, hub ids, tiny test models) and generation backends."""

@@ -1,0 +1,370 @@
+"""Generation backends behind one interface.
+
+`Generator.generate(conversations, params)` samples one completion per conversation (repeat a
+conversation to get several). Backends: `HFGenerator` (transformers `generate`, CPU default)
+and `VLLMGenerator` (GPU only, imported lazily). Both tokenise prompts with `encode_prompts`
+(the model's chat template with the generation prompt), so RL, GEPA and evaluation see the
+same token ids whichever backend produced the text.
+
+`Generation.logprob_sum` is the log-probability of the completion tokens under the
+distribution they were *sampled from*: the model's logits after temperature and top-p (the
+"processed" distribution, as in vLLM's ``logprobs_mode="processed_logprobs"``). Under greedy
+decoding (temperature 0) it is the log-probability under the unmodified model (temperature 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Conversation = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` means greedy decoding."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion. Token counts include the EOS token when the model emitted one."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    #: Sum of the sampling log-probabilities of the completion tokens (None if not computed).
+    logprob_sum: float | None = None
+    #: The completion's token ids (including EOS if emitted), for training without re-tokenising.
+    completion_ids: tuple[int, ...] = ()
+    #: "stop" (EOS emitted) or "length" (hit max_new_tokens).
+    finish_reason: str = "stop"
+
+
+class Generator(Protocol):
+    def generate(
+        self, conversations: list[list[dict[str, str]]], params: SamplingParams
+    ) -> list[Generation]:
+        """One completion per conversation, in order."""
+        ...
+
+
+def render_prompts(
+    tokenizer: Any, conversations: Sequence[Conversation],
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[str]:
+    """Each conversation through the chat template, ending with the assistant's turn opener."""
+    kwargs = chat_template_kwargs or {}
+    return [
+        tokenizer.apply_chat_template(
+            list(conv), tokenize=False, add_generation_prompt=True, **kwargs
+        )
+        for conv in conversations
+    ]
+
+
+def encode_prompts(
+    tokenizer: Any, conversations: Sequence[Conversation],
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[list[int]]:
+    """Token ids of `render_prompts`. The template already holds the special tokens, so the
+    tokenizer must not add a BOS of its own (it would appear twice for Llama-style templates)."""
+    texts = render_prompts(tokenizer, conversations, chat_template_kwargs)
+    return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for sub-stream `index` of `seed` (batches, requests)."""
+    digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _eos_ids(tokenizer: Any, model: Any = None) -> set[int]:
+    ids: set[int] = set()
+    sources = [tokenizer.eos_token_id]
+    if model is not None:
+        sources.append(getattr(model.generation_config, "eos_token_id", None))
+    for value in sources:
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def _split_completion(ids: list[int], eos: set[int]) -> tuple[list[int], str]:
+    """Cut a generated row after its first EOS (later positions are padding)."""
+    for i, tok in enumerate(ids):
+        if tok in eos:
+            return ids[: i + 1], "stop"
+    return ids, "length"
+
+
+class _SampledLogprobs:
+    """Logits processor, last in the list: records the log-probability of each sampled token.
+
+    At step t it sees the processed scores it hands to the sampler, and, through `input_ids`,
+    the token sampled at step t-1. It keeps only the previous step's scores and log-normaliser
+    (O(batch × vocab) memory, unlike `output_scores`, which keeps every step), and one
+    log-probability per row per step.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+        self._scores: Any = None
+        self._lse: Any = None
+
+    def _take(self, tokens: Any) -> None:
+        picked = self._scores.gather(1, tokens.view(-1, 1)).squeeze(1)
+        self.steps.append(picked - self._lse)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self._scores is not None:
+            self._take(input_ids[:, -1])
+        self._scores = scores
+        self._lse = torch.logsumexp(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, last_tokens: Any) -> Any:
+        """Per-row, per-step log-probabilities, shape (batch, generated length)."""
+        import torch
+
+        self._take(last_tokens)
+        self._scores = None
+        return torch.stack(self.steps, dim=1)
+
+
+class HFGenerator:
+    """Batched generation with transformers `generate` (CPU or a single GPU).
+
+    Prompts are sorted by length so that each batch pads little, generated in batches of
+    `batch_size` with left padding, and returned in the caller's order. Sampling is seeded per
+    batch from `params.seed` inside a forked RNG, so results depend only on the inputs and the
+    seed, and the caller's global RNG is left untouched.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.chat_template_kwargs = chat_template_kwargs
+        self.pad_id = tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = tokenizer.eos_token_id
+        self.eos = _eos_ids(tokenizer, model)
+
+    def render_prompts(self, conversations: Sequence[Conversation]) -> list[str]:
+        """Prompt texts as this generator renders them."""
+        return render_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
+
+    def encode_prompts(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+        """Prompt token ids as this generator feeds them to the model."""
+        return encode_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
+
+    def _generation_kwargs(self, params: SamplingParams) -> dict[str, Any]:
+        from transformers import (
+            GenerationConfig,
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        greedy = params.temperature <= 0
+        # Temperature and top-p are applied by our own processors, placed before the recorder:
+        # generate() would append its warpers *after* user processors, so the recorder would
+        # see unwarped logits. The config therefore asks generate() for no warping at all, and
+        # also overrides the checkpoint's generation defaults (top_k=50, penalties, ...).
+        processors: list[Any] = []
+        if not greedy:
+            if params.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(params.temperature))
+            if params.top_p < 1.0:
+                processors.append(TopPLogitsWarper(params.top_p))
+        config = GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not greedy,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            eos_token_id=sorted(self.eos),
+            pad_token_id=self.pad_id,
+            bos_token_id=self.tokenizer.bos_token_id,
+        )
+        return {"generation_config": config, "logits_processor": LogitsProcessorList(processors)}
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
+                        seed: int) -> list[Generation]:
+        import torch
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        device = self.model.device
+        kwargs = self._generation_kwargs(params)
+        recorder = _SampledLogprobs()
+        kwargs["logits_processor"].append(recorder)
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
+            )
+        generated = out[:, width:]
+        step_logprobs = recorder.finish(generated[:, -1]).float().cpu()
+        results = []
+        for row, ids in enumerate(generated.tolist()):
+            completion, reason = _split_completion(ids, self.eos)
+            results.append(Generation(
+                text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                prompt_tokens=len(prompts[row]),
+                completion_tokens=len(completion),
+                logprob_sum=float(step_logprobs[row, : len(completion)].sum()),
+                completion_ids=tuple(completion),
+                finish_reason=reason,
+            ))
+        return results
+
+    def generate(self, conversations: list[Conversation],
+                 params: SamplingParams) -> list[Generation]:
+        """One completion per conversation, in order."""
+        prompts = self.encode_prompts(conversations)
+        # Longest first: similar lengths share a batch (less padding), and the largest
+        # memory peak comes first rather than after minutes of work.
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        results: list[Generation | None] = [None] * len(prompts)
+        for b, start in enumerate(range(0, len(order), self.batch_size)):
+            idx = order[start: start + self.batch_size]
+            batch = self._generate_batch([prompts[i] for i in idx], params,
+                                         derive_seed(params.seed, b))
+            for i, gen in zip(idx, batch, strict=True):
+                results[i] = gen
+        return [r for r in results if r is not None]
+
+
+VLLM_PIN = "vllm==0.31.0"
+
+
+class VLLMGenerator:
+    """Generation with vLLM on a CUDA GPU (paper-scale runs).
+
+    Prompts are tokenised here with `encode_prompts` and passed as token ids, so vLLM sees
+    exactly what `HFGenerator` would. Each request gets its own seed derived from
+    `params.seed` and its index, so results do not depend on how vLLM schedules batches.
+    `logprobs=0` asks for the sampled token's log-probability only, and
+    ``logprobs_mode="processed_logprobs"`` makes it the post-temperature/top-p one, matching
+    `HFGenerator`.
+    """
+
+    def __init__(self, model_path: str | Path, dtype: str = "auto",
+                 gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
+                 seed: int = 0, chat_template_kwargs: dict[str, Any] | None = None,
+                 **llm_kwargs: Any) -> None:
+        import torch
+
+        missing = []
+        if not torch.cuda.is_available():
+            missing.append("no CUDA GPU")
+        try:
+            import vllm
+        except ImportError:
+            vllm = None
+            missing.append("no vllm installed")
+        if missing:
+            raise RuntimeError(
+                f"vLLM generation needs a CUDA GPU and `pip install {VLLM_PIN}`; "
+                f"this machine has {' and '.join(missing)} (use backend 'hf' here)"
+            )
+        from fastslow.model.convert import load_tokenizer
+
+        self.tokenizer = load_tokenizer(model_path)
+        self.chat_template_kwargs = chat_template_kwargs
+        self.eos = _eos_ids(self.tokenizer)
+        self.llm = vllm.LLM(
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,  # the K contexts are shared prefixes of many prompts
+            **llm_kwargs,
+        )
+
+    def render_prompts(self, conversations: Sequence[Conversation]) -> list[str]:
+        """Prompt texts as this generator renders them."""
+        return render_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
+
+    def encode_prompts(self, conversations: Sequence[Conversation]) -> list[list[int]]:
+        """Prompt token ids as this generator feeds them to the model."""
+        return encode_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
+
+    def generate(self, conversations: list[Conversation],
+                 params: SamplingParams) -> list[Generation]:
+        """One completion per conversation, in order."""
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        prompts = self.encode_prompts(conversations)
+        greedy = params.temperature <= 0
+        sampling = [
+            vllm.SamplingParams(
+                n=1,
+                temperature=0.0 if greedy else params.temperature,
+                top_p=1.0 if greedy else params.top_p,
+                max_tokens=params.max_new_tokens,
+                seed=derive_seed(params.seed, i),
+                logprobs=0,
+                skip_special_tokens=True,
+            )
+            for i in range(len(prompts))
+        ]
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=ids) for ids in prompts], sampling, use_tqdm=False
+        )
+        results = []
+        for ids, out in zip(prompts, outputs, strict=True):
+            comp = out.outputs[0]
+            token_ids = list(comp.token_ids)
+            if comp.cumulative_logprob is not None:
+                logprob = float(comp.cumulative_logprob)
+            else:
+                logprob = sum(step[t].logprob for step, t in zip(comp.logprobs, token_ids,
+                                                                 strict=True))
+            results.append(Generation(
+                text=comp.text,
+                prompt_tokens=len(ids),
+                completion_tokens=len(token_ids),
+                logprob_sum=logprob,
+                completion_ids=tuple(token_ids),
+                finish_reason="stop" if comp.finish_reason == "stop" else "length",
+            ))
+        return results
+
+
+def make_generator(backend: Literal["hf", "vllm"], model_path: str | Path,
+                   dtype: str = "auto", batch_size: int = 8, device: str = "cpu",
+                   **kwargs: Any) -> Generator:
+    """A generator for the model at `model_path`: "hf" (transformers) or "vllm" (GPU)."""
+    if backend == "hf":
+        from fastslow.model.convert import load_model, load_tokenizer
+
+        model = load_model(model_path, dtype=dtype, device=device)
+        return HFGenerator(model, load_tokenizer(model_path), batch_size=batch_size, **kwargs)
+    if backend == "vllm":
+        return VLLMGenerator(model_path, dtype=dtype, **kwargs)
+    raise ValueError(f"unknown generation backend {backend!r}: expected 'hf' or 'vllm'")

@@ -1,0 +1,219 @@
+"""The task protocol: problems, a scalar reward in [0, 1] and rich textual feedback.
+
+Every task (codeio, math, stargraph, hover, physics, or a user's own) implements `Task`. The
+reward is what the slow loop (RL) learns from; the feedback string is what the fast loop (GEPA)
+reads. Neither function may raise on any completion: a model can emit anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+#: The stated answer format every offline task asks for.
+ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags."
+#: Completions longer than this are truncated before parsing (rewards stay cheap on 1 MB junk).
+MAX_PARSE_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: `prompt` is the user message (format instruction included)."""
+
+    id: str
+    task: str
+    prompt: str
+    answer: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat row for Parquet (metadata kept as a JSON string)."""
+        import json
+
+        row = asdict(self)
+        row["metadata"] = json.dumps(self.metadata, sort_keys=True, default=str)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Problem":
+        import json
+
+        meta = row.get("metadata") or "{}"
+        return cls(
+            id=str(row["id"]),
+            task=str(row["task"]),
+            prompt=str(row["prompt"]),
+            answer=str(row["answer"]),
+            metadata=json.loads(meta) if isinstance(meta, str) else dict(meta),
+        )
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What the fast and slow loops need from a task."""
+
+    name: str
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        """`n` problems of `split` ('train', 'val' or 'test'), deterministic in `seed`."""
+        ...
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        """Scalar reward in [0, 1]. Never raises."""
+        ...
+
+    def feedback(self, problem: Problem, completion: str) -> str:
+        """Rich text: the expected answer, what was wrong, parse failures. Never raises."""
+        ...
+
+
+#: Opening or closing answer tag; used for a single linear scan (no backtracking on 1 MB junk).
+_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
+#: The three split names every task serves.
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+#: Difficulty levels of the procedural tasks ("easy→hard" radar axes).
+DIFFICULTIES: tuple[str, ...] = ("easy", "default", "hard")
+
+
+def extract_answer(completion: str) -> str | None:
+    """The content of the last <answer>…</answer> block, stripped; None if there is none.
+
+    Only the last `MAX_PARSE_CHARS` characters are read. Nested tags resolve to the innermost
+    block: ``<answer><answer>42</answer></answer>`` gives ``42``.
+    """
+    if not isinstance(completion, str):
+        return None
+    text = completion[-MAX_PARSE_CHARS:]
+    last_open = last_block = None  # position after the latest "<answer>"; (start, end) of last block
+    for m in _TAG_RE.finditer(text):
+        if not m.group(1):
+            last_open = m.end()
+        elif last_open is not None:
+            last_block = (last_open, m.start())
+            last_open = None  # a second "</answer>" closes nothing new (outer tag of a nested pair)
+    if last_block is None:
+        return None
+    return text[last_block[0]:last_block[1]].strip()
+
+
+def format_problems(completion: str) -> list[str]:
+    """Plain-language notes on how a completion breaks the answer format (empty if it is fine).
+
+    Used by every task's feedback so the fast loop learns *why* an answer could not be read.
+    """
+    if not isinstance(completion, str):
+        return [f"the completion is not text (got {type(completion).__name__})"]
+    notes = []
+    if not completion.strip():
+        return ["the completion is empty"]
+    if len(completion) > MAX_PARSE_CHARS:
+        notes.append(f"the completion is {len(completion):,} characters long; only the last "
+                     f"{MAX_PARSE_CHARS:,} are read, so keep the final answer at the end")
+    tail = completion[-MAX_PARSE_CHARS:]
+    opens = len(re.findall(r"<answer>", tail, re.IGNORECASE))
+    closes = len(re.findall(r"</answer>", tail, re.IGNORECASE))
+    answer = extract_answer(completion)
+    if answer is None:
+        if opens and not closes:
+            notes.append("an <answer> tag is opened but never closed with </answer>")
+        elif closes and not opens:
+            notes.append("a </answer> tag appears without an opening <answer>")
+        else:
+            notes.append("no <answer>…</answer> block was found; " + ANSWER_FORMAT)
+    elif not answer:
+        notes.append("the <answer></answer> block is empty")
+    elif opens > 1:
+        notes.append(f"{opens} <answer> tags were found; only the last complete block counts")
+    return notes
+
+
+def coerce_text(completion: Any) -> str:
+    """Any completion as text: bytes are decoded leniently, None is empty, others use str()."""
+    if isinstance(completion, str):
+        return completion
+    if completion is None:
+        return ""
+    if isinstance(completion, (bytes, bytearray)):
+        return bytes(completion).decode("utf-8", errors="replace")
+    try:
+        return str(completion)
+    except Exception:  # a hostile __str__ must not break scoring
+        return ""
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """`text` cut to `limit` characters with a marker, for quoting model output in feedback."""
+    text = coerce_text(text)
+    return text if len(text) <= limit else text[: limit - 20] + f"… [{len(text):,} chars]"
+
+
+def build_messages(context: str, problem: Problem) -> list[dict[str, str]]:
+    """The chat the policy sees: the context φ as system prompt, the problem as user turn."""
+    messages = []
+    if context:
+        messages.append({"role": "system", "content": context})
+    messages.append({"role": "user", "content": problem.prompt})
+    return messages
+
+
+@dataclass
+class Judgement:
+    """A task's verdict on one completion: the reward and the facts the feedback is built from."""
+
+    reward: float
+    expected: str  # the expected answer, as the learner should have written it
+    given: str | None = None  # how the model's answer was read; None when nothing could be read
+    notes: list[str] = field(default_factory=list)  # why: the deciding facts, formula, differences
+
+
+class TaskBase:
+    """Shared, defensive plumbing of `reward` and `feedback` for concrete tasks.
+
+    Subclasses implement `judge`; this class guarantees the protocol's promises: any input (not
+    only `str`), never an exception, rewards clipped to [0, 1] (NaN counts as 0), and one uniform
+    feedback layout the fast loop can learn to read.
+    """
+
+    name: str = "task"
+
+    def judge(self, problem: Problem, completion: str) -> Judgement:  # pragma: no cover - abstract
+        """Score `completion` (already coerced to str) against `problem`."""
+        raise NotImplementedError
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        """Scalar reward in [0, 1]. Never raises."""
+        try:
+            value = float(self.judge(problem, coerce_text(completion)).reward)
+        except Exception:
+            return 0.0
+        return min(1.0, max(0.0, value)) if value == value else 0.0
+
+    def feedback(self, problem: Problem, completion: str) -> str:
+        """Rich text: verdict, expected answer, the answer as read, why, format problems. Never raises."""
+        try:
+            text = coerce_text(completion)
+            return render_feedback(self.judge(problem, text), format_problems(text))
+        except Exception as exc:  # the fallback still names the expected answer
+            try:
+                expected = shorten(str(problem.answer), 500)
+            except Exception:
+                expected = "(unavailable)"
+            return f"Expected answer: {expected}\n(Detailed feedback failed: {type(exc).__name__}.)"
+
+
+def render_feedback(judgement: Judgement, format_notes: list[str]) -> str:
+    """The uniform feedback layout: verdict line, expected, given, reasons, format problems."""
+    r = min(1.0, max(0.0, float(judgement.reward))) if judgement.reward == judgement.reward else 0.0
+    verdict = "Correct" if r >= 1.0 else ("Incorrect" if r <= 0.0 else "Partially correct")
+    lines = [f"{verdict} (reward {r:.2f}).", f"Expected answer: {judgement.expected}"]
+    if judgement.given is not None:
+        lines.append(f"Answer given: {shorten(judgement.given, 300)}")
+    else:
+        lines.append("Answer given: none could be read.")
+    lines.extend(judgement.notes)
+    # Format notes matter only when they explain a failure (a correct answer in a long text is fine).
+    if r < 1.0 and format_notes:
+        lines.append("Format: " + "; ".join(format_notes) + ".")
+    return "\n".join(lines)

@@ -1,0 +1,207 @@
+"""MLflow tracking: one child run per workflow job, nothing left RUNNING.
+
+- Tracking URI: `MLFLOW_TRACKING_URI` if set (a server for clusters), else the embedded default
+  `sqlite:///<results>/mlflow.db`. Artifacts of the embedded default go to `<results>/mlartifacts`.
+- `init_tracking` (a local rule, before any fan-out) creates the database, the experiment and one
+  parent run per experiment group; jobs attach to those parents by id, so concurrent jobs never
+  race to create them.
+- `job_run` opens a child run tagged with rule, wildcards and git commit, logs the resolved config,
+  and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT). A SIGKILL cannot be
+  caught: the next run of the same job finds the stale RUNNING run, marks it KILLED and links to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" across reruns
+TAG_PREVIOUS = "fastslow.previous_run"
+
+
+def tracking_uri(results_dir: str | Path = "results") -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+
+
+def _client(uri: str):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(uri)
+
+
+def _retry(fn, *args, attempts: int = 8, **kwargs):
+    """SQLite allows one writer: concurrent local jobs may briefly see 'database is locked'."""
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - mlflow wraps sqlite errors in several types
+            if "locked" not in str(exc).lower() or i == attempts - 1:
+                raise
+            time.sleep(0.2 * 2**i)
+    return None
+
+
+def git_commit(cwd: str | Path | None = None) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
+                  results_dir: str | Path = "results") -> dict[str, Any]:
+    """Create the experiment and one FINISHED parent run per name; write their ids to `out_json`."""
+    uri = tracking_uri(results_dir)
+    client = _client(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        artifacts = None
+        if uri.startswith("sqlite:"):
+            artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri()
+        exp_id = client.create_experiment(experiment, artifact_location=artifacts)
+    else:
+        exp_id = exp.experiment_id
+    ids: dict[str, str] = {}
+    for name in parents:
+        found = client.search_runs([exp_id], filter_string=f"tags.`fastslow.parent` = '{name}'", max_results=1)
+        if found:
+            ids[name] = found[0].info.run_id
+            continue
+        run = client.create_run(exp_id, run_name=name, tags={"fastslow.parent": name})
+        client.set_terminated(run.info.run_id, "FINISHED")
+        ids[name] = run.info.run_id
+    info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id, "parents": ids}
+    out = Path(out_json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(info, indent=2))
+    return info
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config → {'slow.lr': '1e-05', ...} (MLflow params are flat strings, ≤ 6000 chars)."""
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = json.dumps(v, default=str)[:6000] if not isinstance(v, str) else v[:6000]
+    return out
+
+
+class JobTracker:
+    """What a job logs to its MLflow run. Every method is a no-op-free thin wrapper over mlflow."""
+
+    def __init__(self, client, run_id: str):
+        self.client, self.run_id = client, run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import math
+
+        ts = int(time.time() * 1000)
+        from mlflow.entities import Metric
+
+        items = [Metric(k, float(v), ts, step or 0) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and math.isfinite(float(v))]
+        if items:
+            _retry(self.client.log_batch, self.run_id, metrics=items)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        _retry(self.client.log_batch, self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        _retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def log_table(self, path: str | Path, name: str, context: str = "output") -> None:
+        """A Parquet table: as an MLflow dataset input (schema, digest, source) and an artifact."""
+        import mlflow
+        import pandas as pd
+        from mlflow.entities import DatasetInput, InputTag
+
+        path = Path(path)
+        df = pd.read_parquet(path)
+        ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=name)
+        inp = DatasetInput(ds._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])
+        _retry(self.client.log_inputs, self.run_id, [inp])
+        self.log_artifact(path, "tables")
+
+    def log_checkpoint(self, path: str | Path, name: str = "checkpoint") -> None:
+        """A model directory by reference (its path, size and files), never copied: no doubled disk use."""
+        path = Path(path).resolve()
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        info = {"path": str(path), "bytes": sum(p.stat().st_size for p in files),
+                "files": [str(p.relative_to(path)) for p in files]}
+        self.set_tags({f"fastslow.{name}": str(path)})
+        _retry(self.client.log_dict, self.run_id, info, f"{name}.json")
+
+
+@contextlib.contextmanager
+def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any],
+            tracking_json: str | Path, parent: str | None = None,
+            extra_tags: Mapping[str, str] | None = None) -> Iterator[JobTracker]:
+    """A child MLflow run for one workflow job; see the module docstring for its lifecycle."""
+    info = json.loads(Path(tracking_json).read_text())
+    client = _client(info["tracking_uri"])
+    exp_id = info["experiment_id"]
+    job_key = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))
+    tags = {TAG_JOB: job_key, "fastslow.rule": rule, "mlflow.source.git.commit": git_commit(),
+            **{f"wildcard.{k}": str(v) for k, v in wildcards.items()}, **(extra_tags or {})}
+    parent_id = info["parents"].get(parent or "") if parent else None
+    if parent_id:
+        tags["mlflow.parentRunId"] = parent_id
+    previous = _retry(client.search_runs, [exp_id], filter_string=f"tags.`{TAG_JOB}` = '{job_key}'",
+                      order_by=["attributes.start_time DESC"], max_results=50) or []
+    for old in previous:  # a SIGKILLed job left its run RUNNING: close it as KILLED
+        if old.info.status == "RUNNING":
+            _retry(client.set_terminated, old.info.run_id, "KILLED")
+    if previous:
+        tags[TAG_PREVIOUS] = previous[0].info.run_id
+    run = _retry(client.create_run, exp_id, run_name=job_key, tags=tags)
+    run_id = run.info.run_id
+    tracker = JobTracker(client, run_id)
+    _retry(client.log_dict, run_id, dict(config), "config.resolved.json")
+    params = flatten(config)
+    from mlflow.entities import Param
+
+    batch = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(batch), 100):
+        _retry(client.log_batch, run_id, params=batch[i:i + 100])
+
+    def _on_signal(signum, frame):  # noqa: ARG001
+        _retry(client.set_terminated, run_id, "KILLED")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    old_handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield tracker
+    except BaseException as exc:
+        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+        with contextlib.suppress(Exception):
+            tracker.set_tags({"fastslow.error": f"{type(exc).__name__}: {exc}"[:4000]})
+        _retry(client.set_terminated, run_id, status)
+        raise
+    else:
+        _retry(client.set_terminated, run_id, "FINISHED")
+        log.info("MLflow run %s finished (%s)", run_id, job_key)
+    finally:
+        for s, h in old_handlers.items():
+            signal.signal(s, h)

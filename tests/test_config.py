@@ -1,0 +1,88 @@
+"""Config validation: defaults fill in, and every malformed config fails in one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fastslow.config import ConfigError, deep_update, load_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _default() -> dict:
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def test_shipped_configs_validate():
+    for name in ("config.yaml", "paper.yaml"):
+        cfg = load_config(ROOT / "config" / name)
+        assert cfg["slow"]["num_generations"] % cfg["fast"]["pool_size"] == 0
+    smoke = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
+    assert smoke["model"]["base"] == "tiny-random"
+    assert smoke["slow"]["steps_per_cycle"] == 2
+
+
+def test_defaults_fill_an_empty_config():
+    cfg = validate_config({})
+    assert cfg["model"]["base"] == "smollm2-135m-instruct"
+    assert cfg["slow"]["epsilon_high"] == 4.0 and cfg["slow"]["beta"] == 0.001
+    assert cfg["fast"]["max_metric_calls"]["light"] == 48
+
+
+# (override, substring the one-line error must contain)
+BAD = [
+    ({"modle": {}}, "unknown key 'modle'"),
+    ({"slow": {"lrr": 1e-5}}, "slow: unknown key 'lrr'"),
+    ({"slow": {"num_generations": -3}}, "slow.num_generations: expected an integer >= 1, got -3"),
+    ({"slow": {"num_generations": "four"}}, "slow.num_generations: expected an integer"),
+    ({"slow": {"steps_per_cycle": -1}}, "slow.steps_per_cycle"),
+    ({"slow": {"lr": 0}}, "slow.lr: expected a number > 0"),
+    ({"slow": {"baseline": "group"}}, "slow.baseline: expected one of 'problem', 'prompt'"),
+    ({"slow": {"bf16": "yes"}}, "slow.bf16: expected a boolean"),
+    ({"fast": {"pool_size": 3}}, "fast.pool_size: K=3 must divide slow.num_generations G=4"),
+    ({"fast": {"pool_size": 0}}, "fast.pool_size"),
+    ({"fast": {"preset": "medium"}}, "fast.preset: expected one of 'light', 'full'"),
+    ({"fast": {"proposer": "magic"}}, "fast.proposer"),
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "openai"}}}, "fast.reflection.base_url"),
+    ({"fast": {"max_metric_calls": {"light": 0}}}, "fast.max_metric_calls.light"),
+    ({"data": {"tasks": []}}, "data.tasks: expected a list with at least 1 item"),
+    ({"data": {"tasks": ["math", "chess"]}}, "data.tasks[1]: unknown task 'chess'"),
+    ({"data": {"source": "web"}}, "data.source"),
+    ({"data": {"sizes": {"val": 0}}}, "data.sizes.val"),
+    ({"model": {"base": ""}}, "model.base: expected a non-empty string"),
+    ({"model": {"dtype": "float8"}}, "model.dtype"),
+    ({"model": {"name": "a/b"}}, "model.name"),
+    ({"generation": {"backend": "tgi"}}, "generation.backend"),
+    ({"generation": {"top_p": 1.5}}, "generation.top_p: expected a number <= 1"),
+    ({"generation": {"temperature": -1}}, "generation.temperature"),
+    ({"evaluation": {"k": 0}}, "evaluation.k"),
+    ({"mlflow_experiment": 3}, "mlflow_experiment: expected a string"),
+]
+
+
+@pytest.mark.parametrize(("override", "expected"), BAD, ids=[str(o) for o, _ in BAD])
+def test_bad_config_is_one_line_naming_the_key(override, expected):
+    cfg = deep_update(copy.deepcopy(_default()), override)
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("config error: ")
+    assert expected in msg, msg
+
+
+def test_snakemake_stops_before_any_job_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slow:\n  num_generations: -3\n")
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(bad)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "slow.num_generations: expected an integer >= 1, got -3" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert "Job stats" not in out.stdout + out.stderr

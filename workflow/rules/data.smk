@@ -1,0 +1,27 @@
+# The base model (a plain, trainable Hugging Face directory) and the task splits.
+
+
+rule base_model:
+    input:
+        tracking=TRACKING,
+    output:
+        directory(BASE_MODEL),
+    log:
+        f"{RESULTS}/logs/base_model/{MODEL}.log",
+    params:
+        spec=config["model"]["base"],
+    resources:
+        mem_mb=8000,
+    script:
+        "../scripts/base_model.py"
+
+
+rule task_data:
+    input:
+        tracking=TRACKING,
+    output:
+        **{split: data_file("{task}", split) for split in SPLITS},
+    log:
+        f"{RESULTS}/logs/task_data/{{task}}.log",
+    script:
+        "../scripts/task_data.py"

@@ -1,0 +1,30 @@
+# Evaluation of the base model: mean@k and best@k per task on the val split.
+
+
+rule evaluate_base:
+    input:
+        tracking=TRACKING,
+        model=BASE_MODEL,
+        problems=data_file("{task}", "val"),
+    output:
+        samples=f"{RESULTS}/eval/base/{{task}}.samples.parquet",
+        summary=f"{RESULTS}/eval/base/{{task}}.json",
+    log:
+        f"{RESULTS}/logs/evaluate_base/{{task}}.log",
+    threads: 2
+    resources:
+        mem_mb=6000,
+    script:
+        "../scripts/evaluate_base.py"
+
+
+rule base_eval_table:
+    input:
+        tracking=TRACKING,
+        summaries=expand(f"{RESULTS}/eval/base/{{task}}.json", task=TASKS),
+    output:
+        f"{RESULTS}/tables/base_eval.parquet",
+    log:
+        f"{RESULTS}/logs/base_eval_table.log",
+    script:
+        "../scripts/base_eval_table.py"
