@@ -39,7 +39,7 @@ def test_defaults_fill_an_empty_config():
 BAD = [
     ({"modle": {}}, "unknown key 'modle'"),
     ({"slow": {"lrr": 1e-5}}, "slow: unknown key 'lrr'"),
-    ({"slow": {"num_generations": -3}}, "slow.num_generations: expected an integer >= 1, got -3"),
+    ({"slow": {"num_generations": -3}}, "slow.num_generations: expected an integer >= 2, got -3"),
     ({"slow": {"num_generations": "four"}}, "slow.num_generations: expected an integer"),
     ({"slow": {"steps_per_cycle": -1}}, "slow.steps_per_cycle"),
     ({"slow": {"lr": 0}}, "slow.lr: expected a number > 0"),
@@ -83,6 +83,6 @@ def test_snakemake_stops_before_any_job_with_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", str(bad)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
-    assert "slow.num_generations: expected an integer >= 1, got -3" in out.stderr
+    assert "slow.num_generations: expected an integer >= 2, got -3" in out.stderr
     assert "Traceback" not in out.stderr
     assert "Job stats" not in out.stdout + out.stderr

@@ -107,6 +107,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: fast.reflection.{key}: required for reflection kind {refl['kind']!r}"
                 )
+    from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
 
     if config["data"]["source"] == "offline":
@@ -115,6 +116,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}"
                 )
+    check_experiments(config)
 
 
 def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -144,3 +146,29 @@ def model_name(config: Mapping[str, Any]) -> str:
         return m["name"]
     base = m["base"].rstrip("/")
     return base.split("/")[-1].replace(" ", "_")
+
+
+def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]]:
+    """Registry name and options of task `name` under this config's data source.
+
+    Offline: the registered generator itself. `data.source: hf`: the task's Hugging Face
+    dataset (data.hf_datasets.<name>) through the generic loader; a task without an entry there
+    falls back to its offline generator (e.g. physics and stargraph have no paper dataset id).
+    """
+    hf = config["data"].get("hf_datasets", {}).get(name)
+    if config["data"]["source"] != "hf" or not hf:
+        return name, {}
+    opts: dict[str, Any] = {"dataset": hf["path"], "name": name}
+    for ours, theirs in (("name", "config"), ("splits", "split_map"), ("columns", "columns"),
+                         ("scorer", "scorer")):
+        if ours in hf:
+            opts[theirs] = hf[ours]
+    return "hf", opts
+
+
+def make_task(config: Mapping[str, Any], name: str):
+    """The `Task` object for `name` under this config (see `task_spec`)."""
+    from fastslow.tasks import get_task
+
+    registry, options = task_spec(config, name)
+    return get_task(registry, **options)

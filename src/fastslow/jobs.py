@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ def setup_logging(log_path: str | Path | None) -> None:
         handlers.append(logging.StreamHandler(fh))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # MLflow's dataset-source and schema hints are not actionable for our Parquet tables.
+    warnings.filterwarnings("ignore", module=r"mlflow\..*")
     for noisy in ("urllib3", "httpx", "alembic", "mlflow", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

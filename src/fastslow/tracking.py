@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -105,6 +106,11 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def metric_key(name: str) -> str:
+    """MLflow metric names allow [A-Za-z0-9_-. :/]: 'mean@4' is logged as 'mean_at_4'."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
+
+
 class JobTracker:
     """What a job logs to its MLflow run. Every method is a no-op-free thin wrapper over mlflow."""
 
@@ -117,7 +123,7 @@ class JobTracker:
         ts = int(time.time() * 1000)
         from mlflow.entities import Metric
 
-        items = [Metric(k, float(v), ts, step or 0) for k, v in metrics.items()
+        items = [Metric(metric_key(k), float(v), ts, step or 0) for k, v in metrics.items()
                  if isinstance(v, (int, float)) and math.isfinite(float(v))]
         if items:
             _retry(self.client.log_batch, self.run_id, metrics=items)

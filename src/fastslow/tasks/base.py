@@ -37,7 +37,7 @@ class Problem:
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Problem":
+    def from_row(cls, row: dict[str, Any]) -> Problem:
         import json
 
         meta = row.get("metadata") or "{}"
@@ -121,7 +121,8 @@ def format_problems(completion: str) -> list[str]:
         elif closes and not opens:
             notes.append("a </answer> tag appears without an opening <answer>")
         else:
-            notes.append("no <answer>…</answer> block was found; " + ANSWER_FORMAT)
+            notes.append("no <answer>…</answer> block was found (put the final answer inside "
+                         "<answer></answer> tags)")
     elif not answer:
         notes.append("the <answer></answer> block is empty")
     elif opens > 1:
@@ -209,11 +210,11 @@ def render_feedback(judgement: Judgement, format_notes: list[str]) -> str:
     verdict = "Correct" if r >= 1.0 else ("Incorrect" if r <= 0.0 else "Partially correct")
     lines = [f"{verdict} (reward {r:.2f}).", f"Expected answer: {judgement.expected}"]
     if judgement.given is not None:
-        lines.append(f"Answer given: {shorten(judgement.given, 300)}")
+        lines.append(f"Answer given: {shorten(judgement.given, 300) if judgement.given.strip() else '(empty)'}")
     else:
         lines.append("Answer given: none could be read.")
     lines.extend(judgement.notes)
     # Format notes matter only when they explain a failure (a correct answer in a long text is fine).
     if r < 1.0 and format_notes:
-        lines.append("Format: " + "; ".join(format_notes) + ".")
+        lines.append("Format: " + "; ".join(n.rstrip(".") for n in format_notes) + ".")
     return "\n".join(lines)

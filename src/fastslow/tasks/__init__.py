@@ -1,0 +1,78 @@
+"""The task suite: a registry of named tasks behind the `Task` protocol (see `base`).
+
+Offline tasks (no network): codeio, math, stargraph, hover, physics. Difficulty is one
+constructor option, `difficulty` in {"easy", "default", "hard"}; variants are registered on top
+of it as `<task>_easy` / `<task>_hard` (e.g. `hover_hard` = HoVer-hard: 3–4 hops, more
+distractors, near-miss perturbations). A task built with options reports the canonical name
+(`get_task("hover", difficulty="hard").name == "hover_hard"`), and every problem carries it, so
+`get_task(problem.task)` can score a stored problem.
+
+Real data (paper scale, `loaders`): "file" (a user's Parquet/JSONL, `path=`), "hf" (any Hugging
+Face dataset, `dataset=`), and the presets in `loaders.HF_PRESETS` (polaris, hover_real, …).
+Task modules (and reasoning-gym) are imported only when a task is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, Task
+
+__all__ = ["DIFFICULTIES", "LOADER_NAMES", "SPLITS", "TASK_NAMES", "Problem", "Task", "get_task"]
+
+# family -> (module, class, difficulties it supports)
+_FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "codeio": ("fastslow.tasks.codeio", "CodeIOTask", ("default",)),
+    "math": ("fastslow.tasks.math_task", "MathTask", DIFFICULTIES),
+    "stargraph": ("fastslow.tasks.stargraph", "StarGraphTask", DIFFICULTIES),
+    "hover": ("fastslow.tasks.hover", "HoverTask", DIFFICULTIES),
+    "physics": ("fastslow.tasks.physics", "PhysicsTask", DIFFICULTIES),
+}
+# registered name -> (family, difficulty)
+_VARIANTS: dict[str, tuple[str, str]] = {
+    (fam if d == "default" else f"{fam}_{d}"): (fam, d)
+    for fam, (_, _, levels) in _FAMILIES.items() for d in levels
+}
+#: Every offline task name get_task accepts (what `data.tasks` in the config may list).
+TASK_NAMES: tuple[str, ...] = tuple(_VARIANTS)
+#: Names of the real-data loaders (need options: a path, a dataset id, or network access).
+LOADER_NAMES: tuple[str, ...] = ("file", "hf", "polaris", "hover_real", "hover_hard_real")
+
+
+def get_task(name: str, /, **options: Any) -> Task:
+    """The task registered as `name`, built with `options` (e.g. difficulty=, rel_tol=, path=).
+
+    Raises a one-line ValueError for an unknown name or a difficulty that contradicts it.
+    """
+    if not isinstance(name, str) or (name not in _VARIANTS and name not in LOADER_NAMES):
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)} "
+                         f"(real-data loaders: {', '.join(LOADER_NAMES)})")
+    if name in LOADER_NAMES:
+        return _loader(name, options)
+    if "name" in options:
+        raise ValueError(f"task {name!r}: name= is only for the real-data loaders ({', '.join(LOADER_NAMES)})")
+    family, difficulty = _VARIANTS[name]
+    wanted = options.pop("difficulty", difficulty)
+    if name != family and wanted != difficulty:
+        raise ValueError(f"task {name!r} has difficulty {difficulty!r}; got difficulty={wanted!r}")
+    if wanted not in _FAMILIES[family][2]:
+        raise ValueError(f"task {family!r} has no difficulty {wanted!r}; "
+                         f"valid: {', '.join(_FAMILIES[family][2])}")
+    canonical = family if wanted == "default" else f"{family}_{wanted}"
+    module, cls, _ = _FAMILIES[family]
+    return getattr(importlib.import_module(module), cls)(name=canonical, difficulty=wanted, **options)
+
+
+def _loader(name: str, options: dict[str, Any]) -> Task:
+    from fastslow.tasks import loaders
+
+    if name == "file":
+        if "path" not in options:
+            raise ValueError("task 'file' needs path=<.parquet or .jsonl file>")
+        return loaders.LocalFileTask(**options)
+    if name == "hf":
+        if "dataset" not in options:
+            raise ValueError("task 'hf' needs dataset=<Hugging Face dataset id>")
+        return loaders.HFDatasetTask(**options)
+    return loaders.HFDatasetTask(**{"name": name, **loaders.HF_PRESETS[name], **options})

@@ -1,0 +1,190 @@
+"""CodeIO: predict a program's output for a given input (reasoning-gym `codeio`, CodeI/O data).
+
+Only *output* prediction is used: scoring an input-prediction answer properly needs running the
+program, and scoring never executes code — answers are parsed as JSON (or Python literals via
+`ast.literal_eval`) and compared structurally, numbers with a relative tolerance.
+
+Generating a problem does run the shipped reference program (reasoning-gym computes the output
+by `exec`). That happens only while building splits, in a child process (`isolate=True`) with
+PYTHONHASHSEED=0 (set iteration order, hence outputs, reproducible), a per-item time limit and the
+global RNGs seeded per item. Splits are disjoint by *program*: no program of the test split
+appears in training with other inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fastslow.tasks.base import SPLITS, Judgement, Problem, extract_answer
+from fastslow.tasks.generated import Candidate, split_of, stable_int
+from fastslow.tasks.rgym import ReasoningGymTask, Source, jsonable, quiet, rg_score
+from fastslow.tasks.scoring import json_diff, json_equal, parse_json_value
+
+
+class CodeIOTask(ReasoningGymTask):
+    """Output prediction for CodeI/O programs; JSON-normalised comparison, no code execution."""
+
+    family = "codeio"
+    instruction = "Answer with the output as a JSON value only."
+    # reasoning-gym 0.1.25 asks for the *output* when random() < input_prediction_probability.
+    sources_by_difficulty = {d: (Source("codeio", {"input_prediction_probability": 1.0}),)
+                             for d in ("easy", "default", "hard")}
+    attempts_per_problem = 80  # val/test own ~10% of the programs
+
+    def __init__(self, name: str | None = None, difficulty: str = "default", *, isolate: bool = True,
+                 partial_credit: bool = False, rel_tol: float = 1e-6, max_prompt_chars: int = 6000,
+                 max_answer_chars: int = 400, item_timeout: float = 2.0) -> None:
+        if difficulty != "default":
+            raise ValueError(f"codeio: only difficulty 'default' exists, got {difficulty!r}")
+        super().__init__(name, difficulty)
+        self.isolate, self.partial_credit, self.rel_tol = isolate, partial_credit, rel_tol
+        self.max_prompt_chars, self.max_answer_chars = max_prompt_chars, max_answer_chars
+        self.item_timeout = item_timeout
+
+    # --- generation -------------------------------------------------------------------------
+    def options(self) -> dict[str, Any]:
+        """Constructor options that change the problems (sent to the worker process)."""
+        return {"max_prompt_chars": self.max_prompt_chars, "max_answer_chars": self.max_answer_chars,
+                "item_timeout": self.item_timeout}
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        """`n` output-prediction problems of `split` (generated in a child process by default)."""
+        return self.problems_for_splits({split: n}, seed)[split]
+
+    def problems_for_splits(self, sizes: Mapping[str, int], seed: int) -> dict[str, list[Problem]]:
+        """Several splits at once: one child process (reasoning-gym import) for all of them."""
+        if not self.isolate:
+            return {s: super(CodeIOTask, self).problems(s, n, seed) for s, n in sizes.items()}
+        for s in sizes:
+            if s not in SPLITS:
+                raise ValueError(f"{self.name}: unknown split {s!r}; expected one of {', '.join(SPLITS)}")
+        request = {"name": self.name, "options": self.options(), "sizes": dict(sizes), "seed": seed}
+        with tempfile.TemporaryDirectory(prefix="fastslow-codeio-") as tmp:
+            req, out = Path(tmp) / "request.json", Path(tmp) / "problems.json"
+            req.write_text(json.dumps(request), encoding="utf-8")
+            # The child runs in a scratch cwd (programs may write files); keep our package importable.
+            src = str(Path(__file__).resolve().parents[2])
+            path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+            env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
+            proc = subprocess.run([sys.executable, "-m", "fastslow.tasks.codeio", str(req), str(out)],
+                                  env=env, capture_output=True, text=True, timeout=1800, cwd=tmp)
+            if proc.returncode != 0 or not out.exists():
+                tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+                raise RuntimeError(f"codeio generation worker failed (exit {proc.returncode}): {tail[0]}")
+            rows = json.loads(out.read_text(encoding="utf-8"))
+        return {s: [Problem.from_row(r) for r in rows[s]] for s in sizes}
+
+    def entry(self, source: Source, split: str, seed: int, attempt: int) -> dict[str, Any] | None:
+        chunk, idx = divmod(attempt, self.chunk_size)
+        ds_seed = stable_int("rg", self.family, self.difficulty, source.dataset, seed, split, chunk, bits=31)
+        with quiet():
+            ds = self.dataset(source, ds_seed)
+        # Mirror the first draw of CodeIODataset.__getitem__ to learn the program before running it:
+        # programs owned by another split are skipped without executing anything.
+        program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)
+        if split_of(program["task_description"]) != split:
+            return None
+        item = _run_item(ds, idx, stable_int("codeio-globals", ds_seed, idx, bits=32), self.item_timeout)
+        if item is None:
+            return None
+        if program["task_description"] not in item["question"]:
+            raise RuntimeError("reasoning-gym codeio changed how it samples programs; update CodeIOTask.entry")
+        item["program"] = program["task_description"]
+        return item
+
+    def convert(self, item: Mapping[str, Any], source: Source) -> Candidate | None:
+        question = str(item["question"])
+        meta = item.get("metadata", {}) or {}
+        if "Can you predict the output" not in question or not meta.get("input_data"):
+            return None  # input prediction, or the program failed on this input
+        try:
+            answer = json.dumps(json.loads(str(item["answer"])), sort_keys=True)
+            given_input = jsonable(meta["input_data"])
+        except (TypeError, ValueError):
+            return None
+        if len(answer) > self.max_answer_chars or len(question) > self.max_prompt_chars:
+            return None
+        cand = super().convert(item, source)
+        cand.answer = answer
+        cand.metadata = {"source": source.dataset, "input": given_input,
+                         "program_id": f"{stable_int('program', item['program']):016x}"}
+        cand.key = str(item["program"])
+        return cand
+
+    # --- scoring ----------------------------------------------------------------------------
+    def judge(self, problem: Problem, completion: str) -> Judgement:
+        expected = json.loads(problem.answer)
+        raw = extract_answer(completion)
+        notes = []
+        if problem.metadata.get("input") is not None:
+            notes.append("Input was: " + json.dumps(problem.metadata["input"])[:500])
+        if raw is None:
+            return Judgement(0.0, problem.answer, None, notes)
+        ok, got = parse_json_value(raw)
+        if not ok and isinstance(expected, str):
+            ok, got = True, raw.strip()  # a bare string answer without JSON quotes
+        if not ok:
+            notes.insert(0, "The answer is not a JSON value (use double quotes, true/false/null).")
+            return Judgement(self._partial(raw, problem), problem.answer, raw, notes)
+        if json_equal(expected, got, self.rel_tol):
+            return Judgement(1.0, problem.answer, raw, notes)
+        diffs = json_diff(expected, got)
+        notes.insert(0, "Differences: " + "; ".join(diffs) if diffs else "The value differs.")
+        return Judgement(self._partial(raw, problem), problem.answer, raw, notes)
+
+    def _partial(self, raw: str, problem: Problem) -> float:
+        """reasoning-gym's tree-edit similarity (optional); skipped on long answers (quadratic)."""
+        if not self.partial_credit or len(raw) > 2 * len(problem.answer) + 200:
+            return 0.0
+        return min(0.9, rg_score("codeio", raw, {"answer": problem.answer}))
+
+
+def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, Any] | None:
+    """`ds[idx]` with stdout silenced, global RNGs seeded, and (main thread) a time limit."""
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    random.seed(global_seed)
+    np.random.seed(global_seed)
+    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    old = signal.signal(signal.SIGALRM, _timeout) if use_alarm else None
+    try:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        with quiet():
+            return dict(ds[idx])
+    except Exception:
+        return None
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+def _timeout(signum: int, frame: Any) -> None:
+    raise TimeoutError("codeio reference program took too long")
+
+
+def _worker(request_path: str, out_path: str) -> None:
+    """Child-process entry point: generate the requested splits and write them as JSON rows."""
+    req = json.loads(Path(request_path).read_text(encoding="utf-8"))
+    task = CodeIOTask(req["name"], isolate=False, **req["options"])
+    result = task.problems_for_splits(req["sizes"], int(req["seed"]))
+    rows = {s: [p.to_row() for p in ps] for s, ps in result.items()}
+    Path(out_path).write_text(json.dumps(rows), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1], sys.argv[2])

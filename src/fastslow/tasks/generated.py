@@ -1,0 +1,111 @@
+"""Deterministic, split-disjoint problem generation shared by every procedural task.
+
+Splits are kept apart by *content*, not only by seed: each candidate problem has a partition key
+(by default its prompt; CodeIO uses the program) whose hash decides the one split it may ever
+belong to. Identical problems therefore can never land in two splits — for any seeds, any sizes —
+and a split can be regenerated alone. Each split also draws from its own seed stream, and a
+split never repeats a problem. The first `m` problems of `problems(split, n, seed)` do not
+depend on `n` (growing a split only appends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, TaskBase
+
+#: Share of the hash space of partition keys owned by each split.
+SPLIT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
+
+
+def stable_int(*parts: Any, bits: int = 63) -> int:
+    """A platform-independent integer hash of `parts` (Python's hash() is salted per process)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") >> (64 - bits)
+
+
+def split_of(key: str, fractions: Mapping[str, float] = SPLIT_FRACTIONS) -> str:
+    """The split that owns partition key `key`."""
+    u = stable_int("split-partition", key, bits=52) / 2.0**52
+    edge = 0.0
+    for split in SPLITS:
+        edge += fractions[split]
+        if u < edge:
+            return split
+    return SPLITS[-1]
+
+
+def content_digest(prompt: str, answer: str) -> str:
+    """Hex digest identifying a problem's content (used in ids and for de-duplication)."""
+    blob = f"{prompt}\x1e{answer}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass
+class Candidate:
+    """One generated problem before split assignment and id."""
+
+    prompt: str
+    answer: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    key: str | None = None  # partition key; None means the prompt
+
+
+class GeneratedTask(TaskBase):
+    """Base of the procedural tasks: subclasses implement `candidate` and `judge`.
+
+    `family` names the generator (the seed stream); `name` is the registered name, written into
+    every problem so `get_task(problem.task)` can score it later.
+    """
+
+    family: str = "generated"
+    #: Candidates tried per requested problem before giving up (val/test keep ~1 in 10).
+    attempts_per_problem: int = 60
+
+    def __init__(self, name: str | None = None, difficulty: str = "default") -> None:
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(
+                f"{self.family}: unknown difficulty {difficulty!r}; expected one of {', '.join(DIFFICULTIES)}")
+        self.difficulty = difficulty
+        self.name = name or (self.family if difficulty == "default" else f"{self.family}_{difficulty}")
+
+    def candidate(self, rng: random.Random, index: int, split: str, seed: int,
+                  attempt: int) -> Candidate | None:
+        """A fresh candidate from `rng`; `index` is how many problems the split already holds
+        (tasks balance labels on it). Return None to skip. Subclasses that wrap another
+        generator may use (split, seed, attempt) instead of `rng`."""
+        raise NotImplementedError
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        """`n` problems of `split`, deterministic in (`seed`, task options), disjoint across splits."""
+        if split not in SPLITS:
+            raise ValueError(f"{self.name}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"{self.name}: n must be a non-negative int, got {n!r}")
+        out: list[Problem] = []
+        seen: set[str] = set()
+        limit = self.attempts_per_problem * n + 200
+        attempt = 0
+        while len(out) < n:
+            if attempt >= limit:
+                raise ValueError(
+                    f"{self.name}: only {len(out)} distinct {split} problems after {limit} tries "
+                    f"(asked for {n}); the generator's problem space is too small at difficulty "
+                    f"{self.difficulty!r}")
+            rng = random.Random(stable_int(self.family, self.difficulty, seed, split, attempt))
+            cand = self.candidate(rng, len(out), split, seed, attempt)
+            attempt += 1
+            if cand is None or split_of(cand.key if cand.key is not None else cand.prompt) != split:
+                continue
+            digest = content_digest(cand.prompt, cand.answer)
+            if digest in seen:
+                continue
+            seen.add(digest)
+            meta = {**cand.metadata, "difficulty": self.difficulty}
+            out.append(Problem(id=f"{self.name}-{split}-{len(out):05d}-{digest[:8]}", task=self.name,
+                               prompt=cand.prompt, answer=cand.answer, metadata=meta))
+        return out

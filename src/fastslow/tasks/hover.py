@@ -1,0 +1,303 @@
+"""HoVer-style multi-hop claim verification, generated offline from a fictional world.
+
+Each problem draws a small consistent world (people, towns, regions, organisations, works and
+years, linked by functional relations), writes one short evidence document per entity, and
+states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
+Records lies in the Arvale region."). NOT_SUPPORTED claims perturb one hop: either the final
+value is swapped, or the chain is diverted at an intermediate entity so the claimed value is true
+of a *neighbouring* chain whose documents are also shown (a near miss). Labels are balanced.
+
+`hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, only near-miss
+perturbations (years off by one or two), and a decoy chain shown for SUPPORTED claims as well, so
+the decoy documents carry no label signal.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fastslow.tasks.base import ANSWER_FORMAT, Judgement, Problem, extract_answer
+from fastslow.tasks.generated import Candidate, GeneratedTask, stable_int
+from fastslow.tasks.scoring import normalize_label
+
+LABELS = ("SUPPORTED", "NOT_SUPPORTED")
+
+_FIRST = ("Mira Ivo Talia Oren Selka Bram Yuna Caspar Liesl Dario Maren Tobin Anouk Rafe Ilse Joren "
+          "Kaia Lucan Nerys Otto Petra Quill Rosalind Soren Thea Ulric Vesna Wren Ysolde Zev Alba "
+          "Corin Edda Fenn Greta Hale Isolde Jasper Katell Linnea").split()
+_SUR_A = "Ash Bel Cor Dray El Fal Gar Hol Ivers Kel Lor Mar Nor Ost Pell Quen Ros Stav Tor Vell Wyn".split()
+_SUR_B = "by croft den ford holm ley mont ridge sen stone vik wick wood".split()
+_TOWN_A = "Dun Har Kil Mor Bryn Cal Eld Fen Glen Lan Nether Pen Rath Sel Tarn Wex Yar Brae Cor Ulm".split()
+_TOWN_B = "mere gate moor haven ford wick stead port dale holt bridge fell".split()
+_REGIONS = ("Arvale Brennmark Caldoria Drossland Estmere Falkreach Gorvale Helmara Isken Jarrow "
+            "Kelvary Lorne Marrowind Norhaven Orlesk Pellinor").split()
+_ORG_WORDS = ("Kestrel Lumen Obsidian Harbor Juniper Copperleaf Silverline Northwind Bluefern Ironbark "
+              "Amberly Meridian Saltmarsh Larkspur Thornfield Greywater Redcliff Starling").split()
+_WORK_ADJ = "Glass Silent Hollow Crimson Last Paper Winter Sunken Iron Velvet Distant Burning".split()
+_WORK_NOUN = "Orchard Lantern Harbor Atlas Choir Garden Ledger Tide Signal Archive Compass Meadow".split()
+# Name pools, built once: worlds sample from them without replacement.
+_PERSON_NAMES = tuple(f"{f} {a}{b}" for f in _FIRST for a in _SUR_A for b in _SUR_B)
+_TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B)
+_WORK_TITLES = tuple(f"The {a} {b}" for a in _WORK_ADJ for b in _WORK_NOUN)
+_ORG_INTRO = {"university": "a university", "press": "a publishing house", "label": "a record label",
+              "studio": "a film studio"}
+_OCCUPATIONS = ("a cartographer", "a violinist", "a chemist", "an architect", "a novelist", "an engineer",
+                "a botanist", "a photographer", "a historian", "a sculptor")
+
+# Organisation kinds: (name suffix, the kind of works they publish or None).
+_ORG_KINDS = {"university": "University", "press": "Press", "label": "Records", "studio": "Studios"}
+# Work kinds: (creator verb, creator noun phrase, publisher kind, publisher verb/noun, year verb).
+_WORK_KINDS = {
+    "novel": ("written by", "the author of", "press", "published by", "the publisher of", "published in"),
+    "album": ("recorded by", "the artist who recorded", "label", "released by", "the label that released",
+              "released in"),
+    "film": ("directed by", "the director of", "studio", "produced by", "the studio that produced", "released in"),
+}
+
+
+@dataclass(eq=False)  # identity semantics: entities are unique objects of one world
+class Entity:
+    name: str
+    type: str  # person | place | region | org | work | year
+    kind: str = ""  # org kind or work kind
+    occupation: str = ""
+
+
+def _title(e: Entity) -> str:
+    return f'"{e.name}"' if e.type == "work" else e.name
+
+
+class World:
+    """A small consistent world: every relation is a total function on its subject type."""
+
+    def __init__(self, rng: random.Random, size: int) -> None:
+        self.rel: dict[tuple[str, str], Entity] = {}  # (subject name, relation) -> object
+        # Enough people for a distinct mayor of every town and founder of every organisation.
+        names = rng.sample(_PERSON_NAMES, 12 + size)
+        self.people = [Entity(n, "person", occupation=rng.choice(_OCCUPATIONS)) for n in names]
+        self.towns = [Entity(n, "place") for n in rng.sample(_TOWN_NAMES, 2 + size)]
+        self.regions = [Entity(n, "region") for n in rng.sample(_REGIONS, 3 + size // 3)]
+        words = rng.sample(_ORG_WORDS, 8)
+        self.orgs = [Entity(f"{w} {_ORG_KINDS[k]}", "org", kind=k)
+                     for w, k in zip(words, ["university", "university", "press", "label", "studio",
+                                             rng.choice(["university", "press"]), "label", "studio"], strict=True)]
+        titles = rng.sample(_WORK_TITLES, 2 + size // 2)
+        self.works = [Entity(t, "work", kind=rng.choice(list(_WORK_KINDS))) for t in titles]
+        years: dict[str, int] = {}
+        for p in self.people:
+            years[p.name] = rng.randint(1890, 1985)
+            self._set(p, "born_in", rng.choice(self.towns))
+            self._set(p, "birth_year", Entity(str(years[p.name]), "year"))
+            self._set(p, "studied_at", rng.choice([o for o in self.orgs if o.kind == "university"]))
+        leaders = rng.sample(self.people, len(self.towns) + len(self.orgs))
+        for town, mayor in zip(self.towns, leaders, strict=False):  # leaders: mayors, then founders
+            self._set(town, "region", rng.choice(self.regions))
+            self._set(town, "mayor", mayor)
+        for org, founder in zip(self.orgs, leaders[len(self.towns):], strict=True):
+            self._set(org, "founded_by", founder)
+            self._set(org, "based_in", rng.choice(self.towns))
+            self._set(org, "founded_year", Entity(str(years[founder.name] + rng.randint(24, 60)), "year"))
+        for work in self.works:
+            creator = rng.choice(self.people)
+            pub_kind = _WORK_KINDS[work.kind][2]
+            self._set(work, "creator", creator)
+            self._set(work, "publisher", rng.choice([o for o in self.orgs if o.kind == pub_kind]))
+            self._set(work, "year", Entity(str(years[creator.name] + rng.randint(20, 55)), "year"))
+
+    def _set(self, s: Entity, r: str, o: Entity) -> None:
+        self.rel[(s.name, r)] = o
+
+    def get(self, s: Entity, r: str) -> Entity:
+        return self.rel[(s.name, r)]
+
+    def entities(self, type_: str) -> list[Entity]:
+        return {"person": self.people, "place": self.towns, "org": self.orgs, "work": self.works,
+                "region": self.regions}.get(type_, [])
+
+    def documented(self) -> list[Entity]:
+        return self.people + self.towns + self.orgs + self.works
+
+
+# relation -> (subject type, object type, fact, noun phrase for the object or None if terminal, claim)
+def _rel_text(s: Entity, r: str) -> tuple[str, str | None, str]:
+    """(fact template, noun-phrase template or None, claim template) for relation r of s."""
+    if s.type == "work":
+        by, noun, _, pub, pub_noun, year = _WORK_KINDS[s.kind]
+        article = "an" if s.kind[0] in "aeiou" else "a"
+        return {"creator": (f"{{s}} is {article} {s.kind} {by} {{o}}.", f"{noun} {{s}}", f"{{s}} was {by} {{o}}."),
+                "publisher": (f"{{s}} was {pub} {{o}}.", f"{pub_noun} {{s}}", f"{{s}} was {pub} {{o}}."),
+                "year": (f"{{s}} was {year} {{o}}.", None, f"{{s}} was {year} {{o}}.")}[r]
+    return {
+        "born_in": ("{s} was born in {o}.", "the birthplace of {s}", "{s} was born in {o}."),
+        "birth_year": ("{s} was born in the year {o}.", None, "{s} was born in {o}."),
+        "studied_at": ("{s} studied at {o}.", "the university {s} attended", "{s} studied at {o}."),
+        "region": ("{s} is a town in the {o} region.", None, "{s} lies in the {o} region."),
+        "mayor": ("The mayor of {s} is {o}.", "the mayor of {s}", "{o} is the mayor of {s}."),
+        "founded_by": ("{s} was founded by {o}.", "the founder of {s}", "{s} was founded by {o}."),
+        "based_in": ("{s} is based in {o}.", "the town where {s} is based", "{s} is based in {o}."),
+        "founded_year": ("{s} was founded in {o}.", None, "{s} was founded in {o}."),
+    }[r]
+
+
+_RELATIONS = {"person": ("born_in", "birth_year", "studied_at"), "place": ("region", "mayor"),
+              "org": ("founded_by", "based_in", "founded_year"), "work": ("creator", "publisher", "year")}
+
+
+def _fact(s: Entity, r: str, o: Entity) -> str:
+    return _rel_text(s, r)[0].format(s=_title(s), o=_title(o))
+
+
+def _document(world: World, e: Entity) -> str:
+    intro = (f"{e.name} is {e.occupation}." if e.type == "person"
+             else f"{e.name} is {_ORG_INTRO[e.kind]}." if e.type == "org" else "")
+    facts = [_fact(e, r, world.get(e, r)) for r in _RELATIONS[e.type]]
+    return " ".join(x for x in [intro, *facts] if x)
+
+
+class HoverTask(GeneratedTask):
+    """Multi-hop claim verification over generated evidence documents."""
+
+    family = "hover"
+    attempts_per_problem = 40
+
+    def candidate(self, rng: random.Random, index: int, split: str, seed: int,
+                  attempt: int) -> Candidate | None:
+        hard = self.difficulty == "hard"
+        hops = {"easy": rng.choice([2]), "default": rng.choice([2, 2, 3, 3, 4]),
+                "hard": rng.choice([3, 4, 4])}[self.difficulty]
+        # Exactly balanced labels: each consecutive pair holds one of each, in a seeded order.
+        flip = stable_int("hover-label", seed, split, index // 2) % 2
+        label = LABELS[(index + flip) % 2]
+        world = World(rng, size={"easy": 4, "default": 6, "hard": 9}[self.difficulty])
+        chain = _chain(world, rng, hops)
+        if chain is None:
+            return None
+        ents, rels = chain
+        truth = ents[-1]
+        decoy = _divert(world, rng, ents, rels)  # a neighbouring chain and the value it ends on
+        use_decoy = label == "NOT_SUPPORTED" and decoy is not None and (hard or rng.random() < 0.5)
+        shown = list(dict.fromkeys(ents[:-1]))  # gold documents: e0 .. e_{k-1}
+        if decoy is not None and (use_decoy or hard):
+            shown += [e for e in decoy[1][:-1] if e not in shown]
+        pool = [e for e in world.documented() if e not in shown]
+        n_distract = {"easy": 2, "default": rng.randint(3, 5), "hard": rng.randint(6, 9)}[self.difficulty]
+        shown += rng.sample(pool, min(n_distract, len(pool)))
+        rng.shuffle(shown)
+        docs = [(e.name, _document(world, e)) for e in shown]
+        claimed, perturbed, how = truth, None, ""
+        if use_decoy and decoy is not None:
+            claimed, perturbed = decoy[1][-1], decoy[0]
+            how = f"the claimed value belongs to a neighbouring chain that diverges at hop {decoy[0]}"
+        elif label == "NOT_SUPPORTED":
+            # Prefer a value the documents mention, so "never mentioned" is no shortcut to the label.
+            claimed = _swap_value(world, rng, truth, near=hard, text=" ".join(t for _, t in docs))
+            perturbed, how = hops, "the last hop's value was changed"
+        if claimed is None or (label == "NOT_SUPPORTED" and claimed.name == truth.name):
+            return None
+        claim = _claim(ents, rels, claimed)
+        doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
+        facts = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
+                 for s, r, o in zip(ents[:-1], rels, ents[1:], strict=True)]
+        prompt = (
+            "Decide whether the claim is supported by the documents. The claim may combine facts from "
+            "several documents: resolve it step by step. Answer SUPPORTED if the documents establish "
+            "the claim, otherwise NOT_SUPPORTED.\n\nDocuments:\n"
+            + "\n".join(f"[{i + 1}] {title}: {text}" for i, (title, text) in enumerate(docs))
+            + f"\n\nClaim: {claim}\n\nAnswer with SUPPORTED or NOT_SUPPORTED. {ANSWER_FORMAT}")
+        meta: dict[str, Any] = {
+            "claim": claim, "hops": hops, "label": label, "chain": facts,
+            "true_statement": _claim(ents, rels, truth), "true_value": truth.name, "claimed_value": claimed.name,
+            "perturbed_hop": perturbed, "perturbation": how, "n_docs": len(docs),
+        }
+        if label == "NOT_SUPPORTED" and perturbed != hops and decoy is not None:
+            meta["decoy_chain"] = [{"doc": doc_no.get(s.name), "fact": _fact(s, r, o)}
+                                   for s, r, o in zip(decoy[1][:-1], rels[decoy[0]:], decoy[1][1:], strict=True)]
+        return Candidate(prompt=prompt, answer=label, metadata=meta)
+
+    def judge(self, problem: Problem, completion: str) -> Judgement:
+        expected = problem.answer.strip().upper()
+        raw = extract_answer(completion)
+        got = normalize_label(raw, LABELS) if raw is not None else None
+        m = problem.metadata
+        notes = []
+        if raw is not None and got is None:
+            notes.append("The answer must be exactly SUPPORTED or NOT_SUPPORTED.")
+        if m.get("chain"):
+            notes.append("Deciding facts: " + " ".join(f"[{f['doc']}] {f['fact']}" for f in m["chain"]))
+            verdict = "matches" if expected == "SUPPORTED" else "contradicts"
+            notes.append(f"So the documents give: {m.get('true_statement')} The claim says "
+                         f"{m.get('claimed_value')}, which {verdict} them.")
+        if m.get("decoy_chain") and expected == "NOT_SUPPORTED":
+            notes.append("Near miss: " + " ".join(f"[{f['doc']}] {f['fact']}" for f in m["decoy_chain"])
+                         + f" — {m.get('perturbation')}.")
+        return Judgement(float(got == expected), expected, raw if got is None else got, notes)
+
+
+def _chain(world: World, rng: random.Random, hops: int) -> tuple[list[Entity], list[str]] | None:
+    """A path e0 -r1-> e1 ... -rk-> ek without revisits; inner objects have documents."""
+    for _ in range(30):
+        ents = [rng.choice(world.documented())]
+        rels: list[str] = []
+        while len(rels) < hops:
+            options = [r for r in _RELATIONS[ents[-1].type]
+                       if len(rels) == hops - 1 or _rel_text(ents[-1], r)[1] is not None]
+            r = rng.choice(options)
+            nxt = world.get(ents[-1], r)
+            if nxt in ents:
+                break
+            ents.append(nxt)
+            rels.append(r)
+        if len(rels) == hops:
+            return ents, rels
+    return None
+
+
+def _divert(world: World, rng: random.Random, ents: list[Entity],
+            rels: list[str]) -> tuple[int, list[Entity]] | None:
+    """(hop j, chain) of a neighbouring chain: e_j replaced by a sibling, the rest followed."""
+    for _ in range(12):
+        j = rng.randint(1, len(rels) - 1)  # divert an intermediate entity (never the named e0)
+        alt = [e for e in world.entities(ents[j].type) if e is not ents[j]]
+        if ents[j].type == "org":
+            alt = [e for e in alt if e.kind == ents[j].kind]
+        if not alt:
+            continue
+        cur, side = rng.choice(alt), []
+        side.append(cur)
+        for r in rels[j:]:
+            cur = world.get(cur, r)
+            side.append(cur)
+        if side[-1].name != ents[-1].name and not (set(map(id, side[:-1])) & set(map(id, ents))):
+            return j, side
+    return None
+
+
+def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool,
+                text: str) -> Entity | None:
+    """Another value of the same type, preferably one that `text` (the documents) mentions."""
+    if truth.type == "year":
+        mentioned = sorted({y for y in re.findall(r"\b1[89]\d\d\b|\b20\d\d\b", text) if y != truth.name})
+        if mentioned and not near and rng.random() < 0.7:
+            return Entity(rng.choice(mentioned), "year")
+        step = rng.choice([1, 2]) if near else rng.randint(3, 15)
+        return Entity(str(int(truth.name) + rng.choice([-1, 1]) * step), "year")
+    alt = [e for e in world.entities(truth.type) if e.name != truth.name
+           and (truth.type != "org" or e.kind == truth.kind)]
+    mentioned = [e for e in alt if e.name in text]
+    return rng.choice(mentioned or alt) if alt else None
+
+
+def _phrase(ents: list[Entity], rels: list[str]) -> str:
+    """The noun phrase naming e_{k-1}: 'the founder of Kestrel Records'."""
+    np = _title(ents[0])
+    for s, r in zip(ents, rels[:-1], strict=False):  # e0..e_{k-2} with r1..r_{k-1}
+        np = (_rel_text(s, r)[1] or "{s}").format(s=np)
+    return np
+
+
+def _claim(ents: list[Entity], rels: list[str], value: Entity) -> str:
+    text = _rel_text(ents[-2], rels[-1])[2].format(s=_phrase(ents, rels), o=_title(value))
+    return text[0].upper() + text[1:]

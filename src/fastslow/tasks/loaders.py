@@ -1,0 +1,306 @@
+"""Real datasets behind the `Task` protocol: a user's own file, or a Hugging Face dataset.
+
+`LocalFileTask` / `load_task_file(path)` read Parquet or JSONL with columns id, prompt, answer
+and optional metadata / split. `HFDatasetTask` loads a Hugging Face dataset id (or a packaged
+builder such as "parquet" with `data_files`) and maps its columns onto ours; `datasets` is
+imported only when problems are first requested. Both validate every row and raise a one-line
+`ValueError` naming the file (or dataset), the row and the reason.
+
+Splits: a file's `split` column, an explicit HF split per our split, or — when one source split
+serves several of ours — a hash partition of the row ids (stable, disjoint, no seed involved).
+`problems(split, n, seed)` returns a seeded shuffle of the split, cut to `n`.
+
+Scoring (`scorer`): "exact" (whitespace/case-insensitive string match), "numeric" (value match
+as in the math task, falling back to exact for non-numeric answers such as "\\frac{\\pi}{2}"), or
+"label" (one of `labels`, e.g. SUPPORTED / NOT_SUPPORTED).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastslow.tasks.base import ANSWER_FORMAT, SPLITS, Judgement, Problem, TaskBase, extract_answer
+from fastslow.tasks.generated import SPLIT_FRACTIONS, split_of, stable_int
+from fastslow.tasks.scoring import (
+    extract_number,
+    normalize_label,
+    normalize_text,
+    numbers_close,
+    parse_number,
+)
+
+SCORERS = ("exact", "numeric", "label")
+REQUIRED_COLUMNS = ("id", "prompt", "answer")
+
+#: Paper-scale presets: options for `HFDatasetTask` (need network access to the Hub).
+HF_PRESETS: dict[str, dict[str, Any]] = {
+    # Polaris ships one split (problem, answer, difficulty): partition it into train/val/test.
+    "polaris": {"dataset": "POLARIS-Project/Polaris-Dataset-53K", "scorer": "numeric",
+                "columns": {"prompt": "problem", "answer": "answer"}},
+    # HoVer's test labels are hidden: train/val share its train split, test is its validation.
+    "hover_real": {"dataset": "hover-nlp/hover", "scorer": "label", "id_column": "uid",
+                   "labels": ("SUPPORTED", "NOT_SUPPORTED"),
+                   "columns": {"prompt": "claim", "answer": "label"},
+                   "split_map": {"train": "train", "val": "train", "test": "validation"},
+                   "prompt_template": "Is the following claim supported by the facts you know? Claim: "
+                                      "{prompt}\n\nAnswer with SUPPORTED or NOT_SUPPORTED. " + ANSWER_FORMAT},
+}
+HF_PRESETS["hover_hard_real"] = {**HF_PRESETS["hover_real"], "filters": {"num_hops": [3, 4]}}
+
+
+class TableTask(TaskBase):
+    """A task over validated rows (id, prompt, answer, metadata, split) held in memory."""
+
+    def __init__(self, name: str, scorer: str = "exact", labels: Sequence[str] | None = None) -> None:
+        if scorer not in SCORERS:
+            raise ValueError(f"{name}: unknown scorer {scorer!r}; expected one of {', '.join(SCORERS)}")
+        self.name, self.scorer = name, scorer
+        self.labels = tuple(str(lab).strip().upper().replace(" ", "_") for lab in labels) if labels else None
+        self._rows: dict[str, list[Problem]] | None = None
+
+    def load_rows(self) -> dict[str, list[Problem]]:  # pragma: no cover - abstract
+        """All problems, by split."""
+        raise NotImplementedError
+
+    def rows(self) -> dict[str, list[Problem]]:
+        if self._rows is None:
+            self._rows = self.load_rows()
+            if self.scorer == "label" and self.labels is None:
+                self.labels = tuple(sorted({p.answer.strip().upper() for ps in self._rows.values() for p in ps}))
+        return self._rows
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        """A seeded shuffle of `split`'s rows, first `n` (all of them, with a warning, if fewer)."""
+        if split not in SPLITS:
+            raise ValueError(f"{self.name}: unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+        pool = list(self.rows().get(split, []))
+        random.Random(stable_int("table", self.name, seed, split)).shuffle(pool)
+        if n > len(pool):
+            warnings.warn(f"{self.name}: asked for {n} {split} problems, only {len(pool)} exist",
+                          stacklevel=2)
+        return pool[:max(0, n)]
+
+    def judge(self, problem: Problem, completion: str) -> Judgement:
+        raw = extract_answer(completion)
+        expected = problem.answer
+        if raw is None:
+            return Judgement(0.0, expected, None, [])
+        scorer = str(problem.metadata.get("scorer", self.scorer))
+        if scorer == "label":
+            labels = self.labels or (expected.strip().upper(),)
+            got = normalize_label(raw, labels)
+            note = [] if got else [f"The answer must be one of: {', '.join(labels)}."]
+            return Judgement(float(got == expected.strip().upper()), expected, raw, note)
+        if scorer == "numeric" and parse_number(expected) is not None:
+            got, how = extract_number(raw)
+            if got is None:
+                return Judgement(0.0, expected, raw, [f"Could not read one number ({how})."])
+            return Judgement(float(numbers_close(got, parse_number(expected) or 0.0)), expected, raw, [])
+        same = _loose(raw) == _loose(expected)
+        return Judgement(float(same), expected, raw, [] if same else ["The answer does not match."])
+
+
+def _loose(text: str) -> str:
+    """Exact-match normal form: case, whitespace, a \\boxed{} / $…$ wrapper and a final period."""
+    s = normalize_text(text)
+    for prefix, suffix in (("\\boxed{", "}"), ("$", "$")):
+        if s.startswith(prefix) and s.endswith(suffix) and len(s) >= len(prefix) + len(suffix):
+            s = s[len(prefix):len(s) - len(suffix)].strip()
+    return s.rstrip(".").replace(" ", "")
+
+
+def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, scorer: str,
+                  columns: Sequence[str], row_base: int = 1) -> list[Problem]:
+    """Rows → Problems, or a one-line ValueError "<source>: row <i>: <reason>"."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
+    out, seen = [], {}
+    for i, row in enumerate(rows, start=row_base):
+        i = row.get("_row", i)  # the source's own row number when rows were filtered
+        where = f"{source}: row {i}"
+        values = {}
+        for col in ("id", "prompt", "answer", "split"):
+            v = row.get(col)
+            if isinstance(v, (bytes, bytearray)):
+                try:
+                    v = bytes(v).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{where}: column {col!r} is not valid UTF-8 "
+                                     f"({exc.reason} at byte {exc.start})") from None
+            values[col] = v
+        if values["id"] is None or str(values["id"]).strip() == "":
+            raise ValueError(f"{where}: empty id")
+        pid = str(values["id"]).strip()
+        if pid in seen:
+            raise ValueError(f"{where}: duplicate id {pid[:60]!r} (first seen in row {seen[pid]})")
+        seen[pid] = i
+        if not isinstance(values["prompt"], str) or not values["prompt"].strip():
+            raise ValueError(f"{where}: empty prompt")
+        if values["answer"] is None or str(values["answer"]).strip() == "":
+            raise ValueError(f"{where}: empty answer")
+        split = values.get("split")
+        if split is not None and split not in SPLITS:
+            raise ValueError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+        meta = row.get("metadata")
+        try:
+            meta = json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta or {})
+        except ValueError:
+            raise ValueError(f"{where}: metadata is not valid JSON") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{where}: metadata must be a JSON object")
+        for text in (pid, values["prompt"], str(values["answer"])):
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # lone surrogates: undecodable input
+                raise ValueError(f"{where}: text is not valid UTF-8 (lone surrogate)")
+        meta = {**meta, "scorer": scorer, **({"split": split} if split else {})}
+        out.append(Problem(id=pid, task=task, prompt=values["prompt"], answer=str(values["answer"]).strip(),
+                           metadata=meta))
+    return out
+
+
+def by_split(problems: Sequence[Problem], source: str) -> dict[str, list[Problem]]:
+    """Group by the row's split, or by id hash when the file has no split column."""
+    groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
+    for p in problems:
+        groups[p.metadata.get("split") or split_of(p.id)].append(p)
+    return groups
+
+
+class LocalFileTask(TableTask):
+    """A user's Parquet or JSONL file (columns id, prompt, answer, optional metadata, split)."""
+
+    def __init__(self, path: str | Path, name: str | None = None, scorer: str = "exact",
+                 labels: Sequence[str] | None = None) -> None:
+        self.path = Path(path)
+        super().__init__(name or f"file:{self.path.stem}", scorer, labels)
+
+    def load_rows(self) -> dict[str, list[Problem]]:
+        rows, columns, base = _read_table(self.path)
+        return by_split(validate_rows(rows, str(self.path), self.name, self.scorer, columns, base), str(self.path))
+
+
+def load_task_file(path: str | Path, scorer: str = "exact", name: str | None = None,
+                   labels: Sequence[str] | None = None) -> LocalFileTask:
+    """A `LocalFileTask`, validated now (errors surface at load time, not mid-training)."""
+    task = LocalFileTask(path, name=name, scorer=scorer, labels=labels)
+    task.rows()
+    return task
+
+
+def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
+    """(rows, column names, number of the first row) of a .parquet or .jsonl file."""
+    if not path.exists():
+        raise ValueError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise ValueError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+        try:  # binary columns stay bytes here; validate_rows then reports bad UTF-8 per row
+            return table.to_pylist(), list(table.column_names), 1
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}: text is not valid UTF-8 ({type(exc).__name__})") from None
+    if suffix in (".jsonl", ".ndjson"):
+        rows, columns = [], []
+        with path.open("rb") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(f"{path}: row {lineno}: not valid UTF-8 "
+                                     f"({exc.reason} at byte {exc.start})") from None
+                if not text.strip():
+                    continue
+                try:
+                    row = json.loads(text)
+                except ValueError:
+                    raise ValueError(f"{path}: row {lineno}: not valid JSON") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}: row {lineno}: expected a JSON object")
+                rows.append({**row, "_row": lineno})  # errors cite file line numbers
+                columns.extend(k for k in row if k not in columns)
+        for row in rows:  # a key missing from one row only
+            lacking = [c for c in REQUIRED_COLUMNS if c not in row and c in columns]
+            if lacking:
+                raise ValueError(f"{path}: row {row['_row']}: missing {', '.join(lacking)}")
+        return rows, columns, 1
+    raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use .parquet or .jsonl")
+
+
+class HFDatasetTask(TableTask):
+    """A Hugging Face dataset mapped onto (id, prompt, answer); loaded lazily with `datasets`."""
+
+    def __init__(self, dataset: str, *, name: str | None = None, config: str | None = None,
+                 columns: Mapping[str, str] | None = None, id_column: str | None = None,
+                 split_map: Mapping[str, str] | None = None, data_files: Any = None,
+                 revision: str | None = None, cache_dir: str | None = None,
+                 scorer: str = "numeric", labels: Sequence[str] | None = None,
+                 filters: Mapping[str, Sequence[Any]] | None = None,
+                 prompt_template: str = "{prompt}\n\n" + ANSWER_FORMAT) -> None:
+        super().__init__(name or f"hf:{dataset}", scorer, labels)
+        self.dataset, self.config, self.revision, self.data_files = dataset, config, revision, data_files
+        self.cache_dir = cache_dir
+        self.columns = {"prompt": "prompt", "answer": "answer", **dict(columns or {})}
+        self.id_column, self.filters = id_column, dict(filters or {})
+        self.split_map = dict(split_map or {s: "train" for s in SPLITS})
+        self.prompt_template = prompt_template
+        if "{prompt}" not in prompt_template:
+            raise ValueError(f"{self.name}: prompt_template must contain '{{prompt}}'")
+
+    def load_rows(self) -> dict[str, list[Problem]]:
+        from datasets import load_dataset  # heavy import, and only paper-scale runs need it
+
+        groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
+        for hf_split in sorted(set(self.split_map.values())):
+            ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
+            ds = load_dataset(self.dataset, self.config, split=hf_split, data_files=self.data_files,
+                              revision=self.revision, cache_dir=self.cache_dir)
+            source = f"{self.dataset}[{hf_split}]"
+            problems = validate_rows(self._mapped(ds, source), source, self.name, self.scorer,
+                                     REQUIRED_COLUMNS, row_base=0)
+            for p in problems:
+                split = ours[0] if len(ours) == 1 else _share(p.id, ours)
+                groups[split].append(p)
+        return groups
+
+    def _mapped(self, ds: Any, source: str) -> Iterable[dict[str, Any]]:
+        names = list(ds.column_names)
+        needed = [self.columns["prompt"], self.columns["answer"], *self.filters,
+                  *([self.id_column] if self.id_column else [])]
+        lacking = [c for c in needed if c not in names]
+        if lacking:
+            raise ValueError(f"{source}: missing column(s) {', '.join(lacking)} (found: {', '.join(names)})")
+        label_feature = ds.features.get(self.columns["answer"])
+        to_name = getattr(label_feature, "int2str", None)  # ClassLabel -> its names
+        for i, row in enumerate(ds):
+            if any(row.get(k) not in allowed for k, allowed in self.filters.items()):
+                continue
+            answer = row[self.columns["answer"]]
+            if to_name is not None and isinstance(answer, int) and answer >= 0:
+                answer = to_name(answer)
+            elif to_name is not None:
+                continue  # unlabeled row (ClassLabel -1)
+            pid = row[self.id_column] if self.id_column else f"{i:07d}"
+            prompt = row[self.columns["prompt"]]
+            meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"])
+                    and isinstance(v, (str, int, float, bool))}
+            yield {"id": f"{self.name}-{pid}", "answer": answer, "metadata": meta, "_row": i,
+                   "prompt": self.prompt_template.format(prompt=prompt) if isinstance(prompt, str) else prompt}
+
+
+def _share(pid: str, splits: Sequence[str]) -> str:
+    """Which of `splits` (sharing one source split) owns row `pid`, proportionally to SPLIT_FRACTIONS."""
+    u = stable_int("share", pid, bits=52) / 2.0**52 * sum(SPLIT_FRACTIONS[s] for s in splits)
+    for s in splits:
+        u -= SPLIT_FRACTIONS[s]
+        if u < 0:
+            return s
+    return splits[-1]

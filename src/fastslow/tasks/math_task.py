@@ -1,0 +1,89 @@
+"""Math: numeric-answer problems from reasoning-gym, scored by numeric value.
+
+easy: short arithmetic chains; default: GSM-style word problems (gsm_symbolic) mixed with
+arithmetic expressions and linear equations; hard: longer expressions with bigger numbers, harder
+equations and word problems. Answers compare by value, so "42", "42.0", "$42", "4.2e1", "84/2",
+"\\boxed{42}" and "x = 42" are all right for 42. (Paper scale uses Polaris via `loaders`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastslow.tasks.base import Judgement, Problem, extract_answer
+from fastslow.tasks.generated import Candidate
+from fastslow.tasks.rgym import ReasoningGymTask, Source
+from fastslow.tasks.scoring import extract_number, format_number, numbers_close, parse_number
+
+_ARITH = "basic_arithmetic"
+
+
+class MathTask(ReasoningGymTask):
+    """Numeric math problems (reasoning-gym mixture), exact numeric scoring."""
+
+    family = "math"
+    instruction = "Give the final result as a single number."
+    sources_by_difficulty = {
+        "easy": (
+            Source("chain_sum", {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}),
+            Source(_ARITH, {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2,
+                            "allow_parentheses": False}),
+        ),
+        "default": (
+            Source("gsm_symbolic", {}, 2.0),
+            Source(_ARITH, {"min_terms": 2, "max_terms": 4, "min_digits": 1, "max_digits": 3}),
+            Source("simple_equations", {}),
+        ),
+        "hard": (
+            Source("gsm_symbolic", {}),
+            Source(_ARITH, {"min_terms": 5, "max_terms": 7, "min_digits": 2, "max_digits": 4}),
+            Source("simple_equations", {"min_terms": 3, "max_terms": 5, "max_value": 1000}),
+        ),
+    }
+
+    def convert(self, item: Mapping[str, Any], source: Source) -> Candidate | None:
+        # gsm_symbolic ends its questions with its own answer instruction; keep one instruction.
+        question = str(item["question"]).replace(" Give the result as your final answer. Do not include units.", "")
+        cand = super().convert({**item, "question": question}, source)
+        if cand is None or parse_number(cand.answer) is None:
+            return None  # only numeric answers belong to this task
+        rg_meta = item.get("metadata", {}) or {}
+        cand.metadata = {"source": source.dataset, "solution": str(rg_meta.get("answer_cot", "")),
+                         "expression": str(rg_meta.get("expression", ""))}
+        return cand
+
+    def judge(self, problem: Problem, completion: str) -> Judgement:
+        expected = parse_number(problem.answer)
+        raw = extract_answer(completion)
+        notes = []
+        meta = problem.metadata
+        if meta.get("solution"):
+            steps = str(meta["solution"]).split("####")[0].strip()
+            notes.append("Reference solution: " + " ".join(steps.split())[:1200])
+        elif meta.get("expression"):
+            notes.append(f"Expression to evaluate: {meta['expression']}")
+        if raw is None:
+            return Judgement(0.0, problem.answer, None, notes)
+        got, how = extract_number(raw)
+        if got is None or expected is None:
+            notes.insert(0, f"Could not read the answer as one number ({how}).")
+            return Judgement(0.0, problem.answer, raw, notes)
+        ok = numbers_close(got, expected)
+        if not ok:
+            notes.insert(0, _miss(got, expected))
+        elif how != "read as a number":
+            notes.insert(0, f"Accepted ({how}), but answer with the number alone.")
+        return Judgement(float(ok), problem.answer, raw, notes)
+
+
+def _miss(got: float, expected: float) -> str:
+    """A one-line diagnosis of a wrong number (sign, rounding, magnitude)."""
+    text = f"Your {format_number(got)} is not {format_number(expected)} (off by {format_number(got - expected)})"
+    if expected and numbers_close(got, -expected):
+        return text + ": the sign is wrong."
+    if expected and abs(got - expected) / abs(expected) < 0.01:
+        return text + ": close, but the answer must be exact (no rounding)."
+    if expected and got and any(numbers_close(got, expected * f) for f in (10, 100, 1000, 0.1, 0.01, 0.001)):
+        return text + ": a factor-of-ten (place value or unit) slip."
+    return text + "."

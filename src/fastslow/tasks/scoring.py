@@ -1,0 +1,252 @@
+"""Answer parsing shared by the tasks: numbers, labels, JSON values and exact strings.
+
+Every function here is total on arbitrary text (returns None / False instead of raising) and
+linear-time, because the text comes straight from a model. Inputs are answers already cut out of
+a completion by `extract_answer` (at most `MAX_PARSE_CHARS` long).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from typing import Any
+
+_NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_NUMBER_RE = re.compile(rf"^{_NUM}$")
+_FRACTION_RE = re.compile(rf"^({_NUM})\s*/\s*({_NUM})$")
+_LATEX_FRAC_RE = re.compile(r"^\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}$")
+_SCI_RE = re.compile(rf"^({_NUM})\s*(?:\*|x|×|·|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{{?\s*([+-]?\d+)\s*\}}?$")
+_THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
+# A number token inside free text: optional sign, thousands commas, decimals, exponent, fraction.
+_TOKEN_RE = re.compile(
+    r"(?<![\w.])[+\-−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+)
+_WRAPPERS = (
+    (re.compile(r"^\\boxed\s*\{(.*)\}$", re.DOTALL), 1),
+    (re.compile(r"^\\text\s*\{(.*)\}$", re.DOTALL), 1),
+    (re.compile(r"^\$+(.*?)\$+$", re.DOTALL), 1),
+    (re.compile(r"^\\\((.*)\\\)$", re.DOTALL), 1),
+    (re.compile(r"^\\\[(.*)\\\]$", re.DOTALL), 1),
+    (re.compile(r"^\*\*(.*)\*\*$", re.DOTALL), 1),
+    (re.compile(r"^`(.*)`$", re.DOTALL), 1),
+)
+_MAX_NUMBER_CHARS = 400  # nothing a model means as one number is longer; keeps float() cheap
+
+
+def _unwrap(text: str) -> str:
+    """Strip markdown/LaTeX decorations and currency signs around a single value."""
+    s = text.strip().replace("−", "-").replace("\u2009", "").replace("\\,", "").replace("\\!", "")
+    s = s.replace("\\left", "").replace("\\right", "")
+    for _ in range(6):  # a few nested layers at most, e.g. $\boxed{42}$
+        before = s
+        for pattern, group in _WRAPPERS:
+            m = pattern.match(s)
+            if m:
+                s = m.group(group).strip()
+        s = s.rstrip(".").strip()
+        s = re.sub(r"^(?:\\\$|[$€£¥])\s*", "", s)
+        s = re.sub(r"^([+-])\s*(?:\\\$|[$€£¥])\s*", r"\1", s)
+        if s == before:
+            break
+    return s
+
+
+def _to_float(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def parse_number(text: Any) -> float | None:
+    """The value of `text` if the whole of it is one number, else None.
+
+    Accepts "42", "42.0", "-3", "$42", "1,234.5", "4.2e1", "3/4", "\\frac{3}{4}", "\\boxed{42}",
+    "2.5 × 10^3", "42%" (read as 42). Returns None for anything else, and for inf/NaN.
+    """
+    if not isinstance(text, str) or not text.strip() or len(text) > _MAX_NUMBER_CHARS:
+        return None
+    s = _unwrap(text)
+    s = _THOUSANDS_RE.sub(lambda m: m.group(1).replace(",", ""), s)
+    s = s.removesuffix("%").removesuffix("\\%").strip()
+    if _NUMBER_RE.match(s):
+        return _to_float(s)
+    m = _FRACTION_RE.match(s) or _LATEX_FRAC_RE.match(s)
+    if m:
+        num, den = parse_number(m.group(1)), parse_number(m.group(2))
+        if num is None or den is None or den == 0:
+            return None
+        return _to_float(str(num / den))
+    m = _SCI_RE.match(s)
+    if m:
+        mantissa, exponent = _to_float(m.group(1)), int(m.group(2))
+        if mantissa is None or abs(exponent) > 300:
+            return None
+        return _to_float(str(mantissa * 10.0**exponent))
+    return None
+
+
+def find_numbers(text: str) -> list[float]:
+    """Every number token of free text, in order (thousands commas and fractions understood)."""
+    if not isinstance(text, str):
+        return []
+    values = []
+    for m in _TOKEN_RE.finditer(text):
+        token = m.group(0).strip()
+        if not any(c.isdigit() for c in token):
+            continue
+        value = parse_number(token)
+        if value is not None:
+            values.append(value)
+    return values
+
+
+def extract_number(text: Any) -> tuple[float | None, str]:
+    """The number an answer states, and how it was read (for feedback).
+
+    The whole answer is tried first; then the part after the last "=" ("x = 42"); then the only
+    number in the text ("42 apples"). Several candidate numbers make it ambiguous: None.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None, "the answer is empty"
+    value = parse_number(text)
+    if value is not None:
+        return value, "read as a number"
+    tail = text.rsplit("=", 1)[-1] if "=" in text else text
+    value = parse_number(tail)
+    if value is not None:
+        return value, "read the value after the last '='"
+    numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
+    if len(numbers) == 1:
+        return numbers[0], "read the only number in the answer"
+    if not numbers:
+        return None, "no number could be read from the answer"
+    return None, f"the answer holds {len(numbers)} numbers; give exactly one"
+
+
+def numbers_close(got: float, expected: float, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
+    """`math.isclose` that is False (not an error) for non-finite inputs."""
+    try:
+        return math.isfinite(got) and math.isfinite(expected) and math.isclose(
+            got, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+    except TypeError:
+        return False
+
+
+def relative_error(got: float, expected: float) -> float:
+    """|got − expected| / |expected| (absolute error if expected is 0)."""
+    return abs(got - expected) / (abs(expected) if expected else 1.0)
+
+
+def format_number(value: float) -> str:
+    """A short, readable rendering: integers without ".0", others to 4 significant digits."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
+    """Which of `labels` (upper-case, underscores) the text names; None if none or several.
+
+    "not supported", "Not-Supported.", "**NOT_SUPPORTED**" all give NOT_SUPPORTED. A longer label
+    containing a shorter one ("NOT_SUPPORTED" ⊃ "SUPPORTED") never counts as both.
+    """
+    if not isinstance(text, str):
+        return None
+    s = re.sub(r"[\s\-]+", "_", text.strip().upper()[:2000])
+    s = s.strip("_.*`'\"!:;()[]{}")
+    if s in labels:
+        return s
+    found = {lab for lab in labels if re.search(rf"(?<![A-Z0-9_]){re.escape(lab)}(?![A-Z0-9_])", s)}
+    return found.pop() if len(found) == 1 else None
+
+
+def normalize_text(text: Any, casefold: bool = True) -> str:
+    """Whitespace-collapsed (and by default case-folded) text for exact comparison."""
+    if not isinstance(text, str):
+        return ""
+    s = " ".join(text.split())
+    return s.casefold() if casefold else s
+
+
+def parse_json_value(text: Any) -> tuple[bool, Any]:
+    """(ok, value): `text` as JSON, else as a Python literal (True/None/'single quotes').
+
+    `ast.literal_eval` evaluates literals only, never code. Tuples become lists so the value
+    compares like JSON.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return False, None
+    s = text.strip()
+    fence = re.match(r"^```(?:json|python)?\s*(.*?)\s*```$", s, re.DOTALL)
+    if fence:
+        s = fence.group(1)
+    try:
+        return True, json.loads(s)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return True, _jsonable(ast.literal_eval(s))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset, complex, bytes)):
+        raise ValueError("not a JSON value")
+    return value
+
+
+def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
+    """Structural equality of JSON values; numbers compare with `rel_tol` (1 == 1.0)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b if isinstance(a, bool) and isinstance(b, bool) else False
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            return True
+        return numbers_close(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k], rel_tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def json_diff(expected: Any, got: Any, path: str = "$", limit: int = 6) -> list[str]:
+    """Up to `limit` human-readable differences between two JSON values (for feedback)."""
+    out: list[str] = []
+
+    def short(v: Any) -> str:
+        s = json.dumps(v, default=str)
+        return s if len(s) <= 80 else s[:70] + "…"
+
+    def walk(e: Any, g: Any, p: str) -> None:
+        if len(out) >= limit or json_equal(e, g):
+            return
+        if isinstance(e, dict) and isinstance(g, dict):
+            for k in sorted(set(e) - set(g))[:limit]:
+                out.append(f"{p}: missing key {k!r}")
+            for k in sorted(set(g) - set(e))[:limit]:
+                out.append(f"{p}: unexpected key {k!r}")
+            for k in sorted(set(e) & set(g)):
+                walk(e[k], g[k], f"{p}.{k}")
+        elif isinstance(e, list) and isinstance(g, list) and len(e) == len(g):
+            for i, (x, y) in enumerate(zip(e, g, strict=True)):
+                walk(x, y, f"{p}[{i}]")
+        elif isinstance(e, list) and isinstance(g, list):
+            out.append(f"{p}: expected a list of {len(e)} items, got {len(g)}")
+        else:
+            out.append(f"{p}: expected {short(e)}, got {short(g)}")
+
+    try:
+        walk(expected, got, path)
+    except RecursionError:
+        out.append(f"{path}: too deeply nested to compare")
+    return out[:limit]

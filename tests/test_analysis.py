@@ -1,0 +1,60 @@
+"""Curve analysis against hand-computed numbers."""
+
+import numpy as np
+import pytest
+
+from fastslow.analysis import (
+    fit_sigmoid,
+    kl_at_matched_reward,
+    rolling_mean,
+    running_max,
+    sigmoid,
+    steps_to_peak_ratio,
+)
+
+
+def test_running_max():
+    assert running_max(np.array([0.1, 0.3, 0.2, 0.5, 0.4])).tolist() == [0.1, 0.3, 0.3, 0.5, 0.5]
+
+
+def test_steps_to_peak_ratio_hand_computed():
+    steps = np.array([0, 10, 20, 30, 40, 50, 60])
+    rl = np.array([0.0, 0.1, 0.2, 0.3, 0.35, 0.4, 0.4])  # peak 0.4 first at step 50
+    fst = np.array([0.0, 0.3, 0.45, 0.5, 0.5, 0.5, 0.5])  # first >= 0.4 at step 20
+    assert steps_to_peak_ratio(steps, rl, steps, fst) == pytest.approx(2.5)
+    never = np.array([0.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    assert np.isnan(steps_to_peak_ratio(steps, rl, steps, never))
+
+
+def test_sigmoid_formula_by_hand():
+    # R0=0.1, A=0.9, C_mid=100, B=2 at C=100: 0.1 + 0.8/2 = 0.5; at C=200: 0.1 + 0.8/(1+0.25) = 0.74
+    assert sigmoid(np.array([100.0, 200.0]), 0.1, 0.9, 100.0, 2.0) == pytest.approx([0.5, 0.74])
+
+
+def test_fit_sigmoid_recovers_known_parameters():
+    c = np.linspace(5, 400, 40)
+    r = sigmoid(c, 0.05, 0.7, 120.0, 2.5)
+    fit = fit_sigmoid(c, r + np.random.default_rng(0).normal(0, 0.005, c.size))
+    assert fit.ok
+    assert fit.a == pytest.approx(0.7, abs=0.02)
+    assert fit.c_mid == pytest.approx(120.0, rel=0.1)
+    fixed = fit_sigmoid(c, r, r0=0.05)
+    assert fixed.r0 == 0.05 and fixed.a == pytest.approx(0.7, abs=0.01)
+
+
+def test_fit_sigmoid_needs_three_points():
+    with pytest.raises(ValueError, match="at least 3 points"):
+        fit_sigmoid(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.1, 0.2]))
+
+
+def test_rolling_mean_by_hand():
+    assert rolling_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    with pytest.raises(ValueError):
+        rolling_mean(np.array([1.0]), 0)
+
+
+def test_kl_at_matched_reward_by_hand():
+    # Both reach 0.5; FST at KL 0.03, RL at KL 0.10 → 70% less.
+    fst_kl, fst_r = np.array([0.0, 0.01, 0.03, 0.05]), np.array([0.1, 0.3, 0.5, 0.6])
+    rl_kl, rl_r = np.array([0.0, 0.05, 0.10, 0.2]), np.array([0.1, 0.3, 0.5, 0.5])
+    assert kl_at_matched_reward(fst_kl, fst_r, rl_kl, rl_r) == pytest.approx(0.7)

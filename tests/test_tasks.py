@@ -1,0 +1,392 @@
+"""The task suite: registry, generation (determinism, split disjointness), scoring, feedback,
+split files, and the real-data loaders on small local files."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fastslow.tasks import LOADER_NAMES, TASK_NAMES, get_task
+from fastslow.tasks.base import MAX_PARSE_CHARS, SPLITS, Problem, Task, extract_answer
+from fastslow.tasks.data import load_problems, write_problems, write_splits
+from fastslow.tasks.generated import split_of
+from fastslow.tasks.loaders import HFDatasetTask, load_task_file
+from fastslow.tasks.scoring import extract_number, normalize_label, parse_number
+
+CHEAP = ("math", "stargraph", "hover", "hover_hard", "physics", "physics_hard", "math_hard")
+MB = 1_000_000
+
+
+def right(problem: Problem) -> str:
+    return f"Let me think step by step.\n<answer>{problem.answer}</answer>"
+
+
+def wrong(problem: Problem) -> str:
+    """A well-formed but wrong answer for any task."""
+    task = problem.task.split("_")[0]
+    if task == "hover":
+        return "<answer>" + ("NOT_SUPPORTED" if problem.answer == "SUPPORTED" else "SUPPORTED") + "</answer>"
+    if task == "math":
+        return f"<answer>{parse_number(problem.answer) + 1:g}</answer>"
+    if task == "physics":
+        return f"<answer>{problem.metadata['value'] * 1.5} {problem.metadata['unit']}</answer>"
+    if task == "stargraph":
+        return "<answer>" + " ".join(reversed(problem.answer.split())) + "</answer>"
+    return '<answer>{"definitely": "wrong"}</answer>'
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, list[Problem]]:
+    """A few train problems of every cheap task (codeio has its own fixture: it spawns a worker)."""
+    return {name: get_task(name).problems("train", 6, seed=11) for name in CHEAP}
+
+
+@pytest.fixture(scope="module")
+def codeio_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("codeio")
+    write_splits("codeio", out, {"train": 6, "val": 3, "test": 3}, seed=5)
+    return out
+
+
+# --- registry -------------------------------------------------------------------------------
+def test_registry_names_and_variants() -> None:
+    for name in ("codeio", "math", "stargraph", "hover", "physics", "hover_hard", "math_hard", "physics_hard"):
+        assert name in TASK_NAMES
+    assert get_task("hover", difficulty="hard").name == "hover_hard"
+    assert get_task("hover_hard").difficulty == "hard"
+    assert get_task("physics_easy").name == "physics_easy"
+    for name in TASK_NAMES:
+        task = get_task(name)
+        assert isinstance(task, Task) and task.name == name
+
+
+def test_registry_errors_are_one_line_and_name_the_choices() -> None:
+    with pytest.raises(ValueError) as err:
+        get_task("hover-hard")
+    msg = str(err.value)
+    assert "\n" not in msg and "'hover-hard'" in msg and "hover_hard" in msg and "codeio" in msg
+    with pytest.raises(ValueError, match="difficulty"):
+        get_task("hover_hard", difficulty="easy")
+    with pytest.raises(ValueError, match="difficulty"):
+        get_task("codeio", difficulty="hard")
+    with pytest.raises(ValueError, match="unknown difficulty|no difficulty"):
+        get_task("math", difficulty="impossible")
+    with pytest.raises(ValueError, match="path"):
+        get_task("file")
+    assert "polaris" in LOADER_NAMES
+
+
+# --- answer extraction and parsing ----------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("<answer>42</answer>", "42"),
+    ("<answer>1</answer> then <answer> 2 </answer>", "2"),
+    ("<answer><answer>7</answer></answer>", "7"),
+    ("<ANSWER>x</Answer>", "x"),
+    ("<answer>1</answer> trailing <answer>unclosed", "1"),
+    ("<answer>unclosed", None),
+    ("</answer>42<answer>", None),
+    ("", None),
+])
+def test_extract_answer(text: str, expected: str | None) -> None:
+    assert extract_answer(text) == expected
+
+
+def test_extract_answer_reads_only_the_tail() -> None:
+    assert extract_answer("<answer>early</answer>" + "x" * MAX_PARSE_CHARS) is None
+    assert extract_answer("x" * (2 * MB) + "<answer>late</answer>") == "late"
+
+
+@pytest.mark.parametrize("text", ["42", "42.0", "$42", "4.2e1", "84/2", "\\frac{84}{2}", "\\boxed{42}",
+                                  "$\\boxed{42}$", "+42", "42.", "**42**", "4.2 × 10^1", "42%"])
+def test_parse_number_accepts_forms_of_42(text: str) -> None:
+    assert parse_number(text) == pytest.approx(42)
+
+
+@pytest.mark.parametrize("text", ["", "forty-two", "4 2", "1e999", "1/0", "42 or 43", "x" * 1000, "nan"])
+def test_parse_number_rejects(text: str) -> None:
+    assert parse_number(text) is None
+
+
+def test_extract_number_and_labels() -> None:
+    assert extract_number("x = 1,234.5")[0] == pytest.approx(1234.5)
+    assert extract_number("42 apples")[0] == 42
+    assert extract_number("3 apples and 4 pears")[0] is None
+    labels = ("SUPPORTED", "NOT_SUPPORTED")
+    assert normalize_label("not supported.", labels) == "NOT_SUPPORTED"
+    assert normalize_label("**Supported**", labels) == "SUPPORTED"
+    assert normalize_label("SUPPORTED or NOT_SUPPORTED", labels) is None
+    assert normalize_label("unsupported", labels) is None
+
+
+# --- per-task scoring on right / wrong / malformed / empty / huge completions --------------
+@pytest.mark.parametrize("name", CHEAP)
+def test_reward_and_feedback_cases(name: str, generated: dict[str, list[Problem]]) -> None:
+    task = get_task(name)
+    for p in generated[name][:3]:
+        assert task.reward(p, right(p)) == 1.0, (p.id, p.answer)
+        assert task.reward(p, wrong(p)) == 0.0, (p.id, wrong(p))
+        for bad in ("", "<answer>", "<answer></answer>", "no tags " + p.answer, "</answer>x<answer>"):
+            assert task.reward(p, bad) == 0.0
+        fb_right, fb_wrong, fb_empty = (task.feedback(p, c) for c in (right(p), wrong(p), ""))
+        assert fb_right.startswith("Correct") and fb_wrong.startswith("Incorrect")
+        assert all(p.answer in fb for fb in (fb_right, fb_wrong, fb_empty))
+        assert "empty" in fb_empty
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_huge_completions_are_fast(name: str, generated: dict[str, list[Problem]]) -> None:
+    task, p = get_task(name), generated[name][0]
+    junk = ("<answer>" + "9 " * 40 + "</answer> ") * (MB // 100)
+    start = time.perf_counter()
+    assert task.reward(p, junk + right(p)) == 1.0  # the tail is what counts
+    assert task.reward(p, right(p) + "z" * MB) == 0.0  # answer truncated away
+    fb = task.feedback(p, right(p) + "z" * MB)
+    assert time.perf_counter() - start < 3.0
+    assert "only the last" in fb and p.answer in fb
+
+
+def test_math_numeric_forms() -> None:
+    task = get_task("math")
+    p = Problem("m1", "math", "What is 6*7?", "42", {"source": "basic_arithmetic", "expression": "6*7"})
+    for ok in ("42", "42.0", "$42", "4.2e1", "84/2", "\\boxed{42}", "x = 42", "42 apples"):
+        assert task.reward(p, f"<answer>{ok}</answer>") == 1.0, ok
+    for bad in ("41", "-42", "42.5", "42 or 43", "forty-two"):
+        assert task.reward(p, f"<answer>{bad}</answer>") == 0.0, bad
+    assert "sign is wrong" in task.feedback(p, "<answer>-42</answer>")
+    assert "6*7" in task.feedback(p, "<answer>41</answer>")
+
+
+def test_physics_units_and_tolerance() -> None:
+    task = get_task("physics")
+    meta = {"value": 250.0, "unit": "m", "dimension": "length", "formula": "d = v²/(2·a)",
+            "values": {"v": "25 m/s", "a": "1.25 m/s²"}, "value_si": 250.0, "rel_tol": 0.02}
+    p = Problem("p1", "physics", "…", "250 m", meta)
+    for ok in ("250 m", "250", "0.25 km", "25000 cm", "254 m", "d = 250 metres", "2.5e2 m"):
+        assert task.reward(p, f"<answer>{ok}</answer>") == 1.0, ok
+    for bad in ("260 m", "250 km", "250 J", "two hundred fifty", "250 m or 300 m"):
+        assert task.reward(p, f"<answer>{bad}</answer>") == 0.0, bad
+    assert "too high by 4.0%" in task.feedback(p, "<answer>260 m</answer>")
+    assert "Wrong kind of unit" in task.feedback(p, "<answer>250 J</answer>")
+    assert "d = v²/(2·a)" in task.feedback(p, "<answer>1</answer>")
+
+
+def test_physics_answers_match_their_formula(generated: dict[str, list[Problem]]) -> None:
+    for p in generated["physics"] + generated["physics_hard"]:
+        value, unit = p.answer.split(" ", 1)
+        assert unit == p.metadata["unit"] and f"in {unit}" in p.prompt
+        assert float(value) == pytest.approx(p.metadata["value"], rel=1e-3)
+
+
+def test_hover_labels_balanced_and_claims_sound() -> None:
+    for name, hops in (("hover", {2, 3, 4}), ("hover_hard", {3, 4})):
+        problems = get_task(name).problems("val", 40, seed=3)
+        assert sum(p.answer == "SUPPORTED" for p in problems) == 20
+        for p in problems:
+            m = p.metadata
+            assert m["hops"] in hops and len(m["chain"]) == m["hops"]
+            for fact in m["chain"]:  # every deciding fact is in the shown documents
+                assert fact["fact"] in p.prompt
+            assert (m["claimed_value"] == m["true_value"]) == (p.answer == "SUPPORTED")
+    hard = get_task("hover_hard").problems("val", 20, seed=3)
+    easy = get_task("hover_easy").problems("val", 20, seed=3)
+    assert min(p.metadata["n_docs"] for p in hard) > max(p.metadata["n_docs"] for p in easy)
+    task = get_task("hover")
+    p = next(p for p in get_task("hover").problems("train", 10, seed=1) if p.answer == "NOT_SUPPORTED")
+    for form in ("not supported", "Not-Supported.", "**NOT_SUPPORTED**"):
+        assert task.reward(p, f"<answer>{form}</answer>") == 1.0
+    fb = task.feedback(p, "<answer>SUPPORTED</answer>")
+    assert "Deciding facts" in fb and p.metadata["true_value"] in fb
+
+
+def test_stargraph_lenient_separators_and_arm_feedback(generated: dict[str, list[Problem]]) -> None:
+    task = get_task("stargraph")
+    p = generated["stargraph"][0]
+    nodes = p.answer.split()
+    assert task.reward(p, "<answer>" + " -> ".join(nodes) + "</answer>") == 1.0
+    assert task.reward(p, "<answer>" + " ".join(nodes[:-1]) + "</answer>") == 0.0
+    fb = task.feedback(p, f"<answer>{nodes[0]} 1 2</answer>")
+    assert f"arm that starts at {nodes[1]}" in fb and "not an edge" in fb
+
+
+def test_codeio_scoring_is_structural_and_never_executes(monkeypatch: pytest.MonkeyPatch) -> None:
+    task = get_task("codeio")
+    p = Problem("c1", "codeio", "…", json.dumps({"a": [1, 2.5, "x"], "b": True, "c": None}, sort_keys=True),
+                {"input": {"n": 3}})
+
+    calls: list[str] = []
+    good = ('{"c": null, "b": true, "a": [1.0, 2.5, "x"]}', "{'a': [1, 2.5, 'x'], 'b': True, 'c': None}",
+            '```json\n{"a": [1, 2.5, "x"], "b": true, "c": null}\n```')
+    bad = ('{"a": [1, 2.5, "y"], "b": true, "c": null}', '{"a": [1, 2.5, "x"], "b": 1, "c": null}',
+           "__import__('os').system('echo hi')", "[" * 5000)
+    # ast.literal_eval parses (compile with PyCF_ONLY_AST) but must never exec/eval anything.
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "exec", lambda *a, **k: calls.append("exec"))
+        m.setattr(builtins, "eval", lambda *a, **k: calls.append("eval"))
+        good_rewards = [task.reward(p, f"<answer>{x}</answer>") for x in good]
+        bad_rewards = [task.reward(p, f"<answer>{x}</answer>") for x in bad]
+    assert calls == []
+    assert good_rewards == [1.0] * len(good) and bad_rewards == [0.0] * len(bad)
+    fb = task.feedback(p, '<answer>{"a": [1, 2.5, "y"], "b": true, "c": null}</answer>')
+    assert "$.a[2]" in fb and p.answer in fb and '"n": 3' in fb
+
+
+def test_codeio_generated_splits(codeio_dir: Path) -> None:
+    task = get_task("codeio")
+    splits = {s: load_problems(codeio_dir / f"{s}.parquet") for s in SPLITS}
+    assert [len(splits[s]) for s in SPLITS] == [6, 3, 3]
+    programs = {s: {p.metadata["program_id"] for p in ps} for s, ps in splits.items()}
+    assert not programs["train"] & programs["test"] and not programs["train"] & programs["val"]
+    for p in splits["train"]:
+        assert "Can you predict the output" in p.prompt and "<answer>" in p.prompt
+        assert task.reward(p, right(p)) == 1.0 and task.reward(p, wrong(p)) == 0.0
+
+
+def test_codeio_write_splits_is_byte_identical(codeio_dir: Path, tmp_path: Path) -> None:
+    write_splits("codeio", tmp_path, {"train": 6, "val": 3, "test": 3}, seed=5)
+    for s in SPLITS:
+        assert (tmp_path / f"{s}.parquet").read_bytes() == (codeio_dir / f"{s}.parquet").read_bytes()
+
+
+# --- generation: determinism, disjointness, prefix stability --------------------------------
+@pytest.mark.parametrize("name", CHEAP)
+def test_generation_is_deterministic_and_split_disjoint(name: str) -> None:
+    task = get_task(name)
+    a = {s: task.problems(s, 12, seed=7) for s in SPLITS}
+    assert a["train"] == get_task(name).problems("train", 12, seed=7)
+    assert a["val"][:5] == task.problems("val", 5, seed=7)  # growing a split only appends
+    assert [p.id for p in task.problems("train", 12, seed=8)] != [p.id for p in a["train"]]
+    ids = [p.id for ps in a.values() for p in ps]
+    prompts = [p.prompt for ps in a.values() for p in ps]
+    assert len(set(ids)) == len(ids) == 36 and len(set(prompts)) == 36
+    for s, ps in a.items():  # each problem lies in the hash region its split owns
+        assert all(p.task == name and f"-{s}-" in p.id and split_of(p.prompt) == s for p in ps)
+
+
+def test_write_splits_deterministic_atomic_and_roundtrip(tmp_path: Path) -> None:
+    sizes = {"train": 10, "val": 4, "test": 4}
+    first = write_splits("hover_hard", tmp_path / "a", sizes, seed=1)
+    second = write_splits("hover_hard", tmp_path / "b", sizes, seed=1)
+    other = write_splits("hover_hard", tmp_path / "c", sizes, seed=2)
+    for s in SPLITS:
+        assert first[s].read_bytes() == second[s].read_bytes()
+        assert first[s].read_bytes() != other[s].read_bytes()
+    assert sorted(x.name for x in (tmp_path / "a").iterdir()) == ["test.parquet", "train.parquet", "val.parquet"]
+    loaded = load_problems(first["train"])
+    assert loaded == get_task("hover_hard").problems("train", 10, seed=1)
+    with pytest.raises(ValueError, match="'dev'"):
+        write_splits("hover", tmp_path / "d", {"dev": 3}, seed=1)
+
+
+def test_write_problems_replaces_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    ps = get_task("physics").problems("test", 3, seed=1)
+    write_problems(ps, path)
+    write_problems(ps[:1], path)
+    assert load_problems(path) == ps[:1]
+    assert [f.name for f in tmp_path.iterdir()] == ["x.parquet"]
+
+
+# --- loaders --------------------------------------------------------------------------------
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _rows(n: int = 30) -> list[dict]:
+    return [{"id": f"q{i}", "prompt": f"What is {i} + 1? <answer></answer>", "answer": str(i + 1),
+             "metadata": {"k": i}} for i in range(n)]
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_local_file_task_jsonl_and_parquet(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _rows()
+    task = load_task_file(_jsonl(tmp_path / "mine.jsonl", rows), scorer="numeric")
+    pq.write_table(pa.Table.from_pylist([{**r, "metadata": json.dumps(r["metadata"])} for r in rows]),
+                   tmp_path / "mine.parquet")
+    task_pq = load_task_file(tmp_path / "mine.parquet", scorer="numeric")
+    for t in (task, task_pq):
+        split = {s: t.problems(s, 100, seed=0) for s in SPLITS}
+        assert sum(len(v) for v in split.values()) == 30
+        assert not {p.id for p in split["train"]} & {p.id for p in split["test"]}
+        p = split["train"][0]
+        assert t.reward(p, f"<answer>{p.answer}.0</answer>") == 1.0
+        assert t.reward(p, "<answer>-1</answer>") == 0.0
+        assert p.metadata["k"] == int(p.id[1:])
+    with pytest.warns(UserWarning, match="only"):
+        task.problems("val", 1000, seed=0)
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
+    rows = [{"id": i, "prompt": "Claim?", "answer": ["SUPPORTED", "NOT_SUPPORTED"][i % 2],
+             "split": SPLITS[i % 3]} for i in range(12)]
+    task = load_task_file(_jsonl(tmp_path / "claims.jsonl", rows), scorer="label")
+    assert {p.id for p in task.problems("val", 10, seed=0)} == {str(i) for i in range(12) if i % 3 == 1}
+    p = task.problems("train", 1, seed=0)[0]
+    assert task.reward(p, f"<answer>{p.answer.lower().replace('_', ' ')}</answer>") == 1.0
+    assert "must be one of" in task.feedback(p, "<answer>maybe</answer>")
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda rows: [{k: v for k, v in r.items() if k != "answer"} for r in rows], "missing column"),
+    (lambda rows: rows[:3] + [{**rows[3], "prompt": "  "}] + rows[4:], "row 4: empty prompt"),
+    (lambda rows: rows[:5] + [{**rows[5], "id": "q1"}] + rows[6:], "row 6: duplicate id 'q1'"),
+    (lambda rows: rows[:2] + [{**rows[2], "split": "dev"}] + rows[3:], "row 3: split 'dev'"),
+    (lambda rows: rows[:1] + [{**rows[1], "metadata": [1]}] + rows[2:], "row 2: metadata"),
+])
+def test_bad_user_files_fail_with_one_line(tmp_path: Path, mutate, reason: str) -> None:
+    path = _jsonl(tmp_path / "bad.jsonl", mutate(_rows(8)))
+    with pytest.raises(ValueError) as err:
+        load_task_file(path)
+    assert str(path) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_utf8_and_bad_files(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = tmp_path / "latin1.jsonl"
+    raw.write_bytes(b'{"id": "a", "prompt": "ok", "answer": "1"}\n{"id": "b", "prompt": "caf\xe9", "answer": "2"}\n')
+    with pytest.raises(ValueError, match=r"latin1\.jsonl: row 2: not valid UTF-8"):
+        load_task_file(raw)
+    table = pa.table({"id": ["a", "b"], "prompt": [b"fine", b"\xff\xfe"], "answer": ["1", "2"]})
+    pq.write_table(table, tmp_path / "bin.parquet")
+    with pytest.raises(ValueError, match=r"bin\.parquet: row 2: column 'prompt' is not valid UTF-8"):
+        load_task_file(tmp_path / "bin.parquet")
+    (tmp_path / "x.csv").write_text("id,prompt,answer\n")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        load_task_file(tmp_path / "x.csv")
+    with pytest.raises(ValueError, match="no such file"):
+        load_task_file(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"uid": datasets.Value("string"), "claim": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["NOT_SUPPORTED", "SUPPORTED"]),
+                                  "num_hops": datasets.Value("int32")})
+    ds = datasets.Dataset.from_dict({"uid": [f"u{i}" for i in range(40)], "claim": [f"Claim {i}." for i in range(40)],
+                                     "label": [i % 2 for i in range(40)], "num_hops": [2 + i % 3 for i in range(40)]},
+                                    features=features)
+    ds.to_parquet(str(tmp_path / "hover.parquet"))
+    task = get_task("hf", dataset="parquet", data_files={"train": str(tmp_path / "hover.parquet")},
+                    columns={"prompt": "claim", "answer": "label"}, id_column="uid", scorer="label",
+                    filters={"num_hops": [3, 4]}, cache_dir=str(tmp_path / "cache"), name="hover_local")
+    assert isinstance(task, HFDatasetTask)
+    got = [p for s in SPLITS for p in task.problems(s, 100, seed=0)]
+    assert len(got) == sum(1 for i in range(40) if 2 + i % 3 >= 3)
+    assert {p.answer for p in got} == {"SUPPORTED", "NOT_SUPPORTED"}
+    p = got[0]
+    assert p.prompt.startswith("Claim") and "<answer></answer>" in p.prompt
+    assert task.reward(p, f"<answer>{p.answer}</answer>") == 1.0
+    with pytest.raises(ValueError, match="missing column"):
+        HFDatasetTask("parquet", data_files={"train": str(tmp_path / "hover.parquet")},
+                      cache_dir=str(tmp_path / "cache")).problems("train", 1, seed=0)

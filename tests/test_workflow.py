@@ -1,0 +1,77 @@
+"""The workflow itself: dry-runs for every shipped config, and a real tiny run on the smoke config."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ["--configfile", "config/config.yaml", "config/smoke.yaml"]
+
+
+def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("configs", [["--configfile", "config/config.yaml"],
+                                     ["--configfile", "config/paper.yaml"], SMOKE],
+                         ids=["default", "paper", "smoke"])
+def test_dry_run_default_target(configs, tmp_path):
+    out = snakemake("-n", "--quiet", "rules", *configs, "--directory", str(tmp_path), "--snakefile",
+                    str(ROOT / "Snakefile"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    for rule in ("init_tracking", "base_model", "task_data", "evaluate_base", "base_eval_table"):
+        assert rule in out.stdout
+
+
+@pytest.fixture(scope="module")
+def smoke_workdir(tmp_path_factory):
+    """A copy of the workflow in a temp dir, so tests never touch the developer's results/."""
+    work = tmp_path_factory.mktemp("wf")
+    for item in ("Snakefile", "workflow", "config"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
+    return work
+
+
+@pytest.mark.workflow
+def test_smoke_run_builds_base_eval_table(smoke_workdir):
+    out = snakemake("--cores", "2", *SMOKE, "--config", "data={tasks: [math, hover]}",
+                    cwd=smoke_workdir, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    table = pl.read_parquet(smoke_workdir / "results/tables/base_eval.parquet")
+    assert sorted(table["task"].to_list()) == ["hover", "math"]
+    assert table["problems"].to_list() == [4, 4]
+    assert all(0.0 <= v <= 1.0 for v in table["mean@2"].to_list())
+    assert (table["best@2"] >= table["mean@2"]).all()
+    for split in ("train", "val", "test"):
+        assert pl.read_parquet(smoke_workdir / f"results/data/math/{split}.parquet").height > 0
+    samples = pl.read_parquet(smoke_workdir / "results/eval/base/math.samples.parquet")
+    assert samples.height == 4 * 2
+    log = (smoke_workdir / "results/logs/base_eval_table.log").read_text()
+    assert "mean@2" in log and "hover" in log
+    info = json.loads((smoke_workdir / "results/mlflow/tracking.json").read_text())
+    from mlflow.tracking import MlflowClient
+
+    runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
+    jobs = [r for r in runs if "fastslow.job" in r.data.tags]
+    # base_model + 2x task_data + 2x evaluate_base + base_eval_table, all closed FINISHED
+    assert len(jobs) == 6
+    assert {r.info.status for r in jobs} == {"FINISHED"}
+
+
+@pytest.mark.workflow
+def test_task_data_is_deterministic(smoke_workdir, tmp_path):
+    first = (smoke_workdir / "results/data/math/val.parquet").read_bytes()
+    (smoke_workdir / "results/data/math/val.parquet").unlink()
+    out = snakemake("results/data/math/val.parquet", "--cores", "1", *SMOKE,
+                    "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (smoke_workdir / "results/data/math/val.parquet").read_bytes() == first

@@ -1,0 +1,15 @@
+"""Write a task's train/val/test splits to Parquet, deterministically from the config's seed."""
+
+from pathlib import Path
+
+from fastslow.config import task_spec
+from fastslow.jobs import snakemake_job
+from fastslow.tasks.data import write_splits
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+data, task = smk.config["data"], smk.wildcards.task
+with snakemake_job(smk, parent="foundation") as tracker:
+    registry, options = task_spec(smk.config, task)
+    paths = write_splits(registry, Path(smk.output.train).parent, data["sizes"], data["seed"], **options)
+    for split, path in paths.items():
+        tracker.log_table(path, f"{task}/{split}", context=split)
