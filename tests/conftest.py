@@ -1,0 +1,49 @@
+"""Session-wide test fixtures shared by every module's tests.
+
+Tests never reach the Hugging Face hub: the environment is forced offline before any
+transformers import. The tiny model is built once per test session (a few seconds, most of it
+parsing SmolLM2's GGUF tokenizer) under pytest's session temp directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Torch on one thread unless FASTSLOW_TEST_THREADS says otherwise.
+
+    The test machines are small and shared; there, two OpenMP threads contending for busy
+    cores made a forward pass ~10x slower than one thread. Tiny test models gain nothing from
+    intra-op parallelism anyway.
+    """
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("FASTSLOW_TEST_THREADS", "1")))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, as an HF directory.
+
+    Shared by the whole session: treat it as read-only (save trained copies elsewhere).
+    """
+    from fastslow.model.convert import prepare_base_model
+
+    return prepare_base_model("tiny-random", tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_dir: Path) -> Any:
+    """The tiny model's tokenizer (SmolLM2's), left padding, pad token set. Do not mutate."""
+    from fastslow.model.convert import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)

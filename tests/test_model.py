@@ -1,0 +1,227 @@
+"""Tests for fastslow.model: base model preparation, GGUF conversion, generation backends."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fastslow.model import convert
+from fastslow.model.convert import (
+    PROVENANCE_FILE,
+    convert_gguf,
+    find_smollm2_gguf,
+    load_gguf_model,
+    load_gguf_tokenizer,
+    load_model,
+    load_tokenizer,
+    prepare_base_model,
+)
+from fastslow.model.generation import (
+    Generation,
+    HFGenerator,
+    SamplingParams,
+    _split_completion,
+    encode_prompts,
+    make_generator,
+    render_prompts,
+)
+
+
+def conv(text: str, system: str | None = None) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": system}] if system else []
+    return msgs + [{"role": "user", "content": text}]
+
+
+MIXED = [
+    conv("Hi"),
+    conv("Compute 17 * 23 and explain each step of the multiplication carefully, please.",
+         system="You are a careful assistant. " * 6),
+    conv("What is 2+2?"),
+    conv("Name three colours.", system="Answer briefly."),
+    conv("x"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir: Path) -> Any:
+    return load_model(tiny_model_dir, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model: Any, tokenizer: Any) -> HFGenerator:
+    return HFGenerator(tiny_model, tokenizer, batch_size=2)
+
+
+# --- tokenizer and preparation -------------------------------------------------------------
+
+def test_find_smollm2_gguf() -> None:
+    path = find_smollm2_gguf()
+    assert path.is_file() and path.suffix == ".gguf"
+
+
+def test_gguf_tokenizer_padding_and_template() -> None:
+    tok = load_gguf_tokenizer()
+    assert tok.pad_token_id is not None and tok.padding_side == "left"
+    text = render_prompts(tok, [conv("Hello")])[0]
+    assert "Hello" in text and text.rstrip().endswith("assistant")
+    tok.padding_side = "right"  # a copy per call: the cached tokenizer is untouched
+    assert load_gguf_tokenizer().padding_side == "left"
+
+
+def test_encode_matches_render(tokenizer: Any) -> None:
+    texts = render_prompts(tokenizer, MIXED)
+    ids = encode_prompts(tokenizer, MIXED)
+    assert [tokenizer.decode(x) for x in ids] == texts
+    assert ids[0][0] != ids[0][1]  # no doubled special token at the start
+
+
+def test_tiny_model_dir(tiny_model_dir: Path, tokenizer: Any) -> None:
+    assert (tiny_model_dir / "config.json").is_file()
+    assert json.loads((tiny_model_dir / PROVENANCE_FILE).read_text())["kind"] == "tiny"
+    assert tokenizer.pad_token_id is not None and tokenizer.padding_side == "left"
+
+
+def test_prepare_local_dir(tiny_model_dir: Path, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(convert, "LINK_THRESHOLD_BYTES", 1024 * 1024)
+    out = prepare_base_model(str(tiny_model_dir), tmp_path / "local")
+    weights = out / "model.safetensors"
+    assert weights.is_symlink() and not (out / "config.json").is_symlink()
+    assert json.loads((out / PROVENANCE_FILE).read_text())["kind"] == "local"
+    model = load_model(out)
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert not list(tmp_path.glob(".local.tmp-*"))  # the temp dir was renamed away
+
+
+def test_prepare_hub_id_offline_error(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError) as err:
+        prepare_base_model("Qwen/Qwen3-8B", tmp_path / "qwen")
+    msg = str(err.value)
+    assert "Qwen/Qwen3-8B" in msg and "unreachable" in msg and "\n" not in msg
+    assert not (tmp_path / "qwen").exists()
+
+
+def test_prepare_unknown_spec(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown base model"):
+        prepare_base_model("not a model", tmp_path / "x")
+
+
+# --- HF generation on the tiny model -------------------------------------------------------
+
+def test_greedy_equals_bare_generate(gen: HFGenerator, tiny_model: Any, tokenizer: Any) -> None:
+    params = SamplingParams(max_new_tokens=12, temperature=0.0)
+    ours = gen.generate([MIXED[1]], params)[0]
+    ids = torch.tensor([encode_prompts(tokenizer, [MIXED[1]])[0]])
+    with torch.inference_mode():
+        bare = tiny_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                   max_new_tokens=12, pad_token_id=tokenizer.pad_token_id)
+    assert list(ours.completion_ids) == bare[0, ids.shape[1]:].tolist()
+
+
+def test_order_and_left_padding(gen: HFGenerator, tiny_model: Any, tokenizer: Any) -> None:
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    batched = gen.generate(MIXED, params)
+    alone = HFGenerator(tiny_model, tokenizer, batch_size=1).generate(MIXED, params)
+    assert [g.completion_ids for g in batched] == [g.completion_ids for g in alone]
+    assert [g.prompt_tokens for g in batched] == [len(x) for x in encode_prompts(tokenizer, MIXED)]
+    # the shortest prompt next to different batch-mates still gives the same completion
+    other = gen.generate([MIXED[4], MIXED[1], MIXED[0]], params)
+    assert other[0].completion_ids == batched[4].completion_ids
+
+
+def test_seed_determinism(gen: HFGenerator) -> None:
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    torch.manual_seed(0)
+    first = gen.generate(MIXED, params)
+    state = torch.random.get_rng_state()
+    assert gen.generate(MIXED, params) == first
+    assert torch.equal(torch.random.get_rng_state(), state)  # caller's RNG untouched
+    other = gen.generate(MIXED, SamplingParams(max_new_tokens=8, temperature=1.0, seed=4))
+    assert [g.completion_ids for g in other] != [g.completion_ids for g in first]
+
+
+def test_counts_and_logprobs(gen: HFGenerator, tiny_model: Any, tokenizer: Any) -> None:
+    """logprob_sum equals a teacher-forced recomputation under the sampling distribution."""
+    params = SamplingParams(max_new_tokens=6, temperature=0.7, seed=1)
+    outs = gen.generate(MIXED[:3], params)
+    prompts = encode_prompts(tokenizer, MIXED[:3])
+    for g, prompt in zip(outs, prompts, strict=True):
+        assert g.completion_tokens == len(g.completion_ids) <= params.max_new_tokens
+        assert g.prompt_tokens == len(prompt)
+        assert g.finish_reason in ("stop", "length")
+        assert g.logprob_sum is not None and math.isfinite(g.logprob_sum) and g.logprob_sum <= 0
+        ids = torch.tensor([prompt + list(g.completion_ids)])
+        with torch.inference_mode():
+            logits = tiny_model(ids).logits[0, len(prompt) - 1: -1] / params.temperature
+        expected = logits.log_softmax(-1).gather(1, ids[0, len(prompt):, None]).sum()
+        assert g.logprob_sum == pytest.approx(float(expected), abs=1e-3)
+    greedy = gen.generate(MIXED[:1], SamplingParams(max_new_tokens=4, temperature=0.0))[0]
+    assert greedy.logprob_sum is not None and math.isfinite(greedy.logprob_sum)
+
+
+def test_split_completion_stops_at_eos() -> None:
+    assert _split_completion([5, 6, 2, 2, 2], {2}) == ([5, 6, 2], "stop")
+    assert _split_completion([5, 6, 7], {2}) == ([5, 6, 7], "length")
+
+
+def test_make_generator(tiny_model_dir: Path) -> None:
+    g = make_generator("hf", tiny_model_dir, dtype="float32", batch_size=4)
+    out = g.generate([conv("hello")], SamplingParams(max_new_tokens=3, seed=0))
+    assert isinstance(out[0], Generation) and out[0].completion_tokens == 3
+    with pytest.raises(ValueError, match="backend"):
+        make_generator("tgi", tiny_model_dir)  # type: ignore[arg-type]
+
+
+def test_vllm_needs_gpu(tiny_model_dir: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine may run vLLM")
+    with pytest.raises(RuntimeError, match=r"needs a CUDA GPU and `pip install vllm==") as err:
+        make_generator("vllm", tiny_model_dir)
+    assert "\n" not in str(err.value)
+
+
+# --- the real SmolLM2-135M-Instruct, converted from its GGUF -------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """(converted directory, GGUF-loaded reference model); the GGUF is read once."""
+    gguf = find_smollm2_gguf()
+    ref = load_gguf_model(gguf)
+    out = convert_gguf(gguf, tmp_path_factory.mktemp("smollm2") / "smollm2", gguf_model=ref)
+    return out, ref
+
+
+def test_converted_logits_match_gguf(smollm2: tuple[Path, Any]) -> None:
+    out, ref = smollm2
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (out / "model.safetensors").is_file()
+    tok = load_tokenizer(out)
+    ids = torch.tensor(encode_prompts(tok, [conv("What is the capital of France?")]))
+    model = load_model(out, dtype="float32")
+    with torch.inference_mode():
+        ours, theirs = model(ids).logits, ref(ids).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_converted_trains(smollm2: tuple[Path, Any]) -> None:
+    out, _ = smollm2
+    model = load_model(out, dtype="float32")
+    model.train()
+    ids = torch.tensor([[1, 9690, 198, 28120, 2]])
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads) and math.isfinite(float(loss.detach()))
+
+
+def test_converted_generation_stops_at_eos(smollm2: tuple[Path, Any]) -> None:
+    out, _ = smollm2
+    gen = make_generator("hf", out, dtype="float32", batch_size=2)
+    g = gen.generate([conv("Say hello in one word.")], SamplingParams(40, temperature=0.0))[0]
+    assert g.finish_reason == "stop" and g.completion_tokens == len(g.completion_ids) < 40
+    assert "<|im_end|>" not in g.text and g.text.strip()
