@@ -8,9 +8,14 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/figures.smk"
 
 
 rule all:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
         for (p, i, _), g in zip(part, gens, strict=True):
             rows.append({"problem_id": p.id, "sample": i, "completion": g.text,
                          "reward": float(task.reward(p, g.text)),
-                         "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens})
+                         "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
+                         "completion_ids": list(g.completion_ids)})
             tokens += g.completion_tokens
         done = min(lo + chunk, len(convs))
         rate = tokens / max(time.perf_counter() - start, 1e-9)
@@ -74,3 +76,34 @@ def format_table(summaries: Sequence[dict[str, Any]], keys: Sequence[str]) -> st
 
 def _fmt(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Problem], context: str,
+                     k: int, params: SamplingParams, *, base_dir: str | Path | None = None,
+                     backend: str = "hf", dtype: str = "float32", batch_size: int = 8
+                     ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """mean@k, best@k, token-level KL(π_θ ‖ π_base) and mean entropy of one (weights, context).
+
+    KL and entropy are measured on the evaluated completions themselves (samples of π_θ) with
+    full-vocabulary forward passes of both models (`fastslow.slow.divergence`). Without
+    `base_dir` (or with base_dir == model_dir) the KL is 0 and only the entropy is computed.
+    """
+    from fastslow.model.convert import load_model, load_tokenizer
+    from fastslow.model.generation import encode_prompts, make_generator
+    from fastslow.slow.divergence import kl_and_entropy
+
+    generator = make_generator(backend, model_dir, dtype=dtype, batch_size=batch_size)
+    rows = sample_and_score(generator, task, problems, context, k, params)
+    summary = summarize(rows, k)
+    tokenizer = load_tokenizer(model_dir)
+    model = getattr(generator, "model", None) or load_model(model_dir, dtype=dtype)
+    same = base_dir is None or Path(base_dir).resolve() == Path(model_dir).resolve()
+    base = model if same else load_model(base_dir, dtype=dtype)
+    by_id = {p.id: p for p in problems}
+    prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
+    t0 = time.perf_counter()
+    kl, entropy = kl_and_entropy(model, base, tokenizer, prompt_ids, [r.pop("completion_ids") for r in rows],
+                                 batch_size=batch_size, temperature=1.0)
+    log.info("KL to base %.4f, entropy %.3f (%.1fs)", kl, entropy, time.perf_counter() - t0)
+    summary.update({"kl_to_base": 0.0 if same else kl, "entropy": entropy})
+    return summary, rows

@@ -37,6 +37,7 @@ class RunSpec:
     overrides: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     init: str | None = None  # "<experiment>/<method>/<run>" whose final weights start this run
     eval_tasks: tuple[str, ...] = ()
+    eval_init: bool = True  # evaluate the initial weights too (the curve's step-0 point)
 
     @property
     def key(self) -> str:
@@ -73,23 +74,25 @@ def _err(msg: str) -> Exception:
 
 def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
     """All runs of all experiments, keyed by `RunSpec.key`. Validates as it goes."""
+    from fastslow.config import deep_update
+
     runs: dict[str, RunSpec] = {}
     for exp_name, exp in config.get("experiments", {}).items():
         where = f"experiments.{exp_name}"
         if not _SAFE.match(exp_name):
             raise _err(f"{where}: experiment names use letters, digits and '_' only")
         seq = exp.get("sequence")
-        if seq is not None:
-            if not seq:
-                raise _err(f"{where}.sequence: expected a non-empty list of tasks, got []")
-            schedules = [tuple(t for t in seq for _ in range(exp["cycles_per_stage"]))]
-            eval_tasks = tuple(dict.fromkeys(seq))
-        else:
-            tasks = exp.get("tasks") or []
-            if not tasks:
-                raise _err(f"{where}.tasks: expected a non-empty list of tasks (or a 'sequence'), got {tasks!r}")
-            schedules = [(t,) * exp["cycles"] for t in tasks]
-            eval_tasks = ()
+        if seq is not None and not seq:
+            raise _err(f"{where}.sequence: expected a non-empty list of tasks, got []")
+        if seq is None and not exp.get("tasks"):
+            raise _err(f"{where}.tasks: expected a non-empty list of tasks (or a 'sequence'), got {exp.get('tasks')!r}")
+
+        def schedules(cycles: int | None) -> list[tuple[str, ...]]:
+            if seq is not None:  # noqa: B023 - evaluated within this iteration
+                return [tuple(t for t in seq for _ in range(cycles or exp["cycles_per_stage"]))]  # noqa: B023
+            return [(t,) * (cycles or exp["cycles"]) for t in exp["tasks"]]  # noqa: B023
+
+        eval_tasks = tuple(dict.fromkeys(seq)) if seq is not None else ()
         inits: list[str | None] = [None]
         if "init" in exp:
             src = exp["init"]
@@ -107,14 +110,17 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             for variant, overrides in variants.items():
                 if not _SAFE.match(variant):
                     raise _err(f"{where}.variants.{variant}: variant names use letters, digits and '_' only")
+                overrides = deep_update(copy.deepcopy(exp.get("overrides", {})), overrides)
+                cycles = overrides.pop("cycles", None)
                 for seed in exp.get("seeds", [0]):
-                    for schedule in schedules:
+                    for schedule in schedules(cycles):
                         for init in inits:
                             stem = ".".join(dict.fromkeys(schedule))
                             prefix = "" if init is None else "from_" + init.replace("/", "_") + "-"
                             name = f"{prefix}{stem}-{variant}-s{seed}"
                             spec = RunSpec(exp_name, method, name, schedule, seed, variant,
-                                           overrides, init, eval_tasks or (schedule[0],))
+                                           overrides, init, eval_tasks or (schedule[0],),
+                                           exp.get("eval_init", True))
                             runs[spec.key] = spec
     return runs
 
@@ -122,13 +128,14 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
 def check_experiments(config: dict[str, Any]) -> None:
     """Cross-field checks of the experiments (called by config validation)."""
     from fastslow.config import validate_config
+    from fastslow.tasks import TASK_NAMES
 
-    known = set(config["data"]["tasks"])
+    known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {}))
     for key, run in expand(config).items():
         for task in (*run.schedule, *run.eval_tasks):
             if task not in known:
-                raise _err(f"experiments.{run.experiment}: task {task!r} of run {key} is not in data.tasks "
-                           f"({', '.join(sorted(known))})")
+                raise _err(f"experiments.{run.experiment}: unknown task {task!r} in run {key}; "
+                           f"expected one of {', '.join(sorted(known))}")
         if run.variant != "default":  # a variant's overrides must make a valid config too
             cfg = run.settings(config)
             cfg["experiments"] = {}

@@ -3,7 +3,7 @@
 
 rule base_model:
     input:
-        tracking=TRACKING,
+        tracking=ancient(TRACKING),
     output:
         directory(BASE_MODEL),
     log:
@@ -18,7 +18,7 @@ rule base_model:
 
 rule task_data:
     input:
-        tracking=TRACKING,
+        tracking=ancient(TRACKING),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:

@@ -3,7 +3,7 @@
 
 rule evaluate_base:
     input:
-        tracking=TRACKING,
+        tracking=ancient(TRACKING),
         model=BASE_MODEL,
         problems=data_file("{task}", "val"),
     output:
@@ -11,7 +11,7 @@ rule evaluate_base:
         summary=f"{RESULTS}/eval/base/{{task}}.json",
     log:
         f"{RESULTS}/logs/evaluate_base/{{task}}.log",
-    threads: 2
+    threads: 1
     resources:
         mem_mb=6000,
     script:
@@ -20,7 +20,7 @@ rule evaluate_base:
 
 rule base_eval_table:
     input:
-        tracking=TRACKING,
+        tracking=ancient(TRACKING),
         summaries=expand(f"{RESULTS}/eval/base/{{task}}.json", task=TASKS),
     output:
         f"{RESULTS}/tables/base_eval.parquet",

@@ -1,0 +1,98 @@
+"""The paper's headline claims, measured on our curves, side by side with the paper's numbers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from fastslow.analysis import fit_sigmoid, kl_at_matched_reward, running_max, steps_to_peak_ratio
+
+#: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
+PAPER = {
+    ("sample_efficiency_ratio", "codeio"): 3.0,
+    ("sample_efficiency_ratio", "math"): 1.4,
+    ("sample_efficiency_ratio", "hover_hard"): 3.0,
+    ("kl_reduction_at_matched_reward", "*"): 0.70,  # "up to 70% less KL"
+}
+CLAIM_TEXT = {
+    "sample_efficiency_ratio": "FST reaches RL's peak in fewer steps (RL steps to peak / FST steps); > 1 reproduces",
+    "asymptote_gap": "FST's fitted asymptote A exceeds RL's (A_FST − A_RL); > 0 reproduces",
+    "kl_reduction_at_matched_reward": "FST needs less KL to the base at matched reward (1 − KL_FST/KL_RL); > 0 reproduces",
+    "plasticity_gain": "fresh RL from FST weights ends higher than from RL weights (final mean@k gap); > 0 reproduces",
+    "continual_stage_recovery": "FST's best normalised accuracy in a stage minus RL's; ≥ 0 reproduces",
+}
+
+
+def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    for k, v in where.items():
+        df = df.filter(pl.col(k) == v)
+    return df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
+
+
+def _runs(df: pl.DataFrame, **where: Any) -> str:
+    for k, v in where.items():
+        df = df.filter(pl.col(k) == v)
+    return ";".join(sorted(df["run"].unique().to_list()))
+
+
+def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
+         strict: bool = True) -> dict[str, Any]:
+    paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
+    if math.isnan(measured):
+        verdict = "undetermined"
+    else:
+        ok = measured > threshold if strict else measured >= threshold
+        verdict = "reproduced" if ok else "not reproduced"
+    return {"claim": claim, "task": task, "measured": measured, "paper": paper, "verdict": verdict,
+            "meaning": CLAIM_TEXT[claim], "runs": runs}
+
+
+def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    eff = tables.get("efficiency")
+    if eff is not None:
+        for task in sorted(eff["eval_task"].unique().to_list()):
+            rl, fst = _curve(eff, eval_task=task, method="rl"), _curve(eff, eval_task=task, method="fst")
+            if not (rl.height and fst.height):
+                continue
+            runs = _runs(eff, eval_task=task)
+            ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
+                                        fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
+            rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0))
+            gap = float("nan")
+            try:
+                a = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
+                                    r0=float(c["mean_at_k"][0])).a for m, c in (("rl", rl), ("fst", fst))}
+                gap = a["fst"] - a["rl"]
+            except ValueError:
+                pass
+            rows.append(_row("asymptote_gap", task, gap, runs))
+            kl = kl_at_matched_reward(fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
+                                      rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
+            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs))
+    pla = tables.get("plasticity")
+    if pla is not None:
+        final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))
+        by_init = {i: float(final.filter(pl.col("init") == i)["mean_at_k"].mean())
+                   for i in final["init"].unique().to_list()}
+        sources = {i.split("/")[2].split("-")[0] for i in by_init if i != "base"}
+        for src in sorted(sources):
+            get = {i.split("/")[1]: v for i, v in by_init.items() if i != "base" and i.split("/")[2].startswith(src + "-")}
+            if {"rl", "fst"} <= get.keys():
+                rows.append(_row("plasticity_gain", f"{src}→{pla['eval_task'][0]}", get["fst"] - get["rl"],
+                                 ";".join(sorted(pla["run"].unique().to_list()))))
+    con = tables.get("continual")
+    if con is not None:
+        from fastslow.figures import normalised_continual
+
+        norm = normalised_continual(con)
+        for task in dict.fromkeys(con.filter(pl.col("cycle") >= 0).sort("cycle")["train_task"].to_list()):
+            best = {m: float(norm.filter((pl.col("method") == m) & (pl.col("train_task") == task))["normalised"].max() or np.nan)
+                    for m in ("rl", "fst")}
+            rows.append(_row("continual_stage_recovery", task, best["fst"] - best["rl"],
+                             ";".join(sorted(con["run"].unique().to_list())), strict=False))
+    return rows

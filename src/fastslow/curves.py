@@ -1,0 +1,45 @@
+"""Collect one experiment's evaluation points into a tidy table (one row per run × point × task)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fastslow.experiments import RunSpec
+from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points
+
+#: Columns of results/tables/curves/<experiment>.parquet.
+CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
+                 "cycle", "step", "mean_at_k", "best_at_k", "k", "kl_to_base", "entropy",
+                 "cycle_seconds", "context_id")
+
+
+def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
+                 results: str = RESULTS) -> list[dict[str, Any]]:
+    """Rows of the curves table; `step` is the number of RL steps behind the point
+    ((cycle + 1) · T, 0 for the initial weights) so methods compare at matched steps."""
+    rows = []
+    for spec in runs.values():
+        if spec.experiment != experiment:
+            continue
+        steps = spec.settings(config)["slow"]["steps_per_cycle"]
+        for task in spec.eval_tasks:
+            for point in eval_points(spec):
+                ev = json.loads(Path(eval_point_file(spec, point, task, results)).read_text())
+                cycle = -1 if point == "init" else int(point.removeprefix("cycle"))
+                seconds = None
+                if cycle >= 0:
+                    info = json.loads(Path(cycle_dir(spec, cycle, results), "cycle.json").read_text())
+                    seconds = info.get("seconds")
+                k = int(ev["k"])
+                rows.append({
+                    "experiment": experiment, "method": spec.method, "run": spec.key,
+                    "variant": spec.variant, "seed": spec.seed, "init": spec.init or "base",
+                    "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
+                    "cycle": cycle, "step": (cycle + 1) * steps,
+                    "mean_at_k": float(ev[f"mean@{k}"]), "best_at_k": float(ev[f"best@{k}"]), "k": k,
+                    "kl_to_base": float(ev.get("kl_to_base", 0.0)), "entropy": float(ev.get("entropy", float("nan"))),
+                    "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
+                })
+    return rows

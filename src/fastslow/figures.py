@@ -1,0 +1,371 @@
+"""The paper's figures from the curves tables (results/tables/curves/<experiment>.parquet).
+
+Each `figN(tables, out)` takes {experiment: polars.DataFrame} and writes `out` (PDF) plus a PNG
+beside it. Every figure has a title, axis labels, a legend and a footnote with the run count and
+seeds, so a reader can tell at a glance how much evidence is behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from fastslow.analysis import fit_sigmoid, rolling_mean, running_max, steps_to_peak_ratio
+
+COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
+LABELS = {"rl": "RL", "fst": "FST", "gepa": "GEPA only", "fst_distill": "FST-distill", "base": "Base"}
+
+#: figure → experiments whose curves it reads (the first is required, the rest optional).
+FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
+    "fig2": ("efficiency", "radar"),
+    "fig3": ("efficiency",),
+    "fig4": ("efficiency",),
+    "fig5": ("plasticity",),
+    "fig6": ("continual",),
+    "fig7": ("stargraph",),
+    "fig8": ("ceiling", "efficiency"),
+    "fig9": ("ablations", "efficiency"),
+    "fig10": ("reuse", "efficiency"),
+    "fig11": ("efficiency",),
+}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 9,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
+    runs = sorted({r for df in frames for r in df["run"].unique().to_list()})
+    seeds = sorted({s for df in frames for s in df["seed"].unique().to_list()})
+    text = f"{len(runs)} runs, seeds {seeds}. " + extra
+    fig.text(0.01, 0.005, text.strip(), fontsize=7, color="#555555", ha="left", va="bottom")
+
+
+def _save(fig: Any, out: str | Path) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(out)
+    fig.savefig(out.with_suffix(".png"))
+    _plt().close(fig)
+
+
+def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    """Rows matching `where`, averaged over seeds per step (sorted by step)."""
+    for k, v in where.items():
+        df = df.filter(pl.col(k) == v)
+    return (df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
+                                    pl.col("kl_to_base").mean(), pl.col("entropy").mean())
+            .sort("step"))
+
+
+def _axes(plt: Any, n: int, size: tuple[float, float] = (3.6, 3.0), rows: int = 1):
+    cols = max(1, math.ceil(n / rows))
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
+    return fig, list(axes.flat)
+
+
+def _tasks(df: pl.DataFrame, col: str = "eval_task") -> list[str]:
+    return sorted(df[col].unique().to_list())
+
+
+def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float]:
+    """Data efficiency: running max of val mean@k by step, FST vs RL, steps-to-RL's-peak ratio.
+    With a `radar` experiment, a second row shows Mean@k / Best@k radars of Base→GEPA, RL→GEPA and
+    FST→GEPA over its axes."""
+    plt = _plt()
+    df = tables["efficiency"]
+    tasks = _tasks(df)
+    radar = tables.get("radar")
+    rows = 2 if radar is not None and radar.height else 1
+    fig = plt.figure(figsize=(3.8 * max(len(tasks), 2), 3.2 * rows))
+    ratios = {}
+    for i, task in enumerate(tasks):
+        ax = fig.add_subplot(rows, max(len(tasks), 2), i + 1)
+        curves = {}
+        for method in ("rl", "fst"):
+            c = _curve(df, eval_task=task, method=method)
+            if c.height:
+                curves[method] = c
+                ax.plot(c["step"], running_max(c["mean_at_k"].to_numpy()), color=COLORS[method],
+                        label=LABELS[method], marker="o", ms=3)
+        if {"rl", "fst"} <= curves.keys():
+            rl, fst = curves["rl"], curves["fst"]
+            ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
+                                        fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
+            ratios[task] = ratio
+            ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1)
+            txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"
+            ax.text(0.02, 0.95, txt, transform=ax.transAxes, va="top", fontsize=8)
+        ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
+        ax.legend(loc="lower right", fontsize=8)
+    if rows == 2:
+        _radars(fig, radar, ncols=max(len(tasks), 2))
+    fig.suptitle("Fig 2 — data efficiency: FST vs RL at matched steps")
+    _footnote(fig, [df] + ([radar] if rows == 2 else []))
+    _save(fig, out)
+    return ratios
+
+
+def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
+    """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
+    last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
+    axes_tasks = _tasks(last)
+    angles = np.linspace(0, 2 * np.pi, len(axes_tasks), endpoint=False)
+    for j, metric in enumerate(("mean_at_k", "best_at_k")):
+        ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
+        for init in sorted(last["init"].unique().to_list()):
+            sub = last.filter(pl.col("init") == init)
+            vals = [float(sub.filter(pl.col("eval_task") == t)[metric].mean() or 0.0) for t in axes_tasks]
+            method = "base" if init == "base" else init.split("/")[1]
+            ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
+                    label=f"{LABELS.get(method, method)}→GEPA")
+            ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
+        ax.set_xticks(angles, axes_tasks, fontsize=7)
+        ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
+        ax.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0.9, -0.1))
+
+
+def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
+    """Asymptote: 4-parameter sigmoid fit per curve, upper asymptote A annotated."""
+    plt = _plt()
+    df = tables["efficiency"]
+    tasks = _tasks(df)
+    fig, axes = _axes(plt, len(tasks))
+    fits: dict[str, dict[str, float]] = {}
+    for ax, task in zip(axes, tasks, strict=False):
+        r0 = None
+        for method in ("rl", "fst"):
+            c = _curve(df, eval_task=task, method=method)
+            if not c.height:
+                continue
+            x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
+            r0 = float(y[0]) if r0 is None else r0
+            ax.scatter(x, y, color=COLORS[method], s=12, label=f"{LABELS[method]} (val)")
+            try:
+                fit = fit_sigmoid(x, y, r0=float(y[0]))
+            except ValueError:
+                continue
+            xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
+            ax.plot(xs, fit(xs), color=COLORS[method])
+            xe = np.linspace(x.max(), 2 * x.max(), 50)
+            ax.plot(xe, fit(xe), color=COLORS[method], ls=":")
+            ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
+            ax.text(x.max() * 1.02, fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, va="bottom")
+            fits.setdefault(task, {})[method] = fit.a
+        ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
+    _footnote(fig, [df], "Solid: fit window; dotted: extrapolation.")
+    _save(fig, out)
+    return fits
+
+
+def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[str], title: str) -> None:
+    plt = _plt()
+    df = tables["efficiency"]
+    tasks = [t for t in tasks if t in _tasks(df)] or _tasks(df)
+    fig, axes = _axes(plt, len(tasks))
+    for ax, task in zip(axes, tasks, strict=False):
+        for method in ("rl", "fst"):
+            sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
+            if not sub.height:
+                continue
+            kl, r = sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy()
+            ax.scatter(kl, r, color=COLORS[method], alpha=0.35, s=14)
+            ax.plot(rolling_mean(kl, 3), rolling_mean(r, 3), color=COLORS[method], label=LABELS[method])
+        ax.set(title=task, xlabel="token KL(π_train ‖ π_base)", ylabel=f"val mean@{int(df['k'][0])}")
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
+    _save(fig, out)
+
+
+def fig4(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    _kl_figure(tables, out, ["codeio", "hover", "physics"], "Fig 4 — validation reward vs KL to the base policy")
+
+
+def fig11(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    _kl_figure(tables, out, ["codeio", "math", "hover", "physics"],
+               "Fig 11 — validation reward vs KL to the base policy, four tasks")
+
+
+def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    """Plasticity probe: fresh RL on a new task from RL-, FST- and base-initialised weights."""
+    plt = _plt()
+    df = tables["plasticity"]
+    sources = sorted({i.split("/")[2].split("-")[0] for i in df["init"].unique().to_list() if i != "base"})
+    fig, axes = _axes(plt, max(len(sources), 1))
+    for ax, src in zip(axes, sources or ["base"], strict=False):
+        for init in sorted(df["init"].unique().to_list()):
+            if init != "base" and init.split("/")[2].split("-")[0] != src:
+                continue
+            method = "base" if init == "base" else init.split("/")[1]
+            c = _curve(df, init=init)
+            ax.plot(c["step"], c["mean_at_k"], color=COLORS.get(method, "k"), ls=":" if method == "base" else "-",
+                    marker="o", ms=3, label=f"{LABELS.get(method, method)} init")
+        ax.set(title=f"from {src} checkpoints → RL on {df['eval_task'][0]}", xlabel="RL step",
+               ylabel=f"val mean@{int(df['k'][0])}")
+        ax.legend(fontsize=8)
+    fig.suptitle("Fig 5 — plasticity probe")
+    _footnote(fig, [df])
+    _save(fig, out)
+
+
+def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
+    """Per-stage accuracy normalised by the peak reached across methods within the stage."""
+    stage = df.filter(pl.col("eval_task") == pl.col("train_task"))
+    peak = stage.group_by("train_task").agg(pl.col("mean_at_k").max().alias("peak"))
+    return (stage.join(peak, on="train_task")
+            .with_columns((pl.col("mean_at_k") / pl.when(pl.col("peak") > 0).then(pl.col("peak")).otherwise(1.0))
+                          .alias("normalised")))
+
+
+def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
+    """Continual learning: one run per method through the task sequence."""
+    plt = _plt()
+    df = tables["continual"]
+    norm = normalised_continual(df)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    stages = [t for t in dict.fromkeys(df.sort("cycle").filter(pl.col("cycle") >= 0)["train_task"].to_list())]
+    for method in sorted(norm["method"].unique().to_list()):
+        sub = norm.filter(pl.col("method") == method).group_by("step", "train_task").agg(
+            pl.col("normalised").mean()).sort("step")
+        ax.plot(sub["step"], sub["normalised"], color=COLORS[method], ls="-" if method == "fst" else "--",
+                marker="o", ms=3, label=LABELS[method])
+        for task in stages:
+            all_t = df.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
+            ax2.plot(all_t["step"], all_t["mean_at_k"], color=COLORS[method], ls="-" if method == "fst" else "--",
+                     alpha=0.4 + 0.6 * (stages.index(task) + 1) / len(stages), label=f"{LABELS[method]}: {task}")
+    bounds = df.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").min()).sort("step")
+    for a in (ax, ax2):
+        for task, step in zip(bounds["train_task"], bounds["step"], strict=True):
+            a.axvline(step - 0.5, color="#bbbbbb", lw=0.8)
+            a.text(step, 1.02, task, transform=a.get_xaxis_transform(), fontsize=8)
+    ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
+    ax.set_title("normalised accuracy on the current task", pad=14)
+    ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax2.set_title("every task's accuracy (forgetting)", pad=14)
+    ax.legend(fontsize=8)
+    ax2.legend(fontsize=6, ncol=2)
+    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(stages)}")
+    _footnote(fig, [df])
+    _save(fig, out)
+    return norm
+
+
+def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    """Star-graph search from zero reward."""
+    plt = _plt()
+    df = tables["stargraph"]
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for method in ("rl", "fst"):
+        c = _curve(df, method=method)
+        if c.height:
+            ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], marker="o", ms=3, label=LABELS[method])
+            nz = c.filter(pl.col("mean_at_k") > 0)
+            if nz.height:
+                ax.axvline(int(nz["step"][0]), color=COLORS[method], ls=":", lw=1)
+    ax.set(title="Fig 7 — star-graph search", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax.legend()
+    _footnote(fig, [df], "Dotted: first step with non-zero reward.")
+    _save(fig, out)
+
+
+def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    """HoVer: FST vs RL vs GEPA-only ceiling vs FST-distill, and actor entropy."""
+    plt = _plt()
+    ceiling = tables["ceiling"]
+    task = ceiling["eval_task"][0]
+    frames = [ceiling]
+    eff = tables.get("efficiency")
+    if eff is not None:
+        frames.append(eff.filter(pl.col("eval_task") == task))
+    df = pl.concat(frames, how="diagonal_relaxed")
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for method in ("rl", "fst", "fst_distill", "gepa"):
+        c = _curve(df, method=method, eval_task=task)
+        if not c.height:
+            continue
+        ls = "--" if method == "gepa" else "-"
+        ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
+        ax2.plot(c["step"], c["entropy"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
+    ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
+    ax.legend(fontsize=8)
+    fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
+    _footnote(fig, frames)
+    _save(fig, out)
+
+
+def value_at_step(df: pl.DataFrame, step: int) -> float:
+    """A curve's mean@k at the last evaluated step ≤ `step`."""
+    sub = df.filter(pl.col("step") <= step).sort("step")
+    return float(sub["mean_at_k"][-1]) if sub.height else float("nan")
+
+
+def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float]:
+    """Ablations at a fixed step: bars per variant, dashed line = RL at the same step."""
+    plt = _plt()
+    abl = tables["ablations"]
+    task = abl["eval_task"][0]
+    step = int(abl.group_by("run").agg(pl.col("step").max())["step"].min())
+    values = {v: value_at_step(_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
+    eff = tables.get("efficiency")
+    frames = [abl]
+    if eff is not None and eff.filter(pl.col("eval_task") == task).height:
+        frames.append(eff.filter(pl.col("eval_task") == task))
+        values.setdefault("default", value_at_step(_curve(eff, eval_task=task, method="fst"), step))
+    fig, ax = plt.subplots(figsize=(1.1 * len(values) + 2.5, 3.4))
+    names = list(values)
+    ax.bar(names, [values[n] for n in names], color=["#8fbc8f" if n == "default" else "#b0b0b0" for n in names])
+    if eff is not None:
+        rl = value_at_step(_curve(eff, eval_task=task, method="rl"), step)
+        if not math.isnan(rl):
+            ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
+            values["rl"] = rl
+            ax.legend(fontsize=8)
+    ax.set(title=f"Fig 9 — {task} ablations (val mean@{int(abl['k'][0])} at step {step})",
+           ylabel=f"val mean@{int(abl['k'][0])}")
+    ax.tick_params(axis="x", rotation=30)
+    _footnote(fig, frames, "Sage: the headline configuration (default variant).")
+    _save(fig, out)
+    return values
+
+
+def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
+    """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none."""
+    plt = _plt()
+    df = tables["reuse"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    variants = sorted(df["variant"].unique().to_list())
+    for i, v in enumerate(variants):
+        c = _curve(df, variant=v)
+        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=plt.cm.Dark2(i))
+    per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"])
+                .group_by("variant").agg((pl.col("cycle_seconds").sum() / pl.col("step").max()).alias("s")))
+    ax2.bar(per_step["variant"], per_step["s"], color=[plt.cm.Dark2(variants.index(v)) for v in per_step["variant"]])
+    ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax2.set(title="wall time per RL step (cycle incl. fast round)", ylabel="seconds / step")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"Fig 10 — rollout reuse on {df['eval_task'][0]}")
+    _footnote(fig, [df])
+    _save(fig, out)
+
+
+FIGURES: dict[str, Callable[..., Any]] = {
+    "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig6": fig6, "fig7": fig7,
+    "fig8": fig8, "fig9": fig9, "fig10": fig10, "fig11": fig11,
+}

@@ -1,0 +1,204 @@
+"""Run a training entry point on the GPUs a job was given: in one process for at most one GPU,
+through `accelerate launch` with a configured strategy for more.
+
+Multi-GPU training is configured, not hand-rolled: the distributed set-up (process spawning, ranks,
+rendezvous, FSDP2 / DeepSpeed ZeRO-3 / DDP) is accelerate's, read from a config file in
+`profiles/slurm/accelerate/` (based on TRL's own accelerate configs); TRL's `GRPOTrainer` picks the
+distributed state up from the environment accelerate sets. This module only builds the command:
+
+    python -m accelerate.commands.launch --config_file profiles/slurm/accelerate/fsdp2.yaml \
+        --num_processes 8 --num_machines 1 --machine_rank 0 --main_process_port 41234 \
+        -m fastslow.slow.train --spec job.json
+
+From a shell rule (the number of GPUs is the SLURM resource `gpu`, set by profiles/slurm)::
+
+    shell: "python -m fastslow.launch --gpus {resources.gpu} -- fastslow.slow.train --spec {params.spec}"
+
+From Python (a `script:` rule): `launch("fastslow.slow.train", ["--spec", path], gpus=gpus_requested(
+snakemake.resources))`. `python` is the interpreter running this module, so SLURM jobs use the
+same virtual environment as the workflow. Environment: FASTSLOW_ACCELERATE_CONFIG_DIR (a directory
+of such configs), FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+STRATEGIES = {"fsdp2": "fsdp2.yaml", "zero3": "zero3.yaml", "ddp": "ddp.yaml"}
+DEFAULT_STRATEGY = "fsdp2"
+ENV_CONFIG_DIR = "FASTSLOW_ACCELERATE_CONFIG_DIR"
+ENV_STRATEGY = "FASTSLOW_ACCELERATE_STRATEGY"
+_REL_CONFIG_DIR = Path("profiles") / "slurm" / "accelerate"
+
+
+def gpus_requested(resources: Mapping[str, Any] | Any) -> int:
+    """GPUs a Snakemake job asked for: resource `gpu` (an int), else `gres` like 'gpu:4' or 'gpu:h100:4'."""
+    get = resources.get if hasattr(resources, "get") else lambda k, d=None: getattr(resources, k, d)
+    gpu = get("gpu", None)
+    if gpu not in (None, ""):
+        try:
+            n = int(gpu)
+        except (TypeError, ValueError):
+            raise ValueError(f"resource gpu must be an integer, got {gpu!r}") from None
+        if n < 0:
+            raise ValueError(f"resource gpu must be >= 0, got {n}")
+        return n
+    gres = str(get("gres", "") or "")
+    for item in gres.split(","):
+        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_.]+)?(?::(\d+))?", item.strip())
+        if m:
+            return int(m.group(1) or 1)
+    return 0
+
+
+def visible_gpus(env: Mapping[str, str] | None = None) -> int | None:
+    """GPUs this process may use according to CUDA_VISIBLE_DEVICES (set by SLURM), None if unset."""
+    env = os.environ if env is None else env
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def config_dir(root: str | Path | None = None) -> Path:
+    """Where the accelerate configs are: $FASTSLOW_ACCELERATE_CONFIG_DIR, else <root or cwd or the
+    source checkout>/profiles/slurm/accelerate (Snakemake jobs run in the workflow directory)."""
+    if os.environ.get(ENV_CONFIG_DIR):
+        return Path(os.environ[ENV_CONFIG_DIR])
+    candidates = [Path(root)] if root is not None else [Path.cwd(), Path(__file__).resolve().parents[2]]
+    for base in candidates:
+        if (base / _REL_CONFIG_DIR).is_dir():
+            return base / _REL_CONFIG_DIR
+    raise FileNotFoundError(f"no {_REL_CONFIG_DIR} under {', '.join(map(str, candidates))}; "
+                            f"set {ENV_CONFIG_DIR}")
+
+
+def accelerate_config(strategy: str | None = None, root: str | Path | None = None) -> Path:
+    """The config file of a strategy (fsdp2 | zero3 | ddp; default $FASTSLOW_ACCELERATE_STRATEGY or fsdp2)."""
+    strategy = strategy or os.environ.get(ENV_STRATEGY) or DEFAULT_STRATEGY
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown accelerate strategy {strategy!r}: expected one of {sorted(STRATEGIES)}")
+    path = config_dir(root) / STRATEGIES[strategy]
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port for the rendezvous (accelerate's default 29500 collides between jobs on a node)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,
+                  config_file: str | Path | None = None, port: int | None = None,
+                  python: str | None = None, accelerate_args: Sequence[str] = ()) -> list[str]:
+    """The argv that runs `python -m <module> <args>` on `gpus` GPUs of this node.
+
+    gpus <= 1: the module directly. gpus > 1: `accelerate launch` with the strategy's config file
+    (or `config_file`), one process per GPU, one machine, and a rendezvous port (`port`, else a free
+    one). `accelerate_args` go to `accelerate launch` before the module (e.g. ['--mixed_precision', 'no']).
+    """
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+        raise ValueError(f"not a module name: {module!r}")
+    if gpus < 0:
+        raise ValueError(f"gpus must be >= 0, got {gpus}")
+    python = python or sys.executable
+    args = [str(a) for a in args]
+    if gpus <= 1:
+        return [python, "-m", module, *args]
+    config = Path(config_file) if config_file is not None else accelerate_config(strategy)
+    return [python, "-m", "accelerate.commands.launch",
+            "--config_file", str(config),
+            "--num_processes", str(gpus),
+            "--num_machines", "1",
+            "--machine_rank", "0",
+            "--main_process_port", str(port if port is not None else free_port()),
+            *map(str, accelerate_args),
+            "-m", module, *args]
+
+
+def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None) -> None:
+    """Run `command`, forwarding SIGTERM/SIGINT (SLURM's time limit, scancel) to its whole process
+    group so no rank outlives the job; raise CalledProcessError on a non-zero exit."""
+    proc = subprocess.Popen(list(command), env=None if env is None else dict(env), cwd=cwd,
+                            start_new_session=True)
+
+    def forward(signum, frame):  # noqa: ARG001
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if proc.poll() is None:  # interrupted while waiting: do not leave the ranks behind
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, list(command))
+
+
+def launch(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,
+           config_file: str | Path | None = None, env: Mapping[str, str] | None = None,
+           cwd: str | Path | None = None, accelerate_args: Sequence[str] = ()) -> list[str]:
+    """Build the command for `gpus` GPUs and run it (see `build_command`, `run`); return the argv."""
+    visible = visible_gpus(env if env is not None else os.environ)
+    if gpus > 1 and visible is not None and visible < gpus:
+        raise RuntimeError(f"{gpus} GPUs requested but CUDA_VISIBLE_DEVICES shows {visible}")
+    command = build_command(module, args, gpus=gpus, strategy=strategy, config_file=config_file,
+                            accelerate_args=accelerate_args)
+    print("fastslow.launch:", shlex.join(command), file=sys.stderr, flush=True)
+    run(command, env=env, cwd=cwd)
+    return command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fastslow.launch",
+        description="Run `python -m MODULE ARGS` on N GPUs: directly for N <= 1, through "
+                    "`accelerate launch` (profiles/slurm/accelerate/<strategy>.yaml) for N > 1.")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs of this job (default: CUDA_VISIBLE_DEVICES count, else 0)")
+    parser.add_argument("--strategy", choices=sorted(STRATEGIES), default=None,
+                        help=f"accelerate config (default ${ENV_STRATEGY} or {DEFAULT_STRATEGY})")
+    parser.add_argument("--config-file", default=None, help="an accelerate config file instead")
+    parser.add_argument("--print", dest="dry", action="store_true", help="print the command, do not run it")
+    parser.add_argument("module", help="module to run, e.g. fastslow.slow.train")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (after --)")
+    ns = parser.parse_args(argv)
+    args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    gpus = ns.gpus if ns.gpus is not None else (visible_gpus() or 0)
+    if ns.dry:
+        print(shlex.join(build_command(ns.module, args, gpus=gpus, strategy=ns.strategy,
+                                       config_file=ns.config_file)))
+        return 0
+    try:
+        launch(ns.module, args, gpus=gpus, strategy=ns.strategy, config_file=ns.config_file)
+    except subprocess.CalledProcessError as err:
+        return err.returncode if err.returncode > 0 else 128 - err.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""FST-distill on the tiny model: the loss, that it distils, resumability, and its outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastslow.records import ROLLOUT_COLUMNS, context_hash
+from fastslow.slow import SlowConfig, read_state
+from fastslow.slow.distill import (
+    completion_logits,
+    reverse_kl_loss,
+    run_distill_cycle,
+    token_reverse_kl,
+)
+from fastslow.tasks.base import Problem, build_messages
+
+TEACHER = ("best", "You are a pirate. Answer every question in pirate speak, ending with ARRR!")
+STUDENT = "Be brief."
+METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "distill_kl", "entropy",
+                  "loss", "grad_norm", "lr", "completion_tokens", "mean_completion_tokens",
+                  "generation_seconds", "scoring_seconds", "training_seconds", "step_seconds",
+                  "generated_tokens_per_s"}
+
+
+class LengthTask:
+    """A toy task whose reward depends on the completion text."""
+
+    name = "length"
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        return [Problem(f"p{i}", self.name, f"Say the number {i}.", str(i)) for i in range(n)]
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return (len(completion) % 5) / 4
+
+    def feedback(self, problem: Problem, completion: str) -> str:
+        return f"expected {problem.answer}, got {len(completion)} characters"
+
+
+class RecordingTracker:
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, float], int | None]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.calls.append((dict(metrics), step))
+
+
+def _cfg(steps: int, **kw: Any) -> SlowConfig:
+    values: dict[str, Any] = dict(lr=1e-3, warmup_steps=1, num_generations=2, problems_per_step=1,
+                                  steps_per_cycle=steps, max_new_tokens=8, seed=3)
+    return SlowConfig(**{**values, **kw})
+
+
+def _weights(model_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+# ---------------------------------------------------------------- (1) the loss by hand
+
+
+def test_reverse_kl_matches_hand_computation() -> None:
+    import torch
+
+    # Position 0: p = (1/2, 1/2), q = (1/4, 3/4): KL = ½ln(½/¼) + ½ln(½/¾) = ½ln(4/3).
+    # Position 1: p = (e/(1+e), 1/(1+e)), q uniform: KL = Σ p ln p + ln 2.
+    # Position 2 is masked out (its huge KL must not count).
+    student = torch.tensor([[0.0, 0.0], [1.0, 0.0], [50.0, 0.0]], requires_grad=True)
+    teacher = torch.tensor([[0.0, math.log(3.0)], [7.0, 7.0], [0.0, 50.0]], requires_grad=True)
+    p1 = math.e / (1 + math.e)
+    kl0 = 0.5 * math.log(4 / 3)
+    kl1 = p1 * math.log(p1) + (1 - p1) * math.log(1 - p1) + math.log(2)
+    loss = reverse_kl_loss(student, teacher, mask=torch.tensor([1, 1, 0]))
+    assert float(loss.detach()) == pytest.approx((kl0 + kl1) / 2, rel=1e-6)
+    kl, entropy = token_reverse_kl(student, teacher)
+    assert kl[:2].tolist() == pytest.approx([kl0, kl1], rel=1e-6)
+    assert float(entropy[0]) == pytest.approx(math.log(2), rel=1e-6)
+    # Temperature divides both logit sets: at T=2 position 0 compares (½,½) with (1/(1+√3), ...).
+    q0 = 1 / (1 + math.sqrt(3))
+    kl_t2 = 0.5 * math.log(0.5 / q0) + 0.5 * math.log(0.5 / (1 - q0))
+    assert float(token_reverse_kl(student, teacher, 2.0)[0][0].detach()) == pytest.approx(kl_t2, rel=1e-6)
+    # Differentiable in the student only; zero where the two agree.
+    loss.backward()
+    assert student.grad is not None and student.grad[:2].abs().sum() > 0
+    assert teacher.grad is None
+    same = torch.randn(3, 5)
+    assert float(reverse_kl_loss(same, same + 4.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+# ---------------------------------------------------------------- (2) it distils the context
+
+
+def _context_kl(student: Any, teacher: Any, tokenizer: Any, problems: list[Problem],
+                completions: list[list[int]]) -> float:
+    """Mean token KL(student | STUDENT context ‖ teacher | TEACHER context) on fixed samples."""
+    import torch
+
+    from fastslow.model.generation import encode_prompts
+
+    rows = [p for p in problems for _ in range(len(completions) // len(problems))]
+    s_ids = encode_prompts(tokenizer, [build_messages(STUDENT, p) for p in rows])
+    t_ids = encode_prompts(tokenizer, [build_messages(TEACHER[1], p) for p in rows])
+    with torch.no_grad():
+        s = completion_logits(student, s_ids, completions, tokenizer.pad_token_id)
+        t = completion_logits(teacher, t_ids, completions, tokenizer.pad_token_id)
+    return float(reverse_kl_loss(s, t))
+
+
+def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,
+                                         tmp_path: Path) -> None:
+    from fastslow.model.convert import load_model
+    from fastslow.model.generation import HFGenerator, SamplingParams
+
+    task = LengthTask()
+    problems = task.problems("train", 2, 0)
+    base = load_model(tiny_model_dir)
+    # Fixed evaluation completions: 4 samples per problem from θ0 with the student context. The
+    # KL starts at ~1e-3 (random tiny model); 4 steps at lr 1e-4 bring it down ~10x, while a
+    # sign-flipped loss or lr 1e-3 (overshooting) leave it above half.
+    chats = [build_messages(STUDENT, p) for p in problems for _ in range(4)]
+    gens = HFGenerator(base, tokenizer).generate(chats, SamplingParams(max_new_tokens=8, seed=99))
+    completions = [list(g.completion_ids) for g in gens]
+    before = _context_kl(base, base, tokenizer, problems, completions)
+
+    cfg = _cfg(4, lr=1e-4, warmup_steps=0, problems_per_step=2)  # paper: 1e-6
+    result = run_distill_cycle(tiny_model_dir, None, [TEACHER], task, problems, cfg,
+                               tmp_path / "distilled", "toy/distill", 0, progress=False,
+                               student_context=STUDENT)
+    after = _context_kl(load_model(result.model_dir), base, tokenizer, problems, completions)
+    print(f"context KL before {before:.5f}, after {after:.5f}; per-step distill_kl "
+          f"{[round(m['distill_kl'], 5) for m in result.metrics]}")
+    assert before > 5e-4, "the teacher context must move the distribution, or the test is vacuous"
+    assert after < 0.5 * before
+
+
+# ---------------------------------------------------------------- (3, 4) resumability, outputs
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two 1-step cycles and one uninterrupted 2-step run (micro-batch 1), same seed and data."""
+    root = tmp_path_factory.mktemp("distill")
+    task = LengthTask()
+    problems = task.problems("train", 3, 0)
+    tracker = RecordingTracker()
+    kw: dict[str, Any] = {"student_context": STUDENT}
+    first = run_distill_cycle(tiny_model_dir, None, [TEACHER], task, problems, _cfg(1),
+                              root / "cycle0", "toy/run", 0, tracker=tracker, **kw)
+    second = run_distill_cycle(tiny_model_dir, first.out_dir, [TEACHER], task, problems, _cfg(1),
+                               root / "cycle1", "toy/run", 1, tracker=tracker, **kw)
+    # The uninterrupted run also accumulates gradients over micro-batches of one rollout.
+    whole = run_distill_cycle(tiny_model_dir, None, [TEACHER], task, problems,
+                              _cfg(2, micro_batch_size=1),
+                              root / "whole", "toy/run", 0, progress=False, **kw)
+    return {"root": root, "task": task, "problems": problems, "first": first, "second": second,
+            "whole": whole, "tracker": tracker}
+
+
+def test_chain_of_cycles_equals_one_run(runs: dict[str, Any], tiny_model_dir: Path) -> None:
+    import polars as pl
+    import torch
+
+    assert runs["first"].rewards + runs["second"].rewards == runs["whole"].rewards
+    chained = pl.concat([pl.read_parquet(runs["first"].rollouts_path),
+                         pl.read_parquet(runs["second"].rollouts_path)])
+    whole = pl.read_parquet(runs["whole"].rollouts_path)
+    for column in ("step", "problem_id", "completion", "reward"):
+        assert chained[column].to_list() == whole[column].to_list(), column
+    kls = [m["distill_kl"] for m in runs["first"].metrics + runs["second"].metrics]
+    assert kls == pytest.approx([m["distill_kl"] for m in runs["whole"].metrics], rel=1e-4)
+    a, b = _weights(runs["second"].model_dir), _weights(runs["whole"].model_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], rtol=0, atol=1e-6), name
+    # Warm-up 1: step 0 has lr 0, so only step 1 (in the second cycle) moves the weights; the
+    # equality above therefore needs the restored scheduler and Adam moments.
+    base, first = _weights(tiny_model_dir), _weights(runs["first"].model_dir)
+    assert all(torch.equal(base[n], first[n]) for n in first)
+    assert any(not torch.equal(base[n], a[n]) for n in a)
+    state = read_state(runs["second"].out_dir)
+    assert (state["global_step"], state["cursor"]) == (2, 2)
+
+
+def test_cycle_outputs(runs: dict[str, Any]) -> None:
+    import polars as pl
+
+    result = runs["second"]
+    assert sorted(p.name for p in result.out_dir.iterdir()) == [
+        "metrics.parquet", "model", "rollouts.parquet", "trainer_state"]
+    assert not [p for p in runs["root"].iterdir() if p.name.startswith(".")], "temp dirs left"
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pt", "state.json"} <= {
+        p.name for p in result.state_dir.iterdir()}
+    assert json.loads((result.model_dir / "config.json").read_text())["use_cache"] is True
+    state = read_state(result.out_dir)
+    assert state["teacher_context_id"] == "best" and state["method"] == "fst_distill"
+
+    rollouts = pl.read_parquet(result.rollouts_path)
+    assert rollouts.columns == list(ROLLOUT_COLUMNS)
+    assert rollouts.height == 1 * 1 * 2  # T x P x G
+    assert set(rollouts["step"]) == {1} and set(rollouts["cycle"]) == {1}
+    assert set(rollouts["run"]) == {"toy/run"}
+    # Rollouts are the student's: seed context id and hash, student prompt (no teacher text).
+    assert set(rollouts["context_id"]) == {"seed"}
+    assert set(rollouts["context_hash"]) == {context_hash(STUDENT)}
+    assert all(STUDENT in p and TEACHER[1] not in p for p in rollouts["prompt"])
+    assert all(f.startswith("expected ") for f in rollouts["feedback"])
+    assert all(1 <= n <= 8 for n in rollouts["completion_tokens"])
+
+    metrics = pl.read_parquet(result.metrics_path)
+    assert metrics.height == 1 and METRIC_COLUMNS <= set(metrics.columns)
+    assert metrics["distill_kl"][0] > 0 and metrics["lr"][0] == pytest.approx(1e-3)
+    calls = runs["tracker"].calls
+    assert [step for _, step in calls] == [0, 1]
+    assert "slow/distill_kl" in calls[0][0] and "slow/entropy" in calls[0][0]
+
+
+def test_new_data_resets_cursor(runs: dict[str, Any], tiny_model_dir: Path,
+                                tmp_path: Path) -> None:
+    other = [Problem(f"q{i}", "length", f"Count to {i}.", str(i)) for i in range(2)]
+    args = (tiny_model_dir, runs["second"].out_dir, [TEACHER], runs["task"], other, _cfg(1))
+    with pytest.raises(ValueError, match="different train set"):
+        run_distill_cycle(*args, tmp_path / "bad", "toy/run", 2, progress=False)
+    result = run_distill_cycle(*args, tmp_path / "next", "toy/run", 2, progress=False,
+                               new_data=True, student_context=STUDENT)
+    state = read_state(result.out_dir)
+    assert (state["global_step"], state["cursor"]) == (3, 1)
+    with pytest.raises(ValueError, match="exactly one"):
+        run_distill_cycle(tiny_model_dir, None, [TEACHER, ("x", "y")], runs["task"], other,
+                          _cfg(1), tmp_path / "two", "toy/run", 0)

@@ -1,0 +1,96 @@
+# Figures and tables: each paper figure is one target built from its experiments' curves.
+
+
+def figure_tables(wc):
+    wanted = FIGURE_EXPERIMENTS[wc.fig]
+    return [f"{RESULTS}/tables/curves/{e}.parquet" for e in wanted if e in config["experiments"]]
+
+
+rule figure:
+    input:
+        tracking=ancient(TRACKING),
+        tables=figure_tables,
+    output:
+        pdf=f"{RESULTS}/figures/{{fig}}.pdf",
+        png=report(f"{RESULTS}/figures/{{fig}}.png", category="Figures", caption="../report/figure.rst"),
+    log:
+        f"{RESULTS}/logs/figures/{{fig}}.log",
+    wildcard_constraints:
+        fig="|".join(FIGURES),
+    script:
+        "../scripts/figure.py"
+
+
+rule claims:
+    input:
+        tracking=ancient(TRACKING),
+        tables=[f"{RESULTS}/tables/curves/{e}.parquet" for e in CLAIM_EXPERIMENTS],
+    output:
+        report(f"{RESULTS}/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
+    log:
+        f"{RESULTS}/logs/claims.log",
+    script:
+        "../scripts/claims.py"
+
+
+rule pool_evolution:
+    # The best context of every cycle of every FST/GEPA run of an experiment, with diffs.
+    input:
+        tracking=ancient(TRACKING),
+        pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json" for s in RUNS.values()
+                          if s.experiment == wc.experiment and s.fast for c in range(s.cycles)],
+    output:
+        report(f"{RESULTS}/reports/pools/{{experiment}}.html", category="Context pools",
+               caption="../report/pools.rst"),
+    log:
+        f"{RESULTS}/logs/pool_evolution/{{experiment}}.log",
+    script:
+        "../scripts/pool_evolution.py"
+
+
+def channel_inputs(wc):
+    spec = run_of(wc)
+    last = layout.cycle_dir(spec, spec.cycles - 1)
+    return {"tracking": ancient(TRACKING), "base": BASE_MODEL, "val": data_file(wc.task, "val"),
+            "pool": f"{last}/pool.json", "final": f"{layout.run_path(spec)}/final/model"}
+
+
+rule channel_eval:
+    # Channel decomposition: base weights + the run's final context, final weights + seed context.
+    input:
+        unpack(channel_inputs),
+    output:
+        f"{RUN}/channels/{{combo}}/{{task}}.json",
+    log:
+        f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/channel_{{combo}}_{{task}}.log",
+    wildcard_constraints:
+        combo="base_weights_fst_context|fst_weights_seed_context",
+    threads: 1
+    script:
+        "../scripts/channel_eval.py"
+
+
+def channel_table_inputs(wc):
+    files = {"tracking": ancient(TRACKING)}
+    rows = []
+    for spec in RUNS.values():
+        if spec.experiment == "efficiency" and spec.method == "fst":
+            task = spec.eval_tasks[0]
+            rows += [layout.eval_point_file(spec, "init", task),
+                     layout.eval_point_file(spec, f"cycle{spec.cycles - 1}", task),
+                     f"{layout.run_path(spec)}/channels/base_weights_fst_context/{task}.json",
+                     f"{layout.run_path(spec)}/channels/fst_weights_seed_context/{task}.json"]
+    files["evals"] = rows
+    return files
+
+
+rule channels:
+    # pass@1-style table: {base, FST} weights × {seed, FST} context, per efficiency task.
+    input:
+        unpack(channel_table_inputs),
+    output:
+        report(f"{RESULTS}/tables/channels.csv", category="Claims", caption="../report/channels.rst"),
+    log:
+        f"{RESULTS}/logs/channels.log",
+    script:
+        "../scripts/channels.py"

@@ -1,0 +1,90 @@
+# FST cycles: cycle c of a run reads cycle c-1's directory and writes its own.
+# Weights and optimiser state of a cycle are temp(): deleted once the next cycle and the cycle's
+# evaluation have read them; a run's final weights are kept (hard links) only when another
+# experiment starts from them.
+
+
+rule cycle:
+    # rl, fst, fst_distill: a fast round (not for rl), then T slow steps.
+    input:
+        unpack(cycle_inputs),
+    output:
+        model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
+        state=temp(directory(f"{RUN}/cycle{{cycle}}/trainer_state")),
+        rollouts=f"{RUN}/cycle{{cycle}}/rollouts.parquet",
+        metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
+        pool=f"{RUN}/cycle{{cycle}}/pool.json",
+        summary=f"{RUN}/cycle{{cycle}}/cycle.json",
+    log:
+        f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
+    wildcard_constraints:
+        method="rl|fst|fst_distill",
+    threads: 1
+    resources:
+        mem_mb=8000,
+    script:
+        "../scripts/cycle.py"
+
+
+rule cycle_frozen:
+    # gepa: a fast round on frozen weights, no slow steps.
+    input:
+        unpack(cycle_inputs),
+    output:
+        metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
+        pool=f"{RUN}/cycle{{cycle}}/pool.json",
+        summary=f"{RUN}/cycle{{cycle}}/cycle.json",
+    log:
+        f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
+    wildcard_constraints:
+        method="gepa",
+    threads: 1
+    resources:
+        mem_mb=6000,
+    script:
+        "../scripts/cycle.py"
+
+
+rule final_weights:
+    # A run's last weights, kept for runs that start from them (hard links: no extra disk).
+    input:
+        tracking=ancient(TRACKING),
+        model=lambda wc: f"{layout.cycle_dir(run_of(wc), run_of(wc).cycles - 1)}/model",
+    output:
+        directory(f"{RUN}/final/model"),
+    log:
+        f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/final.log",
+    script:
+        "../scripts/final_weights.py"
+
+
+rule evaluate_point:
+    # val mean@k, best@k, KL to the base model and entropy of a run at one point.
+    input:
+        unpack(eval_inputs),
+    output:
+        summary=f"{RUN}/eval/{{point}}/{{task}}.json",
+        samples=f"{RUN}/eval/{{point}}/{{task}}.samples.parquet",
+    log:
+        f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/eval_{{point}}_{{task}}.log",
+    wildcard_constraints:
+        point="init|cycle[0-9]+",
+    threads: 1
+    resources:
+        mem_mb=6000,
+    script:
+        "../scripts/evaluate_point.py"
+
+
+rule curves:
+    # One tidy table per experiment: every evaluation point of every run.
+    input:
+        tracking=ancient(TRACKING),
+        evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment),
+        cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment),
+    output:
+        f"{RESULTS}/tables/curves/{{experiment}}.parquet",
+    log:
+        f"{RESULTS}/logs/curves/{{experiment}}.log",
+    script:
+        "../scripts/curves.py"

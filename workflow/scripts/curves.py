@@ -1,0 +1,16 @@
+"""Tidy table of every evaluation point of one experiment."""
+
+import polars as pl
+
+from fastslow.curves import CURVE_COLUMNS, build_curves
+from fastslow.experiments import expand
+from fastslow.io import write_parquet
+from fastslow.jobs import snakemake_job
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+with snakemake_job(smk, parent=smk.wildcards.experiment) as tracker:
+    rows = build_curves(expand(smk.config), smk.wildcards.experiment, smk.config)
+    df = pl.DataFrame(rows, infer_schema_length=None).select(CURVE_COLUMNS)
+    write_parquet(df, smk.output[0])
+    tracker.log_table(smk.output[0], f"curves/{smk.wildcards.experiment}")
+    tracker.set_tags({"fastslow.input_runs": ",".join(sorted(set(df["run"].to_list())))})

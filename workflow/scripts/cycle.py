@@ -1,0 +1,27 @@
+"""One FST cycle of one run (rules `cycle` and `cycle_frozen`)."""
+
+from pathlib import Path
+
+import torch
+
+from fastslow.cycle import run_cycle
+from fastslow.jobs import snakemake_job
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+wc = smk.wildcards
+with snakemake_job(smk, parent=wc.experiment) as tracker:
+    from fastslow.experiments import expand
+
+    torch.set_num_threads(smk.threads)
+    spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
+    cycle = int(wc.cycle)
+    prev = Path(smk.input.pool).parent if cycle > 0 else None
+    out_dir = Path(smk.output.summary).parent
+    summary = run_cycle(spec, smk.config, cycle, Path(smk.input.init), prev, Path(smk.input.train),
+                        out_dir, tracker=tracker)
+    tracker.log_artifact(smk.output.pool, "pool")
+    tracker.log_table(smk.output.metrics, f"{spec.key}/cycle{cycle}/metrics")
+    if "rollouts" in smk.output.keys():
+        tracker.log_table(smk.output.rollouts, f"{spec.key}/cycle{cycle}/rollouts")
+        tracker.log_checkpoint(smk.output.model, "weights")
+    tracker.set_tags({"fastslow.run": spec.key, "fastslow.method": spec.method, "fastslow.task": summary["task"]})

@@ -1,0 +1,23 @@
+"""Draw one paper figure from its experiments' curves tables."""
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+
+from fastslow.figures import FIGURES
+from fastslow.jobs import snakemake_job
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+with snakemake_job(smk, parent="figures") as tracker:
+    tables = {Path(p).stem: pl.read_parquet(p) for p in smk.input.tables}
+    result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf)
+    runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})
+    # The figure's MLflow run names every run it plotted, and the job runs that produced them.
+    tracker.set_tags({"fastslow.figure": smk.wildcards.fig, "fastslow.input_runs": ",".join(runs)})
+    tracker.log_artifact(smk.output.pdf, "figures")
+    tracker.log_artifact(smk.output.png, "figures")
+    if result is not None:
+        logging.getLogger("figure").info("%s: %s", smk.wildcards.fig, json.dumps(
+            result if not isinstance(result, pl.DataFrame) else result.to_dicts()[:20], default=str))
