@@ -53,11 +53,10 @@ def gpus_requested(resources: Mapping[str, Any] | Any) -> int:
         if n < 0:
             raise ValueError(f"resource gpu must be >= 0, got {n}")
         return n
-    gres = str(get("gres", "") or "")
-    for item in gres.split(","):
-        m = re.fullmatch(r"gpu(?::[A-Za-z0-9_.]+)?(?::(\d+))?", item.strip())
-        if m:
-            return int(m.group(1) or 1)
+    for item in str(get("gres", "") or "").split(","):
+        parts = item.strip().split(":")  # gpu | gpu:N | gpu:type | gpu:type:N
+        if parts[0] == "gpu":
+            return int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
     return 0
 
 

@@ -1,0 +1,255 @@
+"""The GEPA adapter: a candidate context evaluated with the current weights on a task.
+
+A GEPA candidate is `{"context": text}`; evaluating it on a batch of `Problem`s renders each
+problem with the context as system prompt (`build_messages`), samples one completion per
+problem from the current weights (any `Generator`), and scores it with the task's reward.
+Trajectories keep the full prompt, the completion, the reward and the task's textual
+feedback; `make_reflective_dataset` turns them into GEPA's reflective records.
+
+Every generated rollout is cached under (context hash, problem id, weights id): GEPA asks for
+the same pair more than once (parents on a minibatch they were scored on, the engine's own
+re-evaluation of the seed), and a pair is never generated twice with the same weights. The
+same cache takes the slow loop's rollouts when rollout reuse is on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gepa.core.adapter import EvaluationBatch
+
+from fastslow.model.generation import Generator, SamplingParams, derive_seed
+from fastslow.records import ROLLOUT_COLUMNS, context_hash
+from fastslow.tasks.base import Problem, Task, build_messages, extract_answer
+
+log = logging.getLogger(__name__)
+
+#: The single text component GEPA evolves.
+COMPONENT = "context"
+#: Completions are cut to this many characters in reflective records (reflection prompts stay
+#: within a small reflection model's context window).
+MAX_RECORD_COMPLETION_CHARS = 600
+#: Columns a rollouts.parquet must have to be reused.
+REUSE_COLUMNS = ("problem_id", "context_hash", "prompt", "completion", "reward", "feedback")
+
+
+class BudgetExceeded(RuntimeError):
+    """The adapter was asked to generate beyond its hard cap (a budgeting bug, never expected)."""
+
+
+@dataclass
+class Scored:
+    """One (context, problem) evaluation: the score and the trajectory behind it."""
+
+    score: float
+    trajectory: dict[str, Any]
+
+
+@dataclass
+class RolloutCache:
+    """(context hash, problem id, weights id) -> Scored. Share one across rounds with frozen
+    weights (GEPA-only); a new weights id makes every entry stale without clearing anything."""
+
+    entries: dict[tuple[str, str, str], Scored] = field(default_factory=dict)
+
+    def get(self, ctx_hash: str, problem_id: str, weights_id: str) -> Scored | None:
+        return self.entries.get((ctx_hash, problem_id, weights_id))
+
+    def put(self, ctx_hash: str, problem_id: str, weights_id: str, value: Scored) -> None:
+        self.entries[(ctx_hash, problem_id, weights_id)] = value
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class FastAdapter:
+    """`gepa.GEPAAdapter` over a task and the current weights.
+
+    `generations` counts (context, problem) rollouts actually generated: the quantity the
+    round's budget bounds. `max_generations` is a hard cap (BudgetExceeded past it), a
+    second line of defence behind the round's stopper.
+    """
+
+    propose_new_texts = None  # proposals come through gepa's custom_candidate_proposer hook
+
+    def __init__(self, generator: Generator, task: Task, sampling: SamplingParams,
+                 weights_id: str = "base", cache: RolloutCache | None = None,
+                 max_generations: int | None = None, batch_size: int = 16,
+                 on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0) -> None:
+        self.generator = generator
+        self.task = task
+        self.sampling = sampling
+        self.weights_id = weights_id
+        self.cache = cache if cache is not None else RolloutCache()
+        self.max_generations = max_generations
+        self.batch_size = batch_size
+        self.on_generate = on_generate
+        self.format_credit = format_credit
+        self.generations = 0
+        self.cache_hits = 0
+        self.reused_hits = 0
+        self._calls = 0
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def _render(self, conversations: list[list[dict[str, str]]]) -> list[str]:
+        render = getattr(self.generator, "render_prompts", None)
+        if render is not None:
+            try:
+                return list(render(conversations))
+            except Exception:  # rendering is for the record only; never fail an evaluation on it
+                log.debug("render_prompts failed; storing plain messages", exc_info=True)
+        return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
+
+    def _generate(self, context: str, problems: list[Problem]) -> None:
+        """Generate, score and cache one rollout per problem (all cache misses)."""
+        h = context_hash(context)
+        if self.max_generations is not None and self.generations + len(problems) > self.max_generations:
+            raise BudgetExceeded(
+                f"{self.generations} rollouts generated, {len(problems)} more would pass the "
+                f"cap of {self.max_generations}")
+        for lo in range(0, len(problems), self.batch_size):
+            chunk = problems[lo:lo + self.batch_size]
+            convs = [build_messages(context, p) for p in chunk]
+            # A fresh seed per call: the same (context, problem) is never sampled twice anyway
+            # (cache), and distinct calls must not share one random stream.
+            params = SamplingParams(self.sampling.max_new_tokens, self.sampling.temperature,
+                                    self.sampling.top_p, derive_seed(self.sampling.seed, self._calls))
+            self._calls += 1
+            gens = self.generator.generate(convs, params)
+            if len(gens) != len(chunk):
+                raise RuntimeError(f"generator returned {len(gens)} completions for {len(chunk)} prompts")
+            self.generations += len(chunk)
+            if self.on_generate is not None:
+                self.on_generate(len(chunk))
+            prompts = self._render(convs)
+            for p, g, prompt in zip(chunk, gens, prompts, strict=True):
+                reward = float(self.task.reward(p, g.text))
+                parsed = extract_answer(g.text)
+                # The search score: the reward, or with format credit c, (1 - c) * reward +
+                # c * [an answer could be read], a gradient for a base model that scores 0.
+                score = (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
+                traj = {
+                    "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
+                    "completion": g.text, "reward": reward,
+                    "feedback": str(self.task.feedback(p, g.text)),
+                    "parsed_answer": parsed, "reused": False, "samples": 1,
+                }
+                self.cache.put(h, p.id, self.weights_id, Scored(score, traj))
+
+    def evaluate(self, batch: list[Problem], candidate: dict[str, str],
+                 capture_traces: bool = False) -> EvaluationBatch:
+        """Score `candidate` on `batch` (GEPAAdapter.evaluate).
+
+        `num_metric_calls` is the number of rollouts generated for this call (0 when every
+        pair was cached or reused), so GEPA's budget counts real generations.
+        """
+        context = candidate[COMPONENT]
+        h = context_hash(context)
+        todo: dict[str, Problem] = {}
+        for p in batch:  # GEPA pads minibatches with repeats: generate each problem once
+            if self.cache.get(h, p.id, self.weights_id) is None:
+                todo.setdefault(p.id, p)
+        before = self.generations
+        if todo:
+            self._generate(context, list(todo.values()))
+        generated = self.generations - before
+        outputs, scores, trajs = [], [], []
+        for p in batch:
+            hit = self.cache.get(h, p.id, self.weights_id)
+            assert hit is not None
+            if p.id not in todo:
+                self.cache_hits += 1
+                self.reused_hits += int(bool(hit.trajectory.get("reused")))
+            scores.append(hit.score)
+            outputs.append({"completion": hit.trajectory["completion"], "reward": hit.score})
+            trajs.append(hit.trajectory)
+        return EvaluationBatch(outputs=outputs, scores=scores,
+                               trajectories=trajs if capture_traces else None,
+                               num_metric_calls=generated)
+
+    def batch_evaluate(self, items: list[tuple[dict[str, str], list[Problem]]]) -> list[EvaluationBatch]:
+        """GEPA's batched entry point (always with trajectories)."""
+        return [self.evaluate(batch, cand, capture_traces=True) for cand, batch in items]
+
+    # -- reflection -------------------------------------------------------------------------
+
+    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
+                                components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """One record per distinct problem: inputs, output, feedback (GEPA's schema), plus the
+        score and problem id that the offline proposer reads. Failures come first, since they
+        carry what the context should fix."""
+        trajs = eval_batch.trajectories or []
+        seen: set[str] = set()
+        records = []
+        for t in trajs:
+            if t["problem_id"] in seen:
+                continue
+            seen.add(t["problem_id"])
+            completion = t["completion"]
+            if len(completion) > MAX_RECORD_COMPLETION_CHARS:
+                completion = completion[:MAX_RECORD_COMPLETION_CHARS] + " …[truncated]"
+            records.append({
+                "Inputs": t["problem"],
+                "Generated Outputs": completion,
+                "Feedback": t["feedback"],
+                "Score": t["reward"],
+                "problem_id": t["problem_id"],
+            })
+        records.sort(key=lambda r: r["Score"])  # stable: failures first, original order kept
+        return {name: records for name in components_to_update}
+
+    # -- rollout reuse ----------------------------------------------------------------------
+
+    def preload(self, rows: Iterable[Mapping[str, Any]], problems: Mapping[str, Problem]) -> int:
+        """Put the slow loop's rollouts in the cache as if generated with the current weights.
+
+        Rows are grouped by (context hash, problem id); the score is the group's mean score
+        (the slow loop draws G/K rollouts per context and problem) and the trajectory is its
+        lowest-reward rollout, the most informative for reflection. Rows for problems not in
+        `problems` are ignored. Returns the number of (context, problem) pairs loaded.
+        """
+        groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for r in rows:
+            pid = str(r["problem_id"])
+            if pid in problems:
+                groups.setdefault((str(r["context_hash"]), pid), []).append(r)
+        for (h, pid), rs in groups.items():
+            c = self.format_credit
+            rewards = [(1 - c) * float(r["reward"]) + c * float(extract_answer(str(r["completion"])) is not None)
+                       for r in rs]
+            worst = min(rs, key=lambda r: float(r["reward"]))
+            traj = {
+                "problem_id": pid, "context_hash": h, "problem": problems[pid].prompt,
+                "prompt": str(worst["prompt"]), "completion": str(worst["completion"]),
+                "reward": float(worst["reward"]), "feedback": str(worst["feedback"]),
+                "parsed_answer": extract_answer(str(worst["completion"])), "reused": True,
+                "samples": len(rs),
+            }
+            self.cache.put(h, pid, self.weights_id, Scored(sum(rewards) / len(rewards), traj))
+        return len(groups)
+
+
+def read_rollouts(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a rollouts.parquet (the slow loop's ROLLOUT_COLUMNS schema)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    missing = [c for c in REUSE_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: rollouts.parquet lacks column(s) {missing} "
+                         f"(expected the schema fastslow.records.ROLLOUT_COLUMNS: {list(ROLLOUT_COLUMNS)})")
+    return table.select(list(REUSE_COLUMNS)).to_pylist()
+
+
+def problems_by_id(problems: Sequence[Problem]) -> dict[str, Problem]:
+    out: dict[str, Problem] = {}
+    for p in problems:
+        if p.id in out:
+            raise ValueError(f"duplicate problem id {p.id!r}")
+        out[p.id] = p
+    return out

@@ -1,0 +1,141 @@
+"""Configuration of the fast loop (one GEPA round over the pool of contexts).
+
+`FastConfig.from_dict` accepts the `fast:` section of the workflow config (see
+workflow/schemas/config.schema.yaml) plus the sampling keys the caller merges in, and fails
+with a one-line error that names the offending field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from fastslow.model.generation import SamplingParams
+
+PROPOSERS = ("feedback_editor", "reflective")
+PRESETS = ("light", "full")
+REFLECTION_KINDS = ("openai", "litellm", "hf")
+#: Metric-call budgets per round for the two GEPA recipes at toy (CPU) scale. The paper reports
+#: about 960 metric calls per round (unverified) at paper scale; config/paper.yaml sets that.
+DEFAULT_BUDGETS = {"light": 48, "full": 160}
+
+
+@dataclass
+class FastConfig:
+    """Settings of one fast round.
+
+    Budget accounting: `budget()` metric calls per round, where one metric call is one
+    (context, problem) rollout generated with the current weights. The K seed evaluations on
+    the validation set are part of that budget (they are real generations), and so are GEPA's
+    minibatch and validation evaluations; cache hits and reused slow-loop rollouts cost nothing
+    because nothing is generated for them.
+    """
+
+    #: K, the number of contexts in the pool.
+    pool_size: int = 2
+    #: Which budget of `budgets` a round gets, unless `max_metric_calls` overrides it.
+    preset: str = "light"
+    budgets: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+    #: Explicit per-round budget; overrides the preset.
+    max_metric_calls: int | None = None
+    #: Train problems per GEPA reflection minibatch.
+    minibatch_size: int = 4
+    #: "feedback_editor" (offline, no LLM) or "reflective" (GEPA's LLM reflection).
+    proposer: str = "feedback_editor"
+    #: Reflection model settings for the "reflective" proposer (see fast.proposers).
+    reflection: dict[str, Any] = field(default_factory=dict)
+    #: Feed the slow loop's last rollouts into the round instead of regenerating them.
+    reuse_rollouts: bool = False
+    # Sampling of the fast loop's rollouts.
+    max_new_tokens: int = 96
+    temperature: float = 0.7
+    top_p: float = 1.0
+    seed: int = 0
+    #: feedback_editor: most worked demonstrations / rules kept in a context.
+    max_demos: int = 3
+    max_rules: int = 4
+    #: feedback_editor: problems longer than this are not used as demonstrations.
+    max_demo_chars: int = 600
+    #: Problems per generate() call (bounds memory on CPU).
+    eval_batch_size: int = 16
+    #: GEPA's search score is (1 - c) * reward + c * [an answer could be read]; 0 (default)
+    #: searches on the reward alone. A small c gives GEPA a gradient where the base model
+    #: scores 0 everywhere. Pool val scores are these search scores.
+    format_credit: float = 0.0
+    #: End the round after this many GEPA iterations in a row that generated nothing (all
+    #: cached, nothing new proposed): free iterations never exhaust the budget.
+    max_stalled_iterations: int = 12
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        def bad(name: str, want: str) -> ValueError:
+            return ValueError(f"fast.{name} must be {want}, got {getattr(self, name)!r}")
+
+        for name in ("pool_size", "minibatch_size", "max_new_tokens", "max_demos",
+                     "max_demo_chars", "eval_batch_size", "max_stalled_iterations"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, "a positive integer")
+        if not isinstance(self.max_rules, int) or self.max_rules < 0:
+            raise bad("max_rules", "a non-negative integer")
+        if self.preset not in PRESETS:
+            raise bad("preset", f"one of {PRESETS}")
+        if not isinstance(self.budgets, dict) or any(
+            not isinstance(self.budgets.get(p), int) or self.budgets[p] < 1 for p in PRESETS
+        ):
+            raise bad("budgets", "a mapping with positive integer 'light' and 'full' budgets")
+        if self.max_metric_calls is not None and (
+            not isinstance(self.max_metric_calls, int) or self.max_metric_calls < 1
+        ):
+            raise bad("max_metric_calls", "a positive integer or null")
+        if self.proposer not in PROPOSERS:
+            raise bad("proposer", f"one of {PROPOSERS}")
+        if not isinstance(self.reflection, dict):
+            raise bad("reflection", "a mapping")
+        if self.proposer == "reflective":
+            kind = self.reflection.get("kind", "openai")
+            if kind not in REFLECTION_KINDS:
+                raise ValueError(f"fast.reflection.kind must be one of {REFLECTION_KINDS}, got {kind!r}")
+            need = {"openai": ("base_url", "model"), "litellm": ("model",), "hf": ("path",)}[kind]
+            for key in need:
+                if not self.reflection.get(key):
+                    raise ValueError(f"fast.reflection.{key} is required when fast.reflection.kind={kind!r}")
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise bad("temperature", "a number >= 0")
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise bad("top_p", "a number in (0, 1]")
+        if not isinstance(self.format_credit, (int, float)) or not 0 <= self.format_credit < 1:
+            raise bad("format_credit", "a number in [0, 1)")
+        if not isinstance(self.reuse_rollouts, bool):
+            raise bad("reuse_rollouts", "true or false")
+
+    def budget(self) -> int:
+        """Metric calls allowed in one round (seed evaluations included)."""
+        return self.max_metric_calls if self.max_metric_calls is not None else self.budgets[self.preset]
+
+    def sampling(self, seed: int | None = None) -> SamplingParams:
+        return SamplingParams(max_new_tokens=self.max_new_tokens, temperature=float(self.temperature),
+                              top_p=float(self.top_p), seed=self.seed if seed is None else seed)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> FastConfig:
+        """Build from a config mapping. `max_metric_calls` may be an int (explicit budget) or,
+        as in the workflow schema, a {light, full} mapping of preset budgets. Unknown keys and
+        the schema-only `val_problems` (the caller sizes the validation set) are handled here."""
+        data = dict(data or {})
+        data.pop("val_problems", None)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"fast.{unknown[0]} is not a known fast-loop setting")
+        mmc = data.get("max_metric_calls")
+        if isinstance(mmc, dict):
+            extra = sorted(set(mmc) - set(PRESETS))
+            if extra:
+                raise ValueError(f"fast.max_metric_calls.{extra[0]} is not a preset (light, full)")
+            data["budgets"] = {**DEFAULT_BUDGETS, **data.get("budgets", {}), **mmc}
+            data["max_metric_calls"] = None
+        return cls(**data)

@@ -1,0 +1,471 @@
+"""Proposers: how a new context is written from a parent and its reflective dataset.
+
+Both run through gepa's `custom_candidate_proposer` hook, so GEPA keeps parent selection,
+minibatch acceptance, validation and the Pareto state; a proposer only writes text.
+
+- `FeedbackEditor` ("feedback_editor"): offline, no LLM. Edits the context from the feedback
+  of failed rollouts: worked demonstrations, format and rule statements, and drops
+  demonstrations that stopped helping. The CPU default, where no capable reflection model
+  exists.
+- `ReflectiveProposer` ("reflective"): gepa's own LLM reflection (its prompt template and
+  output extraction) with a configurable reflection model; `build_reflection_lm` makes that
+  model from settings: any OpenAI-compatible endpoint, a LiteLLM model name or a local Hugging
+  Face model. A call that errors, times out or returns junk proposes nothing (the parent
+  stays as it is) and is counted and logged; the round goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastslow.records import context_hash
+from fastslow.tasks.base import ANSWER_FORMAT, Problem
+
+log = logging.getLogger(__name__)
+
+LanguageModel = Callable[[Any], str]
+
+# --------------------------------------------------------------------------------------------
+# The offline proposer
+# --------------------------------------------------------------------------------------------
+
+RULES_HEADER = "Rules:"
+DEMOS_HEADER = "Worked examples:"
+FORMAT_RULE_PREFIX = "Always end with your final answer inside <answer></answer> tags"
+_SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEADER, DEMOS_HEADER)}
+#: A worked example mirrors the chat the model is in: the user's problem, the assistant's reply.
+_DEMO_RE = re.compile(r"User: (.*?)\nAssistant: <answer>(.*?)</answer>", re.DOTALL)
+#: Feedback sentences with these words read as general statements about the task.
+_RULE_HINT = re.compile(r"\b(must|should|always|never|only|format|remember|note|hint|tip|use)\b", re.I)
+#: ... and so do sentences that open with an imperative verb.
+_IMPERATIVE = re.compile(r"^(Trace|Use|Write|Put|Give|Check|Answer|Start|End|Keep|Avoid|Do not|Don't|"
+                         r"Make sure|Read|Compute|Count|Find|List|Return|Include|Separate|Follow)\b")
+#: Lines of the uniform feedback layout that are about one instance or the tag format (the
+#: format rule covers the latter), never mined as rules.
+_NOT_A_RULE = re.compile(r"^(Format|Expected answer|Answer given|Correct|Incorrect|Partially correct)\b")
+
+
+def demo_text(problem: Problem, prefix_lines: int = 0, suffix_lines: int = 0) -> str:
+    """A problem as shown in a worked demonstration: its prompt without the lines every problem
+    of the task shares (`boilerplate`; the user turn repeats them anyway) and without the
+    format line (the demonstration's answer shows the format). The full prompt if nothing
+    would be left."""
+    lines = problem.prompt.split("\n")
+    middle = "\n".join(lines[prefix_lines:len(lines) - suffix_lines])
+    text = middle.replace(ANSWER_FORMAT, "").strip()
+    return text or problem.prompt.replace(ANSWER_FORMAT, "").strip() or problem.prompt.strip()
+
+
+def boilerplate(prompts: Sequence[str]) -> tuple[int, int]:
+    """How many leading and trailing lines all `prompts` share (0, 0 for fewer than two)."""
+    if len(prompts) < 2:
+        return 0, 0
+    split = [p.split("\n") for p in prompts]
+    shortest = min(len(s) for s in split)
+    pre = 0
+    while pre < shortest and all(s[pre] == split[0][pre] for s in split):
+        pre += 1
+    suf = 0
+    while pre + suf < shortest and all(s[-1 - suf] == split[0][-1 - suf] for s in split):
+        suf += 1
+    return pre, suf
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+@dataclass
+class ContextDoc:
+    """A context as the feedback editor sees it: an instruction, rules, worked examples.
+
+    `render` and `parse` round-trip; a context the editor did not write (a seed, an LLM's
+    proposal) parses as an instruction with no rules and no examples.
+    """
+
+    instruction: str
+    rules: list[str] = field(default_factory=list)
+    demos: list[tuple[str, str]] = field(default_factory=list)  # (problem text, answer)
+
+    @classmethod
+    def parse(cls, text: str) -> ContextDoc:
+        rest, demos, rules = text, [], []
+        m = _last_match(_SECTION_RE[DEMOS_HEADER], rest)
+        if m is not None:
+            demos = [(q.strip(), a.strip()) for q, a in _DEMO_RE.findall(rest[m.end():])]
+            rest = rest[:m.start()]
+        m = _last_match(_SECTION_RE[RULES_HEADER], rest)
+        if m is not None:
+            rules = [ln[2:].strip() for ln in rest[m.end():].splitlines() if ln.startswith("- ")]
+            rest = rest[:m.start()]
+        return cls(instruction=rest.strip(), rules=rules, demos=demos)
+
+    def render(self) -> str:
+        parts = [self.instruction] if self.instruction else []
+        if self.rules:
+            parts.append(RULES_HEADER + "\n" + "\n".join(f"- {r}" for r in self.rules))
+        if self.demos:
+            parts.append(DEMOS_HEADER + "\n" + "\n\n".join(
+                f"User: {q}\nAssistant: <answer>{a}</answer>" for q, a in self.demos))
+        return "\n\n".join(parts)
+
+    def has_format_rule(self) -> bool:
+        return any(r.startswith(FORMAT_RULE_PREFIX) for r in self.rules)
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    found = None
+    for found in pattern.finditer(text):  # noqa: B007 - we want the last one
+        pass
+    return found
+
+
+def mine_rules(records: Sequence[Mapping[str, Any]], answers: Mapping[str, str]) -> list[str]:
+    """General statements drawn from failed rollouts' feedback.
+
+    A sentence qualifies when it reads as a rule (must / should / format / ...), names no
+    number and no expected answer (so it is not about one instance), and recurs in the
+    feedback of at least two failed rollouts. Most frequent first, then first seen.
+    """
+    counts: dict[str, int] = {}
+    for r in records:
+        if float(r.get("Score", 0.0)) >= 1.0:
+            continue
+        answer = answers.get(str(r.get("problem_id")), "")
+        seen_here: set[str] = set()
+        for sent in re.split(r"(?<=[.!?])\s+|\n+", str(r.get("Feedback", ""))):
+            s = " ".join(sent.split())
+            if not (12 <= len(s) <= 200) or not (_RULE_HINT.search(s) or _IMPERATIVE.match(s)) \
+                    or re.search(r"\d", s) \
+                    or _NOT_A_RULE.match(s):
+                continue
+            if answer and answer in s:
+                continue
+            if s not in seen_here:
+                seen_here.add(s)
+                counts[s] = counts.get(s, 0) + 1
+    return [s for s, c in sorted(counts.items(), key=lambda kv: -kv[1]) if c >= 2]
+
+
+class FeedbackEditor:
+    """Offline proposer: edits a context from the textual feedback of failed rollouts.
+
+    One edit per call, the first untried of, in order:
+
+    1. add a format rule (with an example in the exact `<answer>` format) when parse
+       failures make up at least half of the failures;
+    2. drop a worked demonstration that stopped helping: its own problem still fails with
+       the demonstration in context, or the minibatch scores of contexts holding it are lower
+       than those of contexts without it (two observations each at least);
+    3. add a rule mined from recurring feedback (`mine_rules`), or a worked demonstration
+       (problem and correct answer) of a train problem that failed, replacing the weakest
+       demonstration when full; the order of the two is drawn from a seeded RNG.
+
+    Demonstrations come from a bank of failures seen in earlier calls, outside the current
+    minibatch first, so the acceptance test on that minibatch does not see its own answers
+    (the minibatch's own failures come last, for the first calls of a round). Problems are
+    shown without the lines all problems share (`boilerplate`). Edits already tried on a
+    parent are not proposed again for it. Deterministic given the seed and the call order.
+    """
+
+    def __init__(self, problems: Mapping[str, Problem], seed: int = 0, max_demos: int = 3,
+                 max_rules: int = 4, max_demo_chars: int = 600,
+                 logger: Callable[[str], None] | None = None) -> None:
+        self.problems = dict(problems)
+        self.rng = random.Random(seed)
+        self.max_demos = max_demos
+        self.max_rules = max_rules
+        self.max_demo_chars = max_demo_chars
+        self.log = logger or log.info
+        self.bank: dict[str, None] = {}  # failed problem ids, insertion-ordered
+        self.with_demo: dict[str, list[float]] = {}
+        self.without_demo: dict[str, list[float]] = {}
+        self.tried: dict[str, set[str]] = {}
+        self.edits: list[str] = []  # history, for the round summary
+        self._boiler = boilerplate([p.prompt for p in self.problems.values()])
+        self._by_demo_key = {_key(self.demo_text(p)): p.id for p in self.problems.values()}
+
+    def demo_text(self, problem: Problem) -> str:
+        """How `problem` appears in a worked demonstration of this editor."""
+        return demo_text(problem, *self._boiler)
+
+    def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                 components_to_update: list[str]) -> dict[str, str]:
+        out = {}
+        for name in components_to_update:
+            new = self.edit(candidate[name], list(reflective_dataset.get(name) or []))
+            if new is not None and new != candidate[name]:
+                out[name] = new
+        return out
+
+    def _observe(self, doc: ContextDoc, records: list[Mapping[str, Any]]) -> None:
+        if not records:
+            return
+        mean = sum(float(r["Score"]) for r in records) / len(records)
+        present = {_key(q) for q, _ in doc.demos}
+        for k in present:
+            self.with_demo.setdefault(k, []).append(mean)
+        for k in set(self.with_demo) - present:
+            self.without_demo.setdefault(k, []).append(mean)
+        for r in records:
+            pid = str(r.get("problem_id"))
+            if float(r["Score"]) < 1.0 and pid in self.problems \
+                    and len(self.demo_text(self.problems[pid])) <= self.max_demo_chars:
+                self.bank.setdefault(pid, None)
+
+    def _demo_strength(self, k: str) -> float:
+        w = self.with_demo.get(k, [])
+        return sum(w) / len(w) if w else float("inf")
+
+    def _stale(self, k: str) -> bool:
+        w, wo = self.with_demo.get(k, []), self.without_demo.get(k, [])
+        return len(w) >= 2 and len(wo) >= 2 and sum(w) / len(w) < sum(wo) / len(wo)
+
+    def edit(self, text: str, records: list[Mapping[str, Any]]) -> str | None:
+        """The edited context, or None when no untried edit applies."""
+        doc = ContextDoc.parse(text)
+        self._observe(doc, records)
+        failed = [r for r in records if float(r["Score"]) < 1.0]
+        if not failed:
+            return None
+        batch = {str(r.get("problem_id")) for r in records}
+        failed_ids = {str(r.get("problem_id")) for r in failed}
+        tried = self.tried.setdefault(context_hash(text), set())
+        for key, make in self._edits(doc, records, failed, batch, failed_ids):
+            if key in tried:
+                continue
+            tried.add(key)
+            new = make()
+            if new is None:
+                continue
+            self.edits.append(key)
+            self.log(f"feedback_editor: {key}")
+            return new.render()
+        return None
+
+    def _edits(self, doc: ContextDoc, records: list[Mapping[str, Any]], failed: list[Mapping[str, Any]],
+               batch: set[str], failed_ids: set[str]) -> list[tuple[str, Callable[[], ContextDoc | None]]]:
+        edits: list[tuple[str, Callable[[], ContextDoc | None]]] = []
+        unparsed = sum(1 for r in failed if "<answer>" not in str(r.get("Generated Outputs", "")).lower())
+        if not doc.has_format_rule() and unparsed * 2 >= len(failed) and self.max_rules > 0:
+            edits.append(("add-format-rule", lambda: self._with_format_rule(doc, batch)))
+        for q, _a in doc.demos:
+            k = _key(q)
+            own = self._by_demo_key.get(k)
+            if (own in failed_ids) or self._stale(k):
+                edits.append((f"drop-demo:{k}", lambda q=q: _without_demo(doc, q)))
+        rule_edits = [(f"add-rule:{_key(s)}", lambda s=s: _with_rule(doc, s, self.max_rules))
+                      for s in mine_rules(records, {pid: p.answer for pid, p in self.problems.items()})
+                      if s not in doc.rules]
+        present = {_key(q) for q, _ in doc.demos}
+        # Earlier failures first; this minibatch's own failures only after them (their answers
+        # would make the acceptance test on this minibatch look better than it is).
+        pool = [pid for pid in self.bank if pid not in batch]
+        pool += [pid for pid in self.bank if pid in failed_ids]
+        demo_edits = [(f"add-demo:{_key(self.demo_text(self.problems[pid]))}",
+                       lambda pid=pid: self._with_demo(doc, self.problems[pid]))
+                      for pid in pool if _key(self.demo_text(self.problems[pid])) not in present]
+        first, second = (rule_edits, demo_edits) if self.rng.random() < 0.5 else (demo_edits, rule_edits)
+        return edits + first + second
+
+    def _with_format_rule(self, doc: ContextDoc, batch: set[str]) -> ContextDoc:
+        # The example shows the shape of a real answer, from a problem outside the minibatch.
+        answers = [p.answer.strip() for pid, p in self.problems.items() if pid not in batch]
+        example = next((a for a in answers if 0 < len(a) <= 80), answers[0][:80] if answers else "42")
+        rule = f"{FORMAT_RULE_PREFIX}, for example <answer>{example}</answer>. Put only the final answer inside the tags."
+        return _with_rule(doc, rule, self.max_rules, front=True) or doc
+
+    def _with_demo(self, doc: ContextDoc, problem: Problem) -> ContextDoc:
+        demos = list(doc.demos)
+        if len(demos) >= self.max_demos:
+            weakest = min(range(len(demos)), key=lambda i: (self._demo_strength(_key(demos[i][0])), i))
+            demos.pop(weakest)
+        demos.append((self.demo_text(problem), problem.answer.strip()))
+        return ContextDoc(doc.instruction, list(doc.rules), demos)
+
+
+def _with_rule(doc: ContextDoc, rule: str, max_rules: int, front: bool = False) -> ContextDoc | None:
+    if max_rules < 1:
+        return None
+    rules = [rule, *doc.rules] if front else [*doc.rules, rule]
+    # Over capacity, the oldest mined rule goes (the format rule stays).
+    while len(rules) > max_rules:
+        drop = next((i for i, r in enumerate(rules) if not r.startswith(FORMAT_RULE_PREFIX) and r != rule), None)
+        if drop is None:
+            return None
+        rules.pop(drop)
+    return ContextDoc(doc.instruction, rules, list(doc.demos))
+
+
+def _without_demo(doc: ContextDoc, q: str) -> ContextDoc:
+    return ContextDoc(doc.instruction, list(doc.rules), [d for d in doc.demos if d[0] != q])
+
+
+# --------------------------------------------------------------------------------------------
+# LLM reflection
+# --------------------------------------------------------------------------------------------
+
+
+def _messages(prompt: Any) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+class OpenAICompatibleLM:
+    """Chat completions from any OpenAI-compatible server (vLLM, llama.cpp, hosted APIs).
+
+    Uses the `openai` client when installed, else a plain HTTP POST to
+    `{base_url}/chat/completions`. No retries: a failed reflection simply proposes nothing.
+    The API key is read from the environment variable `api_key_env` (local servers need none).
+    """
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = 60.0, max_tokens: int = 1024,
+                 temperature: float = 0.7, api_key_env: str = "OPENAI_API_KEY") -> None:
+        url = base_url.rstrip("/")
+        if urllib.parse.urlparse(url).path in ("", "/"):
+            url += "/v1"  # a bare host:port means the standard OpenAI path layout
+        self.base_url = url
+        self.model = model
+        self.timeout_s = float(timeout_s)
+        self.max_tokens = int(max_tokens)
+        self.temperature = float(temperature)
+        self.api_key = os.environ.get(api_key_env) or "not-needed"
+
+    def __call__(self, prompt: Any) -> str:
+        try:
+            import openai
+        except ImportError:
+            return self._post(_messages(prompt))
+        client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
+                               timeout=self.timeout_s, max_retries=0)
+        resp = client.chat.completions.create(model=self.model, messages=_messages(prompt),
+                                              max_tokens=self.max_tokens, temperature=self.temperature)
+        return resp.choices[0].message.content or ""
+
+    def _post(self, messages: list[dict[str, Any]]) -> str:
+        body = json.dumps({"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
+                           "temperature": self.temperature}).encode()
+        req = urllib.request.Request(self.base_url + "/chat/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.api_key}"})
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - configured URL
+            data = json.loads(resp.read().decode("utf-8", "replace"))
+        try:
+            return data["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError) as e:
+            raise ValueError(f"malformed chat completion response: {str(data)[:200]}") from e
+
+
+class HFReflectionLM:
+    """A local Hugging Face model as reflection model (loaded on first call)."""
+
+    def __init__(self, path: str, max_new_tokens: int = 512, temperature: float = 0.7, seed: int = 0) -> None:
+        self.path = path
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.seed = seed
+        self._generator: Any = None
+        self._calls = 0
+
+    def __call__(self, prompt: Any) -> str:
+        from fastslow.model.generation import SamplingParams, make_generator
+
+        if self._generator is None:
+            self._generator = make_generator("hf", self.path, batch_size=1)
+        self._calls += 1
+        params = SamplingParams(self.max_new_tokens, self.temperature, 1.0, self.seed + self._calls)
+        return self._generator.generate([_messages(prompt)], params)[0].text
+
+
+def build_reflection_lm(settings: Mapping[str, Any]) -> LanguageModel:
+    """The reflection model described by `settings`:
+
+    - `{"kind": "openai", "base_url": ..., "model": ..., "timeout_s": 60, "api_key_env": ...}`
+    - `{"kind": "litellm", "model": "provider/name", "timeout_s": 60}` (keys from the environment)
+    - `{"kind": "hf", "path": "/local/model/dir"}`
+    Optional for all: `max_tokens`, `temperature`.
+    """
+    kind = settings.get("kind", "openai")
+    timeout = float(settings.get("timeout_s", 60))
+    max_tokens = int(settings.get("max_tokens", 1024))
+    temperature = float(settings.get("temperature", 0.7))
+    if kind == "openai":
+        return OpenAICompatibleLM(settings["base_url"], settings["model"], timeout, max_tokens, temperature,
+                                  settings.get("api_key_env", "OPENAI_API_KEY"))
+    if kind == "litellm":
+        from gepa.lm import LM  # imports litellm only when called
+
+        return LM(settings["model"], temperature=temperature, max_tokens=max_tokens, num_retries=1,
+                  timeout=timeout)
+    if kind == "hf":
+        return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature)
+    raise ValueError(f"fast.reflection.kind must be openai, litellm or hf, got {kind!r}")
+
+
+def junk_reason(text: Any, parent: str, max_chars: int = 8000) -> str | None:
+    """Why a proposed context is unusable, or None if it is acceptable."""
+    if not isinstance(text, str) or not text.strip():
+        return "empty"
+    t = text.strip()
+    if len(t) < 16:
+        return f"too short ({len(t)} chars)"
+    if len(t) > max(max_chars, 4 * len(parent)):
+        return f"too long ({len(t)} chars)"
+    if t == parent.strip():
+        return "unchanged"
+    if "<curr_param>" in t or "<side_info>" in t:
+        return "echoed the reflection template"
+    if sum(c.isalpha() for c in t) < 0.3 * len(t):
+        return "mostly non-letters"
+    words = t.split()
+    if len(words) > 30 and len(set(words)) < 0.15 * len(words):
+        return "degenerate repetition"
+    return None
+
+
+class ReflectiveProposer:
+    """GEPA's LLM reflection (its default prompt and extraction, `StatelessReflectionLM`) with
+    a guard: a reflection call that raises (HTTP error, timeout) or yields junk (`junk_reason`)
+    proposes nothing for that component, which GEPA treats as "no proposal" (no metric calls
+    spent). `failures` lists what went wrong, for the round summary."""
+
+    def __init__(self, lm: LanguageModel, prompt_template: str | None = None,
+                 logger: Callable[[str], None] | None = None, max_chars: int = 8000) -> None:
+        from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionLM
+
+        self.log = logger or log.info
+        self.reflector = StatelessReflectionLM(lm, prompt_template, None)
+        self.max_chars = max_chars
+        self.failures: list[str] = []
+        self.accepted = 0
+
+    def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                 components_to_update: list[str]) -> dict[str, str]:
+        try:
+            proposal, _ = self.reflector.reflect(candidate, reflective_dataset, components_to_update)
+        except Exception as e:  # any failure of the reflection model leaves the parent as it is
+            reason = f"{type(e).__name__}: {str(e)[:200]}"
+            self.failures.append(reason)
+            self.log(f"reflective: reflection call failed ({reason}); no proposal")
+            return {}
+        out = {}
+        for name, text in proposal.new_texts.items():
+            reason = junk_reason(text, candidate.get(name, ""), self.max_chars)
+            if reason is not None:
+                self.failures.append(reason)
+                raw = proposal.raw_lm_outputs.get(name, "")
+                self.log(f"reflective: rejected proposal for {name} ({reason}); raw output: {raw[:120]!r}")
+                continue
+            out[name] = text.strip()
+            self.accepted += 1
+        return out

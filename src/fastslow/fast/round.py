@@ -1,0 +1,304 @@
+"""One fast round: GEPA on the current weights, seeded with the pool of K contexts.
+
+Multi-seed mechanism. gepa 0.1.4's `optimize` takes one seed candidate, but its engine
+resumes from the `GEPAState` it finds in `run_dir/gepa_state.bin`. A round therefore
+
+1. evaluates each distinct pool context on the validation set with the current weights
+   (through the adapter, so these rollouts are cached and counted);
+2. builds the initial `GEPAState` with gepa's own API: `GEPAState(seed_0, eval_0)` for the
+   first context, then `update_state_with_new_program` for the others (roots, parent None),
+   which maintains the per-instance Pareto front exactly as GEPA does; the state's
+   `total_num_evals` is set to the rollouts those evaluations generated;
+3. saves that state into the round's gepa directory and calls `gepa.optimize` with the same
+   directory and seed_0. The engine re-scores seed_0 on the validation set before loading the
+   state; the adapter's cache serves it, so nothing is generated. From there the search,
+   candidate selection, minibatch acceptance and Pareto bookkeeping are gepa's.
+
+Budget accounting. The budget (`FastConfig.budget()`) bounds the rollouts generated in the
+round, seed evaluations included. gepa checks its stoppers only between iterations, and one
+iteration can generate up to 2 x minibatch (parent and child on the minibatch) + |val| (the
+accepted child on the validation set). `BudgetGuard` stops the engine when the rollouts so far
+plus that worst case would pass the budget, so the total never exceeds it; the adapter also
+enforces the budget as a hard cap. A budget too small for the seed evaluations plus one
+iteration is a configuration error. gepa's own counter (which also counts a few cache hits)
+is reported next to the real count.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastslow.fast.adapter import (
+    COMPONENT,
+    FastAdapter,
+    RolloutCache,
+    problems_by_id,
+    read_rollouts,
+)
+from fastslow.fast.config import FastConfig
+from fastslow.fast.pool import Pool, PoolEntry, select_pareto_pool
+from fastslow.fast.proposers import FeedbackEditor, ReflectiveProposer, build_reflection_lm
+from fastslow.model.generation import Generator, derive_seed
+from fastslow.tasks.base import Problem, Task
+
+logger = logging.getLogger(__name__)
+Log = Callable[[str], None]
+
+
+class BudgetGuard:
+    """gepa stopper: stop before an iteration that could push generations past the budget, or
+    after `patience` iterations in a row that generated nothing (every evaluation was cached
+    and the proposer had nothing new to offer; gepa's own counter would never reach the
+    budget then, since free evaluations do not count)."""
+
+    def __init__(self, budget: int, worst_iteration: int, generated: Callable[[], int],
+                 patience: int = 12, log: Log | None = None) -> None:
+        self.budget = budget
+        self.worst_iteration = worst_iteration
+        self.generated = generated
+        self.patience = patience
+        self.log = log or logger.info
+        self.reason: str | None = None
+        self._last = -1
+        self._stalled = 0
+
+    def __call__(self, gepa_state: Any) -> bool:
+        now = self.generated()
+        self._stalled = self._stalled + 1 if now == self._last else 0
+        self._last = now
+        used = max(int(gepa_state.total_num_evals), now)
+        if used + self.worst_iteration > self.budget:
+            self._stop(f"budget: {used} used, next iteration may need {self.worst_iteration} of {self.budget}")
+        elif self._stalled >= self.patience:
+            self._stop(f"stalled: {self._stalled} iterations generated nothing")
+        return self.reason is not None
+
+    def _stop(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.log(f"fast round stops ({reason})")
+
+
+class _GepaLog:
+    """gepa's LoggerProtocol onto our log function (gepa's messages at debug detail)."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def log(self, message: str) -> None:
+        self._log(f"gepa: {message}")
+
+
+class ProblemLoader:
+    """gepa DataLoader over problems, with ids "<split>:<problem id>".
+
+    gepa's default list loader ids train and val examples alike by position, and its
+    evaluation cache keys on (candidate, id) only, so a candidate's train minibatch result
+    for position 2 would be served as its score on validation problem 2. Distinct, stable ids
+    keep the cache sound and make gepa's state readable.
+    """
+
+    def __init__(self, problems: Sequence[Problem], split: str) -> None:
+        self.by_id = {f"{split}:{p.id}": p for p in problems}
+        if len(self.by_id) != len(problems):
+            raise ValueError(f"duplicate problem ids in the {split} problems")
+        self.ids = list(self.by_id)
+
+    def all_ids(self) -> list[str]:
+        return list(self.ids)
+
+    def fetch(self, ids: Sequence[str]) -> list[Problem]:
+        return [self.by_id[i] for i in ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def build_seeded_state(contexts: Sequence[str], evaluations: Sequence[Any],
+                       val_ids: Sequence[Any] | None = None) -> Any:
+    """A GEPAState holding every context as an evaluated root candidate (see module doc).
+    `val_ids` are the valset loader's ids, in the order the evaluations scored them."""
+    from gepa.core.state import GEPAState, ValsetEvaluation
+
+    def val_eval(eb: Any) -> Any:
+        ids = list(val_ids) if val_ids is not None else list(range(len(eb.scores)))
+        return ValsetEvaluation(outputs_by_val_id=dict(zip(ids, eb.outputs, strict=True)),
+                                scores_by_val_id=dict(zip(ids, eb.scores, strict=True)))
+
+    state = GEPAState({COMPONENT: contexts[0]}, val_eval(evaluations[0]), track_best_outputs=False,
+                      frontier_type="instance")
+    for text, eb in zip(contexts[1:], evaluations[1:], strict=True):
+        idx = state.update_state_with_new_program(
+            parent_program_idx=[], new_program={COMPONENT: text}, valset_evaluation=val_eval(eb),
+            run_dir=None, num_metric_calls_by_discovery_of_new_program=0)
+        state.parent_program_for_candidate[idx] = [None]  # a root, like gepa's own seed
+    state.num_full_ds_evals = len(contexts)
+    return state
+
+
+def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log) -> FeedbackEditor | ReflectiveProposer:
+    """The proposer named by `cfg.proposer`, ready for gepa's custom_candidate_proposer hook."""
+    if cfg.proposer == "feedback_editor":
+        return FeedbackEditor(problems_by_id(train), seed=cfg.seed, max_demos=cfg.max_demos,
+                              max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log)
+    lm = build_reflection_lm(cfg.reflection)
+    return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
+
+
+def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequence[Problem],
+              val_problems: Sequence[Problem], cfg: FastConfig, round_index: int,
+              run_dir: str | Path, reuse_rollouts: str | Path | None = None,
+              log: Log | None = None, weights_id: str = "base", cache: RolloutCache | None = None,
+              proposer: Callable[..., dict[str, str]] | None = None) -> tuple[Pool, dict[str, Any]]:
+    """Run one budgeted GEPA round seeded with `pool`; return the new pool and a summary.
+
+    `generator` holds the current weights (`weights_id` names them in the rollout cache; pass
+    one `cache` to several rounds with frozen weights). `reuse_rollouts` is the slow loop's
+    last rollouts.parquet, used when `cfg.reuse_rollouts` is on: its rollouts of (pool
+    context, train problem) pairs are used instead of generating them, feeding both the
+    minibatch scores and the reflective dataset, and the round's minibatches are drawn from
+    the problems they cover (when they cover at least one minibatch).
+    Writes `run_dir/pool.json`; gepa's own files go to `run_dir/gepa` (a round restarts from
+    scratch: the cycle, not the round, is the unit of resumption).
+    """
+    from gepa import optimize
+
+    log = log or logger.info
+    cfg.validate()
+    if not val_problems or not train_problems:
+        raise ValueError("a fast round needs train and validation problems")
+    run_dir = Path(run_dir)
+    gepa_dir = run_dir / "gepa"
+    shutil.rmtree(gepa_dir, ignore_errors=True)
+    gepa_dir.mkdir(parents=True)
+
+    budget = cfg.budget()
+    seeds = _distinct(pool.entries)
+    mb = min(cfg.minibatch_size, len(train_problems))
+    worst_iteration = 2 * mb + len(val_problems)
+    needed = len(seeds) * len(val_problems) + worst_iteration
+    if budget < needed:
+        raise ValueError(
+            f"fast budget {budget} metric calls is below one round's minimum {needed} "
+            f"({len(seeds)} seed contexts x {len(val_problems)} val problems + one iteration of "
+            f"2 x {mb} minibatch + {len(val_problems)} val): raise fast.max_metric_calls or "
+            f"lower fast.pool_size / fast.val_problems / fast.minibatch_size")
+
+    adapter = FastAdapter(generator, task, cfg.sampling(derive_seed(cfg.seed, round_index)),
+                          weights_id=weights_id, cache=cache, max_generations=budget,
+                          batch_size=cfg.eval_batch_size, format_credit=cfg.format_credit)
+    trainset = list(train_problems)
+    reused_pairs = 0
+    if reuse_rollouts is not None and not cfg.reuse_rollouts:
+        log(f"fast round {round_index}: fast.reuse_rollouts is off; ignoring {reuse_rollouts}")
+    elif reuse_rollouts is not None:
+        reused_pairs = adapter.preload(read_rollouts(reuse_rollouts), problems_by_id(train_problems))
+        seed_hashes = {e.hash for e in seeds}
+        covered = {pid for (h, pid, w) in adapter.cache.entries
+                   if w == weights_id and h in seed_hashes}
+        reused_train = [p for p in train_problems if p.id in covered]
+        if len(reused_train) >= mb:
+            trainset = reused_train
+        log(f"fast round {round_index}: reusing {reused_pairs} (context, problem) rollout groups; "
+            f"minibatches drawn from {len(trainset)} train problems")
+
+    # 1-2. Evaluate the K seeds on val and build gepa's initial state from them.
+    val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
+    val = val_loader.fetch(val_loader.all_ids())
+    evaluations = [adapter.evaluate(val, {COMPONENT: e.text}) for e in seeds]
+    seed_generations = adapter.generations
+    state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
+    state.total_num_evals = seed_generations
+    state.save(str(gepa_dir))
+    for e, eb in zip(seeds, evaluations, strict=True):
+        log(f"fast round {round_index}: seed {e.id} val mean {sum(eb.scores) / len(eb.scores):.3f}")
+
+    # 3. gepa's search from that state.
+    proposer_fn = proposer or make_proposer(cfg, train_problems, log)
+    guard = BudgetGuard(budget, worst_iteration, lambda: adapter.generations,
+                        patience=cfg.max_stalled_iterations, log=log)
+    result = optimize(
+        seed_candidate={COMPONENT: seeds[0].text}, trainset=train_loader, valset=val_loader, adapter=adapter,
+        custom_candidate_proposer=proposer_fn, reflection_minibatch_size=mb,
+        candidate_selection_strategy="pareto", frontier_type="instance", skip_perfect_score=True,
+        perfect_score=1.0, acceptance_criterion="strict_improvement", use_merge=False,
+        max_metric_calls=budget, stop_callbacks=[guard], logger=_GepaLog(log),
+        run_dir=str(gepa_dir), cache_evaluation=True, seed=derive_seed(cfg.seed, round_index) % 2**31,
+        raise_on_exception=True, track_best_outputs=False, display_progress_bar=False,
+    )
+    if adapter.generations > budget:  # unreachable by construction; never ship a silent overrun
+        raise RuntimeError(f"fast round generated {adapter.generations} rollouts, budget {budget}")
+
+    new_pool = _pool_from_result(result, seeds, val_loader, cfg.pool_size, round_index)
+    summary = {
+        "round": round_index,
+        "budget": budget,
+        "generations": adapter.generations,
+        "seed_generations": seed_generations,
+        "gepa_metric_calls": result.total_metric_calls,
+        "cache_hits": adapter.cache_hits,
+        "reused_pairs": reused_pairs,
+        "reused_hits": adapter.reused_hits,
+        "num_candidates": result.num_candidates,
+        "stop_reason": guard.reason or "gepa",
+        "seed_val_means": {e.id: sum(eb.scores) / len(eb.scores) for e, eb in zip(seeds, evaluations, strict=True)},
+        "best_val_mean": max(result.val_aggregate_scores),
+        "pool": [{"id": e.id, "hash": e.hash, "val_mean": e.val_mean, "born_round": e.born_round}
+                 for e in new_pool.entries],
+        "proposer": cfg.proposer,
+    }
+    if isinstance(proposer_fn, ReflectiveProposer):
+        summary["reflection_failures"] = list(proposer_fn.failures)
+        summary["reflection_accepted"] = proposer_fn.accepted
+    if isinstance(proposer_fn, FeedbackEditor):
+        summary["edits"] = list(proposer_fn.edits)
+    new_pool.meta = {"summary": summary}
+    new_pool.to_json(run_dir / "pool.json")
+    log(f"fast round {round_index}: {adapter.generations}/{budget} rollouts generated, "
+        f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
+    return new_pool, summary
+
+
+def run_gepa_only(pool: Pool, generator: Generator, task: Task, train_problems: Sequence[Problem],
+                  val_problems: Sequence[Problem], cfg: FastConfig, rounds: int, run_dir: str | Path,
+                  log: Log | None = None, weights_id: str = "frozen-base") -> tuple[Pool, list[dict[str, Any]]]:
+    """The GEPA-only baseline: `rounds` fast rounds with frozen weights, each seeded with the
+    previous round's pool. One rollout cache serves all rounds (same weights), so a context
+    carried over is not re-generated on the validation set."""
+    cache = RolloutCache()
+    summaries = []
+    for r in range(rounds):
+        pool, summary = run_round(pool, generator, task, train_problems, val_problems, cfg, r,
+                                  Path(run_dir) / f"round{r}", log=log, weights_id=weights_id, cache=cache)
+        summaries.append(summary)
+    return pool, summaries
+
+
+def _distinct(entries: Sequence[PoolEntry]) -> list[PoolEntry]:
+    seen: dict[str, PoolEntry] = {}
+    for e in entries:
+        seen.setdefault(e.hash, e)
+    return list(seen.values())
+
+
+def _pool_from_result(result: Any, seeds: Sequence[PoolEntry], val: ProblemLoader,
+                      k: int, round_index: int) -> Pool:
+    texts = [c[COMPONENT] for c in result.candidates]
+    chosen = select_pareto_pool(result.val_subscores, k, texts)
+    by_hash = {e.hash: e for e in seeds}
+    entries = []
+    for i in chosen:
+        scores = {val.by_id[j].id: float(s) for j, s in result.val_subscores[i].items()}
+        entry = PoolEntry(text=texts[i], val_scores=scores)
+        if entry.hash in by_hash:  # a carried-over context keeps its lineage
+            entry.parent, entry.born_round = by_hash[entry.hash].parent, by_hash[entry.hash].born_round
+        else:
+            parents = [p for p in result.parents[i] if p is not None]
+            entry.parent = PoolEntry(text=texts[parents[0]]).hash if parents else None
+            entry.born_round = round_index
+        entries.append(entry)
+    return Pool(entries=entries, k=k, round=round_index)

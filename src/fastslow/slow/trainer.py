@@ -1,0 +1,196 @@
+"""TRL's `GRPOTrainer`, configured for CISPO and used as a library of parts by our own loop.
+
+How pool conditioning is done, and why this way
+-----------------------------------------------
+Our loop (`fastslow.slow.loop`) builds each RL step's P*G rollout rows itself, problem-major and
+context-minor (see `expand_rows`): the G copies of a problem carry the K contexts, G/K copies
+each, as the system prompt. The rows go straight into TRL's
+`_generate_and_score_completions`, which samples one completion per row (TRL's HF-generate and
+vLLM-colocate paths sample per row, so every copy keeps its own context), scores them with our
+reward function, and computes advantages over each run of `num_generations` consecutive rows.
+So the baseline is chosen by one number, no TRL code changed:
+
+* ``baseline="problem"``: ``num_generations = G``: one group per problem, across contexts;
+* ``baseline="prompt"``:  ``num_generations = G/K``: one group per (problem, context).
+
+The alternatives were heavier: a dataset of (problem, context) rows needs a custom sampler that
+keeps a problem's K contexts together and rebuilds the dataset whenever the pool changes;
+`rollout_func` bypasses TRL's generation (and its vLLM weight sync) only to change a prompt; a
+`_generate_and_score_completions` override would copy 600 lines. What we do override is small:
+timers around generation and scoring (for the step-time split), and a stash of the per-token
+log-probabilities and entropies of the training forward pass, which gives each rollout's
+sampling log-prob sum and the step's entropy without another forward.
+
+Why our loop and not `trainer.train()`: a cycle is T steps with a *different pool each cycle*
+and must resume bit-exactly from the previous cycle's files. Owning the ~30-line loop makes the
+data position, RNG and optimiser state explicit (see loop.py) instead of relying on the HF
+Trainer's epoch/sampler skipping. The loss, the advantage computation, the KL reference, the
+optimiser and the scheduler are TRL's and transformers' own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastslow.slow.config import SlowConfig
+from fastslow.tasks.base import Problem, Task, build_messages
+
+
+def expand_rows(problems: Sequence[Problem], contexts: Sequence[tuple[str, str]],
+                num_generations: int) -> list[dict[str, Any]]:
+    """The P*G rollout rows of one step: problem-major, then context, then copy.
+
+    Copy g of a problem gets context g // (G/K), so each consecutive run of G rows is one
+    problem (the per-problem group) and each run of G/K rows is one (problem, context) pair
+    (the per-prompt group).
+    """
+    per_context = num_generations // len(contexts)
+    rows = []
+    for problem in problems:
+        for context_id, text in contexts:
+            for _ in range(per_context):
+                rows.append({
+                    "prompt": build_messages(text, problem),
+                    "problem_id": problem.id,
+                    "context_id": context_id,
+                })
+    return rows
+
+
+class TaskReward:
+    """A TRL reward function that calls `task.reward` and records what the rollout table needs.
+
+    TRL passes the dataset columns of each row as keyword lists; we look the problem up by id.
+    Completions come as chat messages (conversational prompts); the text is the content.
+    """
+
+    __name__ = "task_reward"  # TRL names the reward's metrics after this
+
+    def __init__(self, task: Task, problems: dict[str, Problem], with_feedback: bool = True):
+        self.task = task
+        self.problems = problems
+        self.with_feedback = with_feedback
+        self.last_texts: list[str] = []
+        self.last_rewards: list[float] = []
+        self.last_feedback: list[str] = []
+
+    def __call__(self, prompts: list[Any], completions: list[Any], problem_id: list[str],
+                 **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
+        problems = [self.problems[pid] for pid in problem_id]
+        rewards = [float(self.task.reward(p, t)) for p, t in zip(problems, texts, strict=True)]
+        self.last_texts, self.last_rewards = texts, rewards
+        self.last_feedback = ([self.task.feedback(p, t) for p, t in zip(problems, texts, strict=True)]
+                              if self.with_feedback else [""] * len(texts))
+        return rewards
+
+
+def _grpo_trainer_class() -> type:
+    from trl import GRPOTrainer
+
+    class PoolGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer plus timers and a stash of the training forward's per-token outputs."""
+
+        def reset_step_stats(self) -> None:
+            self.timings = {"generation": 0.0, "scoring": 0.0}
+            self.stash: list[tuple[Any, Any]] = []
+
+        def _generate(self, prompts: list) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._generate(prompts)
+            finally:
+                self.timings["generation"] += time.perf_counter() - start
+
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._calculate_rewards(*args, **kwargs)
+            finally:
+                self.timings["scoring"] += time.perf_counter() - start
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            # Only the loss's forward asks for entropies: these are log π_θ of the sampled tokens
+            # before this step's update, i.e. the sampling policy's (on-policy), for free.
+            if kwargs.get("compute_entropy"):
+                self.stash.append((logps.detach(), entropies.detach()))
+            return logps, entropies, aux
+
+    return PoolGRPOTrainer
+
+
+def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path) -> Any:
+    """The `GRPOConfig` that makes one RL step exactly one optimiser step over P*G rollouts."""
+    from trl import GRPOConfig
+
+    micro = cfg.micro_batch_size or cfg.rollouts_per_step
+    accumulation = cfg.rollouts_per_step // micro
+    group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
+    gpu = cfg.use_vllm or cfg.bf16
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        loss_type="cispo",
+        epsilon_high=cfg.epsilon_high,
+        beta=cfg.beta,
+        num_generations=group,
+        # generation batch = micro * accumulation = P*G; steps_per_generation = accumulation, so
+        # TRL generates once per optimiser step (on-policy) and normalises the CISPO token sum by
+        # the whole step's token count.
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        max_completion_length=cfg.max_new_tokens,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        top_k=0,
+        scale_rewards=cfg.scale_rewards,
+        learning_rate=cfg.lr,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=cfg.weight_decay,
+        adam_beta1=cfg.adam_beta1,
+        adam_beta2=cfg.adam_beta2,
+        max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm is not None else 0.0,
+        disable_dropout=True,
+        # Our loop never calls trainer.train(), which is where HF would enable it; see build_trainer.
+        gradient_checkpointing=cfg.activation_checkpointing,
+        use_cpu=not gpu,
+        bf16=cfg.bf16,
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
+        vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        seed=cfg.seed,
+        report_to="none",  # our tracker logs; TRL's MLflow callback would open a second run
+        logging_steps=1,
+        save_strategy="no",
+        log_completions=False,
+    )
+
+
+def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int,
+                  reward_func: Callable[..., list[float]], work_dir: str | Path) -> Any:
+    """A CISPO `PoolGRPOTrainer` on `model`, with its optimiser and lr scheduler created.
+
+    TRL builds the KL reference model from ``model.config._name_or_path`` (when beta > 0), so the
+    caller points that at the initial weights θ0.
+    """
+    from datasets import Dataset
+
+    args = grpo_args(cfg, num_contexts, Path(work_dir) / "trl")
+    # TRL requires a train dataset even though our loop feeds rows itself; it is never read.
+    placeholder = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]]})
+    trainer = _grpo_trainer_class()(
+        model=model, reward_funcs=[reward_func], args=args, train_dataset=placeholder,
+        processing_class=tokenizer,
+    )
+    if cfg.activation_checkpointing:
+        trainer.model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
+    # A finite horizon is required by the API; constant_with_warmup never reads it.
+    trainer.create_optimizer_and_scheduler(num_training_steps=10**9)
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+    trainer.reset_step_stats()
+    return trainer

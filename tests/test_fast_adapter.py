@@ -1,0 +1,142 @@
+"""The GEPA adapter on the tiny model, its rollout cache, and rollout reuse from Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fastslow.fast import FastAdapter, RolloutCache, read_rollouts
+from fastslow.fast.adapter import BudgetExceeded
+from fastslow.fast.testing import ScriptedGenerator, ToyTask
+from fastslow.model.generation import SamplingParams
+from fastslow.records import ROLLOUT_COLUMNS, context_hash
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tiny_model_dir: Path) -> Any:
+    from fastslow.model.generation import make_generator
+
+    return make_generator("hf", tiny_model_dir, batch_size=4)
+
+
+class CountingGenerator:
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.prompts = inner, 0
+
+    def generate(self, conversations, params):  # noqa: ANN001, ANN201 - Generator protocol
+        self.prompts += len(conversations)
+        return self.inner.generate(conversations, params)
+
+    def render_prompts(self, conversations):  # noqa: ANN001, ANN201
+        return self.inner.render_prompts(conversations)
+
+
+def test_adapter_evaluate_and_reflective_dataset_on_tiny_model(tiny_generator: Any) -> None:
+    task = ToyTask()
+    problems = task.problems("train", 3, 0)
+    gen = CountingGenerator(tiny_generator)
+    adapter = FastAdapter(gen, task, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    cand = {"context": "You are a helpful assistant."}
+
+    eb = adapter.evaluate(problems + problems[:1], cand, capture_traces=True)  # a padded minibatch
+    assert len(eb.scores) == len(eb.outputs) == len(eb.trajectories) == 4
+    assert gen.prompts == 3 and eb.num_metric_calls == 3  # the repeat is generated once
+    t = eb.trajectories[0]
+    assert t["problem_id"] == problems[0].id and t["context_hash"] == context_hash(cand["context"])
+    assert "<|im_start|>system\nYou are a helpful assistant." in t["prompt"]  # full rendered prompt
+    assert problems[0].prompt in t["prompt"]
+    assert isinstance(t["completion"], str) and "Expected answer: " + problems[0].answer in t["feedback"]
+    assert all(0.0 <= s <= 1.0 for s in eb.scores)
+
+    again = adapter.evaluate(problems, cand)  # cached: nothing generated
+    assert gen.prompts == 3 and again.num_metric_calls == 0 and again.trajectories is None
+    assert again.scores == eb.scores[:3]
+
+    ds = adapter.make_reflective_dataset(cand, eb, ["context"])
+    records = ds["context"]
+    assert len(records) == 3  # one per distinct problem
+    assert {"Inputs", "Generated Outputs", "Feedback", "Score", "problem_id"} <= set(records[0])
+    assert [r["Score"] for r in records] == sorted(r["Score"] for r in records)  # failures first
+
+    other = adapter.evaluate(problems[:2], {"context": "Be concise."})
+    assert gen.prompts == 5 and other.num_metric_calls == 2
+
+
+def test_adapter_batch_evaluate_and_hard_cap() -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("train", 4, 0)
+    adapter = FastAdapter(gen, task, SamplingParams(8), max_generations=5)
+    res = adapter.batch_evaluate([({"context": "a"}, probs[:2]), ({"context": "b"}, probs[:2])])
+    assert [r.num_metric_calls for r in res] == [2, 2] and all(r.trajectories for r in res)
+    with pytest.raises(BudgetExceeded):
+        adapter.evaluate(probs, {"context": "c"})
+    assert gen.prompts == 4
+
+
+def test_cache_is_keyed_by_weights_id() -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("val", 2, 0)
+    cache = RolloutCache()
+    FastAdapter(gen, task, SamplingParams(8), weights_id="w0", cache=cache).evaluate(probs, {"context": "x"})
+    FastAdapter(gen, task, SamplingParams(8), weights_id="w0", cache=cache).evaluate(probs, {"context": "x"})
+    assert gen.prompts == 2
+    FastAdapter(gen, task, SamplingParams(8), weights_id="w1", cache=cache).evaluate(probs, {"context": "x"})
+    assert gen.prompts == 4 and len(cache) == 4
+
+
+def write_rollouts(path: Path, rows: list[dict[str, Any]]) -> Path:
+    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+    schema = pa.schema([(c, types[t]) for c, t in ROLLOUT_COLUMNS.items()])
+    full = [{c: r.get(c, 0 if ROLLOUT_COLUMNS[c] != "str" else "") for c in ROLLOUT_COLUMNS} for r in rows]
+    pq.write_table(pa.Table.from_pylist(full, schema=schema), path)
+    return path
+
+
+def test_rollout_reuse_from_parquet(tmp_path: Path) -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("train", 3, 0)
+    ctx = "Solve it."
+    h = context_hash(ctx)
+    rows = [
+        {"problem_id": probs[0].id, "context_hash": h, "prompt": "P0", "completion": "<answer>1</answer>",
+         "reward": 0.0, "feedback": "Incorrect", "run": "r", "cycle": 0, "step": 3},
+        {"problem_id": probs[0].id, "context_hash": h, "prompt": "P0", "completion": f"<answer>{probs[0].answer}</answer>",
+         "reward": 1.0, "feedback": "Correct"},
+        {"problem_id": probs[1].id, "context_hash": h, "prompt": "P1", "completion": "x", "reward": 1.0,
+         "feedback": "Correct"},
+        {"problem_id": "not-a-train-problem", "context_hash": h, "prompt": "P", "completion": "x",
+         "reward": 1.0, "feedback": "Correct"},
+        {"problem_id": probs[2].id, "context_hash": "otherctx", "prompt": "P2", "completion": "x",
+         "reward": 1.0, "feedback": "Correct"},
+    ]
+    rollouts = read_rollouts(write_rollouts(tmp_path / "rollouts.parquet", rows))
+    adapter = FastAdapter(gen, task, SamplingParams(8))
+    assert adapter.preload(rollouts, {p.id: p for p in probs}) == 3
+
+    eb = adapter.evaluate(probs, {"context": ctx}, capture_traces=True)
+    assert gen.prompts == 1 and eb.num_metric_calls == 1  # only probs[2] had no reusable rollout
+    assert eb.scores[0] == 0.5 and eb.scores[1] == 1.0  # mean over the G/K rollouts
+    assert eb.trajectories[0]["reused"] and eb.trajectories[0]["samples"] == 2
+    assert eb.trajectories[0]["completion"] == "<answer>1</answer>"  # the worst one, for reflection
+    assert adapter.reused_hits == 2
+
+
+def test_read_rollouts_rejects_wrong_schema(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"problem_id": ["a"], "reward": [1.0]}), tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match="context_hash"):
+        read_rollouts(tmp_path / "bad.parquet")
+
+
+def test_format_credit_shapes_the_search_score() -> None:
+    task = ToyTask()
+    probs = task.problems("train", 4, 0)
+    plain = FastAdapter(ScriptedGenerator(), task, SamplingParams(8), format_credit=0.2)
+    prose = plain.evaluate(probs, {"context": "Solve."}, capture_traces=True)
+    assert prose.scores == [0.0] * 4  # no tags: nothing readable
+    tagged = plain.evaluate(probs, {"context": "Use <answer>1</answer>."}, capture_traces=True)
+    for s, t in zip(tagged.scores, tagged.trajectories, strict=True):
+        assert s == pytest.approx(0.2 + 0.8 * t["reward"]) and t["parsed_answer"] is not None

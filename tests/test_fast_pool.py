@@ -1,0 +1,125 @@
+"""The pool of contexts: Pareto selection on hand-made score matrices, pool.json, FastConfig."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fastslow.fast import FastConfig, Pool, PoolEntry, select_pareto_pool
+from fastslow.records import context_hash
+
+
+def _m(rows: list[list[float]]) -> list[dict[int, float]]:
+    return [dict(enumerate(r)) for r in rows]
+
+
+def test_pareto_best_aggregate_first_then_cover() -> None:
+    # 0 is best on average; 1 alone covers instance 3; 2 alone covers instance 2.
+    scores = _m([[1, 1, 0, 0, 1], [0, 0, 0, 1, 0], [0, 1, 1, 0, 0]])
+    # After 0, 1 and 2 each cover one new instance; 2 has the higher aggregate.
+    assert select_pareto_pool(scores, 3) == [0, 2, 1]
+    assert select_pareto_pool(scores, 1) == [0]
+
+
+def test_pareto_coverage_ties_broken_by_aggregate() -> None:
+    # After 0, both 1 and 2 cover the one uncovered instance (3); 2 has the higher aggregate.
+    scores = _m([[1, 1, 1, 0], [0, 0, 0, 1], [0, 1, 0, 1]])
+    assert select_pareto_pool(scores, 2) == [0, 2]
+
+
+def test_pareto_greedy_cover_when_front_needs_more_than_k() -> None:
+    # Front members 1..4 each own one instance, 4 owns two: greedy takes the widest first.
+    scores = _m([
+        [0.5, 0.5, 0.5, 0.5, 0.5],
+        [1.0, 0.0, 0.0, 0.0, 0.0],
+        [0.0, 1.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 1.0, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 1.0, 1.0],
+    ])
+    assert select_pareto_pool(scores, 2) == [0, 4]
+
+
+def test_pareto_fills_with_best_remaining_when_front_is_small() -> None:
+    # One candidate dominates everywhere; the rest fill by aggregate (ties: lower index).
+    scores = _m([[1, 1, 1], [0.5, 0.5, 0], [0.2, 0.2, 0.2], [0.5, 0.5, 0]])
+    assert select_pareto_pool(scores, 3) == [0, 1, 3]
+
+
+def test_pareto_duplicate_texts_counted_once() -> None:
+    scores = _m([[1, 0], [1, 0], [0, 1]])
+    assert select_pareto_pool(scores, 3, texts=["a", "a", "b"]) == [0, 2]
+
+
+def test_pareto_missing_scores_count_as_minus_inf() -> None:
+    scores = [{0: 0.0, 1: 0.0}, {0: 1.0}]
+    assert select_pareto_pool(scores, 1) == [0]  # 1's aggregate is -inf over both instances
+    assert select_pareto_pool(scores, 2) == [0, 1]
+
+
+def test_pareto_edge_cases() -> None:
+    assert select_pareto_pool([], 2) == []
+    with pytest.raises(ValueError):
+        select_pareto_pool(_m([[1]]), 0)
+
+
+def test_pool_json_round_trip(tmp_path) -> None:
+    pool = Pool(entries=[
+        PoolEntry(text="Solve it.", born_round=-1, val_scores={"val-0": 1.0, "val-1": 0.0}),
+        PoolEntry(text="Solve it.\n\nRules:\n- Be brief.", parent=context_hash("Solve it."),
+                  born_round=2, val_scores={"val-0": 0.5}),
+    ], k=2, round=2, meta={"summary": {"budget": 48}})
+    path = pool.to_json(tmp_path / "sub" / "pool.json")
+    raw = json.loads(path.read_text())
+    assert raw["entries"][1]["hash"] == context_hash("Solve it.\n\nRules:\n- Be brief.")
+    assert raw["entries"][1]["parent"] == context_hash("Solve it.")
+    assert raw["entries"][0]["id"].startswith("seed-") and raw["entries"][1]["id"].startswith("r2-")
+    back = Pool.from_json(path)
+    assert back.to_dict() == pool.to_dict()
+    assert back.entries[0].val_mean == 0.5
+    assert not list(tmp_path.glob("sub/.pool.*"))  # atomic write left no temp file
+
+
+def test_pool_hash_is_recomputed_and_bad_files_rejected(tmp_path) -> None:
+    d = {"k": 1, "entries": [{"text": "abc", "hash": "stale"}]}
+    assert Pool.from_dict(d).entries[0].hash == context_hash("abc")
+    with pytest.raises(ValueError, match="no entries"):
+        Pool.from_dict({"k": 1, "entries": []})
+    with pytest.raises(ValueError, match="format"):
+        Pool.from_dict({"format": "other/9", "k": 1, "entries": [{"text": "a"}]})
+
+
+def test_pool_seed_and_contexts_cycle() -> None:
+    pool = Pool.seed(["a", "a", "b"], k=4)
+    assert pool.texts == ["a", "b"]
+    assert [e.text for e in pool.contexts()] == ["a", "b", "a", "b"]
+    with pytest.raises(ValueError):
+        Pool.seed([], k=2)
+
+
+def test_fast_config_budget_and_schema_shape() -> None:
+    cfg = FastConfig.from_dict({"pool_size": 4, "preset": "full", "max_metric_calls": {"light": 10, "full": 99},
+                                "minibatch_size": 2, "val_problems": 8, "proposer": "feedback_editor",
+                                "reflection": {"kind": "openai", "timeout_s": 5}, "reuse_rollouts": True})
+    assert cfg.budget() == 99 and cfg.pool_size == 4 and cfg.reuse_rollouts
+    assert FastConfig(max_metric_calls=7).budget() == 7
+    assert FastConfig().budget() == 48
+    assert cfg.sampling(5).seed == 5
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"pool_size": 0}, "fast.pool_size"),
+    ({"preset": "medium"}, "fast.preset"),
+    ({"max_metric_calls": -3}, "fast.max_metric_calls"),
+    ({"proposer": "magic"}, "fast.proposer"),
+    ({"temperature": -1}, "fast.temperature"),
+    ({"bogus": 1}, "fast.bogus"),
+    ({"max_metric_calls": {"huge": 5}}, "fast.max_metric_calls.huge"),
+    ({"proposer": "reflective", "reflection": {"kind": "openai", "model": "m"}}, "fast.reflection.base_url"),
+    ({"proposer": "reflective", "reflection": {"kind": "carrier-pigeon"}}, "fast.reflection.kind"),
+])
+def test_fast_config_errors_name_the_field(data: dict, field: str) -> None:
+    with pytest.raises(ValueError) as err:
+        FastConfig.from_dict(data)
+    msg = str(err.value)
+    assert field in msg and "\n" not in msg

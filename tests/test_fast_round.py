@@ -1,0 +1,130 @@
+"""Fast rounds end to end: multi-seed state, budget never exceeded, GEPA-only, rollout reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastslow.fast import FastConfig, Pool, build_seeded_state, run_gepa_only, run_round
+from fastslow.fast.testing import ScriptedGenerator, ToyTask
+from fastslow.records import context_hash
+
+TASK = ToyTask()
+TRAIN = TASK.problems("train", 16, 0)
+VAL = TASK.problems("val", 6, 1)
+SEEDS = ["You are a helpful assistant. Solve the problem.", "Answer the question.", "Think, then answer."]
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_seeded_state_holds_every_seed_as_a_root() -> None:
+    from gepa.core.adapter import EvaluationBatch
+
+    evals = [EvaluationBatch(outputs=[None] * 3, scores=s) for s in ([1, 0, 0], [0, 1, 0], [0, 1, 1])]
+    state = build_seeded_state(["a", "b", "c"], evals)
+    assert [c["context"] for c in state.program_candidates] == ["a", "b", "c"]
+    assert state.parent_program_for_candidate == [[None], [None], [None]]
+    assert state.program_at_pareto_front_valset == {0: {0}, 1: {1, 2}, 2: {2}}
+    assert state.is_consistent()
+
+
+@pytest.mark.parametrize(("k", "budget", "mb", "n_val"), [(1, 20, 2, 4), (2, 45, 3, 6), (3, 70, 4, 6), (2, 200, 4, 6)])
+def test_budget_is_never_exceeded(tmp_path: Path, k: int, budget: int, mb: int, n_val: int) -> None:
+    gen = ScriptedGenerator()
+    cfg = FastConfig(pool_size=k, max_metric_calls=budget, minibatch_size=mb)
+    pool = Pool.seed(SEEDS[:k], k=k)
+    new, summary = run_round(pool, gen, TASK, TRAIN, VAL[:n_val], cfg, 0, tmp_path, log=quiet)
+    # The real count: prompts the generator was asked to complete.
+    assert gen.prompts == summary["generations"] <= budget
+    assert summary["gepa_metric_calls"] <= budget
+    assert summary["seed_generations"] == k * n_val  # each seed scored once on val, counted
+    assert 1 <= len(new.entries) <= k
+    # Every seed entered gepa's state as an evaluated candidate.
+    cands = json.loads((tmp_path / "gepa" / "candidates.json").read_text())
+    assert [c["context"] for c in cands[:k]] == SEEDS[:k]
+
+
+def test_budget_below_one_iteration_is_a_config_error(tmp_path: Path) -> None:
+    cfg = FastConfig(pool_size=2, max_metric_calls=20, minibatch_size=3)
+    with pytest.raises(ValueError, match="fast budget 20 .* minimum 24"):
+        run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet)
+
+
+def test_round_improves_and_tracks_lineage(tmp_path: Path) -> None:
+    gen = ScriptedGenerator()
+    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=4)
+    pool = Pool.seed(SEEDS[:1], k=2)
+    new, summary = run_round(pool, gen, TASK, TRAIN, VAL, cfg, 3, tmp_path, log=quiet)
+    assert summary["best_val_mean"] > max(summary["seed_val_means"].values())
+    best = new.entries[0]
+    assert best.born_round == 3 and best.parent is not None and best.val_mean == summary["best_val_mean"]
+    assert set(best.val_scores) == {p.id for p in VAL}
+    on_disk = Pool.from_json(tmp_path / "pool.json")
+    assert on_disk.texts == new.texts and on_disk.round == 3
+    assert on_disk.meta["summary"]["edits"]
+
+
+def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
+    gen = ScriptedGenerator()
+    cfg = FastConfig(pool_size=2, max_metric_calls=60, minibatch_size=3)
+    pool, summaries = run_gepa_only(Pool.seed(SEEDS[0], 2), gen, TASK, TRAIN, VAL, cfg, 2, tmp_path, log=quiet)
+    assert summaries[1]["seed_generations"] == 0  # carried-over contexts: cached, same weights
+    assert all(s["generations"] <= 60 for s in summaries)
+    assert gen.prompts == sum(s["generations"] for s in summaries)
+    assert summaries[1]["best_val_mean"] >= summaries[0]["best_val_mean"]
+    assert pool.entries[0].val_mean > summaries[0]["seed_val_means"][f"seed-{context_hash(SEEDS[0])[:8]}"]
+
+
+def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fastslow.records import ROLLOUT_COLUMNS
+
+    rows = []
+    for p in problems:
+        for g in range(2):
+            completion = f"I think it is {p.answer}." if g else "no idea"
+            rows.append({"run": "x", "cycle": 0, "step": 1, "problem_id": p.id, "context_id": "c0",
+                         "context_hash": context_hash(context), "prompt": p.prompt, "completion": completion,
+                         "reward": 0.0, "feedback": TASK.feedback(p, completion), "prompt_tokens": 1,
+                         "completion_tokens": 1, "logprob_sum": -1.0})
+    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+    schema = pa.schema([(c, types[t]) for c, t in ROLLOUT_COLUMNS.items()])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def test_rollout_reuse_feeds_minibatches(tmp_path: Path) -> None:
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
+    covered = TRAIN[:8]
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], covered)
+    gen = ScriptedGenerator()
+    new, summary = run_round(Pool.seed(SEEDS[0], 1), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
+                             reuse_rollouts=parquet, log=quiet)
+    assert summary["reused_pairs"] == 8 and summary["reused_hits"] >= 4
+    assert gen.prompts == summary["generations"] <= 40
+
+
+def test_round_on_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The real generation backend in a round (random weights: only plumbing is checked)."""
+    from fastslow.model.generation import make_generator
+
+    gen = make_generator("hf", tiny_model_dir, batch_size=4)
+    cfg = FastConfig(pool_size=1, max_metric_calls=16, minibatch_size=2, max_new_tokens=8)
+    new, summary = run_round(Pool.seed("Solve.", 1), gen, TASK, TRAIN[:4], VAL[:4], cfg, 0, tmp_path, log=quiet)
+    assert summary["generations"] <= 16 and new.entries and (tmp_path / "pool.json").exists()
+
+
+def test_rollout_reuse_needs_the_flag(tmp_path: Path) -> None:
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:8])
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=False)
+    lines: list[str] = []
+    _, summary = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
+                           reuse_rollouts=parquet, log=lines.append)
+    assert summary["reused_pairs"] == 0 and any("ignoring" in x for x in lines)

@@ -1,0 +1,162 @@
+"""fastslow.launch: the command that runs training on a job's GPUs (accelerate for more than one).
+
+No GPU here: the command construction is checked exactly, every shipped accelerate config is
+parsed by accelerate's own config loader, and one real `accelerate launch` with two processes
+(torch.distributed on CPU, gloo) checks the launcher end to end: ranks, world size, rendezvous
+port, arguments. What needs GPUs (NCCL, FSDP2 sharding, vLLM colocate) is not exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fastslow import launch
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "profiles" / "slurm" / "accelerate"
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    for key in (launch.ENV_CONFIG_DIR, launch.ENV_STRATEGY, "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_one_gpu_or_none_runs_the_module_directly(gpus):
+    cmd = launch.build_command("fastslow.slow.train", ["--spec", "job.json"], gpus=gpus, python="/venv/bin/python")
+    assert cmd == ["/venv/bin/python", "-m", "fastslow.slow.train", "--spec", "job.json"]
+
+
+def test_several_gpus_go_through_accelerate_launch():
+    cmd = launch.build_command("fastslow.slow.train", ["--spec", "job.json", 3], gpus=8, port=41234,
+                               python="/venv/bin/python")
+    assert cmd == ["/venv/bin/python", "-m", "accelerate.commands.launch",
+                   "--config_file", str(CONFIGS / "fsdp2.yaml"),
+                   "--num_processes", "8", "--num_machines", "1", "--machine_rank", "0",
+                   "--main_process_port", "41234",
+                   "-m", "fastslow.slow.train", "--spec", "job.json", "3"]
+
+
+def test_strategy_config_file_and_extra_accelerate_args(tmp_path, monkeypatch):
+    cmd = launch.build_command("m", gpus=2, strategy="zero3", port=1)
+    assert cmd[cmd.index("--config_file") + 1] == str(CONFIGS / "zero3.yaml")
+    monkeypatch.setenv(launch.ENV_STRATEGY, "ddp")
+    cmd = launch.build_command("m", gpus=2, port=1)
+    assert cmd[cmd.index("--config_file") + 1] == str(CONFIGS / "ddp.yaml")
+    own = tmp_path / "mine.yaml"
+    own.write_text("distributed_type: MULTI_GPU\n")
+    cmd = launch.build_command("m", ["a"], gpus=4, config_file=own, port=1,
+                               accelerate_args=["--mixed_precision", "no"])
+    assert cmd[cmd.index("--config_file") + 1] == str(own)
+    assert cmd[-5:] == ["--mixed_precision", "no", "-m", "m", "a"]
+
+
+def test_python_defaults_to_this_interpreter_and_port_is_free():
+    cmd = launch.build_command("m", gpus=2)
+    assert cmd[0] == sys.executable  # SLURM jobs keep the workflow's virtual environment
+    port = int(cmd[cmd.index("--main_process_port") + 1])
+    assert 1024 < port < 65536 and port != 29500  # not accelerate's default: jobs share nodes
+
+
+def test_config_dir_from_environment(tmp_path, monkeypatch):
+    (tmp_path / "fsdp2.yaml").write_text("distributed_type: FSDP\n")
+    monkeypatch.setenv(launch.ENV_CONFIG_DIR, str(tmp_path))
+    assert launch.accelerate_config() == tmp_path / "fsdp2.yaml"
+    with pytest.raises(FileNotFoundError):
+        launch.accelerate_config("zero3")
+
+
+def test_bad_inputs_are_rejected():
+    with pytest.raises(ValueError, match="strategy"):
+        launch.build_command("m", gpus=2, strategy="megatron")
+    with pytest.raises(ValueError, match="module"):
+        launch.build_command("m; rm -rf /", gpus=2)
+    with pytest.raises(ValueError, match="gpus"):
+        launch.build_command("m", gpus=-1)
+
+
+@pytest.mark.parametrize("resources,expected", [
+    ({"gpu": 8}, 8), ({"gpu": "2"}, 2), ({"gpu": 0}, 0), ({}, 0), ({"gres": "gpu:4"}, 4),
+    ({"gres": "gpu:h100:2"}, 2), ({"gres": "gpu"}, 1), ({"gres": "shard:2"}, 0),
+    ({"gpu": 1, "gres": "gpu:4"}, 1),
+])
+def test_gpus_requested_from_snakemake_resources(resources, expected):
+    assert launch.gpus_requested(resources) == expected
+
+
+def test_gpus_requested_reads_attribute_style_resources():
+    class Res:  # snakemake.io.Resources: attribute access and .get
+        gpu = 4
+
+    assert launch.gpus_requested(Res()) == 4
+
+
+def test_visible_gpus_and_mismatch(monkeypatch):
+    assert launch.visible_gpus({}) is None
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2"}) == 3
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with pytest.raises(RuntimeError, match="4 GPUs requested"):
+        launch.launch("m", gpus=4)
+
+
+def test_cli_prints_the_command():
+    out = subprocess.run([sys.executable, "-m", "fastslow.launch", "--gpus", "4", "--strategy", "ddp",
+                          "--print", "--", "fastslow.slow.train", "--spec", "j.json"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "accelerate.commands.launch --config_file" in out.stdout and "ddp.yaml" in out.stdout
+    assert out.stdout.split()[-4:] == ["-m", "fastslow.slow.train", "--spec", "j.json"]
+
+
+@pytest.mark.parametrize("name", sorted(launch.STRATEGIES))
+def test_shipped_configs_load_in_accelerate(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    cfg = load_config_from_file(str(CONFIGS / launch.STRATEGIES[name]))
+    assert cfg.num_machines == 1 and cfg.mixed_precision == "bf16"
+    assert cfg.distributed_type.value == {"fsdp2": "FSDP", "zero3": "DEEPSPEED", "ddp": "MULTI_GPU"}[name]
+    if name == "fsdp2":
+        assert cfg.fsdp_config["fsdp_version"] == 2
+
+
+PROBE = """
+import json, os, sys
+import torch.distributed as dist
+from accelerate import PartialState
+
+state = PartialState(cpu=True)  # what TRL's use_cpu=True gives: gloo on CPU
+t = __import__("torch").tensor([state.process_index + 1.0])
+dist.all_reduce(t)
+# One file per rank: two ranks printing to one pipe can interleave their lines.
+open(f"rank{state.process_index}.json", "w").write(json.dumps({"rank": state.process_index, "world": state.num_processes, "sum": t.item(),
+                  "port": os.environ.get("MASTER_PORT"), "argv": sys.argv[1:],
+                  "fsdp": os.environ.get("ACCELERATE_USE_FSDP")}))
+dist.barrier()
+dist.destroy_process_group()  # an un-destroyed gloo group can abort the process at exit
+"""
+
+
+@pytest.mark.slow
+def test_two_process_launch_runs_on_cpu(tmp_path):
+    """The command build_command makes really starts N ranks that rendezvous (gloo on CPU)."""
+    (tmp_path / "probe_mod.py").write_text(PROBE)
+    cmd = launch.build_command("probe_mod", ["--x", "1"], gpus=2, port=launch.free_port())
+    # The default config (fsdp2.yaml): accelerate's multi-GPU launcher (torch.distributed.run)
+    # spawns the ranks with ACCELERATE_USE_FSDP set; on CPU they join a gloo process group.
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    ranks = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    port = cmd[cmd.index("--main_process_port") + 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 and r["port"] == port and r["argv"] == ["--x", "1"]
+               and r["fsdp"] == "true" for r in ranks)

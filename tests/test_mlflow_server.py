@@ -1,0 +1,169 @@
+"""Tracking through an MLflow server: 16 concurrent jobs, nothing lost.
+
+Starts `mlflow server` (SQLite backend and artifact store in a temp dir, 127.0.0.1, a free port),
+points MLFLOW_TRACKING_URI at it, creates the experiment with `init_tracking` as the workflow's
+local rule does, then runs 16 job processes at once (released together by a barrier), each inside
+`fastslow.tracking.job_run` logging params, metric histories, a Parquet table and a checkpoint
+reference. Every run must exist, be FINISHED and hold everything its job logged. The server is
+stopped by the fixture that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+JOBS = 16
+STEPS = 5
+METRICS = ("reward", "kl", "entropy")
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import pandas as pd
+    import mlflow, mlflow.data  # noqa: F401 - imported before the barrier: time the logging only
+    from fastslow.tracking import job_run
+
+    tracking_json, i, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    config = {"slow": {"lr": 1e-6, "num_generations": 8}, "fast": {"pool_size": 4},
+              "data": {"tasks": ["math", "hover"]}, "job": i}
+    table = work / f"rollouts-{i}.parquet"
+    pd.DataFrame({"problem": [f"p{j}" for j in range(8)], "reward": [j / 8 for j in range(8)]}).to_parquet(table)
+    ckpt = work / f"ckpt-{i}"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"0" * 1024)
+    (work / f"ready-{i}").touch()
+    deadline = time.monotonic() + 120             # barrier: start together (bounded)
+    while not (work / "go").exists():
+        if time.monotonic() > deadline:
+            sys.exit("no go signal")
+        time.sleep(0.05)
+    with job_run(rule="probe", wildcards={"job": str(i)}, config=config, tracking_json=tracking_json,
+                 parent="foundation") as tracker:
+        for step in range(STEPS):
+            tracker.log_metrics({"reward": i + step / 10, "kl": step * 0.01, "entropy": 1.0 + i}, step=step)
+        tracker.log_table(table, f"rollouts/{i}")
+        tracker.log_checkpoint(ckpt, "checkpoint")
+        tracker.set_tags({"probe.index": i})
+    print("done", i)
+""").replace("STEPS", str(STEPS))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """`mlflow server` on 127.0.0.1 with a SQLite backend; yields its URI; stopped afterwards."""
+    t0 = time.monotonic()
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "2", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "server-artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("mlflow server did not come up:\n" + (tmp_path / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+        print(f"mlflow server up in {time.monotonic() - t0:.1f} s")
+        yield uri
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+@pytest.mark.slow
+def test_16_concurrent_jobs_log_to_a_server_without_loss(mlflow_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.tracking import MlflowClient
+
+    from fastslow.tracking import TAG_JOB, flatten, init_tracking
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    t_start = time.monotonic()
+    info = init_tracking("server-probe", ["foundation"], tmp_path / "tracking.json", results_dir=tmp_path)
+    assert info["tracking_uri"] == mlflow_server
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "worker.py").write_text(WORKER)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "tracking.json"),
+                               str(i), str(work)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(JOBS)]
+    try:
+        deadline = time.monotonic() + 150
+        while len(list(work.glob("ready-*"))) < JOBS and time.monotonic() < deadline:
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            time.sleep(0.2)
+        (work / "go").touch()
+        t0 = time.monotonic()
+        startup_s = t0 - t_start
+        outputs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logging_s = time.monotonic() - t0
+    failed = [(i, p.returncode, out[-2000:]) for i, (p, out) in enumerate(zip(procs, outputs, strict=True)) if p.returncode]
+    assert not failed, failed
+
+    client = MlflowClient(mlflow_server)
+    runs = client.search_runs([info["experiment_id"]], filter_string="tags.`fastslow.rule` = 'probe'",
+                              max_results=1000)
+    by_job = {r.data.tags[TAG_JOB]: r for r in runs}
+    assert len(runs) == JOBS and sorted(by_job) == sorted(f"probe/job={i}" for i in range(JOBS))
+    parent = info["parents"]["foundation"]
+    expected_params = None
+    for i in range(JOBS):
+        run = by_job[f"probe/job={i}"]
+        rid = run.info.run_id
+        assert run.info.status == "FINISHED", (i, run.info.status)
+        assert run.data.tags["mlflow.parentRunId"] == parent and run.data.tags["probe.index"] == str(i)
+        expected_params = flatten({"slow": {"lr": 1e-6, "num_generations": 8}, "fast": {"pool_size": 4},
+                                   "data": {"tasks": ["math", "hover"]}, "job": i})
+        assert run.data.params == expected_params
+        for name in METRICS:
+            history = client.get_metric_history(rid, name)
+            assert sorted(m.step for m in history) == list(range(STEPS)), (i, name, history)
+        assert run.data.metrics["reward"] == pytest.approx(i + (STEPS - 1) / 10)
+        assert [d.dataset.name for d in run.inputs.dataset_inputs] == [f"rollouts/{i}"]
+        artifacts = {a.path for a in client.list_artifacts(rid)}
+        assert {"config.resolved.json", "checkpoint.json", "tables"} <= artifacts, artifacts
+        assert [a.path for a in client.list_artifacts(rid, "tables")] == [f"tables/rollouts-{i}.parquet"]
+        ckpt = json.loads(Path(client.download_artifacts(rid, "checkpoint.json", str(tmp_path))).read_text())
+        assert ckpt["bytes"] == 1024 and ckpt["files"] == ["model.safetensors"]
+    print(f"{JOBS} concurrent jobs logged {JOBS * STEPS * len(METRICS)} metric points, "
+          f"{JOBS} tables and {JOBS} checkpoints through {mlflow_server} in {logging_s:.1f} s "
+          f"(job processes started in {startup_s:.1f} s, all checked in {time.monotonic() - t0 - logging_s:.1f} s)")

@@ -1,0 +1,130 @@
+"""Kill a cycle job with SIGKILL at several points, rerun the workflow, and get the same run.
+
+The reference is one uninterrupted smoke run (tiny model, FST on math, 2 cycles of T=2). For each
+kill point, a fresh copy runs until cycle 1 reaches that point, the job is SIGKILLed, and the
+workflow is simply run again. The finished run must equal the reference: weights, pool and
+per-step metrics; cycle 0's outputs must survive the kill; nothing may stay RUNNING in MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import psutil
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = "results/runs/efficiency/fst/math-default-s0"
+CONFIG = """
+data: {tasks: [math]}
+experiments:
+  efficiency: {tasks: [math], methods: [fst], cycles: 2}
+"""
+TARGET = f"{RUN}/eval/cycle1/math.json"
+# Timing columns differ between any two runs; everything else must be identical.
+TIMING = ("seconds", "tokens_per_s", "step_seconds")
+
+pytestmark = pytest.mark.workflow
+
+
+def _copy(dest: Path) -> Path:
+    dest.mkdir()
+    for item in ("Snakefile", "workflow", "config"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
+    (dest / "overlay.yaml").write_text(CONFIG)
+    return dest
+
+
+def _cmd() -> list[str]:
+    return [sys.executable, "-m", "snakemake", TARGET, "--cores", "1", "--notemp", "--configfile",
+            "config/config.yaml", "config/smoke.yaml", "overlay.yaml"]
+
+
+def _run(work: Path) -> None:
+    out = subprocess.run(_cmd(), cwd=work, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def _cycle1_job(work: Path) -> psutil.Process | None:
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if str(work) in cmd and "cycle.py" in cmd and ".snakemake/scripts" in cmd:
+            return p
+    return None
+
+
+def _kill_at(work: Path, marker: str | None) -> None:
+    """Run the workflow; SIGKILL cycle 1's job once its log shows `marker` (None: at start)."""
+    proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = work / "results/logs/runs/efficiency/fst/math-default-s0/cycle1.log"
+    deadline = time.time() + 600
+    killed = False
+    while time.time() < deadline and proc.poll() is None:
+        job = _cycle1_job(work)
+        if job is not None and (marker is None or (log.exists() and marker in log.read_text(errors="replace"))):
+            job.send_signal(signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=300)
+    assert killed, f"never reached kill point {marker!r}"
+    assert not (work / RUN / "cycle1/cycle.json").exists()
+
+
+def _state(work: Path) -> dict:
+    cyc = work / RUN / "cycle1"
+    metrics = pl.read_parquet(cyc / "metrics.parquet")
+    rollouts = pl.read_parquet(cyc / "rollouts.parquet")
+    drop = [c for c in metrics.columns if c.endswith(TIMING)]
+    pool = json.loads((cyc / "pool.json").read_text())
+    return {"weights": load_file(cyc / "model/model.safetensors"), "pool": [e["text"] for e in pool["entries"]],
+            "metrics": metrics.drop(drop), "completions": rollouts["completion"].to_list(),
+            "rewards": rollouts["reward"].to_list()}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    work = _copy(tmp_path_factory.mktemp("ref") / "wf")
+    _run(work)
+    return _state(work)
+
+
+@pytest.mark.parametrize("marker", [None, "step 1/2", "Writing model shards"],
+                         ids=["during-startup-or-generation", "between-optimiser-steps", "while-writing"])
+def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, reference, marker):
+    work = _copy(tmp_path / "wf")
+    _kill_at(work, marker)
+    cycle0 = work / RUN / "cycle0"
+    assert (cycle0 / "cycle.json").exists() and (cycle0 / "model").is_dir()  # nothing earlier lost
+    _run(work)
+    got = _state(work)
+    assert got["pool"] == reference["pool"]
+    assert got["completions"] == reference["completions"]
+    assert got["rewards"] == reference["rewards"]
+    assert got["metrics"].equals(reference["metrics"])
+    assert got["weights"].keys() == reference["weights"].keys()
+    for name, tensor in reference["weights"].items():
+        torch.testing.assert_close(got["weights"][name], tensor, rtol=0, atol=1e-6)
+    # MLflow: the killed job's run was closed as KILLED by the rerun, which links to it.
+    from mlflow.tracking import MlflowClient
+
+    info = json.loads((work / "results/mlflow/tracking.json").read_text())
+    runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    job = "cycle/cycle=1/experiment=efficiency/method=fst/run=math-default-s0"
+    mine = sorted((r for r in runs if r.data.tags.get("fastslow.job") == job), key=lambda r: r.info.start_time)
+    statuses = [r.info.status for r in mine]
+    assert statuses[-1] == "FINISHED" and all(s == "KILLED" for s in statuses[:-1]), statuses
+    if marker is not None:  # killed after its MLflow run opened: the rerun links to it
+        assert len(mine) == 2
+        assert mine[-1].data.tags.get("fastslow.previous_run") == mine[0].info.run_id

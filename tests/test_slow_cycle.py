@@ -1,0 +1,169 @@
+"""Slow-loop cycles on the tiny model: outputs, and a chain of cycles == one uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastslow.records import ROLLOUT_COLUMNS, context_hash
+from fastslow.slow import SlowConfig, read_state, run_cycle
+from fastslow.tasks.base import Problem
+
+CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
+METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
+                  "clip_fraction", "generated_tokens_per_s", "step_seconds", "generation_seconds",
+                  "scoring_seconds", "training_seconds", "lr", "loss"}
+
+
+class LengthTask:
+    """A toy task whose reward depends on the completion text (so groups have variance)."""
+
+    name = "length"
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        return [Problem(f"p{i}", self.name, f"Say the number {i}.", str(i)) for i in range(n)]
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return (len(completion) % 5) / 4
+
+    def feedback(self, problem: Problem, completion: str) -> str:
+        return f"expected {problem.answer}, got {len(completion)} characters"
+
+
+class RecordingTracker:
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, float], int | None]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.calls.append((dict(metrics), step))
+
+
+def _cfg(steps: int) -> SlowConfig:
+    return SlowConfig(lr=1e-3, warmup_steps=1, beta=0.001, num_generations=4, problems_per_step=2,
+                      steps_per_cycle=steps, max_new_tokens=8, micro_batch_size=4, seed=7)
+
+
+def _weights(model_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two cycles of T=2 and one uninterrupted run of 4 steps, same seed and data."""
+    root = tmp_path_factory.mktemp("slow")
+    task = LengthTask()
+    problems = task.problems("train", 3, 0)  # 3 problems, 2 per step: steps cross epochs
+    tracker = RecordingTracker()
+    first = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, _cfg(2), root / "cycle0",
+                      "toy/run", 0, tracker=tracker)
+    second = run_cycle(tiny_model_dir, first.out_dir, CONTEXTS, task, problems, _cfg(2),
+                       root / "cycle1", "toy/run", 1, tracker=tracker)
+    whole = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, _cfg(4), root / "whole",
+                      "toy/run", 0, progress=False)
+    return {"root": root, "first": first, "second": second, "whole": whole, "tracker": tracker}
+
+
+def test_chain_of_cycles_equals_one_run(runs: dict[str, Any]) -> None:
+    import polars as pl
+    import torch
+
+    chain = runs["first"].rewards + runs["second"].rewards
+    assert chain == runs["whole"].rewards
+    chained = pl.concat([pl.read_parquet(runs["first"].rollouts_path),
+                         pl.read_parquet(runs["second"].rollouts_path)])
+    whole = pl.read_parquet(runs["whole"].rollouts_path)
+    for column in ("step", "problem_id", "context_id", "completion", "reward"):
+        assert chained[column].to_list() == whole[column].to_list(), column
+    assert chained["logprob_sum"].to_list() == pytest.approx(whole["logprob_sum"].to_list(),
+                                                             rel=1e-5)
+    a, b = _weights(runs["second"].model_dir), _weights(runs["whole"].model_dir)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.allclose(a[name], b[name], rtol=0, atol=1e-6), name
+    # Training really moved the weights, so the equality above is not vacuous.
+    base = _weights(runs["first"].model_dir)
+    assert any(not torch.equal(base[n], a[n]) for n in a)
+    assert read_state(runs["second"].out_dir)["global_step"] == 4
+    assert read_state(runs["second"].out_dir)["cursor"] == 8
+
+
+def test_cycle_outputs(runs: dict[str, Any]) -> None:
+    import polars as pl
+
+    result = runs["second"]
+    assert sorted(p.name for p in result.out_dir.iterdir()) == [
+        "metrics.parquet", "model", "rollouts.parquet", "trainer_state"]
+    assert not [p for p in runs["root"].iterdir() if p.name.startswith(".")], "temp dirs left"
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pt", "state.json"} <= {
+        p.name for p in result.state_dir.iterdir()}
+
+    config = json.loads((result.model_dir / "config.json").read_text())
+    assert config["use_cache"] is True, "the saved model must generate with its KV cache"
+
+    rollouts = pl.read_parquet(result.rollouts_path)
+    assert rollouts.columns == list(ROLLOUT_COLUMNS)
+    assert rollouts.height == 2 * 2 * 4  # T steps x P problems x G rollouts
+    assert set(rollouts["step"]) == {2, 3} and set(rollouts["cycle"]) == {1}
+    assert set(rollouts["run"]) == {"toy/run"}
+    # G/K = 2 rollouts per context per problem, with the context's hash.
+    per = rollouts.group_by(["step", "problem_id", "context_id"]).len()
+    assert set(per["len"]) == {2}
+    for cid, text in CONTEXTS:
+        sub = rollouts.filter(pl.col("context_id") == cid)
+        assert set(sub["context_hash"]) == {context_hash(text)}
+        assert all(text in p and p.rstrip().endswith("assistant") for p in sub["prompt"])
+    assert all(f.startswith("expected ") for f in rollouts["feedback"])
+    assert (rollouts["completion_tokens"] <= 8).all() and (rollouts["completion_tokens"] > 0).all()
+    assert (rollouts["logprob_sum"] < 0).all()
+
+    metrics = pl.read_parquet(result.metrics_path)
+    assert METRIC_COLUMNS <= set(metrics.columns)
+    assert metrics["step"].to_list() == [2, 3]
+    assert metrics["reward_mean"].to_list() == pytest.approx(
+        rollouts.group_by("step", maintain_order=True).agg(pl.col("reward").mean())["reward"].to_list())
+    assert (metrics["kl_to_base"] > 0).all()  # weights moved away from θ0 in cycle 0
+    assert metrics["lr"].to_list() == [1e-3, 1e-3]  # constant after the 1-step warm-up
+
+
+def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:
+    calls = runs["tracker"].calls
+    assert [step for _, step in calls] == [0, 1, 2, 3]
+    assert calls[0][0]["slow/lr"] == 0.0  # warm-up: step 0 has lr 0 (HF constant_with_warmup)
+    assert {f"slow/{k}" for k in METRIC_COLUMNS} <= set(calls[0][0])
+
+
+def test_bad_pool_rejected_before_any_work(tiny_model_dir: Path, tmp_path: Path) -> None:
+    three = [*CONTEXTS, ("c2", "Answer.")]
+    with pytest.raises(ValueError, match="K=3 does not divide num_generations G=4"):
+        run_cycle(tiny_model_dir, None, three, LengthTask(), LengthTask().problems("train", 3, 0),
+                  _cfg(1), tmp_path / "out", "r", 0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_rejects_another_train_set(runs: dict[str, Any], tiny_model_dir: Path,
+                                          tmp_path: Path) -> None:
+    other = LengthTask().problems("train", 4, 0)
+    with pytest.raises(ValueError, match="different train set"):
+        run_cycle(tiny_model_dir, runs["first"].out_dir, CONTEXTS, LengthTask(), other, _cfg(1),
+                  tmp_path / "out", "r", 1)
+    # A continual run switching task says so: the new stream starts at 0, the step count goes on.
+    result = run_cycle(tiny_model_dir, runs["first"].out_dir, CONTEXTS, LengthTask(), other,
+                       _cfg(1), tmp_path / "out", "r", 1, progress=False, new_data=True)
+    assert result.metrics[0]["step"] == 2
+    assert read_state(result.out_dir)["cursor"] == 2
+
+
+def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                        ) -> None:
+    task = LengthTask()
+    with caplog.at_level(logging.INFO, logger="fastslow.slow"):
+        run_cycle(tiny_model_dir, None, CONTEXTS[:1], task, task.problems("train", 2, 0),
+                  _cfg(1), tmp_path / "out", "r", 0)
+    line = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"][-1]
+    assert "step 1/1" in line and "reward" in line and "tok/s" in line

@@ -1,0 +1,122 @@
+"""The slow loop's use of TRL: advantage grouping by baseline, and the CISPO loss by hand.
+
+Both go through TRL's own code (`_generate_and_score_completions`, `compute_loss`) on the tiny
+model, so a TRL upgrade that changes grouping or normalisation fails here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fastslow.slow import SlowConfig, expand_rows
+from fastslow.slow.trainer import build_trainer
+from fastslow.tasks.base import Problem
+
+PROBLEMS = [Problem(f"p{i}", "toy", f"question {i}", "0") for i in range(2)]
+CONTEXTS = [("a", "context A"), ("b", "context B")]
+# Scripted rewards of the 2 problems x 4 rollouts (2 per context), in row order.
+SCRIPT = {("p0", "a"): [1.0, 0.0], ("p0", "b"): [1.0, 1.0],
+          ("p1", "a"): [0.0, 0.0], ("p1", "b"): [0.0, 1.0]}
+
+
+def _trainer(tiny_model_dir, tokenizer, tmp_path, reward: Any, **overrides: Any) -> Any:
+    from fastslow.model.convert import load_model
+
+    cfg = SlowConfig(**{"num_generations": 4, "problems_per_step": 2, "max_new_tokens": 4,
+                        "lr": 1e-3, "warmup_steps": 0, **overrides})
+    return build_trainer(load_model(tiny_model_dir, dtype="float32"), tokenizer, cfg,
+                         len(CONTEXTS), reward, tmp_path)
+
+
+def scripted_reward(prompts: list, completions: list, problem_id: list[str],
+                    context_id: list[str], **_: Any) -> list[float]:
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for prompt, pid, cid in zip(prompts, problem_id, context_id, strict=True):
+        # Each copy really carries its own context as the system prompt.
+        assert prompt[0] == {"role": "system", "content": dict(CONTEXTS)[cid]}
+        i = seen.get((pid, cid), 0)
+        seen[(pid, cid)] = i + 1
+        out.append(SCRIPT[(pid, cid)][i])
+    return out
+
+
+@pytest.mark.parametrize("baseline, expected, zero_std_groups", [
+    # One group of G=4 per problem, across contexts. p0: r=[1,0,1,1], mean .75, sample std .5;
+    # p1: r=[0,0,0,1], mean .25, std .5. A = (r - mean) / (std + 1e-4).
+    ("problem", [0.5, -1.5, 0.5, 0.5, -0.5, -0.5, -0.5, 1.5], 0.0),
+    # One group of G/K=2 per (problem, context): [1,0] -> ±1/sqrt(2); [1,1], [0,0] -> 0.
+    ("prompt", [0.70711, -0.70711, 0.0, 0.0, 0.0, 0.0, -0.70711, 0.70711], 0.5),
+])
+def test_advantages_grouped_by_baseline(tiny_model_dir, tokenizer, tmp_path, baseline: str,
+                                        expected: list[float], zero_std_groups: float) -> None:
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0,
+                       baseline=baseline)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(expand_rows(PROBLEMS, CONTEXTS, 4))
+    assert batch["advantages"].tolist() == pytest.approx(expected, abs=3e-4)
+    assert trainer._metrics["train"]["frac_reward_zero_std"][-1] == pytest.approx(zero_std_groups)
+
+
+def test_cispo_loss_matches_hand_computation(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """loss = Σ_tokens mask·[−sg(min(ρ, τ))·A·log π + β·ρ·k3] / Σ mask  (TRL 1.16, cispo).
+
+    Normalisation: the token sum of the whole step's P·G rollouts divided by their total number
+    of completion tokens (`num_items_in_batch`), i.e. a token-level mean, not a per-sequence one.
+    k3 = exp(ref − log π) − (ref − log π) − 1 is TRL's KL estimator, multiplied by the
+    (differentiable) ratio ρ: TRL's default `use_bias_correction_kl=True`, the unbiased
+    reverse-KL gradient. On-policy (our CPU path) ρ = 1 in value.
+    """
+    import torch
+
+    tau, beta = 1.5, 0.04
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=beta,
+                       epsilon_high=tau)
+    model = trainer.model
+    model.train()
+    prompt_ids = torch.tensor([[0, 11, 12], [21, 22, 23]])
+    prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1]])  # left padding, as TRL builds it
+    completion_ids = torch.tensor([[31, 32, 33, 34], [41, 42, 0, 0]])
+    completion_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    advantages = torch.tensor([1.0, -0.5])
+    ratios = torch.tensor([[0.5, 1.0, 2.0, 8.0], [3.0, 0.25, 1.0, 1.0]])  # ρ = π/π_old
+
+    def policy_logps() -> torch.Tensor:
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        logits = model(input_ids=ids, attention_mask=torch.cat([prompt_mask, completion_mask], 1)).logits
+        logp = torch.log_softmax(logits[:, 2:-1].float(), -1)
+        return logp.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+
+    with torch.no_grad():
+        logp0 = policy_logps()
+    ref = logp0 + torch.tensor([[0.3, -0.2, 0.1, 0.0], [-0.4, 0.2, 0.0, 0.0]])
+    batch = {
+        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "advantages": advantages, "num_items_in_batch": completion_mask.sum(),
+        "old_per_token_logps": logp0 - ratios.log(), "ref_per_token_logps": ref,
+    }
+    loss = trainer.compute_loss(model, batch)
+    loss.backward()
+    trl_grad = model.get_input_embeddings().weight.grad.clone()
+    model.zero_grad()
+
+    logp = policy_logps()
+    rho = torch.exp(logp - batch["old_per_token_logps"])  # = ratios in value, with a gradient
+    weight = rho.detach().clamp(max=tau)  # sg(min(ρ, τ)): no gradient through the weight
+    k3 = torch.exp(ref - logp) - (ref - logp) - 1
+    per_token = -weight * advantages[:, None] * logp + beta * rho * k3
+    hand = (per_token * completion_mask).sum() / completion_mask.sum()
+    hand.backward()
+    hand_grad = model.get_input_embeddings().weight.grad.clone()
+
+    # Spelled out for the first token: −min(0.5, 1.5)·1.0·log π + 0.04·0.5·k3(0.3).
+    first = -0.5 * logp0[0, 0] + beta * 0.5 * (torch.exp(torch.tensor(0.3)) - 0.3 - 1)
+    assert float(per_token[0, 0].detach()) == pytest.approx(float(first), rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(float(hand.detach()), rel=1e-5)
+    assert torch.allclose(trl_grad, hand_grad, rtol=1e-4, atol=1e-7)
+    assert trl_grad.abs().sum() > 0
+    # Clipped = ρ > τ with A > 0: tokens 3 and 4 of row 0, out of 6 completion tokens.
+    assert trainer._metrics["train"]["cispo_clip_ratio"][-1] == pytest.approx(2 / 6)

@@ -1,0 +1,307 @@
+"""profiles/slurm: its rendering everywhere, and the smoke DAG on a real one-node SLURM cluster.
+
+The cluster test starts slurmctld + slurmd on 127.0.0.1 with ci/slurm/start_slurm.sh (installing
+Debian's slurm-wlm and munge if missing), runs the foundation smoke DAG through
+`snakemake --profile profiles/slurm`, checks that every job went through sbatch and COMPLETED, and
+that every output table equals a plain local run's. It stops the daemons it started.
+
+It is skipped, with the reason, where SLURM cannot run (not root, no apt-get, daemons fail); set
+FASTSLOW_REQUIRE_SLURM=1 (as .ci/run does) to make those a failure instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
+START = ROOT / "ci" / "slurm" / "start_slurm.sh"
+STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
+# The foundation smoke DAG of tests/test_workflow.py, as an explicit target (the default target
+# now also holds every figure's experiments).
+TARGET = "results/tables/base_eval.parquet"
+SMOKE = [TARGET, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
+         "data={tasks: [math, hover]}"]
+PARTITION = "fastslow"
+# Every variable the profile reads: cleared so the developer's own settings never leak in.
+PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
+               "SBATCH_PARTITION")
+# The smoke DAG's SLURM jobs (init_tracking is a localrule; `all` has nothing to run).
+EXPECTED_JOBS = {("base_model", ""), ("task_data", "math"), ("task_data", "hover"),
+                 ("evaluate_base", "math"), ("evaluate_base", "hover"), ("base_eval_table", "")}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(PROFILE_ENV) and k not in ("MLFLOW_TRACKING_URI", "SNAKEMAKE_PROFILE")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **extra)
+    return env
+
+
+# --- the profile, rendered as snakemake reads it (no SLURM needed) ----------------------------------
+
+def render_profile(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict:
+    from snakemake.profiles import ProfileConfigFileParser
+
+    for key in list(os.environ):
+        if key.startswith(PROFILE_ENV):
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with PROFILE.open() as stream:
+        return dict(ProfileConfigFileParser().parse(stream))
+
+
+def resources(args: list[str]) -> dict[str, str]:
+    """['a:mem_mb=1', 'runtime=2'] -> {'a:mem_mb': '1', 'runtime': '2'}"""
+    return dict(item.split("=", 1) for item in args)
+
+
+def test_profile_hard_codes_no_site(monkeypatch):
+    prof = render_profile(monkeypatch)
+    assert prof["executor"] == "slurm"
+    assert prof["rerun-incomplete"] == "True" and int(prof["retries"]) >= 1
+    assert prof["slurm-logdir"] == "results/logs/slurm"
+    everything = json.dumps(prof)
+    assert "slurm_account" not in everything and "slurm_partition" not in everything
+    res = resources(prof["set-resources"])
+    # GPUs for training and evaluation, none for the CPU rules
+    assert res["cycle:gpu"] == "8"
+    for rule in ("evaluate_base", "evaluate_point", "channel_eval", "cycle_frozen"):
+        assert res[f"{rule}:gpu"] == "1", rule
+    assert not any(k.startswith(("base_model:gpu", "task_data:gpu")) for k in res)
+
+
+def test_profile_takes_account_and_partitions_from_the_environment(monkeypatch):
+    prof = render_profile(monkeypatch, FASTSLOW_SLURM_ACCOUNT="123456", FASTSLOW_SLURM_PARTITION="cpu",
+                          FASTSLOW_SLURM_GPU_PARTITION="gpu", FASTSLOW_SLURM_GPU_MODEL="h100",
+                          FASTSLOW_TRAIN_GPUS="4", FASTSLOW_SLURM_QOS="high")
+    default = resources(prof["default-resources"])
+    # quoted: a numeric account stays a string, a partition named e.g. `all` is not Python's all()
+    assert default["slurm_account"] == "'123456'" and default["slurm_partition"] == "'cpu'"
+    res = resources(prof["set-resources"])
+    for rule in ("cycle", "cycle_frozen", "evaluate_base", "evaluate_point", "channel_eval"):
+        assert res[f"{rule}:slurm_partition"] == "'gpu'" and res[f"{rule}:gpu_model"] == "'h100'"
+    assert res["cycle:gpu"] == "4"
+    assert prof["slurm-qos"] == "high"
+
+
+def test_profile_falls_back_to_sbatch_variables(monkeypatch):
+    prof = render_profile(monkeypatch, SBATCH_ACCOUNT="proj", SBATCH_PARTITION="batch")
+    default = resources(prof["default-resources"])
+    assert default["slurm_account"] == "'proj'" and default["slurm_partition"] == "'batch'"
+    assert resources(prof["set-resources"])["cycle:slurm_partition"] == "'batch'"
+
+
+def test_profile_requests_are_capped_to_the_node(monkeypatch):
+    prof = render_profile(monkeypatch, FASTSLOW_SLURM_MAX_CPUS="2", FASTSLOW_SLURM_MAX_MEM_MB="3000",
+                          FASTSLOW_SLURM_MAX_GPUS="0")
+    assert all(int(v) <= 2 for v in resources(prof["set-threads"]).values())
+    res = {**resources(prof["default-resources"]), **resources(prof["set-resources"])}
+    assert not any(k.endswith(":gpu") for k in res)
+    for key, expr in res.items():
+        if key.endswith("mem_mb"):
+            assert all(eval(expr, {"attempt": a}) <= 3000 for a in (1, 2, 3)), key  # noqa: S307
+
+
+def test_profile_runtime_grows_with_attempt(monkeypatch):
+    prof = render_profile(monkeypatch)
+    res = {**resources(prof["default-resources"]), **resources(prof["set-resources"])}
+    runtimes = {k: v for k, v in res.items() if k.endswith("runtime")}
+    assert {"runtime", "cycle:runtime", "evaluate_base:runtime"} <= set(runtimes)
+    for key, expr in runtimes.items():
+        minutes = [eval(expr, {"attempt": a}) for a in (1, 2, 3)]  # noqa: S307 - as snakemake does
+        assert minutes[0] > 0 and minutes == sorted(set(minutes)), (key, minutes)
+
+
+@pytest.mark.workflow
+def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install snakemake-executor-plugin-slurm")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", str(PROFILE.parent),
+                          "--configfile", "config/paper.yaml",
+                          "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_clean_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    evaluate = text[text.index("rule evaluate_base:"):]
+    assert re.search(r"resources: .*runtime=60, gpu=1", evaluate.split("\n\n")[0])
+    assert re.search(r"^total\s+\d+", text, re.M), "no job count"
+    print(f"dry-run with profiles/slurm: {time.monotonic() - t0:.1f} s")
+
+
+# --- a real cluster ------------------------------------------------------------------------------------
+
+def _unavailable(reason: str):
+    if os.environ.get("FASTSLOW_REQUIRE_SLURM") == "1":
+        pytest.fail(f"SLURM required (FASTSLOW_REQUIRE_SLURM=1) but unavailable: {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """A one-node cluster on 127.0.0.1, stopped (by pid file) after the module's tests."""
+    try:
+        import snakemake_executor_plugin_slurm  # noqa: F401
+    except ImportError:
+        _unavailable("snakemake-executor-plugin-slurm is not installed")
+    if os.geteuid() != 0:
+        _unavailable("starting slurmctld/slurmd (and installing SLURM) needs root")
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        _unavailable("SLURM is not installed and there is no apt-get to install it")
+    # short path: slurmd puts step sockets under its spool dir (unix socket paths are <= 107 bytes)
+    state = Path(tempfile.mkdtemp(prefix="fss-", dir="/tmp"))
+    env = _clean_env(FASTSLOW_SLURM_DIR=str(state), FASTSLOW_SLURM_PARTITION=PARTITION,
+                     FASTSLOW_SLURMCTLD_PORT=str(_free_port()), FASTSLOW_SLURMD_PORT=str(_free_port()))
+    stop = lambda: subprocess.run(["bash", str(STOP)], env=env, capture_output=True, text=True,  # noqa: E731
+                                  timeout=120)
+    try:
+        out = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        stop()
+        _unavailable("start_slurm.sh did not finish in 900 s")
+    if out.returncode != 0:
+        stop()
+        _unavailable(f"cannot start SLURM here (start_slurm.sh exit {out.returncode}): "
+                     f"{out.stderr.strip()[-1500:]}")
+    print(out.stderr.strip())
+    try:
+        yield SimpleNamespace(state=state, conf=state / "slurm.conf", env=env)
+    finally:
+        print(stop().stderr.strip())
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for item in ("Snakefile", "workflow", "config", "profiles"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
+    return dest
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the process group (snakemake then scancels its SLURM jobs), SIGKILL after 30 s."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _tables(results: Path) -> dict[str, pl.DataFrame]:
+    return {str(p.relative_to(results)): pl.read_parquet(p) for p in sorted(results.rglob("*.parquet"))
+            if "mlartifacts" not in p.parts}
+
+
+@pytest.mark.workflow
+@pytest.mark.slow
+def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
+    local, remote = _copy_workflow(tmp_path / "local"), _copy_workflow(tmp_path / "slurm")
+    snakemake = [sys.executable, "-m", "snakemake"]  # the repo's venv: sbatch jobs reuse this python
+    # One CPU per SLURM job, so two jobs share the two-core test node; the local reference run
+    # uses two threads: outputs must not depend on where or on how many threads a job ran.
+    slurm_env = _clean_env(SLURM_CONF=str(slurm_cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
+                           FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
+                           FASTSLOW_SLURM_MAX_GPUS="0")
+    # This cluster has no accounting database: job states come from squeue (MinJobAge = 1 h),
+    # and no account is set (the plugin would validate it with sacctmgr).
+    t0 = time.monotonic()
+    remote_proc = _run([*snakemake, "--profile", "profiles/slurm", *SMOKE, "--slurm-status-command", "squeue",
+                        "--slurm-init-seconds-before-status-checks", "2"], remote, slurm_env,
+                       tmp_path / "slurm.log")
+    local_proc = _run([*snakemake, "--cores", "2", *SMOKE], local, _clean_env(), tmp_path / "local.log")
+    try:
+        rc_local = local_proc.wait(timeout=900)
+        rc_remote = remote_proc.wait(timeout=max(60.0, 900 - (time.monotonic() - t0)))
+    finally:  # a timeout or an interrupt leaves no snakemake (or SLURM job) behind
+        _stop(local_proc)
+        _stop(remote_proc)
+    elapsed = time.monotonic() - t0
+    slurm_log = (tmp_path / "slurm.log").read_text()
+    assert rc_local == 0, (tmp_path / "local.log").read_text()[-4000:]
+    assert rc_remote == 0, slurm_log[-6000:]
+
+    # every job went through sbatch: one submission per job, and SLURM says COMPLETED
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.", slurm_log)
+    jobs = {}
+    for jobid, logfile in submitted:
+        parts = Path(logfile).relative_to(remote / "results/logs/slurm").parts  # rule_<r>/[<wc>/]<id>.log
+        rule = parts[0].removeprefix("rule_")
+        wildcards = "/".join(parts[1:-1])
+        jobs[jobid] = (rule, re.sub(r"^task=", "", wildcards) if wildcards else "")
+        assert Path(logfile).is_file(), logfile
+        assert sys.executable.rsplit("/bin/", 1)[0] in Path(logfile).read_text()  # ran the repo's venv
+    assert sorted(jobs.values()) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
+    comp = (slurm_cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
+    records = {}
+    for line in comp.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        if "JobId" in fields:
+            records[fields["JobId"]] = fields
+    squeue = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T"], env=slurm_env,
+                            capture_output=True, text=True, timeout=30).stdout
+    for jobid in jobs:
+        assert records.get(jobid, {}).get("JobState") == "COMPLETED", (jobid, jobs[jobid], comp)
+        assert records[jobid]["Partition"] == PARTITION
+        assert f"{jobid}|COMPLETED" in squeue
+    print(f"SLURM run {elapsed:.0f} s (local reference run alongside)")
+    for jobid, (rule, wc) in sorted(jobs.items(), key=lambda kv: int(kv[0])):
+        r = records[jobid]
+        print(f"  sbatch job {jobid:>4}  {rule + ('[' + wc + ']' if wc else ''):22s} {r['JobState']:9s} "
+              f"partition={r['Partition']} {r['Tres']} {r['StartTime']} -> {r['EndTime'][11:]} "
+              f"exit={r['ExitCode']}")
+
+    # identical outputs: every Parquet table by content, every summary, the model's files
+    local_tables, remote_tables = _tables(local / "results"), _tables(remote / "results")
+    assert sorted(local_tables) == sorted(remote_tables)
+    assert {"tables/base_eval.parquet", "eval/base/math.samples.parquet", "data/hover/val.parquet"} \
+        <= set(local_tables)
+    for name, table in local_tables.items():
+        assert_frame_equal(table, remote_tables[name], check_exact=True)
+    for task in ("math", "hover"):
+        summary = f"results/eval/base/{task}.json"
+        assert json.loads((local / summary).read_text()) == json.loads((remote / summary).read_text())
+    model = Path("results/models/tiny-random")
+    files = sorted(p.name for p in (local / model).iterdir() if not p.name.startswith("."))
+    assert files and files == sorted(p.name for p in (remote / model).iterdir() if not p.name.startswith("."))
+    for name in files:
+        assert (local / model / name).read_bytes() == (remote / model / name).read_bytes(), name
+
+    # and every job's MLflow run closed FINISHED
+    from mlflow.tracking import MlflowClient
+
+    info = json.loads((remote / "results/mlflow/tracking.json").read_text())
+    runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
+    job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
+    assert len(job_runs) == len(EXPECTED_JOBS)
+    assert {r.info.status for r in job_runs} == {"FINISHED"}
