@@ -30,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ.get("FASTSLOW_TEST_THREADS", "1")))
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_tracking_uri():
+    """A test that points MLflow somewhere must not redirect later tests' workflow runs there."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random Llama with SmolLM2's tokenizer and chat template, as an HF directory.

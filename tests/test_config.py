@@ -86,3 +86,13 @@ def test_snakemake_stops_before_any_job_with_one_line(tmp_path):
     assert "slow.num_generations: expected an integer >= 2, got -3" in out.stderr
     assert "Traceback" not in out.stderr
     assert "Job stats" not in out.stdout + out.stderr
+
+
+def test_an_overlay_drops_a_variant_with_null(tmp_path):
+    from fastslow.experiments import expand
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("experiments: {ablations: {variants: {t1: null, k8: {fast: {pool_size: 4}}}}}\n")
+    cfg = load_config(ROOT / "config" / "config.yaml", overlay)
+    variants = {s.variant for s in expand(cfg).values() if s.experiment == "ablations"}
+    assert "t1" not in variants and {"k1", "k4", "k8", "full_gepa"} <= variants

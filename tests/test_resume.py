@@ -45,13 +45,13 @@ def _copy(dest: Path) -> Path:
     return dest
 
 
-def _cmd() -> list[str]:
-    return [sys.executable, "-m", "snakemake", TARGET, "--cores", "1", "--notemp", "--configfile",
+def _cmd(target: str = TARGET) -> list[str]:
+    return [sys.executable, "-m", "snakemake", target, "--cores", "1", "--notemp", "--configfile",
             "config/config.yaml", "config/smoke.yaml", "overlay.yaml"]
 
 
-def _run(work: Path) -> None:
-    out = subprocess.run(_cmd(), cwd=work, capture_output=True, text=True, timeout=900)
+def _run(work: Path, target: str = TARGET) -> None:
+    out = subprocess.run(_cmd(target), cwd=work, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -93,16 +93,32 @@ def _state(work: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    work = _copy(tmp_path_factory.mktemp("ref") / "wf")
+def prefix(tmp_path_factory):
+    """The run up to cycle 0 (base model, data, tracking, cycle 0 kept by --notemp), built once."""
+    work = _copy(tmp_path_factory.mktemp("prefix") / "wf")
+    _run(work, f"{RUN}/cycle0/cycle.json")
+    return work
+
+
+def _fork(prefix: Path, dest: Path) -> Path:
+    """An independent copy of the prefix: files with their mtimes, its own MLflow database."""
+    shutil.copytree(prefix, dest, symlinks=True)
+    info_file = dest / "results/mlflow/tracking.json"
+    info_file.write_text(info_file.read_text().replace(str(prefix), str(dest)))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def reference(prefix, tmp_path_factory):
+    work = _fork(prefix, tmp_path_factory.mktemp("ref") / "wf")
     _run(work)
     return _state(work)
 
 
 @pytest.mark.parametrize("marker", [None, "step 1/2", "Writing model shards"],
                          ids=["during-startup-or-generation", "between-optimiser-steps", "while-writing"])
-def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, reference, marker):
-    work = _copy(tmp_path / "wf")
+def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, marker):
+    work = _fork(prefix, tmp_path / "wf")
     _kill_at(work, marker)
     cycle0 = work / RUN / "cycle0"
     assert (cycle0 / "cycle.json").exists() and (cycle0 / "model").is_dir()  # nothing earlier lost

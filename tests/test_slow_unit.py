@@ -102,7 +102,7 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
 
     kl, ent = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2,
                              token_chunk=2)
-    kl_sum = ent_sum = 0.0
+    kl_sum = ent_sum = base_ent_sum = 0.0
     with torch.no_grad():
         for p, c in zip(prompts, completions, strict=True):
             ids = torch.tensor([p + c])
@@ -110,10 +110,12 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
             lq = torch.log_softmax(base(ids).logits[0, len(p) - 1: -1].float(), -1)
             kl_sum += float((lp.exp() * (lp - lq)).sum())
             ent_sum += float(-(lp.exp() * lp).sum())
+            base_ent_sum += float(-(lq.exp() * lq).sum())
     assert kl == pytest.approx(kl_sum / 8, rel=1e-4)
     assert ent == pytest.approx(ent_sum / 8, rel=1e-5)
     assert kl > 1e-4
 
-    same, _ = kl_and_entropy(base, base, tokenizer, prompts, completions, batch_size=2)
+    same, base_ent = kl_and_entropy(base, base, tokenizer, prompts, completions, batch_size=2)
     assert abs(same) < 1e-6
+    assert base_ent == pytest.approx(base_ent_sum / 8, rel=1e-5)  # one forward, same entropy
     assert all(math.isnan(x) for x in kl_and_entropy(base, base, tokenizer, [[1]], [[]]))

@@ -119,3 +119,12 @@ def test_sigkilled_run_is_closed_and_linked_by_the_rerun(tracking):
     assert old.info.status == "KILLED"  # ... so the rerun closes it
     assert new.info.status == "FINISHED"
     assert new.data.tags["fastslow.previous_run"] == old.info.run_id
+
+
+def test_tracking_leaves_the_environment_alone(tmp_path, tracking):
+    """Pointing our client at a store must not export MLFLOW_TRACKING_URI to later subprocesses
+    (mlflow.set_tracking_uri does): a snakemake run started afterwards would log to that store."""
+    path, _ = tracking
+    with job_run(rule="r", wildcards={}, config={}, tracking_json=path, parent="foundation"):
+        pass
+    assert "MLFLOW_TRACKING_URI" not in os.environ

@@ -10,6 +10,7 @@ one line naming the key and what is expected, e.g.::
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,14 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: str | Path | None = None) -> dict[str, Any]:
-    with open(path or SCHEMA_PATH, encoding="utf-8") as fh:
+    """The config schema (a fresh copy: callers may not share mutations)."""
+    return copy.deepcopy(_parsed_schema(str(path or SCHEMA_PATH)))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_schema(path: str) -> dict[str, Any]:
+    # Parsed once per process: validation runs once per experiment variant (paper: 10 times).
+    with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
 

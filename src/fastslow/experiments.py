@@ -38,6 +38,7 @@ class RunSpec:
     init: str | None = None  # "<experiment>/<method>/<run>" whose final weights start this run
     eval_tasks: tuple[str, ...] = ()
     eval_init: bool = True  # evaluate the initial weights too (the curve's step-0 point)
+    eval_every: int = 1  # evaluate after every N-th cycle (and always after the last)
 
     @property
     def key(self) -> str:
@@ -105,7 +106,8 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                 raise _err(f"{where}.init.experiment: no default-variant runs of {src['experiment']!r} "
                            f"match (define it before {exp_name!r})")
             inits += [r.key for r in src_runs]
-        variants = exp.get("variants") or {"default": {}}
+        # null drops a variant: an overlay (paper.yaml over config.yaml) can only merge into the map.
+        variants = {k: v for k, v in (exp.get("variants") or {}).items() if v is not None} or {"default": {}}
         for method in exp["methods"]:
             for variant, overrides in variants.items():
                 if not _SAFE.match(variant):
@@ -120,7 +122,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                             name = f"{prefix}{stem}-{variant}-s{seed}"
                             spec = RunSpec(exp_name, method, name, schedule, seed, variant,
                                            overrides, init, eval_tasks or (schedule[0],),
-                                           exp.get("eval_init", True))
+                                           exp.get("eval_init", True), exp.get("eval_every", 1))
                             runs[spec.key] = spec
     return runs
 

@@ -340,7 +340,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     ax.set(title=f"Fig 9 — {task} ablations (val mean@{int(abl['k'][0])} at step {step})",
            ylabel=f"val mean@{int(abl['k'][0])}")
     ax.tick_params(axis="x", rotation=30)
-    _footnote(fig, frames, "Sage: the headline configuration (default variant).")
+    _footnote(fig, frames, "Green bar: the headline configuration (default variant); grey: its ablations.")
     _save(fig, out)
     return values
 

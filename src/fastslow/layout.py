@@ -33,7 +33,10 @@ def eval_point_file(spec: RunSpec, point: str, task: str, results: str = RESULTS
 
 
 def eval_points(spec: RunSpec) -> list[str]:
-    return ["init"] * spec.eval_init + [f"cycle{c}" for c in range(spec.cycles)]
+    """The run's evaluation points: 'init' (if asked), every `eval_every`-th cycle and the last."""
+    every = spec.eval_every
+    return ["init"] * spec.eval_init + [f"cycle{c}" for c in range(spec.cycles)
+                                        if (c + 1) % every == 0 or c == spec.cycles - 1]
 
 
 def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS) -> list[str]:

@@ -38,10 +38,10 @@ def tracking_uri(results_dir: str | Path = "results") -> str:
 
 
 def _client(uri: str):
-    import mlflow
     from mlflow.tracking import MlflowClient
 
-    mlflow.set_tracking_uri(uri)
+    # Never mlflow.set_tracking_uri(): it exports MLFLOW_TRACKING_URI into os.environ, so every
+    # process started afterwards (a snakemake run from a notebook or a test) would log there.
     return MlflowClient(uri)
 
 

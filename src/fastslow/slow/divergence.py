@@ -67,6 +67,7 @@ def kl_and_entropy(
     kl_sum, ent_sum, count = 0.0, 0.0, 0
     pairs = [(list(p), list(c)) for p, c in zip(prompt_ids, completion_ids, strict=True) if len(c)]
     pairs.sort(key=lambda pc: len(pc[0]) + len(pc[1]))  # similar lengths pad little
+    same = base_model is model
     was_training = (model.training, base_model.training)
     model.eval()
     base_model.eval()
@@ -84,14 +85,16 @@ def kl_and_entropy(
                     attn[row, : len(p) + len(c)] = 1
                     where[row, len(p) - 1: len(p) + len(c) - 1] = True
                 h = _completion_hidden(model, ids.to(device), attn.to(device), where.to(device))
-                hb = _completion_hidden(base_model, ids.to(base_device), attn.to(base_device),
-                                        where.to(base_device))
+                # The same model on both sides (a base-model evaluation): KL is 0 by definition,
+                # and the second full forward over long prompts would double the cost.
+                hb = None if same else _completion_hidden(base_model, ids.to(base_device),
+                                                          attn.to(base_device), where.to(base_device))
                 for start in range(0, h.shape[0], token_chunk):
                     logp = _log_probs(model, h[start: start + token_chunk], temperature)
-                    logq = _log_probs(base_model, hb[start: start + token_chunk], temperature)
-                    logq = logq.to(logp.device)
                     prob = logp.exp()
-                    kl_sum += float((prob * (logp - logq)).sum())
+                    if hb is not None:
+                        logq = _log_probs(base_model, hb[start: start + token_chunk], temperature)
+                        kl_sum += float((prob * (logp - logq.to(logp.device))).sum())
                     ent_sum += float(-(prob * logp).sum())
                     count += logp.shape[0]
     finally:
