@@ -32,7 +32,8 @@ EVAL_GPU_HOURS = 0.25
 
 def dry_run_jobs(target: str, config: str, workdir: Path) -> tuple[int, float]:
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", target,
+    # the target before --quiet: --quiet takes several values and would swallow it
+    out = subprocess.run([sys.executable, "-m", "snakemake", target, "-n", "--quiet", "rules",
                           "--configfile", config, "--directory", str(workdir),
                           "--snakefile", str(ROOT / "Snakefile")],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -68,14 +68,16 @@ def _kill_at(work: Path, marker: str | None) -> None:
     proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     log = work / "results/logs/runs/efficiency/fst/math-default-s0/cycle1.log"
     deadline = time.time() + 600
-    killed = False
+    killed, job = False, None
     while time.time() < deadline and proc.poll() is None:
-        job = _cycle1_job(work)
+        # Scanning every process is slow on a loaded machine: find the job once, then only poll
+        # its log, so a short window (the final save) is not missed.
+        job = job if job is not None and job.is_running() else _cycle1_job(work)
         if job is not None and (marker is None or (log.exists() and marker in log.read_text(errors="replace"))):
             job.send_signal(signal.SIGKILL)
             killed = True
             break
-        time.sleep(0.05)
+        time.sleep(0.01 if job is not None else 0.05)
     proc.wait(timeout=300)
     assert killed, f"never reached kill point {marker!r}"
     assert not (work / RUN / "cycle1/cycle.json").exists()

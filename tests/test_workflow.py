@@ -82,16 +82,12 @@ FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 1
 
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_smoke_builds_every_figure_and_table(tmp_path):
+def test_smoke_builds_every_figure_and_table(smoke_workdir):
     """Every figure, the claims and channel tables and the pool reports, from a tiny random model:
-    the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted."""
-    work = tmp_path / "wf"
-    work.mkdir()
-    for item in ("Snakefile", "workflow", "config"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
-    targets = [*FIGURES, "results/tables/claims.csv", "results/tables/channels.csv"]
-    out = snakemake(*targets, "--cores", "2", *SMOKE, cwd=work, timeout=1500)
+    the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted.
+    Continues the module's workdir (its base model and data are reused; alone, it builds all)."""
+    work = smoke_workdir
+    out = snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500)  # the default target: all
     assert out.returncode == 0, out.stderr[-6000:]
     for fig in FIGURES:
         pdf, png = work / fig, work / fig.replace(".pdf", ".png")
@@ -108,3 +104,10 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert len(figure_runs) == len(FIGURES)
     assert all(r.data.tags.get("fastslow.input_runs") for r in figure_runs)
     assert not [r for r in runs if r.info.status == "RUNNING"]
+
+    # snakemake --report: one self-contained HTML page with the figures, claims and pool pages
+    out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    html = (work / "report.html").read_text(errors="replace")
+    for name in ("fig6.png", "claims.csv", "channels.csv", "continual.html"):
+        assert name in html, name

@@ -1,0 +1,144 @@
+"""Benchmark: wall time per RL step of RL-only, FST and FST with rollout reuse, side by side.
+
+Each method runs the real cycle code (`fastslow.cycle.run_cycle`, what the `cycle` rule calls) for
+`--cycles` cycles of T steps on the embedded default (SmolLM2-135M-Instruct, CPU), each method in
+its own subprocess so that its peak resident memory is its own (`ru_maxrss`). The last cycle is
+reported (cycle 0 of FST with reuse has no previous rollouts to reuse), split into
+
+    generation / scoring / training   (the slow loop's own timers, summed over the T steps)
+    fast round                        (GEPA: evaluations + proposals; 0 for RL-only)
+    other                             (model loading, saving weights and state, tables: I/O)
+
+and divided by T: seconds per RL step. Runs alternate methods across repetitions so load from
+other processes hits all alike.
+
+    python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1]
+      -> results/bench/fst_step.json, results/bench/fst_step.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
+
+
+def child(method: str, task: str, cycles: int, work: Path, threads: int) -> dict[str, Any]:
+    """Run `cycles` cycles of one method in this process; return the last cycle's split."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import polars as pl
+    import torch
+
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.model.convert import SMOLLM2_SPEC, prepare_base_model
+
+    torch.set_num_threads(threads)
+    config = load_config(ROOT / "config" / "config.yaml")
+    model = ROOT / "results" / "models" / SMOLLM2_SPEC
+    if not (model / "config.json").exists():
+        prepare_base_model(SMOLLM2_SPEC, model)
+    train = ROOT / "results" / "data" / task / "train.parquet"
+    if not train.exists():
+        raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
+    kind, reuse = METHODS[method]
+    spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
+                   overrides={"fast": {"reuse_rollouts": reuse}})
+    prev, rows = None, []
+    for c in range(cycles):
+        out = work / f"cycle{c}"
+        start = time.perf_counter()
+        summary = run_cycle(spec, config, c, model, prev, train, out)
+        wall = time.perf_counter() - start
+        metrics = pl.read_parquet(out / "metrics.parquet")
+        fast = json.loads((out / "fast.json").read_text())
+        t = metrics.height
+        parts = {k: float(metrics[f"{k}_seconds"].sum()) for k in ("generation", "scoring", "training")}
+        parts["fast_round"] = float(fast.get("seconds", 0.0))
+        parts["other"] = wall - sum(parts.values())
+        rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
+                     "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
+                     "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs")})
+        prev = out
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"method": method, "cycles": rows, "peak_rss_mb": rss_mb}
+
+
+def plot(results: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = ["generation", "scoring", "training", "fast_round", "other"]
+    methods = [r["method"] for r in results]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    bottom = [0.0] * len(results)
+    for i, part in enumerate(parts):
+        vals = [r["cycles"][-1]["per_step"][part] for r in results]
+        ax.bar(methods, vals, bottom=bottom, label=part, color=plt.cm.Set2(i))
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for x, total in enumerate(bottom):
+        ax.text(x, total, f"{total:.1f}s", ha="center", va="bottom", fontsize=9)
+    ax.set(ylabel="seconds per RL step (last cycle)", title="Wall time per RL step, SmolLM2-135M on CPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="math")
+    ap.add_argument("--cycles", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("results/bench/fst_step.json"))
+    ap.add_argument("--child", nargs=2, metavar=("METHOD", "WORKDIR"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads)
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    for rep in range(args.reps):
+        for method in METHODS:
+            with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
+                print(f"rep {rep}: {method} ...", file=sys.stderr, flush=True)
+                proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
+                                       "--cycles", str(args.cycles), "--threads", str(args.threads)],
+                                      capture_output=True, text=True, cwd=ROOT)
+                line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+                if proc.returncode != 0 or not line:
+                    raise SystemExit(f"{method} failed:\n{proc.stderr[-3000:]}")
+                res = json.loads(line[0][7:])
+                results[method].append(res)
+                last = res["cycles"][-1]
+                print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "
+                      f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}), "
+                      f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
+    best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
+    rl = best[0]["cycles"][-1]["wall_per_step_s"]
+    report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "threads": args.threads,
+              "runs": results,
+              "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
+                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl,
+                                        "peak_rss_mb": r["peak_rss_mb"]} for r in best}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    plot(best, args.out.with_suffix(".png"))
+    print(json.dumps(report["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
