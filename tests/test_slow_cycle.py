@@ -167,3 +167,29 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
                   _cfg(1), tmp_path / "out", "r", 0)
     line = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"][-1]
     assert "step 1/1" in line and "reward" in line and "tok/s" in line
+
+
+def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """One RL step over the same P*G rollouts, all at once vs in micro-batches of 2 (< G): the
+    same rollouts and rewards and, up to float summation order, the same updated weights."""
+    import dataclasses
+
+    import torch
+
+    task = LengthTask()
+    problems = task.problems("train", 2, 0)
+    out = {}
+    for micro in (8, 2):
+        cfg = dataclasses.replace(_cfg(1), micro_batch_size=micro, warmup_steps=0)  # warm-up starts at lr 0
+        out[micro] = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / f"m{micro}",
+                               "toy/micro", 0, progress=False)
+    import polars as pl
+
+    a, b = (pl.read_parquet(out[m].rollouts_path) for m in (8, 2))
+    assert a["completion"].to_list() == b["completion"].to_list()
+    assert a["reward"].to_list() == b["reward"].to_list() and len(set(a["reward"].to_list())) > 1
+    wa, wb, w0 = _weights(out[8].model_dir), _weights(out[2].model_dir), _weights(tiny_model_dir)
+    moved = max(float((wa[k] - w0[k]).abs().max()) for k in wa)
+    assert moved > 1e-4  # the step did change the weights
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=1e-5 * max(1.0, moved))
