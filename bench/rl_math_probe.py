@@ -8,6 +8,7 @@ gain with the seed-to-seed spread (max - min over seeds of the trained mean@k, a
 mean@k under the same sampling seeds).
 
     nice python bench/rl_math_probe.py --task math_easy --steps 30 --seeds 0 1
+    # or one process per seed, then: python bench/rl_math_probe.py --merge a.json b.json --out c.json
       -> results/bench/rl_probe.json, results/bench/rl_probe.png
 """
 
@@ -91,7 +92,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a busy CPU)")
     parser.add_argument("--out", type=Path, default=Path("results/bench/rl_probe.json"))
     parser.add_argument("--work", type=Path, default=Path("results/bench/rl_probe"))
+    parser.add_argument("--merge", type=Path, nargs="+", help="combine these reports (seeds run in "
+                        "parallel processes) into --out, and stop")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     import torch
 
     torch.set_num_threads(args.threads)
@@ -135,6 +141,11 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")  # partial results survive
 
+    _finish(report, args.out)
+
+
+def _finish(report: dict[str, Any], out: Path) -> None:
+    """The verdict: the gain over the base vs the seed-to-seed spread; JSON and plot."""
     base_means = [r["base"]["mean@k"] for r in report["runs"]]
     trained_means = [r["trained"]["mean@k"] for r in report["runs"]]
     gains = [t - b for t, b in zip(trained_means, base_means, strict=True)]
@@ -147,9 +158,22 @@ def main() -> None:
         "gain_exceeds_spread": bool(min(gains) > max(spread, base_spread))
         if len(gains) > 1 else None,
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    _plot(report, args.out.with_suffix(".png"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    _plot(report, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))
+
+
+def merge(paths: list[Path], out: Path) -> None:
+    """Combine reports of seeds run as separate processes (same task and settings) into one."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    keep = ("steps", "task", "k", "max_new_tokens", "temperature", "lr", "problems_per_step")
+    for r in reports[1:]:
+        if any(r["args"].get(k) != reports[0]["args"].get(k) for k in keep):
+            raise SystemExit(f"cannot merge: settings differ ({[k for k in keep if r['args'].get(k) != reports[0]['args'].get(k)]})")
+    merged = {**reports[0], "runs": sorted((run for r in reports for run in r["runs"]), key=lambda run: run["seed"]),
+              "merged_from": [str(p) for p in paths]}
+    _finish(merged, out)
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
