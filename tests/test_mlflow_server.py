@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from fastslow.launch import stop_process_group
 
 JOBS = 16
 STEPS = 5
@@ -92,13 +93,7 @@ def mlflow_server(tmp_path):
         print(f"mlflow server up in {time.monotonic() - t0:.1f} s")
         yield uri
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc)
         log.close()
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,8 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+
+from fastslow.launch import stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
@@ -208,14 +209,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subproces
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM the process group (snakemake then scancels its SLURM jobs), SIGKILL after 30 s."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_process_group(proc)
 
 
 def _tables(results: Path) -> dict[str, pl.DataFrame]:

@@ -147,15 +147,22 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        if proc.poll() is None:  # interrupted while waiting: do not leave the ranks behind
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process_group(proc)  # interrupted while waiting: do not leave the ranks behind
     if rc != 0:
         raise subprocess.CalledProcessError(rc, list(command))
+
+
+def stop_process_group(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """SIGTERM the process group of `proc` (started with start_new_session=True), SIGKILL it
+    after `grace` seconds; nothing if it has already exited."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def launch(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,

@@ -44,8 +44,7 @@ from fastslow.slow.loop import (
     _set_rng_state,
     _write_table,
     check_device,
-    problems_fingerprint,
-    read_state,
+    resume_point,
     take_problems,
 )
 from fastslow.tasks.base import Problem, Task, build_messages
@@ -262,27 +261,13 @@ def run_distill_cycle(
         raise ValueError(f"run_distill_cycle takes exactly one (teacher) context, got {len(contexts)}")
     (teacher_id, teacher_context), = contexts
     problems = list(train_problems)
-    if not problems:
-        raise ValueError("train_problems is empty")
-    if len({p.id for p in problems}) != len(problems):
-        raise ValueError("train_problems have duplicate ids")
+    model_dir = Path(model_dir)
+    policy_dir, global_step, cursor, fingerprint = resume_point(model_dir, state_in, problems, new_data)
     if progress:
         _ensure_progress_handler()
     if cfg.use_vllm:
         log.warning("FST-distill samples with HF generate; use_vllm is ignored")
-
-    model_dir = Path(model_dir)
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
-    fingerprint = problems_fingerprint(problems)
-    if state_in is None:
-        policy_dir, global_step, cursor = model_dir, 0, 0
-    else:
-        prev = read_state(state_in)
-        if prev["problems_fingerprint"] != fingerprint and not new_data:
-            raise ValueError(f"state_in {state_in} was trained on a different train set (or order); "
-                             "the data position would be meaningless (pass new_data=True)")
-        policy_dir, global_step = Path(state_in) / "model", prev["global_step"]
-        cursor = 0 if new_data else prev["cursor"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
     with atomic_dir(out_dir) as tmp:

@@ -156,6 +156,28 @@ def read_state(state_in: str | Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def resume_point(model_dir: Path, state_in: str | Path | None, problems: Sequence[Problem],
+                 new_data: bool) -> tuple[Path, int, int, str]:
+    """Where a cycle starts: (weights dir, global step, data cursor, train-set fingerprint).
+
+    Checks the train set (non-empty, unique ids) and that a resumed data position refers to the
+    same train set and order, unless `new_data` (a continual run switched task) restarts it at 0.
+    """
+    if not problems:
+        raise ValueError("train_problems is empty")
+    if len({p.id for p in problems}) != len(problems):
+        raise ValueError("train_problems have duplicate ids")
+    fingerprint = problems_fingerprint(problems)
+    if state_in is None:
+        return Path(model_dir), 0, 0, fingerprint
+    prev = read_state(state_in)
+    if prev["problems_fingerprint"] != fingerprint and not new_data:
+        raise ValueError(f"state_in {state_in} was trained on a different train set (or order); "
+                         "the data position would be meaningless (pass new_data=True for a "
+                         "new task)")
+    return Path(state_in) / "model", prev["global_step"], 0 if new_data else prev["cursor"], fingerprint
+
+
 # ---------------------------------------------------------------- one RL step
 
 
@@ -287,26 +309,11 @@ def run_cycle(
     if len(set(ids)) != len(ids):
         raise ValueError(f"context ids must be unique, got {ids}")
     problems = list(train_problems)
-    if not problems:
-        raise ValueError("train_problems is empty")
-    if len({p.id for p in problems}) != len(problems):
-        raise ValueError("train_problems have duplicate ids")
+    model_dir = Path(model_dir)
+    policy_dir, global_step, cursor, fingerprint = resume_point(model_dir, state_in, problems, new_data)
     if progress:
         _ensure_progress_handler()
-
-    model_dir = Path(model_dir)
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
-    fingerprint = problems_fingerprint(problems)
-    if state_in is None:
-        policy_dir, global_step, cursor = model_dir, 0, 0
-    else:
-        prev = read_state(state_in)
-        if prev["problems_fingerprint"] != fingerprint and not new_data:
-            raise ValueError(f"state_in {state_in} was trained on a different train set (or order); "
-                             "the data position would be meaningless (pass new_data=True for a "
-                             "new task)")
-        policy_dir, global_step = Path(state_in) / "model", prev["global_step"]
-        cursor = 0 if new_data else prev["cursor"]
 
     with atomic_dir(out_dir) as tmp:
         tokenizer = load_tokenizer(policy_dir)
