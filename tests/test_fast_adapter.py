@@ -69,12 +69,15 @@ def test_adapter_evaluate_and_reflective_dataset_on_tiny_model(tiny_generator: A
 def test_adapter_batch_evaluate_and_hard_cap() -> None:
     task, gen = ToyTask(), ScriptedGenerator()
     probs = task.problems("train", 4, 0)
-    adapter = FastAdapter(gen, task, SamplingParams(8), max_generations=5)
-    res = adapter.batch_evaluate([({"context": "a"}, probs[:2]), ({"context": "b"}, probs[:2])])
-    assert [r.num_metric_calls for r in res] == [2, 2] and all(r.trajectories for r in res)
+    adapter = FastAdapter(gen, task, SamplingParams(8), max_metric_calls=5)
+    res = adapter.batch_evaluate([({"context": "a"}, probs[:2]), ({"context": "b"}, probs[:2]),
+                                  ({"context": "a"}, probs[1:3][:1])])  # a repeat: a cache hit
+    assert [r.num_metric_calls for r in res] == [2, 2, 0] and all(r.trajectories for r in res)
+    assert gen.calls == 1 and gen.prompts == 4  # both candidates' rollouts in one generate call
+    assert res[2].scores == res[0].scores[1:]
     with pytest.raises(BudgetExceeded):
         adapter.evaluate(probs, {"context": "c"})
-    assert gen.prompts == 4
+    assert gen.prompts == 4 and adapter.metric_calls == 4
 
 
 def test_cache_is_keyed_by_weights_id() -> None:
@@ -118,11 +121,14 @@ def test_rollout_reuse_from_parquet(tmp_path: Path) -> None:
     assert adapter.preload(rollouts, {p.id: p for p in probs}) == 3
 
     eb = adapter.evaluate(probs, {"context": ctx}, capture_traces=True)
-    assert gen.prompts == 1 and eb.num_metric_calls == 1  # only probs[2] had no reusable rollout
+    assert gen.prompts == 1  # only probs[2] had no reusable rollout
+    assert eb.num_metric_calls == 3 and adapter.reused_calls == 2  # first uses of reused pairs count
+    again = adapter.evaluate(probs[:2], {"context": ctx})
+    assert again.num_metric_calls == 0 and adapter.metric_calls == 3  # then they are cache hits
     assert eb.scores[0] == 0.5 and eb.scores[1] == 1.0  # mean over the G/K rollouts
     assert eb.trajectories[0]["reused"] and eb.trajectories[0]["samples"] == 2
     assert eb.trajectories[0]["completion"] == "<answer>1</answer>"  # the worst one, for reflection
-    assert adapter.reused_hits == 2
+    assert adapter.reused_hits == 4
 
 
 def test_read_rollouts_rejects_wrong_schema(tmp_path: Path) -> None:

@@ -108,7 +108,22 @@ def test_rollout_reuse_feeds_minibatches(tmp_path: Path) -> None:
     new, summary = run_round(Pool.seed(SEEDS[0], 1), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
                              reuse_rollouts=parquet, log=quiet)
     assert summary["reused_pairs"] == 8 and summary["reused_hits"] >= 4
-    assert gen.prompts == summary["generations"] <= 40
+    assert gen.prompts == summary["generations"]
+    assert summary["metric_calls"] == summary["generations"] + summary["reused_calls"] <= 40
+    # The Pareto val set is the reused problems: the seed's val scores cost no generation.
+    assert summary["val_problems"] == [p.id for p in covered[:len(VAL)]]
+    assert summary["seed_generations"] == 0 and summary["reused_calls"] >= len(VAL)
+
+
+def test_reuse_generates_less_for_the_same_budget(tmp_path: Path) -> None:
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:8])
+    plain, reuse = ScriptedGenerator(), ScriptedGenerator()
+    _, s0 = run_round(Pool.seed(SEEDS[0], 1), plain, TASK, TRAIN, VAL, cfg, 0, tmp_path / "a", log=quiet)
+    _, s1 = run_round(Pool.seed(SEEDS[0], 1), reuse, TASK, TRAIN, VAL, cfg, 0, tmp_path / "b",
+                      reuse_rollouts=parquet, log=quiet)
+    assert s0["reused_calls"] == 0 and s0["metric_calls"] == s0["generations"] == plain.prompts
+    assert reuse.prompts < plain.prompts
 
 
 def test_round_on_the_tiny_model(tmp_path: Path, tiny_model_dir: Path) -> None:

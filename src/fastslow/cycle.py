@@ -76,6 +76,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
 
     if spec.fast:
         gen = cfg["generation"]
+        fast_dtype = cfg["fast"].get("dtype", "model")
         fast_cfg = FastConfig.from_dict({
             **cfg["fast"], "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})
@@ -84,7 +85,8 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
-        generator = make_generator(gen["backend"], weights, dtype=cfg["model"]["dtype"],
+        generator = make_generator(gen["backend"], weights,
+                                   dtype=cfg["model"]["dtype"] if fast_dtype == "model" else fast_dtype,
                                    batch_size=gen["batch_size"])
         t0 = time.perf_counter()
         # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.

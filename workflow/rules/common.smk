@@ -106,6 +106,8 @@ rule init_tracking:
         TRACKING,
     log:
         f"{RESULTS}/logs/init_tracking.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/init_tracking.tsv",
     params:
         parents=PARENTS,
     script:

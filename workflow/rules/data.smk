@@ -8,6 +8,8 @@ rule base_model:
         directory(BASE_MODEL),
     log:
         f"{RESULTS}/logs/base_model/{MODEL}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/base_model/{MODEL}.tsv",
     params:
         spec=config["model"]["base"],
     resources:
@@ -23,5 +25,7 @@ rule task_data:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:
         f"{RESULTS}/logs/task_data/{{task}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/task_data/{{task}}.tsv",
     script:
         "../scripts/task_data.py"

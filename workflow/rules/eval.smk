@@ -11,6 +11,8 @@ rule evaluate_base:
         summary=f"{RESULTS}/eval/base/{{task}}.json",
     log:
         f"{RESULTS}/logs/evaluate_base/{{task}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/evaluate_base/{{task}}.tsv",
     threads: 1
     resources:
         mem_mb=6000,
@@ -26,5 +28,7 @@ rule base_eval_table:
         f"{RESULTS}/tables/base_eval.parquet",
     log:
         f"{RESULTS}/logs/base_eval_table.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/base_eval_table.tsv",
     script:
         "../scripts/base_eval_table.py"

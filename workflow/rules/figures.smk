@@ -15,6 +15,8 @@ rule figure:
         png=report(f"{RESULTS}/figures/{{fig}}.png", category="Figures", caption="../report/figure.rst"),
     log:
         f"{RESULTS}/logs/figures/{{fig}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/figures/{{fig}}.tsv",
     wildcard_constraints:
         fig="|".join(FIGURES),
     script:
@@ -29,6 +31,8 @@ rule claims:
         report(f"{RESULTS}/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
     log:
         f"{RESULTS}/logs/claims.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/claims.tsv",
     script:
         "../scripts/claims.py"
 
@@ -44,6 +48,8 @@ rule pool_evolution:
                caption="../report/pools.rst"),
     log:
         f"{RESULTS}/logs/pool_evolution/{{experiment}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/pool_evolution/{{experiment}}.tsv",
     script:
         "../scripts/pool_evolution.py"
 
@@ -63,6 +69,8 @@ rule channel_eval:
         f"{RUN}/channels/{{combo}}/{{task}}.json",
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/channel_{{combo}}_{{task}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/channel_{{combo}}_{{task}}.tsv",
     wildcard_constraints:
         combo="base_weights_fst_context|fst_weights_seed_context",
     threads: 1
@@ -92,5 +100,7 @@ rule channels:
         report(f"{RESULTS}/tables/channels.csv", category="Claims", caption="../report/channels.rst"),
     log:
         f"{RESULTS}/logs/channels.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/channels.tsv",
     script:
         "../scripts/channels.py"

@@ -17,6 +17,8 @@ rule cycle:
         summary=f"{RUN}/cycle{{cycle}}/cycle.json",
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
         method="rl|fst|fst_distill",
     threads: 1
@@ -36,6 +38,8 @@ rule cycle_frozen:
         summary=f"{RUN}/cycle{{cycle}}/cycle.json",
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
         method="gepa",
     threads: 1
@@ -54,6 +58,8 @@ rule final_weights:
         directory(f"{RUN}/final/model"),
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/final.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/final.tsv",
     script:
         "../scripts/final_weights.py"
 
@@ -67,6 +73,8 @@ rule evaluate_point:
         samples=f"{RUN}/eval/{{point}}/{{task}}.samples.parquet",
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/eval_{{point}}_{{task}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/eval_{{point}}_{{task}}.tsv",
     wildcard_constraints:
         point="init|cycle[0-9]+",
     threads: 1
@@ -86,5 +94,7 @@ rule curves:
         f"{RESULTS}/tables/curves/{{experiment}}.parquet",
     log:
         f"{RESULTS}/logs/curves/{{experiment}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/curves/{{experiment}}.tsv",
     script:
         "../scripts/curves.py"

@@ -69,29 +69,31 @@ class RolloutCache:
 class FastAdapter:
     """`gepa.GEPAAdapter` over a task and the current weights.
 
-    `generations` counts (context, problem) rollouts actually generated: the quantity the
-    round's budget bounds. `max_generations` is a hard cap (BudgetExceeded past it), a
-    second line of defence behind the round's stopper.
+    `generations` counts (context, problem) rollouts actually generated; `metric_calls` adds
+    the slow-loop rollouts served instead (rollout reuse) and is what the round's budget
+    bounds. `max_metric_calls` is a hard cap (BudgetExceeded past it), a second line of
+    defence behind the round's stopper.
     """
 
     propose_new_texts = None  # proposals come through gepa's custom_candidate_proposer hook
 
     def __init__(self, generator: Generator, task: Task, sampling: SamplingParams,
                  weights_id: str = "base", cache: RolloutCache | None = None,
-                 max_generations: int | None = None, batch_size: int = 16,
+                 max_metric_calls: int | None = None, batch_size: int = 16,
                  on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0) -> None:
         self.generator = generator
         self.task = task
         self.sampling = sampling
         self.weights_id = weights_id
         self.cache = cache if cache is not None else RolloutCache()
-        self.max_generations = max_generations
+        self.max_metric_calls = max_metric_calls
         self.batch_size = batch_size
         self.on_generate = on_generate
         self.format_credit = format_credit
         self.generations = 0
         self.cache_hits = 0
         self.reused_hits = 0
+        self._reused_served: set[tuple[str, str]] = set()
         self._calls = 0
 
     # -- evaluation -------------------------------------------------------------------------
@@ -105,16 +107,21 @@ class FastAdapter:
                 log.debug("render_prompts failed; storing plain messages", exc_info=True)
         return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
 
-    def _generate(self, context: str, problems: list[Problem]) -> None:
-        """Generate, score and cache one rollout per problem (all cache misses)."""
-        h = context_hash(context)
-        if self.max_generations is not None and self.generations + len(problems) > self.max_generations:
+    def _generate(self, pairs: list[tuple[str, Problem]]) -> None:
+        """Generate, score and cache one rollout per (context, problem) pair (all cache misses).
+
+        Pairs of several contexts share generate() calls of up to `batch_size` sequences: on a
+        CPU a batch of 12 costs little more per step than a batch of 6 (the weights are read
+        once per decoding step either way), so evaluating the K seed contexts together is
+        nearly K times cheaper than one call per context.
+        """
+        if self.max_metric_calls is not None and self.metric_calls + len(pairs) > self.max_metric_calls:
             raise BudgetExceeded(
-                f"{self.generations} rollouts generated, {len(problems)} more would pass the "
-                f"cap of {self.max_generations}")
-        for lo in range(0, len(problems), self.batch_size):
-            chunk = problems[lo:lo + self.batch_size]
-            convs = [build_messages(context, p) for p in chunk]
+                f"{self.metric_calls} metric calls used, {len(pairs)} more rollouts would pass "
+                f"the cap of {self.max_metric_calls}")
+        for lo in range(0, len(pairs), self.batch_size):
+            chunk = pairs[lo:lo + self.batch_size]
+            convs = [build_messages(context, p) for context, p in chunk]
             # A fresh seed per call: the same (context, problem) is never sampled twice anyway
             # (cache), and distinct calls must not share one random stream.
             params = SamplingParams(self.sampling.max_new_tokens, self.sampling.temperature,
@@ -127,12 +134,13 @@ class FastAdapter:
             if self.on_generate is not None:
                 self.on_generate(len(chunk))
             prompts = self._render(convs)
-            for p, g, prompt in zip(chunk, gens, prompts, strict=True):
+            for (context, p), g, prompt in zip(chunk, gens, prompts, strict=True):
                 reward = float(self.task.reward(p, g.text))
                 parsed = extract_answer(g.text)
                 # The search score: the reward, or with format credit c, (1 - c) * reward +
                 # c * [an answer could be read], a gradient for a base model that scores 0.
                 score = (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
+                h = context_hash(context)
                 traj = {
                     "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
                     "completion": g.text, "reward": reward,
@@ -145,36 +153,64 @@ class FastAdapter:
                  capture_traces: bool = False) -> EvaluationBatch:
         """Score `candidate` on `batch` (GEPAAdapter.evaluate).
 
-        `num_metric_calls` is the number of rollouts generated for this call (0 when every
-        pair was cached or reused), so GEPA's budget counts real generations.
+        `num_metric_calls` counts the evaluations this call paid for: rollouts generated now,
+        plus slow-loop rollouts served for the first time (rollout reuse). Cache hits of the
+        round's own rollouts are free, as in gepa's own evaluation cache.
         """
-        context = candidate[COMPONENT]
-        h = context_hash(context)
-        todo: dict[str, Problem] = {}
-        for p in batch:  # GEPA pads minibatches with repeats: generate each problem once
-            if self.cache.get(h, p.id, self.weights_id) is None:
-                todo.setdefault(p.id, p)
-        before = self.generations
+        return self.evaluate_many([(candidate, batch)], capture_traces=capture_traces)[0]
+
+    def evaluate_many(self, items: Sequence[tuple[dict[str, str], list[Problem]]],
+                      capture_traces: bool = False) -> list[EvaluationBatch]:
+        """Score several candidates, each on its batch, generating every missing
+        (context, problem) pair of all of them together (see `_generate`)."""
+        todo: dict[tuple[str, str], tuple[str, Problem]] = {}
+        for candidate, batch in items:
+            context = candidate[COMPONENT]
+            h = context_hash(context)
+            for p in batch:  # GEPA pads minibatches with repeats: generate each pair once
+                if self.cache.get(h, p.id, self.weights_id) is None:
+                    todo.setdefault((h, p.id), (context, p))
         if todo:
-            self._generate(context, list(todo.values()))
-        generated = self.generations - before
-        outputs, scores, trajs = [], [], []
-        for p in batch:
-            hit = self.cache.get(h, p.id, self.weights_id)
-            assert hit is not None
-            if p.id not in todo:
-                self.cache_hits += 1
-                self.reused_hits += int(bool(hit.trajectory.get("reused")))
-            scores.append(hit.score)
-            outputs.append({"completion": hit.trajectory["completion"], "reward": hit.score})
-            trajs.append(hit.trajectory)
-        return EvaluationBatch(outputs=outputs, scores=scores,
-                               trajectories=trajs if capture_traces else None,
-                               num_metric_calls=generated)
+            self._generate(list(todo.values()))
+        results = []
+        for candidate, batch in items:
+            h = context_hash(candidate[COMPONENT])
+            calls, outputs, scores, trajs = 0, [], [], []
+            for p in batch:
+                hit = self.cache.get(h, p.id, self.weights_id)
+                assert hit is not None
+                key = (h, p.id)
+                if todo.pop(key, None) is not None:
+                    calls += 1  # generated by this call (popped: repeats are cache hits)
+                else:
+                    self.cache_hits += 1
+                    if hit.trajectory.get("reused"):
+                        self.reused_hits += 1
+                        if key not in self._reused_served:  # first use of a slow-loop rollout
+                            self._reused_served.add(key)
+                            calls += 1
+                scores.append(hit.score)
+                outputs.append({"completion": hit.trajectory["completion"], "reward": hit.score})
+                trajs.append(hit.trajectory)
+            results.append(EvaluationBatch(outputs=outputs, scores=scores,
+                                           trajectories=trajs if capture_traces else None,
+                                           num_metric_calls=calls))
+        return results
 
     def batch_evaluate(self, items: list[tuple[dict[str, str], list[Problem]]]) -> list[EvaluationBatch]:
         """GEPA's batched entry point (always with trajectories)."""
-        return [self.evaluate(batch, cand, capture_traces=True) for cand, batch in items]
+        return self.evaluate_many(items, capture_traces=True)
+
+    @property
+    def reused_calls(self) -> int:
+        """Evaluations served from the slow loop's rollouts (each reused pair counted once)."""
+        return len(self._reused_served)
+
+    @property
+    def metric_calls(self) -> int:
+        """Evaluations paid for: generated rollouts plus first uses of reused ones. The round's
+        budget bounds this, so with reuse the same search generates fewer rollouts."""
+        return self.generations + self.reused_calls
 
     # -- reflection -------------------------------------------------------------------------
 

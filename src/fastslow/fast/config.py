@@ -124,9 +124,11 @@ class FastConfig:
     def from_dict(cls, data: dict[str, Any] | None) -> FastConfig:
         """Build from a config mapping. `max_metric_calls` may be an int (explicit budget) or,
         as in the workflow schema, a {light, full} mapping of preset budgets. Unknown keys and
-        the schema-only `val_problems` (the caller sizes the validation set) are handled here."""
+        the schema-only `val_problems` and `dtype` (the caller sizes the validation set and loads
+        the generator) are handled here."""
         data = dict(data or {})
         data.pop("val_problems", None)
+        data.pop("dtype", None)  # the generator's dtype: the caller loads the weights
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

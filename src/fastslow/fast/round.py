@@ -14,14 +14,20 @@ resumes from the `GEPAState` it finds in `run_dir/gepa_state.bin`. A round there
    state; the adapter's cache serves it, so nothing is generated. From there the search,
    candidate selection, minibatch acceptance and Pareto bookkeeping are gepa's.
 
-Budget accounting. The budget (`FastConfig.budget()`) bounds the rollouts generated in the
-round, seed evaluations included. gepa checks its stoppers only between iterations, and one
-iteration can generate up to 2 x minibatch (parent and child on the minibatch) + |val| (the
-accepted child on the validation set). `BudgetGuard` stops the engine when the rollouts so far
+Budget accounting. The budget (`FastConfig.budget()`) bounds the round's metric calls: rollouts
+generated in the round, seed evaluations included, plus the slow loop's rollouts served instead
+of generating them when rollout reuse is on (each counted once; so reuse keeps the search the
+same and generates fewer rollouts). gepa checks its stoppers only between iterations, and one
+iteration can cost up to 2 x minibatch (parent and child on the minibatch) + |val| (the
+accepted child on the validation set). `BudgetGuard` stops the engine when the calls so far
 plus that worst case would pass the budget, so the total never exceeds it; the adapter also
 enforces the budget as a hard cap. A budget too small for the seed evaluations plus one
 iteration is a configuration error. gepa's own counter (which also counts a few cache hits)
 is reported next to the real count.
+
+Rollout reuse. With `reuse_rollouts`, the problems the last cycle's RL steps rolled out with
+every pool context become the round's Pareto validation set and minibatch pool, so the seeds'
+validation scores and the parents' minibatch scores come from those rollouts.
 """
 
 from __future__ import annotations
@@ -189,37 +195,49 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             f"lower fast.pool_size / fast.val_problems / fast.minibatch_size")
 
     adapter = FastAdapter(generator, task, cfg.sampling(derive_seed(cfg.seed, round_index)),
-                          weights_id=weights_id, cache=cache, max_generations=budget,
+                          weights_id=weights_id, cache=cache, max_metric_calls=budget,
                           batch_size=cfg.eval_batch_size, format_credit=cfg.format_credit)
-    trainset = list(train_problems)
+    trainset, val_problems = list(train_problems), list(val_problems)
+    known = {p.id: p for p in [*train_problems, *val_problems]}
     reused_pairs = 0
     if reuse_rollouts is not None and not cfg.reuse_rollouts:
         log(f"fast round {round_index}: fast.reuse_rollouts is off; ignoring {reuse_rollouts}")
     elif reuse_rollouts is not None:
-        reused_pairs = adapter.preload(read_rollouts(reuse_rollouts), problems_by_id(train_problems))
+        reused_pairs = adapter.preload(read_rollouts(reuse_rollouts), known)
         seed_hashes = {e.hash for e in seeds}
-        covered = {pid for (h, pid, w) in adapter.cache.entries
-                   if w == weights_id and h in seed_hashes}
-        reused_train = [p for p in train_problems if p.id in covered]
-        if len(reused_train) >= mb:
-            trainset = reused_train
+        covered_by = {}
+        for (h, pid, w) in adapter.cache.entries:
+            if w == weights_id and h in seed_hashes:
+                covered_by.setdefault(pid, set()).add(h)
+        # Problems every seed context was rolled out on in the last cycle (the slow loop spreads
+        # each problem's G rollouts over all K contexts): seed scores on them cost nothing new.
+        covered = [p for p in known.values() if covered_by.get(p.id) == seed_hashes]
+        if len(covered) >= mb:
+            trainset = covered
+        if covered:
+            # The Pareto validation set becomes those problems (topped up from the configured
+            # ones): the K seeds' val scores then come from the slow loop's rollouts (with
+            # weights up to T steps stale, the price of reuse) instead of K x |val| new rollouts.
+            n_val, ids = len(val_problems), {p.id for p in covered}
+            val_problems = covered[:n_val] + [p for p in val_problems if p.id not in ids][:max(0, n_val - len(covered))]
         log(f"fast round {round_index}: reusing {reused_pairs} (context, problem) rollout groups; "
-            f"minibatches drawn from {len(trainset)} train problems")
+            f"minibatches drawn from {len(trainset)} train problems, "
+            f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused")
 
-    # 1-2. Evaluate the K seeds on val and build gepa's initial state from them.
+    # 1-2. Evaluate the K seeds on val (in shared generate calls) and build gepa's initial state.
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
     val = val_loader.fetch(val_loader.all_ids())
-    evaluations = [adapter.evaluate(val, {COMPONENT: e.text}) for e in seeds]
+    evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds])
     seed_generations = adapter.generations
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
-    state.total_num_evals = seed_generations
+    state.total_num_evals = adapter.metric_calls
     state.save(str(gepa_dir))
     for e, eb in zip(seeds, evaluations, strict=True):
         log(f"fast round {round_index}: seed {e.id} val mean {sum(eb.scores) / len(eb.scores):.3f}")
 
     # 3. gepa's search from that state.
-    proposer_fn = proposer or make_proposer(cfg, train_problems, log)
-    guard = BudgetGuard(budget, worst_iteration, lambda: adapter.generations,
+    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log)
+    guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
     result = optimize(
         seed_candidate={COMPONENT: seeds[0].text}, trainset=train_loader, valset=val_loader, adapter=adapter,
@@ -230,15 +248,18 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         run_dir=str(gepa_dir), cache_evaluation=True, seed=derive_seed(cfg.seed, round_index) % 2**31,
         raise_on_exception=True, track_best_outputs=False, display_progress_bar=False,
     )
-    if adapter.generations > budget:  # unreachable by construction; never ship a silent overrun
-        raise RuntimeError(f"fast round generated {adapter.generations} rollouts, budget {budget}")
+    if adapter.metric_calls > budget:  # unreachable by construction; never ship a silent overrun
+        raise RuntimeError(f"fast round used {adapter.metric_calls} metric calls, budget {budget}")
 
     new_pool = _pool_from_result(result, seeds, val_loader, cfg.pool_size, round_index)
     summary = {
         "round": round_index,
         "budget": budget,
         "generations": adapter.generations,
+        "metric_calls": adapter.metric_calls,
+        "reused_calls": adapter.reused_calls,
         "seed_generations": seed_generations,
+        "val_problems": [p.id for p in val_problems],
         "gepa_metric_calls": result.total_metric_calls,
         "cache_hits": adapter.cache_hits,
         "reused_pairs": reused_pairs,
@@ -258,7 +279,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         summary["edits"] = list(proposer_fn.edits)
     new_pool.meta = {"summary": summary}
     new_pool.to_json(run_dir / "pool.json")
-    log(f"fast round {round_index}: {adapter.generations}/{budget} rollouts generated, "
+    log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls "
+        f"({adapter.generations} generated, {adapter.reused_calls} reused), "
         f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 
