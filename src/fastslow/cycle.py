@@ -10,6 +10,16 @@ steps by reverse-KL distillation of the pool's best context into the weights.
 Everything a cycle writes lands in its own directory `out_dir` (the previous cycle's directory is
 only read): `model/` and `trainer_state/` (slow), `rollouts.parquet`, `metrics.parquet`,
 `pool.json`, `fast.json` (the round's summary) and `cycle.json` (what happened, written last).
+
+Where the slow steps run: in this process when the job has at most one GPU; with more
+(`gpus`, from `fastslow.launch.gpus_requested(snakemake.resources)`) in N ranks started by
+`accelerate launch` (`fastslow.launch`, strategy from FASTSLOW_ACCELERATE_STRATEGY, default
+fsdp2) running `python -m fastslow.slow.train` on a job spec written beside `out_dir`; this
+process then reads the ranks' result back and logs the metrics (the ranks never track).
+FASTSLOW_TRAIN_PROCESSES=N overrides the process count (N > 1 forces the launched path, 1 keeps
+it in process); without a visible GPU the ranks train on CPU (gloo) with mixed precision off,
+which is how tests/test_slow_distributed.py exercises the launched path on a CPU-only machine.
+fst_distill trains in one process only and refuses N > 1.
 """
 
 from __future__ import annotations
@@ -17,7 +27,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +42,14 @@ from fastslow.tasks.data import load_problems
 log = logging.getLogger("fastslow.cycle")
 
 CYCLE_FILE = "cycle.json"
+ENV_TRAIN_PROCESSES = "FASTSLOW_TRAIN_PROCESSES"
+
+
+def slow_processes(gpus: int) -> int:
+    """Processes the slow steps run in: $FASTSLOW_TRAIN_PROCESSES if set, else the job's GPUs."""
+    from fastslow.launch import env_int
+
+    return env_int(ENV_TRAIN_PROCESSES, gpus)
 
 
 def weights_of(spec: RunSpec, cycle_dir: Path | None, init_model: Path) -> Path:
@@ -58,12 +78,18 @@ def gepa_split(train: list[Any], n_val: int) -> tuple[list[Any], list[Any]]:
 
 
 def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
-              prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any = None) -> dict[str, Any]:
-    """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`."""
+              prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any = None,
+              gpus: int = 0) -> dict[str, Any]:
+    """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
+    steps run in `slow_processes(gpus)` processes (see the module docstring)."""
     from fastslow.fast import FastConfig, Pool, run_round
     from fastslow.model.generation import make_generator
 
     cfg = spec.settings(config)
+    processes = slow_processes(gpus)
+    if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round
+        raise ValueError(f"fst_distill trains in one process only, got {processes} processes "
+                         f"(job GPUs {gpus}, {ENV_TRAIN_PROCESSES}={os.environ.get(ENV_TRAIN_PROCESSES)!r})")
     task_name = spec.schedule[cycle]
     task = make_task(cfg, task_name)
     train = load_problems(train_file)
@@ -117,9 +143,13 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         extra = _continual(spec, cycle)
         if spec.method == "fst_distill":  # the student learns to act, without context, like the teacher
             extra["student_context"] = cfg["seed_context"]
-        result = slow_cycle(init_model, prev_dir, contexts, task, train, slow_cfg, out_dir,
-                            run_id=spec.key, cycle=cycle, tracker=tracker, **extra)
-        slow_metrics = result.metrics
+        if processes > 1:
+            slow_metrics = launch_slow(spec, cfg, task_name, cycle, init_model, prev_dir, contexts,
+                                       train_file, slow_cfg, out_dir, extra, processes, tracker)
+        else:
+            result = slow_cycle(init_model, prev_dir, contexts, task, train, slow_cfg, out_dir,
+                                run_id=spec.key, cycle=cycle, tracker=tracker, **extra)
+            slow_metrics = result.metrics
     else:
         out_dir.mkdir(parents=True, exist_ok=True)
         rows = [{"run": spec.key, "cycle": cycle, "step": (cycle + 1) * steps - 1,
@@ -138,6 +168,56 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                                     if slow_metrics and "reward_mean" in slow_metrics[0] else None)}
     write_json(summary, out_dir / CYCLE_FILE)
     return summary
+
+
+def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, init_model: Path,
+                prev_dir: Path | None, contexts: list[tuple[str, str]], train_file: Path,
+                slow_cfg: Any, out_dir: Path, extra: dict[str, Any], processes: int,
+                tracker: Any = None) -> list[dict[str, Any]]:
+    """The slow steps of a cycle in `processes` ranks (`accelerate launch` of
+    `fastslow.slow.train`); returns the per-step metrics and logs them to `tracker`.
+
+    The job spec and the result JSON live beside `out_dir` (the cycle replaces `out_dir` whole)
+    and are removed after a success; after a failure they stay for a rerun by hand.
+    """
+    import torch
+
+    from fastslow.launch import build_command, run
+    from fastslow.slow.loop import check_device
+    from fastslow.slow.train import default_result_path, log_result, read_result, write_spec
+
+    check_device(slow_cfg)  # the GPU-less case fails here, in one line, not in N ranks
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the fast round's generator: give its cached memory back
+    spec_path = out_dir.with_name(out_dir.name + ".job.json")
+    result_path = default_result_path(out_dir)
+    result_path.unlink(missing_ok=True)
+    write_spec(spec_path, method=spec.method, init_model=init_model, prev_dir=prev_dir,
+               contexts=contexts, task={"name": task_name, "config": {"data": cfg["data"]}},
+               train_file=train_file, slow=slow_cfg.to_dict(), out_dir=out_dir, run_id=spec.key,
+               cycle=cycle, extra=extra, result=result_path)
+    # No GPU (tests, FASTSLOW_TRAIN_PROCESSES on a CPU machine): the ranks train on CPU (TRL's
+    # use_cpu: gloo); the strategy configs ask for bf16, which CPU training does not use here.
+    cpu = not torch.cuda.is_available()
+    command = build_command("fastslow.slow.train", ["--spec", str(spec_path)], gpus=processes,
+                            accelerate_args=["--mixed_precision", "no"] if cpu else [])
+    log.info("cycle %d of %s: slow steps in %d processes: %s", cycle, spec.key, processes,
+             " ".join(command))
+    run(command, stderr=_stream_with_fileno(sys.stderr))
+    result = read_result(result_path)
+    log_result(result, tracker)
+    spec_path.unlink(missing_ok=True)
+    result_path.unlink(missing_ok=True)
+    return result["metrics"]
+
+
+def _stream_with_fileno(stream: Any) -> Any:
+    """`stream` if a child process can write to it (the rule's log file), else None (inherit)."""
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return stream
 
 
 def _continual(spec: RunSpec, cycle: int) -> dict[str, Any]:

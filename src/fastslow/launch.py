@@ -10,14 +10,19 @@ distributed state up from the environment accelerate sets. This module only buil
         --num_processes 8 --num_machines 1 --machine_rank 0 --main_process_port 41234 \
         -m fastslow.slow.train --spec job.json
 
-From a shell rule (the number of GPUs is the SLURM resource `gpu`, set by profiles/slurm)::
+The training entry point is `fastslow.slow.train` (one slow cycle from a JSON job spec). The rule
+`cycle` (workflow/scripts/cycle.py -> `fastslow.cycle.run_cycle(..., gpus=gpus_requested(
+snakemake.resources))`) writes the spec, runs this command with `run` when the job has more than
+one GPU (or FASTSLOW_TRAIN_PROCESSES > 1), reads the ranks' result back and logs it to MLflow;
+with at most one GPU the slow cycle stays in the job's process. From a shell rule::
 
     shell: "python -m fastslow.launch --gpus {resources.gpu} -- fastslow.slow.train --spec {params.spec}"
 
-From Python (a `script:` rule): `launch("fastslow.slow.train", ["--spec", path], gpus=gpus_requested(
-snakemake.resources))`. `python` is the interpreter running this module, so SLURM jobs use the
-same virtual environment as the workflow. Environment: FASTSLOW_ACCELERATE_CONFIG_DIR (a directory
-of such configs), FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2).
+`python` is the interpreter running this module, so SLURM jobs use the same virtual environment as
+the workflow. Environment: FASTSLOW_ACCELERATE_CONFIG_DIR (a directory of such configs),
+FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2). The RL loop trains with fsdp2
+and ddp; it refuses zero3 (DeepSpeed steps the optimiser inside backward, our loop steps it
+itself) and fst_distill refuses more than one process.
 """
 
 from __future__ import annotations
@@ -39,6 +44,21 @@ DEFAULT_STRATEGY = "fsdp2"
 ENV_CONFIG_DIR = "FASTSLOW_ACCELERATE_CONFIG_DIR"
 ENV_STRATEGY = "FASTSLOW_ACCELERATE_STRATEGY"
 _REL_CONFIG_DIR = Path("profiles") / "slurm" / "accelerate"
+
+
+def env_int(name: str, default: int | None = None, minimum: int = 1) -> int | None:
+    """An integer environment variable (>= `minimum`), `default` when unset or empty; a bad value
+    is a one-line error naming the variable and the value."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}") from None
+    if n < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {n}")
+    return n
 
 
 def gpus_requested(resources: Mapping[str, Any] | Any) -> int:
@@ -129,11 +149,15 @@ def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy:
 
 
 def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
-        cwd: str | Path | None = None) -> None:
+        cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None) -> None:
     """Run `command`, forwarding SIGTERM/SIGINT (SLURM's time limit, scancel) to its whole process
-    group so no rank outlives the job; raise CalledProcessError on a non-zero exit."""
+    group so no rank outlives the job; raise CalledProcessError on a non-zero exit. `stdout` and
+    `stderr` are Popen's (e.g. the rule's log file; default: inherited)."""
+    if stdout is not None or stderr is not None:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # our own lines before the ranks'
     proc = subprocess.Popen(list(command), env=None if env is None else dict(env), cwd=cwd,
-                            start_new_session=True)
+                            start_new_session=True, stdout=stdout, stderr=stderr)
 
     def forward(signum, frame):  # noqa: ARG001
         try:

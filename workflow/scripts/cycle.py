@@ -1,4 +1,5 @@
-"""One FST cycle of one run (rules `cycle` and `cycle_frozen`)."""
+"""One FST cycle of one run (rules `cycle` and `cycle_frozen`); a job given more than one GPU
+runs its slow steps through `accelerate launch` (see `fastslow.cycle`)."""
 
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import torch
 
 from fastslow.cycle import run_cycle
 from fastslow.jobs import snakemake_job
+from fastslow.launch import gpus_requested
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 wc = smk.wildcards
@@ -17,8 +19,9 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     cycle = int(wc.cycle)
     prev = Path(smk.input.pool).parent if cycle > 0 else None
     out_dir = Path(smk.output.summary).parent
+    # More than one GPU: the slow steps run under `accelerate launch` (fastslow.cycle docstring).
     summary = run_cycle(spec, smk.config, cycle, Path(smk.input.init), prev, Path(smk.input.train),
-                        out_dir, tracker=tracker)
+                        out_dir, tracker=tracker, gpus=gpus_requested(smk.resources))
     tracker.log_artifact(smk.output.pool, "pool")
     tracker.log_table(smk.output.metrics, f"{spec.key}/cycle{cycle}/metrics")
     if "rollouts" in smk.output.keys():

@@ -17,7 +17,9 @@ teacher and student the same input, whereas here their prompts differ.
 context) and `metrics.parquet` atomically into `out_dir`, and a chain of cycles equals one
 uninterrupted run (same data stream, sampling seeds derived from (seed, global step), optimiser,
 scheduler and RNG state restored). CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline,
-scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate).
+scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate). It runs in one
+process: under `accelerate launch` with several processes it refuses to start (the RL loop is the
+one that shards a step over ranks).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from fastslow.slow.loop import (
     resume_point,
     take_problems,
 )
+from fastslow.slow.trainer import world_size
 from fastslow.tasks.base import Problem, Task, build_messages
 
 log = logging.getLogger("fastslow.slow.distill")
@@ -257,6 +260,9 @@ def run_distill_cycle(
     from fastslow.model.generation import HFGenerator, derive_seed, render_prompts
 
     check_device(cfg)
+    if world_size() > 1:
+        raise RuntimeError(f"fst_distill runs in one process only, got WORLD_SIZE={world_size()}; "
+                           "give the job one GPU (or unset FASTSLOW_TRAIN_PROCESSES)")
     if len(contexts) != 1:
         raise ValueError(f"run_distill_cycle takes exactly one (teacher) context, got {len(contexts)}")
     (teacher_id, teacher_context), = contexts

@@ -14,6 +14,17 @@ A chain of cycles gives the same rewards and weights as one uninterrupted run
 is saved and restored after the trainer is built, and the optimiser and scheduler state dicts are
 saved exactly. `step` in every table is the 0-based global RL step = the number of optimiser
 updates the sampling weights had received.
+
+Under `accelerate launch` with N processes (`python -m fastslow.slow.train`, see
+`fastslow.launch`) every rank runs this same function on a contiguous 1/N of each step's rows
+(`fastslow.slow.trainer.rank_slice`); the model and optimiser are prepared by the trainer's
+accelerator (DDP or FSDP2). Only the main process writes files: the full weights (gathered for
+FSDP), the optimiser state in the same index-keyed layout as one process writes (so a cycle may
+resume with another process count), every rank's RNG state (`rng_state.pt` for rank 0,
+`rng_state.rank<r>.pt` for the others: resume stays exact with the same N) and the rollouts of
+all ranks, in row order. The metrics are those of the whole step. With
+FASTSLOW_DEBUG_RANK_DIGESTS=1 each rank also hashes the weights it holds at the end and the
+main process writes them to `rank_weights.json` (data-parallel ranks must agree).
 """
 
 from __future__ import annotations
@@ -22,11 +33,13 @@ import hashlib
 import json
 import logging
 import math
+import os
 import random
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,12 +48,21 @@ import numpy as np
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow.config import SlowConfig
-from fastslow.slow.trainer import TaskReward, build_trainer, expand_rows
+from fastslow.slow.trainer import (
+    TaskReward,
+    build_trainer,
+    expand_rows,
+    per_rank_batches,
+    rank_slice,
+    world_size,
+)
 from fastslow.tasks.base import Problem, Task, build_messages
 
 log = logging.getLogger("fastslow.slow")
 
 STATE_FILE = "state.json"
+RANK_DIGESTS_FILE = "rank_weights.json"
+ENV_DEBUG_DIGESTS = "FASTSLOW_DEBUG_RANK_DIGESTS"
 
 
 class Tracker(Protocol):
@@ -148,6 +170,148 @@ def _save_state(trainer: Any, state_dir: Path, info: dict[str, Any]) -> None:
     (state_dir / STATE_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
+def _rng_file(rank: int) -> str:
+    return "rng_state.pt" if rank == 0 else f"rng_state.rank{rank}.pt"
+
+
+def _inner_optimizer(optimizer: Any) -> Any:
+    """The torch optimiser inside accelerate's `AcceleratedOptimizer` wrapper(s)."""
+    while hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def _optimizer_param_fqns(trainer: Any) -> list[str]:
+    """Fully qualified parameter names in the optimiser's index order (torch numbers parameters
+    through its param_groups in order; torch.distributed.checkpoint keys them by name)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    local = get_optimizer_state_dict(trainer.model_wrapped, _inner_optimizer(trainer.optimizer),
+                                     options=StateDictOptions(full_state_dict=False))
+    return [fqn for group in local["param_groups"] for fqn in group["params"]]
+
+
+def _distributed_optimizer_state(trainer: Any) -> dict[str, Any] | None:
+    """The optimiser state of a prepared trainer as one process would write it (index-keyed,
+    full tensors), on the main process; None elsewhere. Collective: call on every rank.
+
+    DDP replicates the AdamW state (every rank applies the same averaged gradient), so the main
+    process's own state dict is the whole state. FSDP2 shards it: torch.distributed.checkpoint
+    gathers the full, name-keyed state, renumbered here in param_groups order.
+    """
+    accelerator = trainer.accelerator
+    inner = _inner_optimizer(trainer.optimizer)
+    if not accelerator.is_fsdp2:
+        return inner.state_dict() if accelerator.is_main_process else None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    full = get_optimizer_state_dict(trainer.model_wrapped, inner, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    if not accelerator.is_main_process:
+        return None
+    index = {fqn: i for i, fqn in enumerate(fqn for g in full["param_groups"] for fqn in g["params"])}
+    return {"state": {index[fqn]: value for fqn, value in full["state"].items()},
+            "param_groups": [{**g, "params": [index[f] for f in g["params"]]}
+                             for g in full["param_groups"]]}
+
+
+def _load_distributed_optimizer_state(trainer: Any, path: Path) -> None:
+    """Load an index-keyed optimiser state (`_distributed_optimizer_state`, or one process's)
+    into a prepared trainer. DDP: every rank loads the whole file. FSDP2: the main process reads
+    it, renames it by parameter name and torch.distributed.checkpoint scatters the shards."""
+    import torch
+
+    accelerator = trainer.accelerator
+    inner = _inner_optimizer(trainer.optimizer)
+    if not accelerator.is_fsdp2:
+        inner.load_state_dict(torch.load(path))
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    fqns = _optimizer_param_fqns(trainer)
+    full: dict[str, Any] = {}
+    if accelerator.is_main_process:
+        saved = torch.load(path)
+        full = {"state": {fqns[i]: value for i, value in saved["state"].items()},
+                "param_groups": [{**g, "params": [fqns[i] for i in g["params"]]}
+                                 for g in saved["param_groups"]]}
+    set_optimizer_state_dict(trainer.model_wrapped, inner, full, options=StateDictOptions(
+        full_state_dict=True, broadcast_from_rank0=True))
+    for group in inner.param_groups:  # DCP's flattening turns tuples (AdamW betas) into lists
+        for key, value in group.items():
+            if key != "params" and isinstance(value, list):
+                group[key] = tuple(value)
+
+
+def _save_distributed(trainer: Any, tokenizer: Any, tmp: Path | None, info: dict[str, Any]) -> None:
+    """Write model/ and trainer_state/ of a prepared (multi-process) trainer from the main
+    process. Collective: every rank must call it (weights and optimiser state are gathered)."""
+    import torch
+    from accelerate.utils import gather_object
+
+    accelerator = trainer.accelerator
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped)  # full weights, FSDP gathered
+    optimizer_state = _distributed_optimizer_state(trainer)
+    rng_states = gather_object([_rng_state()])
+    if not accelerator.is_main_process:
+        return
+    assert tmp is not None
+    accelerator.unwrap_model(trainer.model_wrapped).save_pretrained(tmp / "model", state_dict=state_dict)
+    tokenizer.save_pretrained(tmp / "model")
+    state_dir = tmp / "trainer_state"
+    state_dir.mkdir(parents=True)
+    torch.save(optimizer_state, state_dir / "optimizer.pt")
+    torch.save(trainer.lr_scheduler.state_dict(), state_dir / "scheduler.pt")
+    for rank, rng in enumerate(rng_states):
+        torch.save(rng, state_dir / _rng_file(rank))
+    (state_dir / STATE_FILE).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+def _restore_distributed(trainer: Any, state_dir: Path, cfg: SlowConfig, global_step: int) -> None:
+    """Optimiser, scheduler and this rank's RNG state from a cycle directory. A rank without its
+    own RNG file (the previous cycle had fewer processes) is reseeded from (seed, step, rank):
+    the run goes on, but is no longer bit-identical to an uninterrupted one."""
+    import torch
+    from accelerate.utils import set_seed
+
+    _load_distributed_optimizer_state(trainer, state_dir / "optimizer.pt")
+    trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
+    rank = trainer.accelerator.process_index
+    rng_path = state_dir / _rng_file(rank)
+    if rng_path.is_file():
+        _set_rng_state(torch.load(rng_path, weights_only=False))
+    else:
+        log.warning("slow loop: %s has no RNG state for rank %d; reseeding it", state_dir, rank)
+        set_seed(cfg.seed + 1_000_003 * global_step + rank)
+
+
+def weights_digest(model: Any) -> str:
+    """sha256 of a model's state dict (names and raw bytes, sorted): equal iff the weights are.
+    FSDP2 shards (DTensors) are gathered first, so every rank must call it."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        digest.update(name.encode() + b"\0" + str(tensor.dtype).encode() + b"\0")
+        digest.update(data.numpy().tobytes())
+    return digest.hexdigest()
+
+
+@contextmanager
+def _main_process_dir(out_dir: str | Path, is_main: bool) -> Iterator[Path | None]:
+    """`atomic_dir(out_dir)` on the main process; None on the other ranks (they write nothing)."""
+    from fastslow.model.convert import atomic_dir
+
+    if not is_main:
+        yield None
+        return
+    with atomic_dir(out_dir) as tmp:
+        yield tmp
+
+
 def read_state(state_in: str | Path) -> dict[str, Any]:
     """The `state.json` of a cycle directory (global_step, cursor, run, cycle, ...)."""
     path = Path(state_in) / "trainer_state" / STATE_FILE
@@ -188,19 +352,29 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     from trl.trainer.utils import split_tensor_dict
 
     trainer.reset_step_stats()
-    model = trainer.model
+    accelerator = trainer.accelerator
+    distributed = accelerator.num_processes > 1
+    # The forward/backward must run through the DDP/FSDP wrapper for the gradients to be reduced.
+    model = trainer.model_wrapped if distributed else trainer.model
     start = time.perf_counter()
     model.train()
     lr = float(trainer.lr_scheduler.get_last_lr()[0])
     batch = trainer._generate_and_score_completions(rows)
     loss_total = 0.0
-    for micro in split_tensor_dict(batch, trainer.current_gradient_accumulation_steps):
-        with trainer.compute_loss_context_manager():
-            loss = trainer.compute_loss(model, micro)
-        trainer.accelerator.backward(loss)
+    micros = split_tensor_dict(batch, trainer.current_gradient_accumulation_steps)
+    for i, micro in enumerate(micros):
+        # Reduce gradients across ranks once per step, on the last micro batch.
+        no_sync = accelerator.no_sync(model) if distributed and i < len(micros) - 1 else nullcontext()
+        with no_sync:
+            with trainer.compute_loss_context_manager():
+                loss = trainer.compute_loss(model, micro)
+            accelerator.backward(loss)
         loss_total += float(loss.detach())
     if cfg.max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        if distributed:  # FSDP2: a norm over the DTensor shards of all ranks
+            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.optimizer.zero_grad(set_to_none=True)
@@ -216,26 +390,56 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     sampling = batch.get("sampling_per_token_logps")
     sampled = sampling.float() if sampling is not None else logps
     logprob_sums = (torch.nan_to_num(sampled) * mask).sum(1).tolist()
+    kl_terms = None
     if "ref_per_token_logps" in batch:
         delta = batch["ref_per_token_logps"].float() - logps
-        kl = float(((torch.exp(delta) - delta - 1) * mask).sum() / n_tokens)
+        kl_terms = (torch.exp(delta) - delta - 1) * mask
+        kl = float(kl_terms.sum() / n_tokens)
     else:  # beta = 0: no reference model in the trainer
         kl = math.nan
+    entropy = float((entropies * mask).sum() / n_tokens)
     trl_metrics = trainer._metrics["train"]
-    clip = trl_metrics.get("cispo_clip_ratio") or [math.nan]
+    clip = trl_metrics.get("cispo_clip_ratio") or [math.nan]  # TRL averages it over all ranks
     trl_metrics.clear()
 
-    rewards = np.asarray(reward.last_rewards, dtype=float)
-    group = trainer.num_generations
-    grouped = rewards.reshape(-1, group)
+    local_rewards = np.asarray(reward.last_rewards, dtype=float)
     completion_tokens = batch["completion_mask"].sum(1).tolist()
     prompt_tokens = batch["prompt_mask"].sum(1).tolist()
     gen_s, score_s = trainer.timings["generation"], trainer.timings["scoring"]
+    records = [{
+        "problem_id": row["problem_id"],
+        "context_id": row["context_id"],
+        "prompt": prompt_texts[(row["problem_id"], row["context_id"])],
+        "completion": reward.last_texts[i],
+        "reward": float(local_rewards[i]),
+        "feedback": reward.last_feedback[i],
+        "prompt_tokens": int(prompt_tokens[i]),
+        "completion_tokens": int(completion_tokens[i]),
+        "logprob_sum": float(logprob_sums[i]),
+    } for i, row in enumerate(rows)]
+    if distributed:  # the whole step: every rank's rows (rank order = row order) and token sums
+        from accelerate.utils import gather_object
+
+        sums = torch.stack([mask.sum(), (entropies * mask).sum(),
+                            kl_terms.sum() if kl_terms is not None else mask.new_zeros(())])
+        sums = accelerator.reduce(sums, reduction="sum")
+        tokens = float(sums[0].clamp(min=1.0))
+        entropy = float(sums[1]) / tokens
+        kl = float(sums[2]) / tokens if kl_terms is not None else math.nan
+        loss_total = float(accelerator.reduce(torch.tensor(loss_total, device=mask.device),
+                                              reduction="mean"))
+        parts = gather_object([(records, gen_s, score_s, time.perf_counter() - start)])
+        records = [rec for part in parts for rec in part[0]]
+        gen_s, score_s, seconds = (max(part[k] for part in parts) for k in (1, 2, 3))
+
+    rewards = np.asarray([rec["reward"] for rec in records], dtype=float)
+    completion_tokens = [rec["completion_tokens"] for rec in records]
+    grouped = rewards.reshape(-1, trainer.num_generations)
     metrics = {
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "frac_zero_std_groups": float(np.mean(np.isclose(grouped.std(axis=1), 0.0))),
-        "entropy": float((entropies * mask).sum() / n_tokens),
+        "entropy": entropy,
         "kl_to_base": kl,
         "clip_fraction": float(np.mean(clip)),
         "loss": loss_total,
@@ -248,17 +452,6 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "step_seconds": seconds,
         "generated_tokens_per_s": float(sum(completion_tokens) / max(gen_s, 1e-9)),
     }
-    records = [{
-        "problem_id": row["problem_id"],
-        "context_id": row["context_id"],
-        "prompt": prompt_texts[(row["problem_id"], row["context_id"])],
-        "completion": reward.last_texts[i],
-        "reward": float(rewards[i]),
-        "feedback": reward.last_feedback[i],
-        "prompt_tokens": int(prompt_tokens[i]),
-        "completion_tokens": int(completion_tokens[i]),
-        "logprob_sum": float(logprob_sums[i]),
-    } for i, row in enumerate(rows)]
     return metrics, records
 
 
@@ -297,6 +490,9 @@ def run_cycle(
         ref_model_dir: the KL reference, if not `model_dir`.
         new_data: `train_problems` is a new training set (a continual run switching task):
             start its data stream at position 0; weights, optimiser, scheduler and RNG carry on.
+
+    Under `accelerate launch` (WORLD_SIZE > 1) every rank calls this with the same arguments;
+    only the main process writes `out_dir` and calls `tracker`.
     """
     import torch
 
@@ -305,6 +501,9 @@ def run_cycle(
 
     check_device(cfg)
     cfg.check_pool(len(contexts))
+    num_processes = world_size()
+    per_rank_batches(cfg, num_processes)  # P*G must split over the ranks: fail before any work
+    distributed = num_processes > 1
     ids = [c for c, _ in contexts]
     if len(set(ids)) != len(ids):
         raise ValueError(f"context ids must be unique, got {ids}")
@@ -315,20 +514,30 @@ def run_cycle(
         _ensure_progress_handler()
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
 
-    with atomic_dir(out_dir) as tmp:
+    is_main = int(os.environ.get("RANK", "0")) == 0
+    out_dir = Path(out_dir)
+    # All ranks need the same (unused) TRL output_dir; only the main process has the temp dir.
+    shared_work = out_dir.parent / f".{out_dir.name}.work" if distributed else None
+    with (atomic_dir(out_dir) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
+        work_dir = shared_work if shared_work is not None else tmp / "_work"
         tokenizer = load_tokenizer(policy_dir)
         model = load_model(policy_dir, dtype="auto")
         # TRL builds the KL reference from config._name_or_path: the initial weights, not ours.
         model.config._name_or_path = str(ref_dir)
         use_cache = model.config.use_cache  # the HF Trainer turns it off; the saved model keeps it
         reward = TaskReward(task, {p.id: p for p in problems})
-        trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, tmp / "_work")
+        trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, work_dir,
+                                num_processes=num_processes)
+        rank = trainer.accelerator.process_index
         if state_in is not None:
             state_dir = Path(state_in) / "trainer_state"
-            trainer.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
-            trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
-            # After build_trainer: TRL's constructor reseeds the global RNG.
-            _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
+            if distributed:
+                _restore_distributed(trainer, state_dir, cfg, global_step)
+            else:
+                trainer.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
+                trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
+                # After build_trainer: TRL's constructor reseeds the global RNG.
+                _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
         trainer.state.global_step = global_step
 
         chats = {(p.id, cid): (p, text) for p in problems for cid, text in contexts}
@@ -341,6 +550,8 @@ def run_cycle(
                                                          cfg.problems_per_step)]
             cursor += cfg.problems_per_step
             rows = expand_rows(picked, contexts, cfg.num_generations)
+            if distributed:  # this rank's contiguous share; TRL gathers the rewards of all
+                rows = rows[rank_slice(len(rows), rank, num_processes)]
             for key in {(r["problem_id"], r["context_id"]) for r in rows} - prompt_texts.keys():
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
@@ -352,32 +563,54 @@ def run_cycle(
             metrics_row = {"run": run_id, "cycle": cycle, "step": global_step,
                            "step_in_cycle": t, "num_contexts": len(contexts), **metrics}
             metrics_rows.append(metrics_row)
-            if tracker is not None:
+            if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
-            log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                     "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id, cycle, t + 1,
-                     cfg.steps_per_cycle, global_step, metrics["reward_mean"],
-                     metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
-                     metrics["generated_tokens_per_s"], metrics["step_seconds"],
-                     metrics["generation_seconds"], metrics["training_seconds"])
+            if is_main:
+                    log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
+                         "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id, cycle, t + 1,
+                         cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                         metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
+                         metrics["generated_tokens_per_s"], metrics["step_seconds"],
+                         metrics["generation_seconds"], metrics["training_seconds"])
             global_step += 1
 
         trainer.model.config.use_cache = use_cache
-        trainer.model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
-            {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
-             "base": str(ref_dir)}, indent=2, sort_keys=True) + "\n")
-        _save_state(trainer, tmp / "trainer_state", {
+        info = {
             "run": run_id, "cycle": cycle, "global_step": global_step, "cursor": cursor,
             "problems_fingerprint": fingerprint, "num_problems": len(problems),
             "ref_model_dir": str(ref_dir), "config": cfg.to_dict(),
-        })
-        _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
-        _write_table(metrics_rows, tmp / "metrics.parquet", None)
-        shutil.rmtree(tmp / "_work", ignore_errors=True)
+        }
+        if distributed:
+            info["num_processes"] = num_processes
+            _save_distributed(trainer, tokenizer, tmp, info)
+            digests = _rank_digests(trainer) if os.environ.get(ENV_DEBUG_DIGESTS) == "1" else None
+            if tmp is not None and digests is not None:
+                (tmp / RANK_DIGESTS_FILE).write_text(json.dumps({"digests": digests}) + "\n")
+        else:
+            trainer.model.save_pretrained(tmp / "model")
+            tokenizer.save_pretrained(tmp / "model")
+            _save_state(trainer, tmp / "trainer_state", info)
+        if tmp is not None:
+            (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
+                {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
+                 "base": str(ref_dir)}, indent=2, sort_keys=True) + "\n")
+            _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
+            _write_table(metrics_rows, tmp / "metrics.parquet", None)
+            shutil.rmtree(tmp / "_work", ignore_errors=True)
+        if distributed:
+            trainer.accelerator.wait_for_everyone()
+            if is_main:
+                shutil.rmtree(shared_work, ignore_errors=True)
         del trainer, model
-    return CycleResult(out_dir=Path(out_dir), global_step=global_step, metrics=metrics_rows)
+    return CycleResult(out_dir=out_dir, global_step=global_step, metrics=metrics_rows)
+
+
+def _rank_digests(trainer: Any) -> list[str]:
+    """Every rank's `weights_digest` of the weights it trains (debug: DDP ranks must agree)."""
+    from accelerate.utils import gather_object
+
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+    return gather_object([weights_digest(unwrapped)])
 
 
 _POLARS_TYPES = {"str": "String", "int64": "Int64", "float64": "Float64"}

@@ -26,6 +26,21 @@ and must resume bit-exactly from the previous cycle's files. Owning the ~30-line
 data position, RNG and optimiser state explicit (see loop.py) instead of relying on the HF
 Trainer's epoch/sampler skipping. The loss, the advantage computation, the KL reference, the
 optimiser and the scheduler are TRL's and transformers' own.
+
+Several processes (``accelerate launch``, see `fastslow.launch`)
+----------------------------------------------------------------
+Each of the N ranks gets a contiguous 1/N slice of the step's P*G rows (`rank_slice`). TRL's
+`_generate_and_score_completions` expects exactly that: every rank generates and scores its own
+rows, the rewards are gathered across ranks in rank order (so the groups of `num_generations`
+consecutive rows are the same as in one process), advantages are computed over the whole step
+and each rank keeps the slice `process_index * rows .. (process_index + 1) * rows`. The CISPO loss
+divides each rank's token sum by (all ranks' completion tokens) / N, and data-parallel gradient
+averaging divides by N again: the gradient is the whole step's token mean, as in one process.
+`grpo_args` therefore sets the per-rank micro batch and accumulation so that
+micro x accumulation x N = P*G, and `build_trainer` passes the model and optimiser through the
+trainer's own `accelerator.prepare` (DDP, or FSDP2 from the launcher's config; the accelerator is
+configured by the environment `accelerate launch` sets). DeepSpeed is refused: its engine steps
+the optimiser inside `backward`, which our explicit step would contradict.
 """
 
 from __future__ import annotations
@@ -88,6 +103,43 @@ class TaskReward:
         return rewards
 
 
+def world_size() -> int:
+    """Processes of this training job: WORLD_SIZE as set by `accelerate launch` (torchrun), else 1.
+
+    Read from the environment because the split must be known before the trainer (and with it
+    torch.distributed) exists.
+    """
+    from fastslow.launch import env_int
+
+    return env_int("WORLD_SIZE", 1)
+
+
+def per_rank_batches(cfg: SlowConfig, num_processes: int) -> tuple[int, int]:
+    """(micro batch, accumulation steps) of each of `num_processes` ranks for one RL step.
+
+    Every rank trains on P*G / N rows in micro batches of `micro_batch_size` (None: all of the
+    rank's rows at once). Raises a one-line ValueError when P*G does not split that way.
+    """
+    rows = cfg.rollouts_per_step
+    if num_processes < 1:
+        raise ValueError(f"num_processes must be >= 1, got {num_processes}")
+    if rows % num_processes:
+        raise ValueError(f"slow loop: P*G = {cfg.problems_per_step}*{cfg.num_generations} = {rows} "
+                         f"rollouts per step cannot be split over {num_processes} processes")
+    micro = cfg.micro_batch_size or rows // num_processes
+    if rows % (num_processes * micro):
+        raise ValueError(f"slow loop: P*G = {cfg.problems_per_step}*{cfg.num_generations} = {rows} "
+                         f"rollouts per step must be divisible by processes x micro_batch_size = "
+                         f"{num_processes} x {micro} = {num_processes * micro}")
+    return micro, rows // (num_processes * micro)
+
+
+def rank_slice(num_rows: int, rank: int, num_processes: int) -> slice:
+    """The contiguous rows of `rank` among `num_processes` (TRL slices advantages the same way)."""
+    per_rank = num_rows // num_processes
+    return slice(rank * per_rank, (rank + 1) * per_rank)
+
+
 def _grpo_trainer_class() -> type:
     from trl import GRPOTrainer
 
@@ -123,12 +175,13 @@ def _grpo_trainer_class() -> type:
     return PoolGRPOTrainer
 
 
-def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path) -> Any:
-    """The `GRPOConfig` that makes one RL step exactly one optimiser step over P*G rollouts."""
+def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
+              num_processes: int = 1) -> Any:
+    """The `GRPOConfig` that makes one RL step exactly one optimiser step over P*G rollouts
+    (spread over `num_processes` ranks)."""
     from trl import GRPOConfig
 
-    micro = cfg.micro_batch_size or cfg.rollouts_per_step
-    accumulation = cfg.rollouts_per_step // micro
+    micro, accumulation = per_rank_batches(cfg, num_processes)
     group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
     gpu = cfg.use_vllm or cfg.bf16
     return GRPOConfig(
@@ -137,7 +190,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path) -> Any
         epsilon_high=cfg.epsilon_high,
         beta=cfg.beta,
         num_generations=group,
-        # generation batch = micro * accumulation = P*G; steps_per_generation = accumulation, so
+        # generation batch = micro * accumulation * N = P*G; steps_per_generation = accumulation, so
         # TRL generates once per optimiser step (on-policy) and normalises the CISPO token sum by
         # the whole step's token count.
         per_device_train_batch_size=micro,
@@ -158,6 +211,9 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path) -> Any
         # Our loop never calls trainer.train(), which is where HF would enable it; see build_trainer.
         gradient_checkpointing=cfg.activation_checkpointing,
         use_cpu=not gpu,
+        # Under accelerate launch (DDP): every parameter of a causal LM gets a gradient; the HF
+        # default (True) costs an extra autograd-graph traversal per backward.
+        ddp_find_unused_parameters=False,
         bf16=cfg.bf16,
         use_vllm=cfg.use_vllm,
         vllm_mode=cfg.vllm_mode,
@@ -171,15 +227,18 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path) -> Any
 
 
 def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int,
-                  reward_func: Callable[..., list[float]], work_dir: str | Path) -> Any:
+                  reward_func: Callable[..., list[float]], work_dir: str | Path,
+                  num_processes: int = 1) -> Any:
     """A CISPO `PoolGRPOTrainer` on `model`, with its optimiser and lr scheduler created.
 
     TRL builds the KL reference model from ``model.config._name_or_path`` (when beta > 0), so the
-    caller points that at the initial weights θ0.
+    caller points that at the initial weights θ0. With `num_processes` > 1 (under `accelerate
+    launch`) the model and optimiser go through the trainer's `accelerator.prepare` (`prepare`);
+    in one process nothing is wrapped, so single-process training is unchanged.
     """
     from datasets import Dataset
 
-    args = grpo_args(cfg, num_contexts, Path(work_dir) / "trl")
+    args = grpo_args(cfg, num_contexts, Path(work_dir) / "trl", num_processes)
     # TRL requires a train dataset even though our loop feeds rows itself; it is never read.
     placeholder = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]]})
     trainer = _grpo_trainer_class()(
@@ -192,5 +251,35 @@ def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int
     # A finite horizon is required by the API; constant_with_warmup never reads it.
     trainer.create_optimizer_and_scheduler(num_training_steps=10**9)
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+    if trainer.accelerator.num_processes != num_processes:
+        raise RuntimeError(f"slow loop: expected {num_processes} processes (WORLD_SIZE) but the "
+                           f"accelerator has {trainer.accelerator.num_processes}")
+    if num_processes > 1:
+        prepare(trainer)
     trainer.reset_step_stats()
     return trainer
+
+
+def prepare(trainer: Any) -> None:
+    """Wrap the trainer's model and optimiser for data-parallel training, as the HF Trainer's own
+    `_inner_training_loop` does: DDP, or FSDP2 sharding (model and optimiser together, so the
+    optimiser's parameters are the sharded ones). The lr scheduler stays unprepared: accelerate's
+    scheduler wrapper steps N times per optimiser step (it assumes an N-times-shorter dataloader).
+
+    Afterwards `trainer.model_wrapped` is what the forward/backward must run through (gradient
+    synchronisation) and what TRL generates with; `trainer.model` stays the plain model (DDP) or is
+    the sharded model itself (FSDP), as in the HF Trainer.
+    """
+    from accelerate.utils import DistributedType
+
+    accelerator = trainer.accelerator
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        raise RuntimeError("slow loop: DeepSpeed (zero3.yaml) is not supported: its engine steps the "
+                           "optimiser inside backward(); use FASTSLOW_ACCELERATE_STRATEGY=fsdp2 or ddp")
+    if accelerator.distributed_type == DistributedType.FSDP and not accelerator.is_fsdp2:
+        raise RuntimeError("slow loop: FSDP1 is not supported; use fsdp_version: 2 (fsdp2.yaml)")
+    model, optimizer = accelerator.prepare(trainer.model, trainer.optimizer)
+    trainer.model_wrapped = model
+    if accelerator.distributed_type == DistributedType.FSDP:
+        trainer.model = model
+    trainer.optimizer = optimizer
