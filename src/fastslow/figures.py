@@ -16,23 +16,13 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import fit_sigmoid, rolling_mean, running_max, steps_to_peak_ratio
+from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 
 COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
 LABELS = {"rl": "RL", "fst": "FST", "gepa": "GEPA only", "fst_distill": "FST-distill", "base": "Base"}
 
-#: figure → experiments whose curves it reads (the first is required, the rest optional).
-FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
-    "fig2": ("efficiency", "radar"),
-    "fig3": ("efficiency",),
-    "fig4": ("efficiency",),
-    "fig5": ("plasticity",),
-    "fig6": ("continual",),
-    "fig7": ("stargraph",),
-    "fig8": ("ceiling", "efficiency"),
-    "fig9": ("ablations", "efficiency"),
-    "fig10": ("reuse", "efficiency"),
-    "fig11": ("efficiency",),
-}
+# figure → experiments whose curves it reads: in fastslow.layout (the Snakefile needs it
+# without this module's numpy/polars/matplotlib imports).
 
 
 def _plt():

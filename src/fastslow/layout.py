@@ -47,3 +47,18 @@ def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: st
 def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS) -> list[str]:
     return [f"{cycle_dir(s, c, results)}/cycle.json" for s in runs.values() if s.experiment == experiment
             for c in range(s.cycles)]
+
+
+#: figure → experiments whose curves it reads (the first is required, the rest optional).
+FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
+    "fig2": ("efficiency", "radar"),
+    "fig3": ("efficiency",),
+    "fig4": ("efficiency",),
+    "fig5": ("plasticity",),
+    "fig6": ("continual",),
+    "fig7": ("stargraph",),
+    "fig8": ("ceiling", "efficiency"),
+    "fig9": ("ablations", "efficiency"),
+    "fig10": ("reuse", "efficiency"),
+    "fig11": ("efficiency",),
+}

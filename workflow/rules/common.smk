@@ -5,7 +5,7 @@ from pathlib import Path
 from fastslow.config import ConfigError, model_name, validate_config
 from fastslow import layout
 from fastslow.experiments import expand as expand_runs
-from fastslow.figures import FIGURE_EXPERIMENTS, FIGURES
+from fastslow.layout import FIGURE_EXPERIMENTS
 
 # Validate and fill defaults before any rule is defined: a bad key stops here, in one line.
 try:

@@ -18,7 +18,7 @@ rule figure:
     benchmark:
         f"{RESULTS}/benchmarks/figures/{{fig}}.tsv",
     wildcard_constraints:
-        fig="|".join(FIGURES),
+        fig="|".join(FIGURE_EXPERIMENTS),
     script:
         "../scripts/figure.py"
 
