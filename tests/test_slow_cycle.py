@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slow_toys import LengthTask, RecordingTracker
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state, run_cycle
-from fastslow.tasks.base import Problem
 
 CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
@@ -19,27 +19,6 @@ METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy"
                   "scoring_seconds", "training_seconds", "lr", "loss"}
 
 
-class LengthTask:
-    """A toy task whose reward depends on the completion text (so groups have variance)."""
-
-    name = "length"
-
-    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
-        return [Problem(f"p{i}", self.name, f"Say the number {i}.", str(i)) for i in range(n)]
-
-    def reward(self, problem: Problem, completion: str) -> float:
-        return (len(completion) % 5) / 4
-
-    def feedback(self, problem: Problem, completion: str) -> str:
-        return f"expected {problem.answer}, got {len(completion)} characters"
-
-
-class RecordingTracker:
-    def __init__(self) -> None:
-        self.calls: list[tuple[dict[str, float], int | None]] = []
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.calls.append((dict(metrics), step))
 
 
 def _cfg(steps: int) -> SlowConfig:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slow_toys import LengthTask, RecordingTracker
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state
@@ -27,27 +28,6 @@ METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "distill_
                   "generated_tokens_per_s"}
 
 
-class LengthTask:
-    """A toy task whose reward depends on the completion text."""
-
-    name = "length"
-
-    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
-        return [Problem(f"p{i}", self.name, f"Say the number {i}.", str(i)) for i in range(n)]
-
-    def reward(self, problem: Problem, completion: str) -> float:
-        return (len(completion) % 5) / 4
-
-    def feedback(self, problem: Problem, completion: str) -> str:
-        return f"expected {problem.answer}, got {len(completion)} characters"
-
-
-class RecordingTracker:
-    def __init__(self) -> None:
-        self.calls: list[tuple[dict[str, float], int | None]] = []
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.calls.append((dict(metrics), step))
 
 
 def _cfg(steps: int, **kw: Any) -> SlowConfig:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slow_toys import RecordingTracker
 
 from fastslow import launch
 from fastslow.slow import SlowConfig
@@ -28,25 +29,6 @@ CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 SLOW = dict(lr=1e-3, warmup_steps=1, beta=0.001, num_generations=4, problems_per_step=2,
             steps_per_cycle=2, max_new_tokens=8, micro_batch_size=2, seed=7)
 
-# The ranks rebuild the task from the job spec by import: it must live in a module.
-TASK_MODULE = '''
-from fastslow.tasks.base import Problem
-
-
-class LengthTask:
-    """A toy task whose reward depends on the completion text (so groups have variance)."""
-
-    name = "length"
-
-    def problems(self, split, n, seed):
-        return [Problem(f"p{i}", self.name, f"Say the number {i}.", str(i)) for i in range(n)]
-
-    def reward(self, problem, completion):
-        return (len(completion) % 5) / 4
-
-    def feedback(self, problem, completion):
-        return f"got {len(completion)} characters"
-'''
 
 
 # ---------------------------------------------------------------- splitting a step over ranks
@@ -86,13 +68,6 @@ def test_cycle_refuses_a_world_size_that_does_not_split_the_step(tmp_path, monke
 
 # ---------------------------------------------------------------- the caller's side
 
-
-class RecordingTracker:
-    def __init__(self) -> None:
-        self.calls: list[tuple[dict[str, float], int | None]] = []
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.calls.append((dict(metrics), step))
 
 
 def test_processes_from_gpus_or_environment(monkeypatch) -> None:
@@ -164,7 +139,9 @@ def _launch(job: Path, cwd: Path) -> subprocess.CompletedProcess:
     # The command fastslow.cycle.launch_slow builds on a GPU-less machine, with ddp.yaml.
     cmd = launch.build_command("fastslow.slow.train", ["--spec", str(job)], gpus=2, strategy="ddp",
                                accelerate_args=["--mixed_precision", "no"])
-    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    # The ranks import the toy task by name (slow_toys:LengthTask) from this directory.
+    path = f"{Path(__file__).parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    env = {**os.environ, "PYTHONPATH": path,
            "OMP_NUM_THREADS": "1", "FASTSLOW_DEBUG_RANK_DIGESTS": "1", "HF_HUB_OFFLINE": "1"}
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "FASTSLOW_TRAIN_PROCESSES"):
         env.pop(key, None)
@@ -189,14 +166,13 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
     from fastslow.tasks.base import Problem
     from fastslow.tasks.data import write_problems
 
-    (tmp_path / "toy_task.py").write_text(TASK_MODULE)
     problems = [Problem(f"p{i}", "length", f"Say the number {i}.", str(i)) for i in range(3)]
     train = write_problems(problems, tmp_path / "train.parquet")
     cycles = [tmp_path / "run" / "cycle0", tmp_path / "run" / "cycle1"]
     for c, out in enumerate(cycles):
         write_spec(tmp_path / f"job{c}.json", method="fst", init_model=tiny_model_dir,
                    prev_dir=cycles[0] if c else None, contexts=CONTEXTS,
-                   task={"class": "toy_task:LengthTask"}, train_file=train, slow=SLOW, out_dir=out,
+                   task={"class": "slow_toys:LengthTask"}, train_file=train, slow=SLOW, out_dir=out,
                    run_id="toy/run", cycle=c)
 
     for c, out in enumerate(cycles):
