@@ -64,6 +64,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--format-credit", type=float, default=0.0,
                     help="GEPA search score = (1-c)*reward + c*[answer parsed] (final mean@k is reward only)")
+    ap.add_argument("--eval-seeds", type=int, default=1,
+                    help="repeat the final val evaluation with this many sampling seeds (mean@k each)")
+    ap.add_argument("--reeval", action="store_true",
+                    help="skip the search: re-evaluate the seed and evolved contexts of --out")
     ap.add_argument("--out", type=Path, default=Path("results/bench/gepa_probe.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -79,38 +83,56 @@ def main() -> None:
     cfg = FastConfig(pool_size=args.pool_size, max_metric_calls=args.budget, minibatch_size=args.minibatch,
                      max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
                      format_credit=args.format_credit)
-    eval_params = SamplingParams(args.max_new_tokens, args.temperature, 1.0, 1000 + args.seed)
 
     def gepa_log(msg: str) -> None:
         if msg.startswith("fast round") or msg.startswith("feedback_editor") or "Found a better" in msg:
             log.info(msg)
 
-    t0 = time.perf_counter()
-    pool, summaries = run_gepa_only(Pool.seed(args.seed_context, args.pool_size), generator, task, train, dev,
-                                    cfg, args.rounds, args.out.parent / "gepa_probe_run", log=gepa_log)
-    gepa_seconds = time.perf_counter() - t0
-    best = pool.entries[0]
-    log.info("GEPA done in %.0fs; best dev mean %.3f; evolved context:\n%s", gepa_seconds, best.val_mean, best.text)
+    if args.reeval:  # the search's result from a previous run of this script
+        previous = json.loads(args.out.read_text())
+        evolved_text, gepa_seconds, summaries = (previous["evolved_context"], previous["gepa_seconds"],
+                                                 previous["rounds"])
+        pool_rows = previous["pool"]
+    else:
+        t0 = time.perf_counter()
+        pool, summaries = run_gepa_only(Pool.seed(args.seed_context, args.pool_size), generator, task, train,
+                                        dev, cfg, args.rounds, args.out.parent / "gepa_probe_run", log=gepa_log)
+        gepa_seconds = time.perf_counter() - t0
+        evolved_text = pool.entries[0].text
+        pool_rows = [{"id": e.id, "dev_mean": e.val_mean, "text": e.text} for e in pool.entries]
+        log.info("GEPA done in %.0fs; best dev mean %.3f; evolved context:\n%s", gepa_seconds,
+                 pool.entries[0].val_mean, evolved_text)
 
-    seed_eval = evaluate(generator, task, val, args.seed_context, args.k, eval_params)
-    log.info("seed context: mean@%d %.3f", args.k, seed_eval[f"mean@{args.k}"])
-    best_eval = evaluate(generator, task, val, best.text, args.k, eval_params)
-    log.info("evolved context: mean@%d %.3f", args.k, best_eval[f"mean@{args.k}"])
+    # The same sampling seeds for both contexts; several seeds show whether a gap is noise.
+    key = f"mean@{args.k}"
+    seed_evals, best_evals = [], []
+    for r in range(args.eval_seeds):
+        params = SamplingParams(args.max_new_tokens, args.temperature, 1.0, 1000 + args.seed + r)
+        seed_evals.append(evaluate(generator, task, val, args.seed_context, args.k, params))
+        best_evals.append(evaluate(generator, task, val, evolved_text, args.k, params))
+        log.info("eval seed %d: seed context %s %.3f, evolved %.3f", r, key, seed_evals[-1][key],
+                 best_evals[-1][key])
+    seed_eval, best_eval = seed_evals[0], best_evals[0]
 
     result = {
         "task": args.task, "model": SMOLLM2_SPEC, "method": "GEPA-only (frozen base weights)",
         "proposer": cfg.proposer, "settings": vars(args) | {"out": str(args.out)},
         "protocol": "GEPA minibatches from n_train train problems, Pareto valset = n_dev held-out train "
                     "problems; mean@k on the task's val split, same sampling seed for both contexts",
-        "seed_context": args.seed_context, "evolved_context": best.text,
+        "seed_context": args.seed_context, "evolved_context": evolved_text,
         "seed": seed_eval, "evolved": best_eval,
-        "delta_mean_at_k": best_eval[f"mean@{args.k}"] - seed_eval[f"mean@{args.k}"],
-        "gepa_seconds": gepa_seconds, "rounds": summaries,
-        "pool": [{"id": e.id, "dev_mean": e.val_mean, "text": e.text} for e in pool.entries],
+        "delta_mean_at_k": best_eval[key] - seed_eval[key],
+        "per_eval_seed": [{"seed_context": a[key], "evolved": b[key], "evolved_tagged": b["tagged"]}
+                          for a, b in zip(seed_evals, best_evals, strict=True)],
+        "mean_over_eval_seeds": {"seed_context": sum(a[key] for a in seed_evals) / len(seed_evals),
+                                 "evolved": sum(b[key] for b in best_evals) / len(best_evals)},
+        "gepa_seconds": gepa_seconds, "rounds": summaries, "pool": pool_rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    log.info("wrote %s: seed %.3f -> evolved %.3f", args.out, seed_eval[f"mean@{args.k}"], best_eval[f"mean@{args.k}"])
+    means = result["mean_over_eval_seeds"]
+    log.info("wrote %s: seed %.3f -> evolved %.3f (%s over %d eval seeds)", args.out, means["seed_context"],
+             means["evolved"], key, args.eval_seeds)
 
 
 if __name__ == "__main__":
