@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,18 +34,29 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
 START = ROOT / "ci" / "slurm" / "start_slurm.sh"
 STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
-# The foundation smoke DAG of tests/test_workflow.py, as an explicit target (the default target
-# now also holds every figure's experiments).
+# The foundation smoke DAG of tests/test_workflow.py plus one whole figure (Fig 7: an RL and an
+# FST cycle, their evaluations, the curves table and the plot), as explicit targets: every kind of
+# job (training, evaluation, tables, figures) goes through sbatch; the whole smoke DAG (107 jobs)
+# runs locally in tests/test_workflow.py.
 TARGET = "results/tables/base_eval.parquet"
-SMOKE = [TARGET, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
-         "data={tasks: [math, hover]}"]
+FIGURE = "results/figures/fig7.pdf"
+SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
+         "data={tasks: [math, hover, stargraph]}"]
+
+
+def _timing(column: str) -> bool:
+    """Columns that time a job (seconds, tokens/s) differ between any two runs; nothing else may."""
+    return column.endswith(("seconds", "_per_s"))
 PARTITION = "fastslow"
 # Every variable the profile reads: cleared so the developer's own settings never leak in.
 PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
                "SBATCH_PARTITION")
 # The smoke DAG's SLURM jobs (init_tracking is a localrule; `all` has nothing to run).
 EXPECTED_JOBS = {("base_model", ""), ("task_data", "math"), ("task_data", "hover"),
-                 ("evaluate_base", "math"), ("evaluate_base", "hover"), ("base_eval_table", "")}
+                 ("task_data", "stargraph"), ("evaluate_base", "math"), ("evaluate_base", "hover"),
+                 ("evaluate_base", "stargraph"), ("base_eval_table", "")}
+# Fig 7's own jobs, by rule (their wildcards are run paths): RL and FST cycle 0, each evaluated.
+EXPECTED_FIGURE_JOBS = {"cycle": 2, "evaluate_point": 2, "curves": 1, "figure": 1}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -213,8 +225,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _tables(results: Path) -> dict[str, pl.DataFrame]:
-    return {str(p.relative_to(results)): pl.read_parquet(p) for p in sorted(results.rglob("*.parquet"))
-            if "mlartifacts" not in p.parts}
+    tables = {}
+    for p in sorted(results.rglob("*.parquet")):
+        if "mlartifacts" not in p.parts:
+            df = pl.read_parquet(p)
+            tables[str(p.relative_to(results))] = df.drop([c for c in df.columns if _timing(c)])
+    return tables
 
 
 @pytest.mark.workflow
@@ -255,7 +271,9 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
         jobs[jobid] = (rule, re.sub(r"^task=", "", wildcards) if wildcards else "")
         assert Path(logfile).is_file(), logfile
         assert sys.executable.rsplit("/bin/", 1)[0] in Path(logfile).read_text()  # ran the repo's venv
-    assert sorted(jobs.values()) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
+    figure_jobs = {j for j in jobs.values() if j[0] in EXPECTED_FIGURE_JOBS}
+    assert sorted(set(jobs.values()) - figure_jobs) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
+    assert Counter(rule for rule, _ in figure_jobs) == EXPECTED_FIGURE_JOBS, sorted(figure_jobs)
     comp = (slurm_cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
     records = {}
     for line in comp.splitlines():
@@ -282,7 +300,10 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
         <= set(local_tables)
     for name, table in local_tables.items():
         assert_frame_equal(table, remote_tables[name], check_exact=True)
-    for task in ("math", "hover"):
+    assert (remote / FIGURE).read_bytes()[:5] == b"%PDF-"
+    assert {"tables/curves/stargraph.parquet"} <= set(local_tables)
+    assert any(name.endswith("cycle0/rollouts.parquet") for name in local_tables)
+    for task in ("math", "hover", "stargraph"):
         summary = f"results/eval/base/{task}.json"
         assert json.loads((local / summary).read_text()) == json.loads((remote / summary).read_text())
     model = Path("results/models/tiny-random")
@@ -297,5 +318,5 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
     info = json.loads((remote / "results/mlflow/tracking.json").read_text())
     runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
     job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
-    assert len(job_runs) == len(EXPECTED_JOBS)
+    assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())
     assert {r.info.status for r in job_runs} == {"FINISHED"}
