@@ -107,8 +107,9 @@ class FastAdapter:
                 log.debug("render_prompts failed; storing plain messages", exc_info=True)
         return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
 
-    def _generate(self, pairs: list[tuple[str, Problem]]) -> None:
-        """Generate, score and cache one rollout per (context, problem) pair (all cache misses).
+    def _generate(self, pairs: list[tuple[str, str, Problem]]) -> None:
+        """Generate, score and cache one rollout per (context hash, context, problem) triple (all
+        cache misses).
 
         Pairs of several contexts share generate() calls of up to `batch_size` sequences: on a
         CPU a batch of 12 costs little more per step than a batch of 6 (the weights are read
@@ -121,7 +122,7 @@ class FastAdapter:
                 f"the cap of {self.max_metric_calls}")
         for lo in range(0, len(pairs), self.batch_size):
             chunk = pairs[lo:lo + self.batch_size]
-            convs = [build_messages(context, p) for context, p in chunk]
+            convs = [build_messages(context, p) for _, context, p in chunk]
             # A fresh seed per call: the same (context, problem) is never sampled twice anyway
             # (cache), and distinct calls must not share one random stream.
             params = SamplingParams(self.sampling.max_new_tokens, self.sampling.temperature,
@@ -134,13 +135,12 @@ class FastAdapter:
             if self.on_generate is not None:
                 self.on_generate(len(chunk))
             prompts = self._render(convs)
-            for (context, p), g, prompt in zip(chunk, gens, prompts, strict=True):
+            for (h, _, p), g, prompt in zip(chunk, gens, prompts, strict=True):
                 reward = float(self.task.reward(p, g.text))
                 parsed = extract_answer(g.text)
                 # The search score: the reward, or with format credit c, (1 - c) * reward +
                 # c * [an answer could be read], a gradient for a base model that scores 0.
                 score = (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
-                h = context_hash(context)
                 traj = {
                     "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
                     "completion": g.text, "reward": reward,
@@ -163,13 +163,13 @@ class FastAdapter:
                       capture_traces: bool = False) -> list[EvaluationBatch]:
         """Score several candidates, each on its batch, generating every missing
         (context, problem) pair of all of them together (see `_generate`)."""
-        todo: dict[tuple[str, str], tuple[str, Problem]] = {}
+        todo: dict[tuple[str, str], tuple[str, str, Problem]] = {}
         for candidate, batch in items:
             context = candidate[COMPONENT]
             h = context_hash(context)
             for p in batch:  # GEPA pads minibatches with repeats: generate each pair once
                 if self.cache.get(h, p.id, self.weights_id) is None:
-                    todo.setdefault((h, p.id), (context, p))
+                    todo.setdefault((h, p.id), (h, context, p))
         if todo:
             self._generate(list(todo.values()))
         results = []

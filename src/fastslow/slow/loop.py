@@ -53,6 +53,7 @@ from fastslow.slow.trainer import (
     build_trainer,
     expand_rows,
     per_rank_batches,
+    process_rank,
     rank_slice,
     world_size,
 )
@@ -514,7 +515,7 @@ def run_cycle(
         _ensure_progress_handler()
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
 
-    is_main = int(os.environ.get("RANK", "0")) == 0
+    is_main = process_rank() == 0  # before the trainer exists: from the environment accelerate sets
     out_dir = Path(out_dir)
     # All ranks need the same (unused) TRL output_dir; only the main process has the temp dir.
     shared_work = out_dir.parent / f".{out_dir.name}.work" if distributed else None
@@ -566,7 +567,7 @@ def run_cycle(
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
-                    log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
+                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
                          "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],

@@ -25,11 +25,12 @@ import argparse
 import importlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from fastslow.slow.trainer import process_rank, world_size
 
 SPEC_VERSION = 1
 METHODS = ("rl", "fst", "fst_distill")
@@ -111,8 +112,8 @@ def run_job(spec: Mapping[str, Any]) -> dict[str, Any]:
                         Path(spec["out_dir"]), run_id=spec["run_id"], cycle=int(spec["cycle"]),
                         tracker=None, **dict(spec.get("extra", {})))
     out = {"out_dir": str(result.out_dir), "global_step": result.global_step,
-           "metrics": result.metrics, "num_processes": _world_size()}
-    if _rank() == 0:
+           "metrics": result.metrics, "num_processes": world_size()}
+    if process_rank() == 0:
         from fastslow.io import write_json
 
         write_json(out, spec["result"])
@@ -134,22 +135,14 @@ def log_result(result: Mapping[str, Any], tracker: Any) -> None:
                             step=int(row["step"]))
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fastslow.slow.train",
                                      description="Run one slow cycle from a JSON job spec (one rank "
                                                  "of `accelerate launch`, or alone).")
     parser.add_argument("--spec", required=True, help="the job spec (fastslow.slow.train.write_spec)")
     ns = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if _rank() == 0 else logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s rank{_rank()} %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if process_rank() == 0 else logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s rank{process_rank()} %(levelname)s %(name)s: %(message)s")
     spec = read_spec(ns.spec)
     ok = False
     try:

@@ -114,6 +114,13 @@ def world_size() -> int:
     return env_int("WORLD_SIZE", 1)
 
 
+def process_rank() -> int:
+    """This process's global rank: RANK as set by `accelerate launch`, else 0 (one process)."""
+    from fastslow.launch import env_int
+
+    return env_int("RANK", 0, minimum=0)
+
+
 def per_rank_batches(cfg: SlowConfig, num_processes: int) -> tuple[int, int]:
     """(micro batch, accumulation steps) of each of `num_processes` ranks for one RL step.
 
