@@ -96,3 +96,17 @@ def test_an_overlay_drops_a_variant_with_null(tmp_path):
     cfg = load_config(ROOT / "config" / "config.yaml", overlay)
     variants = {s.variant for s in expand(cfg).values() if s.experiment == "ablations"}
     assert "t1" not in variants and {"k1", "k4", "k8", "full_gepa"} <= variants
+
+
+def test_task_options_reach_the_generator_and_are_checked() -> None:
+    from fastslow.config import make_task
+
+    config = ROOT / "config" / "config.yaml"
+    cfg = load_config(config)
+    assert make_task(cfg, "codeio").max_prompt_chars == 2500
+    assert make_task(cfg, "physics").rel_tol == 0.02
+    for bad, key in (({"codeio": {"max_promt_chars": 1}}, "data.options.codeio.max_promt_chars"),
+                     ({"codex": {}}, "data.options.codex")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
+            load_config(config, overrides={"data": {"options": bad}})
+        assert "\n" not in str(err.value)

@@ -29,6 +29,7 @@ from fastslow.model.generation import (
     encode_prompts,
     make_generator,
     render_prompts,
+    shared_prefill,
 )
 
 
@@ -161,6 +162,37 @@ def test_counts_and_logprobs(gen: HFGenerator, tiny_model: Any, tokenizer: Any) 
         assert g.logprob_sum == pytest.approx(float(expected), abs=1e-3)
     greedy = gen.generate(MIXED[:1], SamplingParams(max_new_tokens=4, temperature=0.0))[0]
     assert greedy.logprob_sum is not None and math.isfinite(greedy.logprob_sum)
+
+
+def test_shared_prefill_same_results_fewer_prompt_tokens(tiny_model: Any, tokenizer: Any) -> None:
+    """Repeated prompts are prefilled once: same completions and log-probs as prefilling every
+    copy, while the model sees fewer prompt positions."""
+    convs = [MIXED[1]] * 3 + [MIXED[0]] * 2 + [MIXED[3]]  # mixed lengths, left padding
+    shared = HFGenerator(tiny_model, tokenizer, batch_size=6)
+    plain = HFGenerator(tiny_model, tokenizer, batch_size=6, share_prefill=False)
+    seen: list[int] = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(kw["input_ids"].numel()) if kw.get("input_ids") is not None else None,
+        with_kwargs=True)
+    try:
+        for params in (SamplingParams(max_new_tokens=8, temperature=0.0),
+                       SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)):
+            seen.clear()
+            a = shared.generate(convs, params)
+            shared_tokens = sum(seen)
+            seen.clear()
+            b = plain.generate(convs, params)
+            assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+            for x, y in zip(a, b, strict=True):
+                assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
+                assert x.prompt_tokens == y.prompt_tokens
+            width = max(len(p) for p in encode_prompts(tokenizer, convs))
+            # plain prefills 6 padded rows; shared prefills 3 distinct rows (+ 6 last tokens)
+            assert sum(seen) - shared_tokens >= 3 * (width - 1) - 6
+    finally:
+        hook.remove()
+    # nothing repeats: no separate prefill, the same as before
+    assert shared_prefill(tiny_model, torch.tensor([[1, 2], [3, 4]]), torch.ones(2, 2, dtype=torch.long)) is None
 
 
 def test_split_completion_stops_at_eos() -> None:

@@ -120,3 +120,34 @@ def test_cispo_loss_matches_hand_computation(tiny_model_dir, tokenizer, tmp_path
     assert trl_grad.abs().sum() > 0
     # Clipped = ρ > τ with A > 0: tokens 3 and 4 of row 0, out of 6 completion tokens.
     assert trainer._metrics["train"]["cispo_clip_ratio"][-1] == pytest.approx(2 / 6)
+
+
+def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """A step's G/K copies of each prompt are prefilled once: same rollouts (same seed) as TRL's
+    plain path, with fewer prompt positions through the model."""
+    import torch
+
+    def constant(prompts: list, **_: Any) -> list[float]:
+        return [0.0] * len(prompts)
+
+    outs, positions = [], []
+    for share in (True, False):
+        trainer = _trainer(tiny_model_dir, tokenizer, tmp_path / str(share), constant, beta=0.0)
+        trainer.share_prefill = share
+        seen: list[int] = []
+
+        def count(_m: Any, _a: Any, kw: dict, seen: list[int] = seen) -> None:
+            if kw.get("input_ids") is not None:
+                seen.append(kw["input_ids"].numel())
+
+        hook = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+        torch.manual_seed(0)
+        try:
+            batch = trainer._generate_and_score_completions(expand_rows(PROBLEMS, CONTEXTS, 4))
+        finally:
+            hook.remove()
+        assert "generate" not in vars(trainer.model)  # the class method again
+        outs.append(batch["completion_ids"].tolist())
+        positions.append(sum(seen))
+    assert outs[0] == outs[1]
+    assert positions[0] < positions[1]

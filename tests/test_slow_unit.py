@@ -97,11 +97,16 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    prompts = [[1, 2, 3, 4], [5, 6]]
-    completions = [[7, 8, 9], [10, 11, 12, 13, 14]]
+    # repeated prompts (their prefix is shared), a one-token prompt, a one-token completion
+    prompts = [[1, 2, 3, 4], [5, 6], [1, 2, 3, 4], [9], [5, 6]]
+    completions = [[7, 8, 9], [10, 11, 12, 13, 14], [20, 21], [22, 23], [24]]
+    n = sum(len(c) for c in completions)
 
     kl, ent = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2,
                              token_chunk=2)
+    for batch_size in (1, 8):
+        again = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=batch_size)
+        assert again == pytest.approx((kl, ent), rel=1e-4)
     kl_sum = ent_sum = base_ent_sum = 0.0
     with torch.no_grad():
         for p, c in zip(prompts, completions, strict=True):
@@ -111,11 +116,52 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
             kl_sum += float((lp.exp() * (lp - lq)).sum())
             ent_sum += float(-(lp.exp() * lp).sum())
             base_ent_sum += float(-(lq.exp() * lq).sum())
-    assert kl == pytest.approx(kl_sum / 8, rel=1e-4)
-    assert ent == pytest.approx(ent_sum / 8, rel=1e-5)
+    assert kl == pytest.approx(kl_sum / n, rel=1e-4)
+    assert ent == pytest.approx(ent_sum / n, rel=1e-5)
     assert kl > 1e-4
 
     same, base_ent = kl_and_entropy(base, base, tokenizer, prompts, completions, batch_size=2)
     assert abs(same) < 1e-6
-    assert base_ent == pytest.approx(base_ent_sum / 8, rel=1e-5)  # one forward, same entropy
+    assert base_ent == pytest.approx(base_ent_sum / n, rel=1e-5)  # one forward, same entropy
     assert all(math.isnan(x) for x in kl_and_entropy(base, base, tokenizer, [[1]], [[]]))
+
+
+def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_model_dir, monkeypatch) -> None:
+    """evaluation.dtype: the sampler runs in its dtype, KL/entropy in the model's (bf16 log-probs
+    would drown the KL of nearby checkpoints)."""
+    import torch
+    from slow_toys import LengthTask
+
+    from fastslow import evaluate
+    from fastslow.model import generation
+    from fastslow.model.generation import SamplingParams
+    from fastslow.slow import divergence
+
+    seen: dict[str, object] = {}
+    real_make, real_kl = generation.make_generator, divergence.kl_and_entropy
+
+    def make(*args, **kwargs):
+        seen["sample"] = kwargs["dtype"]
+        gen = real_make(*args, **kwargs)
+        seen["sample_params"] = next(gen.model.parameters()).dtype
+        return gen
+
+    def kl(model, base, *args, **kwargs):
+        seen["kl"] = next(model.parameters()).dtype
+        return real_kl(model, base, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "make_generator", make)
+    monkeypatch.setattr(divergence, "kl_and_entropy", kl)
+    task = LengthTask()
+    summary, rows = evaluate.evaluate_weights(tiny_model_dir, task, task.problems("val", 3, 0), "ctx", 2,
+                                              SamplingParams(6, 1.0, 1.0, 0), dtype="float32",
+                                              sample_dtype="bfloat16")
+    assert seen == {"sample": "bfloat16", "sample_params": torch.bfloat16, "kl": torch.float32}
+    assert len(rows) == 6 and summary["problems"] == 3 and summary["kl_to_base"] == 0.0
+    assert summary["entropy"] > 0
+    seen.clear()
+    summary, rows = evaluate.evaluate_weights(tiny_model_dir, task, task.problems("val", 3, 0), "ctx", 2,
+                                              SamplingParams(6, 1.0, 1.0, 0), divergence=False)
+    assert "kl" not in seen and seen["sample"] == "float32"  # no KL/entropy pass at all
+    assert math.isnan(summary["kl_to_base"]) and math.isnan(summary["entropy"])
+    assert all("completion_ids" not in r for r in rows)

@@ -124,7 +124,27 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}"
                 )
+    _check_task_options(config["data"]["options"])
     check_experiments(config)
+
+
+def _check_task_options(options: Mapping[str, Any]) -> None:
+    """data.options: known tasks, and only options their generator's constructor takes."""
+    import inspect
+
+    from fastslow.tasks import TASK_NAMES, task_class
+
+    for name, opts in options.items():
+        if name not in TASK_NAMES:
+            raise ConfigError(f"config error: data.options.{name}: unknown task {name!r}; "
+                              f"expected one of {', '.join(TASK_NAMES)}")
+        params = inspect.signature(task_class(name).__init__).parameters
+        allowed = sorted(p for p, v in params.items() if p not in ("self", "name", "difficulty")
+                         and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
+        for key in opts:
+            if key not in allowed:
+                raise ConfigError(f"config error: data.options.{name}.{key}: unknown option; "
+                                  f"expected one of {', '.join(allowed) or '(none)'}")
 
 
 def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -165,13 +185,19 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     """
     hf = config["data"].get("hf_datasets", {}).get(name)
     if config["data"]["source"] != "hf" or not hf:
-        return name, {}
+        return name, dict(config["data"].get("options", {}).get(name, {}))
     opts: dict[str, Any] = {"dataset": hf["path"], "name": name}
     for ours, theirs in (("name", "config"), ("splits", "split_map"), ("columns", "columns"),
                          ("scorer", "scorer")):
         if ours in hf:
             opts[theirs] = hf[ours]
     return "hf", opts
+
+
+def sample_dtype(config: Mapping[str, Any]) -> str:
+    """The dtype evaluation samples in: `evaluation.dtype`, or model.dtype for 'model'."""
+    wanted = config["evaluation"].get("dtype", "model")
+    return config["model"]["dtype"] if wanted == "model" else wanted
 
 
 def make_task(config: Mapping[str, Any], name: str):

@@ -39,7 +39,7 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
                     "cycle": cycle, "step": (cycle + 1) * steps,
                     "mean_at_k": float(ev[f"mean@{k}"]), "best_at_k": float(ev[f"best@{k}"]), "k": k,
-                    "kl_to_base": float(ev.get("kl_to_base", 0.0)), "entropy": float(ev.get("entropy", float("nan"))),
+                    "kl_to_base": float(ev.get("kl_to_base", float("nan"))), "entropy": float(ev.get("entropy", float("nan"))),
                     "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
                 })
     return rows

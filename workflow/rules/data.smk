@@ -21,6 +21,9 @@ rule base_model:
 rule task_data:
     input:
         tracking=ancient(TRACKING),
+    params:
+        # a change of the task's generator options makes its splits out of date
+        options=lambda wc: config["data"]["options"].get(wc.task, {}),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:

@@ -144,6 +144,37 @@ class _SampledLogprobs:
         return torch.stack(self.steps, dim=1)
 
 
+def shared_prefill(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """The KV cache of a left-padded prompt batch (all but the last position), each distinct row
+    run through `model` once and its cache rows copied to every row that repeats it; pass it to
+    `generate(..., past_key_values=cache)`, which then runs only the last prompt position.
+
+    Evaluation samples k completions of one prompt and RL G of one (context, problem): without
+    this, generate() prefills every copy, and on long prompts (CodeIO's ~700-1000 tokens) the
+    prefill is most of the cost. None when no row repeats (nothing to share). Call it under
+    no_grad/inference_mode.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    index: dict[tuple[int, ...], int] = {}
+    keys = torch.cat([input_ids, attention_mask], dim=1).tolist()
+    rows = [index.setdefault(tuple(k), len(index)) for k in keys]
+    if len(index) == len(rows) or input_ids.shape[1] < 2:
+        return None
+    device = model.device
+    first = [rows.index(u) for u in range(len(index))]
+    ids = input_ids[first, :-1].to(device)
+    mask = attention_mask[first, :-1].to(device)
+    # Left padding: positions count real tokens only, as generate() computes them.
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+          use_cache=True, logits_to_keep=1)
+    cache.batch_select_indices(torch.tensor(rows, device=device))
+    return cache
+
+
 class HFGenerator:
     """Batched generation with transformers `generate` (CPU or a single GPU).
 
@@ -154,10 +185,12 @@ class HFGenerator:
     """
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None,
+                 share_prefill: bool = True) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.model = model
+        self.share_prefill = share_prefill
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.chat_template_kwargs = chat_template_kwargs
@@ -242,6 +275,9 @@ class HFGenerator:
         devices = [device.index or 0] if device.type == "cuda" else []
         with (torch.random.fork_rng(devices=devices), torch.inference_mode(),
               self._neutral_generation_config()):
+            cache = shared_prefill(self.model, input_ids, attention) if self.share_prefill else None
+            if cache is not None:
+                kwargs["past_key_values"] = cache
             torch.manual_seed(seed)
             out = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
@@ -266,8 +302,9 @@ class HFGenerator:
         """One completion per conversation, in order."""
         prompts = self.encode_prompts(conversations)
         # Longest first: similar lengths share a batch (less padding), and the largest
-        # memory peak comes first rather than after minutes of work.
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        # memory peak comes first rather than after minutes of work. Equal prompts stay
+        # adjacent, so their copies share a batch and its prefill (`_shared_prefill`).
+        order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
         for b, start in enumerate(range(0, len(order), self.batch_size)):
             idx = order[start: start + self.batch_size]

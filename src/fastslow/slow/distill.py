@@ -36,7 +36,7 @@ import numpy as np
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow.config import SlowConfig
-from fastslow.slow.divergence import _completion_hidden, _log_probs
+from fastslow.slow.divergence import _hidden_at, _log_probs
 from fastslow.slow.loop import (
     STATE_FILE,
     CycleResult,
@@ -105,7 +105,7 @@ def completion_logits(model: Any, prompts: Sequence[Sequence[int]],
         attention[row, : len(p) + len(c)] = 1
         where[row, len(p) - 1: len(p) + len(c) - 1] = True  # position t predicts token t+1
     device = next(model.parameters()).device
-    hidden = _completion_hidden(model, ids.to(device), attention.to(device), where.to(device))
+    hidden = _hidden_at(model, ids.to(device), attention.to(device), where.to(device))
     return _log_probs(model, hidden, 1.0)
 
 

@@ -17,13 +17,64 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def _completion_hidden(model: Any, input_ids: Any, attention_mask: Any, positions: Any) -> Any:
-    """Final hidden states at `positions` (a boolean mask), shape (n, hidden)."""
+def _decoder(model: Any) -> Any:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if decoder is None or decoder is model:
         raise TypeError(f"{type(model).__name__} exposes no decoder backbone (get_decoder())")
-    out = decoder(input_ids=input_ids, attention_mask=attention_mask)
+    return decoder
+
+
+def _hidden_at(model: Any, input_ids: Any, attention_mask: Any, positions: Any) -> Any:
+    """Final hidden states at `positions` (a boolean mask) of one plain pass, shape (n, hidden)."""
+    out = _decoder(model)(input_ids=input_ids, attention_mask=attention_mask)
     return out.last_hidden_state[positions]
+
+
+def _completion_hidden(model: Any, prompts: Sequence[Sequence[int]],
+                       groups: Sequence[Sequence[Sequence[int]]], pad: int) -> Any:
+    """Final hidden states of every position that predicts a completion token, shape (n, hidden).
+
+    `groups[u]` are the completions sampled from `prompts[u]`. Each prompt but its last token
+    goes through the model once (left padded), its KV cache is copied to one row per completion,
+    and a second pass runs [last prompt token] + completion[:-1] (right padded) on that cache:
+    its outputs are exactly the positions that predict the completion. Rows are returned in
+    order, completion by completion, `len(c)` positions each.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    decoder = _decoder(model)
+    width = max(len(p) for p in prompts) - 1
+    rows = [u for u, comps in enumerate(groups) for _ in comps]
+    comps = [c for cs in groups for c in cs]
+    seg = max(len(c) for c in comps)
+    prefix = torch.full((len(prompts), width), pad, dtype=torch.long)
+    prefix_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for u, p in enumerate(prompts):
+        if len(p) > 1:
+            prefix[u, width - len(p) + 1:] = torch.tensor(p[:-1])
+            prefix_mask[u, width - len(p) + 1:] = 1
+    ids = torch.full((len(comps), seg), pad, dtype=torch.long)
+    mask = torch.zeros((len(comps), seg), dtype=torch.long)
+    for r, (u, c) in enumerate(zip(rows, comps, strict=True)):
+        ids[r, : len(c)] = torch.tensor([prompts[u][-1], *c[:-1]])
+        mask[r, : len(c)] = 1
+    lengths = prefix_mask.sum(-1)
+    cache = None
+    if width > 0 and bool(prefix_mask.any()):
+        cache = DynamicCache(config=model.config)
+        positions = (prefix_mask.cumsum(-1) - 1).clamp(min=0)
+        decoder(input_ids=prefix.to(device), attention_mask=prefix_mask.to(device),
+                position_ids=positions.to(device), past_key_values=cache, use_cache=True)
+        cache.batch_select_indices(torch.tensor(rows, device=device))
+        full_mask = torch.cat([prefix_mask[rows], mask], dim=1)
+    else:
+        full_mask = mask
+    positions = lengths[rows, None] + torch.arange(seg)[None, :]
+    out = decoder(input_ids=ids.to(device), attention_mask=full_mask.to(device),
+                  position_ids=positions.to(device), past_key_values=cache, use_cache=cache is not None)
+    return out.last_hidden_state[mask.to(device).bool()]
 
 
 def _log_probs(model: Any, hidden: Any, temperature: float) -> Any:
@@ -62,33 +113,34 @@ def kl_and_entropy(
     if len(prompt_ids) != len(completion_ids):
         raise ValueError("prompt_ids and completion_ids must have the same length")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    device = next(model.parameters()).device
-    base_device = next(base_model.parameters()).device
     kl_sum, ent_sum, count = 0.0, 0.0, 0
-    pairs = [(list(p), list(c)) for p, c in zip(prompt_ids, completion_ids, strict=True) if len(c)]
-    pairs.sort(key=lambda pc: len(pc[0]) + len(pc[1]))  # similar lengths pad little
+    # Completions grouped by prompt (evaluation samples k per prompt): each prompt's prefix is
+    # run once per model, however many completions share it (`_completion_hidden`).
+    by_prompt: dict[tuple[int, ...], list[list[int]]] = {}
+    for p, c in zip(prompt_ids, completion_ids, strict=True):
+        if len(c):
+            by_prompt.setdefault(tuple(p), []).append(list(c))
+    items = sorted(by_prompt.items(), key=lambda pc: len(pc[0]))  # similar lengths pad little
     same = base_model is model
     was_training = (model.training, base_model.training)
     model.eval()
     base_model.eval()
     try:
         with torch.no_grad():
-            for lo in range(0, len(pairs), batch_size):
-                chunk = pairs[lo: lo + batch_size]
-                width = max(len(p) + len(c) for p, c in chunk)
-                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-                attn = torch.zeros((len(chunk), width), dtype=torch.long)
-                # Position t predicts token t+1: completion token j is predicted at p+j-1.
-                where = torch.zeros((len(chunk), width), dtype=torch.bool)
-                for row, (p, c) in enumerate(chunk):
-                    ids[row, : len(p) + len(c)] = torch.tensor(p + c)
-                    attn[row, : len(p) + len(c)] = 1
-                    where[row, len(p) - 1: len(p) + len(c) - 1] = True
-                h = _completion_hidden(model, ids.to(device), attn.to(device), where.to(device))
+            lo = 0
+            while lo < len(items):
+                # about `batch_size` completions per pass, whole prompts only
+                hi, rows = lo, 0
+                while hi < len(items) and (hi == lo or rows + len(items[hi][1]) <= batch_size):
+                    rows += len(items[hi][1])
+                    hi += 1
+                prompts = [list(p) for p, _ in items[lo:hi]]
+                groups = [cs for _, cs in items[lo:hi]]
+                lo = hi
+                h = _completion_hidden(model, prompts, groups, pad)
                 # The same model on both sides (a base-model evaluation): KL is 0 by definition,
                 # and the second full forward over long prompts would double the cost.
-                hb = None if same else _completion_hidden(base_model, ids.to(base_device),
-                                                          attn.to(base_device), where.to(base_device))
+                hb = None if same else _completion_hidden(base_model, prompts, groups, pad)
                 for start in range(0, h.shape[0], token_chunk):
                     logp = _log_probs(model, h[start: start + token_chunk], temperature)
                     prob = logp.exp()

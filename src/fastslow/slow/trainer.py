@@ -164,6 +164,37 @@ def _grpo_trainer_class() -> type:
             finally:
                 self.timings["generation"] += time.perf_counter() - start
 
+        share_prefill = True
+
+        def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
+                                  *args: Any, **kwargs: Any) -> Any:
+            """TRL's own generation, with the prompt prefill shared between the copies of a
+            prompt (`shared_prefill`): a step holds each (context, problem) prompt G/K times.
+            Plain `generate` path only (not vLLM, continuous batching, images or FSDP)."""
+            from accelerate.utils import DistributedType
+
+            plain = (self.share_prefill and not self.use_vllm and not images and not multimodal_fields
+                     and not getattr(self, "use_transformers_continuous_batching", False)
+                     and self.accelerator.distributed_type != DistributedType.FSDP)
+            if not plain:
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+            from fastslow.model.generation import shared_prefill
+
+            model = self.accelerator.unwrap_model(self.model_wrapped)
+            original = model.generate
+
+            def generate(*, input_ids: Any, attention_mask: Any, **gen_kwargs: Any) -> Any:
+                cache = shared_prefill(model, input_ids, attention_mask)
+                if cache is not None:
+                    gen_kwargs["past_key_values"] = cache
+                return original(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+
+            model.generate = generate
+            try:
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
+            finally:
+                del model.generate  # back to the class's method
+
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, Task
 
-__all__ = ["DIFFICULTIES", "LOADER_NAMES", "SPLITS", "TASK_NAMES", "Problem", "Task", "get_task"]
+__all__ = ["DIFFICULTIES", "LOADER_NAMES", "SPLITS", "TASK_NAMES", "Problem", "Task", "get_task", "task_class"]
 
 # family -> (module, class, difficulties it supports)
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -60,8 +60,15 @@ def get_task(name: str, /, **options: Any) -> Task:
         raise ValueError(f"task {family!r} has no difficulty {wanted!r}; "
                          f"valid: {', '.join(_FAMILIES[family][2])}")
     canonical = family if wanted == "default" else f"{family}_{wanted}"
-    module, cls, _ = _FAMILIES[family]
-    return getattr(importlib.import_module(module), cls)(name=canonical, difficulty=wanted, **options)
+    return task_class(family)(name=canonical, difficulty=wanted, **options)
+
+
+def task_class(name: str) -> type:
+    """The generator class behind offline task `name` (its constructor takes the options)."""
+    if name not in _VARIANTS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)}")
+    module, cls, _ = _FAMILIES[_VARIANTS[name][0]]
+    return getattr(importlib.import_module(module), cls)
 
 
 def _loader(name: str, options: dict[str, Any]) -> Task:
