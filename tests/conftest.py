@@ -30,6 +30,20 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ.get("FASTSLOW_TEST_THREADS", "1")))
 
 
+#: Under `pytest -n 2 --dist loadfile` (pyproject's addopts) each file runs on one worker and the
+#: suite ends when its last file does, so the longest files start first. pytest-xdist hands each
+#: worker one file, then a second to a worker with <= 2 tests pending: the every-figure file (one
+#: ~8-minute test) gets a short file queued behind it, and the other worker starts on SLURM.
+LONGEST_FIRST = ("test_workflow_figures.py", "test_config.py", "test_slurm.py", "test_resume.py",
+                 "test_workflow.py", "test_mlflow_server.py", "test_slow_distributed.py",
+                 "test_fast_llama_server.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_tracking_uri():
     """A test that points MLflow somewhere must not redirect later tests' workflow runs there."""
