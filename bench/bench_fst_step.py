@@ -12,8 +12,10 @@ reported (cycle 0 of FST with reuse has no previous rollouts to reuse), split in
 and divided by T: seconds per RL step. Runs alternate methods across repetitions so load from
 other processes hits all alike.
 
-    python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1]
-      -> results/bench/fst_step.json, results/bench/fst_step.png
+    python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--methods rl,fst,fst_reuse]
+        [--bf16] -> results/bench/fst_step.json, results/bench/fst_step.png
+
+`--bf16` trains with slow.bf16 (bf16 autocast of the step's forward passes on this CPU).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
 
 
-def child(method: str, task: str, cycles: int, work: Path, threads: int) -> dict[str, Any]:
+def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool = False) -> dict[str, Any]:
     """Run `cycles` cycles of one method in this process; return the last cycle's split."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import polars as pl
@@ -54,7 +56,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int) -> dict
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
     spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
-                   overrides={"fast": {"reuse_rollouts": reuse}})
+                   overrides={"fast": {"reuse_rollouts": reuse}, "slow": {"bf16": bf16}})
     prev, rows = None, []
     for c in range(cycles):
         out = work / f"cycle{c}"
@@ -103,20 +105,26 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    ap.add_argument("--bf16", action="store_true", help="slow.bf16: bf16 autocast training")
     ap.add_argument("--out", type=Path, default=Path("results/bench/fst_step.json"))
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "WORKDIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads)
+        res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads, args.bf16)
         print("RESULT " + json.dumps(res), flush=True)
         return
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    methods = args.methods.split(",")
+    if unknown := sorted(set(methods) - set(METHODS)):
+        raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for rep in range(args.reps):
-        for method in METHODS:
+        for method in methods:
             with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
                 print(f"rep {rep}: {method} ...", file=sys.stderr, flush=True)
                 proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
-                                       "--cycles", str(args.cycles), "--threads", str(args.threads)],
+                                       "--cycles", str(args.cycles), "--threads", str(args.threads),
+                                       *(["--bf16"] if args.bf16 else [])],
                                       capture_output=True, text=True, cwd=ROOT)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                 if proc.returncode != 0 or not line:
@@ -130,6 +138,7 @@ def main() -> None:
     best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
     rl = best[0]["cycles"][-1]["wall_per_step_s"]
     report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "threads": args.threads,
+              "bf16": args.bf16,
               "runs": results,
               "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
                                         "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl,

@@ -24,11 +24,14 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import numpy as np  # noqa: E402
+
 from fastslow.evaluate import sample_and_score, summarize  # noqa: E402
 from fastslow.fast import FastConfig, Pool, run_gepa_only  # noqa: E402
 from fastslow.model.convert import SMOLLM2_SPEC, prepare_base_model  # noqa: E402
 from fastslow.model.generation import SamplingParams, make_generator  # noqa: E402
 from fastslow.tasks import get_task  # noqa: E402
+from fastslow.tasks.rgym import Source  # noqa: E402
 
 MODEL_DIR = Path("results/models") / SMOLLM2_SPEC
 SEED_CONTEXT = "You are a helpful assistant. Solve the problem."
@@ -42,13 +45,40 @@ def evaluate(generator: Any, task: Any, problems: list, context: str, k: int, pa
     out["tagged"] = sum("<answer>" in r["completion"] for r in rows) / len(rows)
     out["seconds"] = time.perf_counter() - start
     out["examples"] = [r["completion"][:200] for r in rows[:: max(1, len(rows) // 4)]][:4]
+    out["per_problem"] = {}
+    for r in rows:
+        out["per_problem"].setdefault(r["problem_id"], []).append(r["reward"])
     return out
+
+
+def paired_test(seed_evals: list[dict], best_evals: list[dict]) -> dict:
+    """Is the evolved context better than the seed on the same val problems? Per problem, the
+    mean reward over all samples of all eval seeds; a one-sided paired permutation test (sign
+    flips of the per-problem differences) and the count of rewarded samples of each context."""
+    from scipy.stats import permutation_test
+
+    ids = sorted(seed_evals[0]["per_problem"])
+    def per_problem(evals: list[dict]) -> np.ndarray:
+        return np.array([np.mean([x for e in evals for x in e["per_problem"][i]]) for i in ids])
+
+    a, b = per_problem(best_evals), per_problem(seed_evals)
+    res = permutation_test((a, b), lambda x, y: np.mean(x - y), permutation_type="samples",
+                           alternative="greater", n_resamples=20000, random_state=0)
+    samples = sum(len(v) for v in seed_evals[0]["per_problem"].values()) * len(seed_evals)
+    return {"problems": len(ids), "samples_per_context": samples,
+            "rewarded_samples": {"seed_context": float(sum(sum(v) for e in seed_evals for v in e["per_problem"].values())),
+                                 "evolved": float(sum(sum(v) for e in best_evals for v in e["per_problem"].values()))},
+            "mean_difference": float(np.mean(a - b)), "p_value_one_sided": float(res.pvalue),
+            "test": "paired permutation test over val problems (sign flips), evolved > seed"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="math_easy")
     ap.add_argument("--seed-context", default=SEED_CONTEXT)
+    ap.add_argument("--sources", default=None,
+                    help='reasoning-gym mixture instead of the task\'s own, as JSON [[dataset, config], ...], '
+                         'e.g. \'[["basic_arithmetic", {"min_terms": 2, "max_terms": 2, "operators": ["+"]}]]\'')
     ap.add_argument("--n-train", type=int, default=40, help="train problems for GEPA minibatches")
     ap.add_argument("--n-dev", type=int, default=12, help="held-out train problems: GEPA's Pareto valset")
     ap.add_argument("--n-val", type=int, default=32, help="val problems for the final mean@k")
@@ -76,7 +106,8 @@ def main() -> None:
     if not (MODEL_DIR / "config.json").exists():
         prepare_base_model(SMOLLM2_SPEC, MODEL_DIR)
     generator = make_generator("hf", MODEL_DIR, batch_size=args.batch_size, dtype=args.dtype)
-    task = get_task(args.task)
+    task = get_task(args.task, **({"sources": [Source(d, c) for d, c in json.loads(args.sources)]}
+                                  if args.sources else {}))
     pool_problems = task.problems("train", args.n_train + args.n_dev, args.seed)
     train, dev = pool_problems[:args.n_train], pool_problems[args.n_train:]
     val = task.problems("val", args.n_val, args.seed)
@@ -126,13 +157,17 @@ def main() -> None:
                           for a, b in zip(seed_evals, best_evals, strict=True)],
         "mean_over_eval_seeds": {"seed_context": sum(a[key] for a in seed_evals) / len(seed_evals),
                                  "evolved": sum(b[key] for b in best_evals) / len(best_evals)},
+        "significance": paired_test(seed_evals, best_evals),
         "gepa_seconds": gepa_seconds, "rounds": summaries, "pool": pool_rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     means = result["mean_over_eval_seeds"]
-    log.info("wrote %s: seed %.3f -> evolved %.3f (%s over %d eval seeds)", args.out, means["seed_context"],
-             means["evolved"], key, args.eval_seeds)
+    sig = result["significance"]
+    log.info("wrote %s: seed %.3f -> evolved %.3f (%s over %d eval seeds); rewarded samples %g vs %g of %d, "
+             "one-sided paired permutation p = %.4f", args.out, means["seed_context"], means["evolved"], key,
+             args.eval_seeds, sig["rewarded_samples"]["seed_context"], sig["rewarded_samples"]["evolved"],
+             sig["samples_per_context"], sig["p_value_one_sided"])
 
 
 if __name__ == "__main__":

@@ -172,3 +172,42 @@ def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tm
     assert moved > 1e-4  # the step did change the weights
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=1e-5 * max(1.0, moved))
+
+
+def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slow.bf16 on a CPU: the step's forward passes run in bf16 (a Linear layer's outputs are
+    bf16), the saved weights stay fp32 and take an update close to the fp32 step's."""
+    import dataclasses
+
+    import torch
+
+    from fastslow.slow import loop
+
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: True)  # emulated where missing: slow, correct
+    seen: set[torch.dtype] = set()
+    real_linear = torch.nn.Linear.forward
+
+    def spy(self, x):
+        out = real_linear(self, x)
+        if torch.is_grad_enabled():
+            seen.add(out.dtype)
+        return out
+
+    task = LengthTask()
+    problems = task.problems("train", 2, 0)
+    out = {}
+    for bf16 in (False, True):
+        cfg = dataclasses.replace(_cfg(1), warmup_steps=0, bf16=bf16)
+        seen.clear()
+        with monkeypatch.context() as m:
+            m.setattr(torch.nn.Linear, "forward", spy)
+            out[bf16] = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / f"bf16_{bf16}",
+                                  "toy/bf16", 0, progress=False)
+        assert seen == ({torch.bfloat16} if bf16 else {torch.float32})
+    w32, w16, w0 = _weights(out[False].model_dir), _weights(out[True].model_dir), _weights(tiny_model_dir)
+    assert all(t.dtype == torch.float32 for t in w16.values())
+    delta32 = torch.cat([(w32[k] - w0[k]).flatten() for k in w0])
+    delta16 = torch.cat([(w16[k] - w0[k]).flatten() for k in w0])
+    assert float(delta16.abs().max()) > 1e-4  # the bf16 step did train
+    # same rollouts only up to sampling noise in bf16, so compare update directions loosely
+    assert float(torch.nn.functional.cosine_similarity(delta32, delta16, dim=0)) > 0.5

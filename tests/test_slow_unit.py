@@ -51,14 +51,21 @@ def test_pool_size_must_divide_g() -> None:
         SlowConfig(num_generations=8, baseline="prompt").check_pool(8)
 
 
-def test_gpu_options_fail_clearly_on_cpu() -> None:
+def test_gpu_options_fail_clearly_on_cpu(monkeypatch) -> None:
     import torch
+
+    from fastslow.slow import loop
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(RuntimeError, match="use_vllm and bf16 need a CUDA GPU"):
-        check_device(SlowConfig(use_vllm=True, bf16=True))
+    with pytest.raises(RuntimeError, match="use_vllm needs a CUDA GPU"):
+        check_device(SlowConfig(use_vllm=True))
     check_device(SlowConfig())  # the CPU config passes
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: True)
+    check_device(SlowConfig(bf16=True))  # bf16 autocast on a CPU with native bf16
+    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: False)
+    with pytest.raises(RuntimeError, match="bf16=true without a CUDA GPU needs a CPU with native bf16"):
+        check_device(SlowConfig(bf16=True))
 
 
 def test_rows_spread_g_copies_over_k_contexts() -> None:

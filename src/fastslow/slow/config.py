@@ -58,7 +58,10 @@ class SlowConfig:
     activation_checkpointing: bool = _help(
         "Recompute activations in the backward pass (saves memory on large models, costs ~30% "
         "compute; off on CPU).", default=False)
-    bf16: bool = _help("bfloat16 mixed precision (GPU only).", default=False)
+    bf16: bool = _help(
+        "bfloat16 mixed precision: fp32 master weights and optimiser, the step's forward passes "
+        "(rollouts, reference and policy log-probs) under bf16 autocast; on a GPU, or on a CPU "
+        "with native bf16 (AVX512-BF16 / AMX).", default=False)
     use_vllm: bool = _help("Generate rollouts with vLLM inside the training process (GPU only).",
                            default=False)
     vllm_mode: Literal["colocate"] = _help(

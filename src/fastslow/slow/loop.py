@@ -103,14 +103,25 @@ class CycleResult:
 # ---------------------------------------------------------------- checks and data order
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (else bf16 autocast is emulated, slow)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
 def check_device(cfg: SlowConfig) -> None:
     """Fail in one line, before any work, when the config asks for a GPU this machine lacks."""
     import torch
 
-    wants = [name for name in ("use_vllm", "bf16") if getattr(cfg, name)]
-    if wants and not torch.cuda.is_available():
-        raise RuntimeError(f"slow loop: {' and '.join(wants)} need a CUDA GPU, and none is visible "
-                           "here; set slow.use_vllm=false and slow.bf16=false to run on CPU")
+    if cfg.use_vllm and not torch.cuda.is_available():
+        raise RuntimeError("slow loop: use_vllm needs a CUDA GPU, and none is visible here; set "
+                           "slow.use_vllm=false to run on CPU")
+    if cfg.bf16 and not torch.cuda.is_available() and not cpu_has_native_bf16():
+        raise RuntimeError("slow loop: bf16=true without a CUDA GPU needs a CPU with native bf16 "
+                           "(AVX512-BF16 or AMX), and this one has neither; set slow.bf16=false")
     if cfg.use_vllm:
         try:
             import vllm  # noqa: F401
@@ -357,17 +368,23 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     distributed = accelerator.num_processes > 1
     # The forward/backward must run through the DDP/FSDP wrapper for the gradients to be reduced.
     model = trainer.model_wrapped if distributed else trainer.model
+    # bf16 mixed precision: under accelerate launch the prepared model autocasts its forward;
+    # in one process nothing is prepared, so the step's forward passes autocast here (weights,
+    # gradients and the optimiser stay fp32).
+    autocast = torch.autocast(device_type=next(trainer.model.parameters()).device.type,
+                              dtype=torch.bfloat16, enabled=cfg.bf16 and not distributed)
     start = time.perf_counter()
     model.train()
     lr = float(trainer.lr_scheduler.get_last_lr()[0])
-    batch = trainer._generate_and_score_completions(rows)
+    with autocast:
+        batch = trainer._generate_and_score_completions(rows)
     loss_total = 0.0
     micros = split_tensor_dict(batch, trainer.current_gradient_accumulation_steps)
     for i, micro in enumerate(micros):
         # Reduce gradients across ranks once per step, on the last micro batch.
         no_sync = accelerator.no_sync(model) if distributed and i < len(micros) - 1 else nullcontext()
         with no_sync:
-            with trainer.compute_loss_context_manager():
+            with autocast, trainer.compute_loss_context_manager():
                 loss = trainer.compute_loss(model, micro)
             accelerator.backward(loss)
         loss_total += float(loss.detach())

@@ -221,7 +221,9 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
 
     micro, accumulation = per_rank_batches(cfg, num_processes)
     group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
-    gpu = cfg.use_vllm or cfg.bf16
+    import torch
+
+    gpu = torch.cuda.is_available() and (cfg.use_vllm or cfg.bf16)
     return GRPOConfig(
         output_dir=str(output_dir),
         loss_type="cispo",
