@@ -44,7 +44,7 @@ BAD = [
     ({"slow": {"steps_per_cycle": -1}}, "slow.steps_per_cycle"),
     ({"slow": {"lr": 0}}, "slow.lr: expected a number > 0"),
     ({"slow": {"baseline": "group"}}, "slow.baseline: expected one of 'problem', 'prompt'"),
-    ({"slow": {"bf16": "yes"}}, "slow.bf16: expected a boolean"),
+    ({"slow": {"bf16": "yes"}}, "slow.bf16: expected one of True, False, 'auto', got 'yes'"),
     ({"fast": {"pool_size": 3}}, "fast.pool_size: K=3 must divide slow.num_generations G=4"),
     ({"fast": {"pool_size": 0}}, "fast.pool_size"),
     ({"fast": {"preset": "medium"}}, "fast.preset: expected one of 'light', 'full'"),

@@ -172,3 +172,20 @@ def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_mo
     assert "kl" not in seen and seen["sample"] == "float32"  # no KL/entropy pass at all
     assert math.isnan(summary["kl_to_base"]) and math.isnan(summary["entropy"])
     assert all("completion_ids" not in r for r in rows)
+
+
+def test_bf16_auto_resolves_to_what_this_machine_has(monkeypatch) -> None:
+    """slow.bf16: auto becomes a plain bool when the config is built: on with native bf16 (or a
+    GPU), off without; anything but true/false/auto is a one-line error naming the value."""
+    import torch
+
+    from fastslow.slow import config as slow_config
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: True)
+    assert SlowConfig(bf16="auto").bf16 is True
+    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: False)
+    assert SlowConfig.from_dict({"bf16": "auto"}).bf16 is False
+    assert SlowConfig(bf16=True).bf16 is True  # explicit values are kept (check_device judges them)
+    with pytest.raises(ValueError, match="SlowConfig.bf16: expected true, false or 'auto', got 'yes'"):
+        SlowConfig(bf16="yes")

@@ -8,10 +8,27 @@ scale of the embedded default lives in config/config.yaml, not here.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 BASELINES = ("problem", "prompt")
 SCALE_REWARDS = ("group", "batch", "none")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (else bf16 autocast is emulated, slow)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def native_bf16_available() -> bool:
+    """bf16 training pays off here: a CUDA GPU, or a CPU with native bf16 (`slow.bf16: auto`)."""
+    import torch
+
+    return torch.cuda.is_available() or cpu_has_native_bf16()
 
 
 def _help(text: str, **kwargs: Any) -> Any:
@@ -58,10 +75,11 @@ class SlowConfig:
     activation_checkpointing: bool = _help(
         "Recompute activations in the backward pass (saves memory on large models, costs ~30% "
         "compute; off on CPU).", default=False)
-    bf16: bool = _help(
+    bf16: bool | Literal["auto"] = _help(
         "bfloat16 mixed precision: fp32 master weights and optimiser, the step's forward passes "
         "(rollouts, reference and policy log-probs) under bf16 autocast; on a GPU, or on a CPU "
-        "with native bf16 (AVX512-BF16 / AMX).", default=False)
+        "with native bf16 (AVX512-BF16 / AMX). 'auto': on wherever one of those is present "
+        "(resolved to true/false when the config is built).", default=False)
     use_vllm: bool = _help("Generate rollouts with vLLM inside the training process (GPU only).",
                            default=False)
     vllm_mode: Literal["colocate"] = _help(
@@ -74,6 +92,11 @@ class SlowConfig:
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
             return ValueError(f"SlowConfig.{name}: expected {expected}, got {getattr(self, name)!r}")
+
+        if self.bf16 == "auto":
+            self.bf16 = native_bf16_available()
+        elif not isinstance(self.bf16, bool):
+            raise bad("bf16", "true, false or 'auto'")
 
         for name in ("num_generations", "problems_per_step", "steps_per_cycle", "max_new_tokens"):
             value = getattr(self, name)

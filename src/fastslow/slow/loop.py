@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
-from fastslow.slow.config import SlowConfig
+from fastslow.slow.config import SlowConfig, cpu_has_native_bf16
 from fastslow.slow.trainer import (
     TaskReward,
     build_trainer,
@@ -101,15 +101,6 @@ class CycleResult:
 
 
 # ---------------------------------------------------------------- checks and data order
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 matmuls natively (else bf16 autocast is emulated, slow)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
 
 
 def check_device(cfg: SlowConfig) -> None:
