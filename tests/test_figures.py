@@ -69,6 +69,24 @@ def test_continual_normalisation_and_stage_recovery(tmp_path):
     assert (tmp_path / "fig6.png").exists()
 
 
+def test_continual_stage_without_reward_is_undetermined(tmp_path):
+    """Every method at 0 on a stage: nothing to normalise by, so null (not 0%) and no verdict."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    rows = []
+    for method, hov in (("rl", [0.0, 0.2, 0.3, 0.1, 0.1]), ("fst", [0.0, 0.3, 0.4, 0.2, 0.2])):
+        rows += _rows("continual", method, "hover.codeio", hov, train_task=seq, eval_task="hover")
+        rows += _rows("continual", method, "hover.codeio", [0.0] * 5, train_task=seq, eval_task="codeio")
+    df = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    norm = normalised_continual(df)
+    assert norm.filter(pl.col("train_task") == "codeio")["normalised"].null_count() == 4
+    assert norm.filter(pl.col("train_task") == "hover")["normalised"].max() == pytest.approx(1.0)
+    claims = {r["task"]: r for r in build_claims({"continual": df}) if r["claim"] == "continual_stage_recovery"}
+    assert claims["codeio"]["verdict"] == "undetermined"
+    assert claims["hover"]["verdict"] == "reproduced"
+    fig6({"continual": df}, tmp_path / "fig6.pdf")
+    assert (tmp_path / "fig6.png").exists()
+
+
 def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
     abl = pl.DataFrame(_rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")).select(CURVE_COLUMNS)
     values = fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")

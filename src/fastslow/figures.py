@@ -215,12 +215,15 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
 
 
 def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
-    """Per-stage accuracy normalised by the peak reached across methods within the stage."""
+    """Per-stage accuracy normalised by the peak reached across methods within the stage.
+
+    A stage where no method earned any reward (peak 0) has nothing to normalise by: its
+    `normalised` is null, not 0, so neither the figure nor the claims read "0% of the peak"."""
     stage = df.filter(pl.col("eval_task") == pl.col("train_task"))
     peak = stage.group_by("train_task").agg(pl.col("mean_at_k").max().alias("peak"))
     return (stage.join(peak, on="train_task")
-            .with_columns((pl.col("mean_at_k") / pl.when(pl.col("peak") > 0).then(pl.col("peak")).otherwise(1.0))
-                          .alias("normalised")))
+            .with_columns(pl.when(pl.col("peak") > 0).then(pl.col("mean_at_k") / pl.col("peak"))
+                          .otherwise(None).alias("normalised")))
 
 
 def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
@@ -244,6 +247,10 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
         for task, step in zip(bounds["train_task"], bounds["step"], strict=True):
             a.axvline(step - 0.5, color="#bbbbbb", lw=0.8)
             a.text(step, 1.02, task, transform=a.get_xaxis_transform(), fontsize=8)
+    zero = norm.filter(pl.col("peak") <= 0).group_by("train_task").agg(pl.col("step").mean())
+    for task, step in zip(zero["train_task"], zero["step"], strict=True):
+        ax.text(step, 0.5, f"{task}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
+                fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
