@@ -54,16 +54,16 @@ def test_pool_size_must_divide_g() -> None:
 def test_gpu_options_fail_clearly_on_cpu(monkeypatch) -> None:
     import torch
 
-    from fastslow.slow import loop
+    from fastslow.slow import config as slow_config
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(RuntimeError, match="use_vllm needs a CUDA GPU"):
         check_device(SlowConfig(use_vllm=True))
     check_device(SlowConfig())  # the CPU config passes
-    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: True)
     check_device(SlowConfig(bf16=True))  # bf16 autocast on a CPU with native bf16
-    monkeypatch.setattr(loop, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: False)
     with pytest.raises(RuntimeError, match="bf16=true without a CUDA GPU needs a CPU with native bf16"):
         check_device(SlowConfig(bf16=True))
 

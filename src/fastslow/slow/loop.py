@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
-from fastslow.slow.config import SlowConfig, cpu_has_native_bf16
+from fastslow.slow.config import SlowConfig, native_bf16_available
 from fastslow.slow.trainer import (
     TaskReward,
     build_trainer,
@@ -110,7 +110,7 @@ def check_device(cfg: SlowConfig) -> None:
     if cfg.use_vllm and not torch.cuda.is_available():
         raise RuntimeError("slow loop: use_vllm needs a CUDA GPU, and none is visible here; set "
                            "slow.use_vllm=false to run on CPU")
-    if cfg.bf16 and not torch.cuda.is_available() and not cpu_has_native_bf16():
+    if cfg.bf16 and not native_bf16_available():
         raise RuntimeError("slow loop: bf16=true without a CUDA GPU needs a CPU with native bf16 "
                            "(AVX512-BF16 or AMX), and this one has neither; set slow.bf16=false")
     if cfg.use_vllm:
