@@ -13,7 +13,7 @@ and divided by T: seconds per RL step. Runs alternate methods across repetitions
 other processes hits all alike.
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--methods rl,fst,fst_reuse]
-        [--bf16] -> results/bench/fst_step.json, results/bench/fst_step.png
+        [--bf16] [--set slow.micro_batch_size=1 ...] -> results/bench/fst_step.json, .png
 
 `--bf16` trains with slow.bf16 (bf16 autocast of the step's forward passes on this CPU).
 """
@@ -35,7 +35,32 @@ ROOT = Path(__file__).resolve().parents[1]
 METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
 
 
-def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool = False) -> dict[str, Any]:
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`--set slow.micro_batch_size=1` -> {"slow": {"micro_batch_size": 1}} (values parsed as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. slow.micro_batch_size=1")
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    return out
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool = False,
+          sets: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run `cycles` cycles of one method in this process; return the last cycle's split."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import polars as pl
@@ -56,7 +81,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
     spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
-                   overrides={"fast": {"reuse_rollouts": reuse}, "slow": {"bf16": bf16}})
+                   overrides=merge({"fast": {"reuse_rollouts": reuse}, "slow": {"bf16": bf16}}, sets or {}))
     prev, rows = None, []
     for c in range(cycles):
         out = work / f"cycle{c}"
@@ -107,11 +132,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("--bf16", action="store_true", help="slow.bf16: bf16 autocast training")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="config override for every method, e.g. slow.micro_batch_size=1 (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("results/bench/fst_step.json"))
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "WORKDIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads, args.bf16)
+        res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads, args.bf16,
+                    parse_sets(args.sets))
         print("RESULT " + json.dumps(res), flush=True)
         return
     methods = args.methods.split(",")
@@ -124,7 +152,8 @@ def main() -> None:
                 print(f"rep {rep}: {method} ...", file=sys.stderr, flush=True)
                 proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
                                        "--cycles", str(args.cycles), "--threads", str(args.threads),
-                                       *(["--bf16"] if args.bf16 else [])],
+                                       *(["--bf16"] if args.bf16 else []),
+                                       *(f"--set={x}" for x in args.sets)],
                                       capture_output=True, text=True, cwd=ROOT)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
                 if proc.returncode != 0 or not line:
@@ -136,12 +165,12 @@ def main() -> None:
                       f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}), "
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
-    rl = best[0]["cycles"][-1]["wall_per_step_s"]
+    rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
     report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "threads": args.threads,
-              "bf16": args.bf16,
+              "bf16": args.bf16, "overrides": parse_sets(args.sets),
               "runs": results,
               "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
-                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl,
+                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl if rl else None,
                                         "peak_rss_mb": r["peak_rss_mb"]} for r in best}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -24,6 +24,8 @@ def test_steps_to_peak_ratio_hand_computed():
     assert steps_to_peak_ratio(steps, rl, steps, fst) == pytest.approx(2.5)
     never = np.array([0.0, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
     assert np.isnan(steps_to_peak_ratio(steps, rl, steps, never))
+    zeros = np.zeros_like(steps, dtype=float)  # no reward at all: no peak to reach, not "inf x"
+    assert np.isnan(steps_to_peak_ratio(steps, zeros, steps, zeros))
 
 
 def test_sigmoid_formula_by_hand():

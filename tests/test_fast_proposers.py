@@ -15,6 +15,7 @@ import pytest
 
 from fastslow.fast import (
     ContextDoc,
+    Demo,
     FastConfig,
     FeedbackEditor,
     Pool,
@@ -23,7 +24,13 @@ from fastslow.fast import (
     junk_reason,
     run_round,
 )
-from fastslow.fast.proposers import FORMAT_RULE_PREFIX, boilerplate, demo_text, mine_rules
+from fastslow.fast.proposers import (
+    FORMAT_RULE_PREFIX,
+    boilerplate,
+    demo_text,
+    mine_rules,
+    near_miss_working,
+)
 from fastslow.fast.testing import ScriptedGenerator, ToyTask
 
 TASK = ToyTask()
@@ -75,9 +82,35 @@ def test_demo_from_earlier_failures_not_the_current_minibatch() -> None:
     base = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."]).render()
     ed.edit("Another parent.", [rec("train-5", 0.0, "<answer>0</answer>")])  # banks train-5
     new = ContextDoc.parse(ed.edit(base, [rec("train-6", 0.0, "<answer>0</answer>")]))
-    assert new.demos == [(demo_text(BY_ID["train-5"]), BY_ID["train-5"].answer)]
+    assert new.demos == [Demo(demo_text(BY_ID["train-5"]), BY_ID["train-5"].answer)]
     assert "<answer></answer>" not in new.demos[0][0]  # the format line is stripped from demos
     assert ed.edits[-1].startswith("add-demo:")
+
+
+def test_near_miss_working() -> None:
+    assert near_miss_working("79 + 32 = 111", "111") == "79 + 32 = 111"
+    assert near_miss_working("So 43 + 6 = **49**. Done.", "49") == "So 43 + 6 = **49"
+    assert near_miss_working("It is 1111.", "111") is None  # not standalone
+    assert near_miss_working("It is 111.5", "111") is None
+    assert near_miss_working("It is 112.", "111") is None
+    assert near_miss_working("x <answer>5</answer> so 111", "111") is None  # already tagged
+    assert near_miss_working("The claim is NOT_SUPPORTED.", "SUPPORTED") is None
+    assert near_miss_working("a" * 300 + " 111", "111") is None  # too long for a demonstration
+    assert near_miss_working("111", "111") == "111"
+
+
+def test_near_miss_demonstrated_first_with_its_own_working() -> None:
+    ed = FeedbackEditor(BY_ID, seed=1)
+    base = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."]).render()
+    right = BY_ID["train-3"].answer
+    # Banks train-5 (a plain failure) and then train-3 (right answer, no tags).
+    ed.edit("Another parent.", [rec("train-5", 0.0, "<answer>0</answer>"),
+                                rec("train-3", 0.0, f"I add them: {right}. Yes.")])
+    new = ContextDoc.parse(ed.edit(base, [rec("train-6", 0.0, "<answer>0</answer>")]))
+    assert new.demos == [Demo(demo_text(BY_ID["train-3"]), right, f"I add them: {right}")]
+    rendered = new.render()
+    assert f"Assistant: I add them: {right}\n<answer>{right}</answer>" in rendered
+    assert ContextDoc.parse(rendered) == new  # round trip with working
 
 
 def test_demo_dropped_when_its_own_problem_still_fails() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -48,6 +49,29 @@ def test_claims_on_hand_made_curves(efficiency):
     # matched reward 0.4: FST at KL 0.01, RL at KL 0.06 -> 1 - 1/6
     assert rows[("kl_reduction_at_matched_reward", "math")]["measured"] == pytest.approx(1 - 0.01 / 0.06)
     assert "efficiency/rl/math-default-s0" in ratio["runs"]
+
+
+def test_claims_without_any_reward_are_undetermined(tmp_path):
+    """Both methods at 0 everywhere (the CPU default): no verdict, and the note says why."""
+    rows = []
+    for method in ("rl", "fst"):
+        rows += _rows("efficiency", method, "math", [0.0] * 4, kl=[0, .01, .02, .03])
+    eff = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    claims = build_claims({"efficiency": eff})
+    assert {r["claim"] for r in claims} == {"sample_efficiency_ratio", "asymptote_gap",
+                                            "kl_reduction_at_matched_reward"}
+    for r in claims:
+        assert r["verdict"] == "undetermined" and np.isnan(r["measured"]) and "no reward" in r["note"]
+    assert fig2({"efficiency": eff}, tmp_path / "fig2.pdf") == {"math": pytest.approx(float("nan"), nan_ok=True)}
+    pla = []
+    for init in ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0"):
+        rows = _rows("plasticity", "rl", "hover_hard", [0.0] * 3, init=init)
+        pla += [{**r, "run": f"{r['run']}@{init}"} for r in rows]
+    (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
+    assert gain["task"] == "math→hover_hard" and gain["verdict"] == "undetermined" and gain["note"]
+    pla = [{**r, "mean_at_k": 0.25} if "fst" in r["init"] and r["step"] > 0 else r for r in pla]
+    (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
+    assert gain["measured"] == pytest.approx(0.25) and gain["verdict"] == "reproduced" and not gain["note"]
 
 
 def test_continual_normalisation_and_stage_recovery(tmp_path):

@@ -28,9 +28,13 @@ def steps_to_peak_ratio(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.nd
     """How many times fewer steps `new` needs to reach `ref`'s peak (the paper's 3.0× on CodeIO).
 
     ratio = (first step at which ref reaches its own peak) / (first step at which new reaches it).
-    NaN if `new` never reaches ref's peak; inf if it does at step 0.
+    NaN if `new` never reaches ref's peak, or if ref never earns reward (peak <= 0: there is
+    no peak to reach, and "both at 0 from step 0" is no evidence of efficiency); inf if `new`
+    reaches the peak at step 0.
     """
     peak = float(np.max(ref))
+    if peak <= 0:
+        return float("nan")
     s_ref = first_step_reaching(steps_ref, ref, peak)
     s_new = first_step_reaching(steps_new, new, peak)
     if np.isnan(s_new):

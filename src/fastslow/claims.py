@@ -39,8 +39,12 @@ def _runs(df: pl.DataFrame, **where: Any) -> str:
     return ";".join(sorted(df["run"].unique().to_list()))
 
 
+#: Why a claim has no verdict when no compared run earned any reward.
+NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to compare"
+
+
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
-         strict: bool = True) -> dict[str, Any]:
+         strict: bool = True, note: str = "") -> dict[str, Any]:
     paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
     if math.isnan(measured):
         verdict = "undetermined"
@@ -48,7 +52,14 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
         ok = measured > threshold if strict else measured >= threshold
         verdict = "reproduced" if ok else "not reproduced"
     return {"claim": claim, "task": task, "measured": measured, "paper": paper, "verdict": verdict,
-            "meaning": CLAIM_TEXT[claim], "runs": runs}
+            "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
+
+
+def _no_reward(*values: Any) -> bool:
+    """True when every value of every series is 0 (or missing): no run earned any reward."""
+    flat = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values]) if values else np.array([])
+    flat = flat[~np.isnan(flat)]
+    return flat.size == 0 or bool(np.all(flat <= 0))
 
 
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
@@ -60,6 +71,10 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             if not (rl.height and fst.height):
                 continue
             runs = _runs(eff, eval_task=task)
+            if _no_reward(rl["mean_at_k"], fst["mean_at_k"]):
+                for claim in ("sample_efficiency_ratio", "asymptote_gap", "kl_reduction_at_matched_reward"):
+                    rows.append(_row(claim, task, float("nan"), runs, note=NO_REWARD))
+                continue
             ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0))
@@ -81,10 +96,15 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                    for i in final["init"].unique().to_list()}
         sources = {i.split("/")[2].split("-")[0] for i in by_init if i != "base"}
         for src in sorted(sources):
-            get = {i.split("/")[1]: v for i, v in by_init.items() if i != "base" and i.split("/")[2].startswith(src + "-")}
+            inits = [i for i in by_init if i != "base" and i.split("/")[2].startswith(src + "-")]
+            get = {i.split("/")[1]: by_init[i] for i in inits}
             if {"rl", "fst"} <= get.keys():
-                rows.append(_row("plasticity_gain", f"{src}→{pla['eval_task'][0]}", get["fst"] - get["rl"],
-                                 ";".join(sorted(pla["run"].unique().to_list()))))
+                runs = ";".join(sorted(pla["run"].unique().to_list()))
+                task = f"{src}→{pla['eval_task'][0]}"
+                if _no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
+                    rows.append(_row("plasticity_gain", task, float("nan"), runs, note=NO_REWARD))
+                else:
+                    rows.append(_row("plasticity_gain", task, get["fst"] - get["rl"], runs))
     con = tables.get("continual")
     if con is not None:
         from fastslow.figures import normalised_continual
@@ -93,6 +113,10 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         for task in dict.fromkeys(con.filter(pl.col("cycle") >= 0).sort("cycle")["train_task"].to_list()):
             best = {m: float(norm.filter((pl.col("method") == m) & (pl.col("train_task") == task))["normalised"].max() or np.nan)
                     for m in ("rl", "fst")}
-            rows.append(_row("continual_stage_recovery", task, best["fst"] - best["rl"],
-                             ";".join(sorted(con["run"].unique().to_list())), strict=False))
+            gap = best["fst"] - best["rl"]
+            rows.append(_row("continual_stage_recovery", task, gap,
+                             ";".join(sorted(con["run"].unique().to_list())), strict=False,
+                             note=NO_REWARD if math.isnan(gap) and _no_reward(
+                                 con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
+                             else ""))
     return rows

@@ -97,7 +97,10 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             ratios[task] = ratio
             ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1)
-            txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"
+            if float(rl["mean_at_k"].max()) <= 0 and float(fst["mean_at_k"].max()) <= 0:
+                txt = "no reward for either method (peak 0)"
+            else:
+                txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"
             ax.text(0.02, 0.95, txt, transform=ax.transAxes, va="top", fontsize=8)
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
         ax.legend(loc="lower right", fontsize=8)

@@ -16,8 +16,8 @@ with snakemake_job(smk, parent="figures") as tracker:
     rows = build_claims(tables)
     df = pl.DataFrame(rows, schema={"claim": pl.String, "task": pl.String, "measured": pl.Float64,
                                     "paper": pl.Float64, "verdict": pl.String, "meaning": pl.String,
-                                    "runs": pl.String})
+                                    "runs": pl.String, "note": pl.String})
     with atomic_path(smk.output[0]) as tmp:
         df.write_csv(tmp)
     tracker.log_artifact(smk.output[0], "tables")
-    logging.getLogger("claims").info("\n%s", format_table(rows, ["claim", "task", "measured", "paper", "verdict"]))
+    logging.getLogger("claims").info("\n%s", format_table(rows, ["claim", "task", "measured", "paper", "verdict", "note"]))

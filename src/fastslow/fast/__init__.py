@@ -11,6 +11,7 @@ from fastslow.fast.config import FastConfig
 from fastslow.fast.pool import Pool, PoolEntry, select_pareto_pool
 from fastslow.fast.proposers import (
     ContextDoc,
+    Demo,
     FeedbackEditor,
     ReflectiveProposer,
     build_reflection_lm,
@@ -21,6 +22,7 @@ from fastslow.fast.round import BudgetGuard, build_seeded_state, run_gepa_only, 
 __all__ = [
     "BudgetGuard",
     "ContextDoc",
+    "Demo",
     "FastAdapter",
     "FastConfig",
     "FeedbackEditor",

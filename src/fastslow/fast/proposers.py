@@ -27,7 +27,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
 from fastslow.tasks.base import ANSWER_FORMAT, Problem
@@ -44,8 +44,11 @@ RULES_HEADER = "Rules:"
 DEMOS_HEADER = "Worked examples:"
 FORMAT_RULE_PREFIX = "Always end with your final answer inside <answer></answer> tags"
 _SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEADER, DEMOS_HEADER)}
-#: A worked example mirrors the chat the model is in: the user's problem, the assistant's reply.
-_DEMO_RE = re.compile(r"User: (.*?)\nAssistant: <answer>(.*?)</answer>", re.DOTALL)
+#: A worked example mirrors the chat the model is in: the user's problem, the assistant's reply
+#: (optionally some working before the tagged answer).
+_DEMO_RE = re.compile(r"User: (.*?)\nAssistant: (.*?)<answer>(.*?)</answer>", re.DOTALL)
+#: Longest working (characters) kept from a near miss for a worked example.
+MAX_WORKING_CHARS = 240
 #: Feedback sentences with these words read as general statements about the task.
 _RULE_HINT = re.compile(r"\b(must|should|always|never|only|format|remember|note|hint|tip|use)\b", re.I)
 #: ... and so do sentences that open with an imperative verb.
@@ -86,6 +89,42 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
+class Demo(NamedTuple):
+    """A worked example: the problem as shown, its correct answer, and optionally the working
+    that leads to it (a near miss's own words: see `near_miss_working`)."""
+
+    problem: str
+    answer: str
+    working: str = ""
+
+    def render(self) -> str:
+        working = f"{self.working}\n" if self.working else ""
+        return f"User: {self.problem}\nAssistant: {working}<answer>{self.answer}</answer>"
+
+
+def near_miss_working(completion: str, answer: str, max_chars: int = MAX_WORKING_CHARS) -> str | None:
+    """The working of a failed rollout that reached the right answer without the answer format:
+    the completion up to the first standalone occurrence of `answer` (e.g. "79 + 32 = 111" for
+    answer "111"), or None when the answer is not there, the completion already has `<answer>`
+    tags, or the working is empty or longer than `max_chars`.
+
+    Such a near miss, shown back as a worked example with the tagged answer appended, teaches
+    the format in the model's own words rather than in a bare `<answer>` line it does not
+    produce by itself.
+    """
+    answer = answer.strip()
+    if not answer or "<answer" in completion.lower():
+        return None
+    # Standalone: not inside a longer number or word ("11" in "111", "5" in "5.5" or "a5").
+    m = re.search(rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)", completion)
+    if m is None:
+        return None
+    working = " ".join(completion[:m.end()].split()).strip("* ")
+    if not working or len(working) > max_chars or "<" in working:
+        return None
+    return working
+
+
 @dataclass
 class ContextDoc:
     """A context as the feedback editor sees it: an instruction, rules, worked examples.
@@ -96,14 +135,17 @@ class ContextDoc:
 
     instruction: str
     rules: list[str] = field(default_factory=list)
-    demos: list[tuple[str, str]] = field(default_factory=list)  # (problem text, answer)
+    demos: list[Demo] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.demos = [Demo(*d) for d in self.demos]  # (problem, answer) pairs are welcome
 
     @classmethod
     def parse(cls, text: str) -> ContextDoc:
         rest, demos, rules = text, [], []
         m = _last_match(_SECTION_RE[DEMOS_HEADER], rest)
         if m is not None:
-            demos = [(q.strip(), a.strip()) for q, a in _DEMO_RE.findall(rest[m.end():])]
+            demos = [Demo(q.strip(), a.strip(), w.strip()) for q, w, a in _DEMO_RE.findall(rest[m.end():])]
             rest = rest[:m.start()]
         m = _last_match(_SECTION_RE[RULES_HEADER], rest)
         if m is not None:
@@ -116,8 +158,7 @@ class ContextDoc:
         if self.rules:
             parts.append(RULES_HEADER + "\n" + "\n".join(f"- {r}" for r in self.rules))
         if self.demos:
-            parts.append(DEMOS_HEADER + "\n" + "\n\n".join(
-                f"User: {q}\nAssistant: <answer>{a}</answer>" for q, a in self.demos))
+            parts.append(DEMOS_HEADER + "\n" + "\n\n".join(d.render() for d in self.demos))
         return "\n\n".join(parts)
 
     def has_format_rule(self) -> bool:
@@ -170,7 +211,10 @@ class FeedbackEditor:
        than those of contexts without it (two observations each at least);
     3. add a rule mined from recurring feedback (`mine_rules`), or a worked demonstration
        (problem and correct answer) of a train problem that failed, replacing the weakest
-       demonstration when full; the order of the two is drawn from a seeded RNG.
+       demonstration when full; the order of the two is drawn from a seeded RNG. A failure
+       whose completion reached the right answer without the answer format (a near miss,
+       `near_miss_working`) is demonstrated first, with its own working before the tagged
+       answer.
 
     Demonstrations come from a bank of failures seen in earlier calls, outside the current
     minibatch first, so the acceptance test on that minibatch does not see its own answers
@@ -189,6 +233,7 @@ class FeedbackEditor:
         self.max_demo_chars = max_demo_chars
         self.log = logger or log.info
         self.bank: dict[str, None] = {}  # failed problem ids, insertion-ordered
+        self.near_misses: dict[str, str] = {}  # problem id -> working of a right-but-unformatted answer
         self.with_demo: dict[str, list[float]] = {}
         self.without_demo: dict[str, list[float]] = {}
         self.tried: dict[str, set[str]] = {}
@@ -213,7 +258,7 @@ class FeedbackEditor:
         if not records:
             return
         mean = sum(float(r["Score"]) for r in records) / len(records)
-        present = {_key(q) for q, _ in doc.demos}
+        present = {_key(d.problem) for d in doc.demos}
         for k in present:
             self.with_demo.setdefault(k, []).append(mean)
         for k in set(self.with_demo) - present:
@@ -223,6 +268,9 @@ class FeedbackEditor:
             if float(r["Score"]) < 1.0 and pid in self.problems \
                     and len(self.demo_text(self.problems[pid])) <= self.max_demo_chars:
                 self.bank.setdefault(pid, None)
+                working = near_miss_working(str(r.get("Generated Outputs", "")), self.problems[pid].answer)
+                if working is not None:
+                    self.near_misses.setdefault(pid, working)
 
     def _demo_strength(self, k: str) -> float:
         w = self.with_demo.get(k, [])
@@ -260,7 +308,7 @@ class FeedbackEditor:
         unparsed = sum(1 for r in failed if "<answer>" not in str(r.get("Generated Outputs", "")).lower())
         if not doc.has_format_rule() and unparsed * 2 >= len(failed) and self.max_rules > 0:
             edits.append(("add-format-rule", lambda: self._with_format_rule(doc, batch)))
-        for q, _a in doc.demos:
+        for q in (d.problem for d in doc.demos):
             k = _key(q)
             own = self._by_demo_key.get(k)
             if (own in failed_ids) or self._stale(k):
@@ -268,11 +316,13 @@ class FeedbackEditor:
         rule_edits = [(f"add-rule:{_key(s)}", lambda s=s: _with_rule(doc, s, self.max_rules))
                       for s in mine_rules(records, {pid: p.answer for pid, p in self.problems.items()})
                       if s not in doc.rules]
-        present = {_key(q) for q, _ in doc.demos}
+        present = {_key(d.problem) for d in doc.demos}
         # Earlier failures first; this minibatch's own failures only after them (their answers
         # would make the acceptance test on this minibatch look better than it is).
         pool = [pid for pid in self.bank if pid not in batch]
         pool += [pid for pid in self.bank if pid in failed_ids]
+        # Near misses (right answer, wrong format) first: their working is the model's own.
+        pool.sort(key=lambda pid: pid not in self.near_misses)
         demo_edits = [(f"add-demo:{_key(self.demo_text(self.problems[pid]))}",
                        lambda pid=pid: self._with_demo(doc, self.problems[pid]))
                       for pid in pool if _key(self.demo_text(self.problems[pid])) not in present]
@@ -289,9 +339,9 @@ class FeedbackEditor:
     def _with_demo(self, doc: ContextDoc, problem: Problem) -> ContextDoc:
         demos = list(doc.demos)
         if len(demos) >= self.max_demos:
-            weakest = min(range(len(demos)), key=lambda i: (self._demo_strength(_key(demos[i][0])), i))
+            weakest = min(range(len(demos)), key=lambda i: (self._demo_strength(_key(demos[i].problem)), i))
             demos.pop(weakest)
-        demos.append((self.demo_text(problem), problem.answer.strip()))
+        demos.append(Demo(self.demo_text(problem), problem.answer.strip(), self.near_misses.get(problem.id, "")))
         return ContextDoc(doc.instruction, list(doc.rules), demos)
 
 
@@ -309,7 +359,7 @@ def _with_rule(doc: ContextDoc, rule: str, max_rules: int, front: bool = False) 
 
 
 def _without_demo(doc: ContextDoc, q: str) -> ContextDoc:
-    return ContextDoc(doc.instruction, list(doc.rules), [d for d in doc.demos if d[0] != q])
+    return ContextDoc(doc.instruction, list(doc.rules), [d for d in doc.demos if d.problem != q])
 
 
 # --------------------------------------------------------------------------------------------
