@@ -83,8 +83,10 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
     steps run in `slow_processes(gpus)` processes (see the module docstring)."""
     from fastslow.fast import FastConfig, Pool, run_round
+    from fastslow.memory import limit_heap_fragmentation
     from fastslow.model.generation import make_generator
 
+    limit_heap_fragmentation()  # the cycle is where a CPU job's resident memory peaks
     cfg = spec.settings(config)
     processes = slow_processes(gpus)
     if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round

@@ -1,0 +1,65 @@
+"""glibc's mmap threshold: fixed by fastslow.memory so freed large tensors leave the process."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fastslow.memory import DEFAULT_MMAP_THRESHOLD, ENV_MMAP_THRESHOLD, limit_heap_fragmentation, mmap_threshold
+
+# After an 8 MiB mmapped block is freed, glibc raises its threshold to 8 MiB, so a 2 MiB
+# allocation then comes from the heap; with the threshold fixed at 1 MiB it is mmapped again.
+# mallinfo2().hblkhd is the bytes held in mmapped blocks.
+PROBE = r"""
+import ctypes, ctypes.util, sys
+from fastslow.memory import limit_heap_fragmentation
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    assert limit_heap_fragmentation() == 1 << 20
+libc.free(libc.malloc(8 << 20))
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(2 << 20)
+print("mmapped" if libc.mallinfo2().hblkhd - before >= 2 << 20 else "heap")
+libc.free(block)
+"""
+
+
+def _glibc_with_mallinfo2() -> bool:
+    try:
+        return hasattr(ctypes.CDLL(ctypes.util.find_library("c")), "mallinfo2")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="needs glibc >= 2.33 (mallinfo2)")
+def test_fixed_threshold_returns_large_blocks_to_the_system() -> None:
+    env = {k: v for k, v in os.environ.items() if k != ENV_MMAP_THRESHOLD}
+    run = {mode: subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
+                                env=env, check=True).stdout.strip() for mode in ("default", "fixed")}
+    assert run == {"default": "heap", "fixed": "mmapped"}
+
+
+def test_threshold_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_MMAP_THRESHOLD, raising=False)
+    assert mmap_threshold() == DEFAULT_MMAP_THRESHOLD
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, "0")
+    assert mmap_threshold() == 0 and limit_heap_fragmentation() is None
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, "lots")
+    with pytest.raises(ValueError, match="FASTSLOW_MMAP_THRESHOLD='lots'"):
+        mmap_threshold()
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, "-5")
+    with pytest.raises(ValueError, match="'-5'"):
+        mmap_threshold()
