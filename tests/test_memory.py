@@ -10,7 +10,12 @@ import sys
 
 import pytest
 
-from fastslow.memory import DEFAULT_MMAP_THRESHOLD, ENV_MMAP_THRESHOLD, limit_heap_fragmentation, mmap_threshold
+from fastslow.memory import (
+    DEFAULT_MMAP_THRESHOLD,
+    ENV_MMAP_THRESHOLD,
+    limit_heap_fragmentation,
+    mmap_threshold,
+)
 
 # After an 8 MiB mmapped block is freed, glibc raises its threshold to 8 MiB, so a 2 MiB
 # allocation then comes from the heap; with the threshold fixed at 1 MiB it is mmapped again.
