@@ -52,14 +52,18 @@ def _glibc_with_mallinfo2() -> bool:
 @pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="needs glibc >= 2.33 (mallinfo2)")
 def test_fixed_threshold_returns_large_blocks_to_the_system() -> None:
     env = {k: v for k, v in os.environ.items() if k != ENV_MMAP_THRESHOLD}
-    run = {mode: subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
-                                env=env, check=True).stdout.strip() for mode in ("default", "fixed")}
+    run = {mode: subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True,
+                                env={**env, ENV_MMAP_THRESHOLD: str(1 << 20)} if mode == "fixed" else env,
+                                ).stdout.strip() for mode in ("default", "fixed")}
     assert run == {"default": "heap", "fixed": "mmapped"}
 
 
 def test_threshold_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_MMAP_THRESHOLD, raising=False)
-    assert mmap_threshold() == DEFAULT_MMAP_THRESHOLD
+    assert mmap_threshold() == DEFAULT_MMAP_THRESHOLD == 0  # off unless asked for (it costs time)
+    assert limit_heap_fragmentation() is None
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, "1048576")
+    assert mmap_threshold() == 1 << 20
     monkeypatch.setenv(ENV_MMAP_THRESHOLD, "0")
     assert mmap_threshold() == 0 and limit_heap_fragmentation() is None
     monkeypatch.setenv(ENV_MMAP_THRESHOLD, "lots")

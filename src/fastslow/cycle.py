@@ -86,7 +86,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     from fastslow.memory import limit_heap_fragmentation
     from fastslow.model.generation import make_generator
 
-    limit_heap_fragmentation()  # the cycle is where a CPU job's resident memory peaks
+    limit_heap_fragmentation()  # FASTSLOW_MMAP_THRESHOLD (off by default): trade time for peak memory
     cfg = spec.settings(config)
     processes = slow_processes(gpus)
     if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round

@@ -7,11 +7,12 @@ buffers come from the heap, where freed blocks fragment and resident memory only
 threshold (`mallopt(M_MMAP_THRESHOLD)`, which also turns the growth off) sends every large
 tensor back to the system when it is freed.
 
-Measured on the CPU default (SmolLM2-135M, codeio, one RL cycle, micro-batch 2): peak RSS
-8516 MB with glibc's default, 7359 MB with a 1 MiB threshold (bench/bench_fst_step.py; README,
-Performance).
-
-`FASTSLOW_MMAP_THRESHOLD` (bytes) overrides the threshold; 0 leaves glibc's default alone.
+Measured on the CPU default (SmolLM2-135M, bench/bench_fst_step.py; README, Performance): a
+codeio RL cycle at micro-batch 2 peaks at 8516 MB with glibc's default and 7359 MB with a 1 MiB
+threshold, but every large tensor then costs fresh pages (the kernel zeroes them): an RL step on
+math took 17.6 s instead of 15.8 s at micro-batch 2, and 19.6 s instead of 15.9 s at micro-batch
+1. So it is off by default, a knob for a machine short of memory: `FASTSLOW_MMAP_THRESHOLD`
+(bytes, e.g. 1048576) sets it for every cycle job; unset or 0 leaves glibc's default alone.
 Elsewhere than glibc (macOS, musl) this does nothing.
 """
 
@@ -25,14 +26,14 @@ import os
 log = logging.getLogger(__name__)
 
 ENV_MMAP_THRESHOLD = "FASTSLOW_MMAP_THRESHOLD"
-DEFAULT_MMAP_THRESHOLD = 1 << 20  # 1 MiB
+DEFAULT_MMAP_THRESHOLD = 0  # off: see the module docstring for what 1 MiB saves and costs
 _M_MMAP_THRESHOLD = -3  # from <malloc.h>
 
 _applied: int | None = None
 
 
 def mmap_threshold() -> int:
-    """The threshold to set: $FASTSLOW_MMAP_THRESHOLD if set (0 = leave glibc alone), else 1 MiB."""
+    """The threshold to set: $FASTSLOW_MMAP_THRESHOLD if set, else the default (0 = leave glibc alone)."""
     raw = os.environ.get(ENV_MMAP_THRESHOLD)
     if raw is None or raw.strip() == "":
         return DEFAULT_MMAP_THRESHOLD
