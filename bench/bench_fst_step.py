@@ -15,7 +15,8 @@ other processes hits all alike.
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--methods rl,fst,fst_reuse]
         [--bf16] [--set slow.micro_batch_size=1 ...] -> results/bench/fst_step.json, .png
 
-`--bf16` trains with slow.bf16 (bf16 autocast of the step's forward passes on this CPU).
+`--bf16` / `--no-bf16` force slow.bf16 (bf16 autocast of the step's forward passes); without
+either, the config's value applies (`auto`: on where the CPU has native bf16).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool = False,
+def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool | None = None,
           sets: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run `cycles` cycles of one method in this process; return the last cycle's split."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -81,7 +82,8 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
     spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
-                   overrides=merge({"fast": {"reuse_rollouts": reuse}, "slow": {"bf16": bf16}}, sets or {}))
+                   overrides=merge({"fast": {"reuse_rollouts": reuse},
+                                    **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
     for c in range(cycles):
         out = work / f"cycle{c}"
@@ -131,7 +133,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
-    ap.add_argument("--bf16", action="store_true", help="slow.bf16: bf16 autocast training")
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
+                    help="slow.bf16 on/off (default: the config's, `auto` on the CPU default)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="config override for every method, e.g. slow.micro_batch_size=1 (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("results/bench/fst_step.json"))
@@ -152,7 +155,7 @@ def main() -> None:
                 print(f"rep {rep}: {method} ...", file=sys.stderr, flush=True)
                 proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
                                        "--cycles", str(args.cycles), "--threads", str(args.threads),
-                                       *(["--bf16"] if args.bf16 else []),
+                                       *({True: ["--bf16"], False: ["--no-bf16"]}.get(args.bf16, [])),
                                        *(f"--set={x}" for x in args.sets)],
                                       capture_output=True, text=True, cwd=ROOT)
                 line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
