@@ -98,6 +98,16 @@ def test_an_overlay_drops_a_variant_with_null(tmp_path):
     assert "t1" not in variants and {"k1", "k4", "k8", "full_gepa"} <= variants
 
 
+def test_an_overlay_drops_an_experiment_with_null(tmp_path):
+    from fastslow.experiments import expand
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("experiments: {radar: null, plasticity: null}\n")
+    cfg = load_config(ROOT / "config" / "config.yaml", overlay)
+    assert "radar" not in cfg["experiments"] and "plasticity" not in cfg["experiments"]
+    assert {s.experiment for s in expand(cfg).values()} == set(cfg["experiments"]) - {"radar", "plasticity"}
+
+
 def test_task_options_reach_the_generator_and_are_checked() -> None:
     from fastslow.config import make_task
 
@@ -110,3 +120,23 @@ def test_task_options_reach_the_generator_and_are_checked() -> None:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:
             load_config(config, overrides={"data": {"options": bad}})
         assert "\n" not in str(err.value)
+
+
+def test_a_math_mixture_from_the_config(tmp_path) -> None:
+    """data.options.math.sources: a researcher's own reasoning-gym mixture, written as mappings."""
+    from fastslow.config import make_task
+
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"data": {"options": {"math": {"sources": [
+        {"dataset": "basic_arithmetic", "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                   "max_digits": 2, "operators": ["+"]}}]}}}}))
+    task = make_task(load_config(ROOT / "config" / "config.yaml", overlay), "math")
+    problems = task.problems("train", 5, 0)
+    assert [s.dataset for s in task.sources] == ["basic_arithmetic"]
+    for p in problems:
+        a, b = (int(x) for x in p.prompt.split("Calculate ")[1].split(".")[0].split(" + "))
+        assert int(p.answer) == a + b
+    overlay.write_text(yaml.safe_dump({"data": {"options": {"math": {"sources": [
+        {"dataset": "basic_arithmetic", "weigth": 2}]}}}}))
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['weigth'\]"):
+        make_task(load_config(ROOT / "config" / "config.yaml", overlay), "math")

@@ -88,6 +88,10 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
     schema = schema or load_schema()
     if not isinstance(config, dict):
         raise ConfigError(f"config error: expected a mapping at the top level, got {type(config).__name__}")
+    experiments = config.get("experiments")
+    if isinstance(experiments, dict):  # an overlay drops an experiment with `name: null`
+        for name in [n for n, v in experiments.items() if v is None]:
+            del experiments[name]
     _fill_defaults(config, schema)
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))

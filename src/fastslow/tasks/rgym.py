@@ -30,6 +30,21 @@ class Source:
     weight: float = 1.0
 
 
+def as_source(value: Source | Mapping[str, Any], task: str = "task") -> Source:
+    """A `Source` from itself or from a mapping as a config writes it:
+    `{dataset: basic_arithmetic, config: {max_terms: 2}, weight: 1.0}` (config and weight optional)."""
+    if isinstance(value, Source):
+        return value
+    if not isinstance(value, Mapping) or "dataset" not in value:
+        raise ValueError(f"{task}: a source must be a mapping with a 'dataset' key "
+                         f"(and optional 'config', 'weight'), got {value!r}")
+    unknown = sorted(set(value) - {"dataset", "config", "weight"})
+    if unknown:
+        raise ValueError(f"{task}: source {value.get('dataset')!r} has unknown key(s) {unknown}; "
+                         "expected dataset, config, weight")
+    return Source(str(value["dataset"]), dict(value.get("config") or {}), float(value.get("weight", 1.0)))
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Silence stdout/stderr: some generators print on every failed sample."""
@@ -68,9 +83,10 @@ class ReasoningGymTask(GeneratedTask):
     chunk_size = 512  # items per reasoning-gym dataset instance (one seed per chunk)
 
     def __init__(self, name: str | None = None, difficulty: str = "default",
-                 sources: Sequence[Source] | None = None) -> None:
+                 sources: Sequence[Source | Mapping[str, Any]] | None = None) -> None:
         super().__init__(name, difficulty)
-        self.sources = list(sources) if sources is not None else list(self.sources_by_difficulty[difficulty])
+        self.sources = ([as_source(s, self.name) for s in sources] if sources is not None
+                        else list(self.sources_by_difficulty[difficulty]))
         if not self.sources or any(s.weight <= 0 for s in self.sources):
             raise ValueError(f"{self.name}: need at least one source, all with positive weight")
         self._datasets: OrderedDict[tuple[str, int], Any] = OrderedDict()
