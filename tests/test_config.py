@@ -51,6 +51,7 @@ BAD = [
     ({"fast": {"proposer": "magic"}}, "fast.proposer"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "openai"}}}, "fast.reflection.base_url"),
     ({"fast": {"max_metric_calls": {"light": 0}}}, "fast.max_metric_calls.light"),
+    ({"fast": {"format_credit": 1.0}}, "fast.format_credit"),
     ({"data": {"tasks": []}}, "data.tasks: expected a list with at least 1 item"),
     ({"data": {"tasks": ["math", "chess"]}}, "data.tasks[1]: unknown task 'chess'"),
     ({"data": {"source": "web"}}, "data.source"),
@@ -131,6 +132,8 @@ def test_a_math_mixture_from_the_config(tmp_path) -> None:
         {"dataset": "basic_arithmetic", "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                    "max_digits": 2, "operators": ["+"]}}]}}}}))
     task = make_task(load_config(ROOT / "config" / "config.yaml", overlay), "math")
+    shipped = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "addition.yaml")
+    assert make_task(shipped, "math").sources == task.sources and shipped["fast"]["format_credit"] == 0.5
     problems = task.problems("train", 5, 0)
     assert [s.dataset for s in task.sources] == ["basic_arithmetic"]
     for p in problems:
