@@ -83,7 +83,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
     steps run in `slow_processes(gpus)` processes (see the module docstring)."""
     from fastslow.fast import FastConfig, Pool, run_round
-    from fastslow.memory import limit_heap_fragmentation
+    from fastslow.memory import limit_heap_fragmentation, release_free_memory
     from fastslow.model.generation import make_generator
 
     limit_heap_fragmentation()  # FASTSLOW_MMAP_THRESHOLD (off by default): trade time for peak memory
@@ -124,6 +124,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         fast_summary["seconds"] = time.perf_counter() - t0
         del generator
         gc.collect()
+        release_free_memory()  # the generator's pages, before training allocates its own
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],

@@ -68,3 +68,21 @@ def limit_heap_fragmentation() -> int | None:
         return None
     _applied = threshold
     return threshold
+
+
+def release_free_memory() -> bool:
+    """Give the heap's free pages back to the system (glibc `malloc_trim(0)`). A cycle calls it
+    once the fast round's generator is gone, so training's peak does not stack on the
+    generator's fragments: an FST cycle on hover_hard peaked at 6233 MiB instead of 6431 MiB.
+    (After every RL step it did not lower the peak: 6195 vs 6211 MiB.) Returns False where
+    there is no glibc."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        trim = libc.malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True
+
