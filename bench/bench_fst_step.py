@@ -53,13 +53,6 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = merge(out.get(k, {}), v) if isinstance(v, dict) else v
-    return out
-
-
 def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool | None = None,
           sets: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run `cycles` cycles of one method in this process; return the last cycle's split."""
@@ -67,7 +60,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
     import polars as pl
     import torch
 
-    from fastslow.config import load_config
+    from fastslow.config import deep_update, load_config
     from fastslow.cycle import run_cycle
     from fastslow.experiments import RunSpec
     from fastslow.model.convert import SMOLLM2_SPEC, prepare_base_model
@@ -82,8 +75,8 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
     spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
-                   overrides=merge({"fast": {"reuse_rollouts": reuse},
-                                    **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
+                   overrides=deep_update({"fast": {"reuse_rollouts": reuse},
+                                          **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
     for c in range(cycles):
         out = work / f"cycle{c}"

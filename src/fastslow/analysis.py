@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,14 @@ def first_step_reaching(steps: np.ndarray, values: np.ndarray, target: float) ->
     steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     hit = np.nonzero(values >= target - 1e-12)[0]
     return float(steps[hit[0]]) if hit.size else float("nan")
+
+
+def no_reward(*series: Any) -> bool:
+    """True when every value of every series is 0 (or missing): no run earned any reward, so a
+    comparison between them says nothing."""
+    flat = np.concatenate([np.asarray(v, dtype=float).ravel() for v in series]) if series else np.array([])
+    flat = flat[~np.isnan(flat)]
+    return flat.size == 0 or bool(np.all(flat <= 0))
 
 
 def steps_to_peak_ratio(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.ndarray,

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fastslow.analysis import fit_sigmoid, kl_at_matched_reward, running_max, steps_to_peak_ratio
+from fastslow.analysis import (
+    fit_sigmoid,
+    kl_at_matched_reward,
+    no_reward,
+    running_max,
+    steps_to_peak_ratio,
+)
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
 PAPER = {
@@ -55,13 +61,6 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
             "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
 
 
-def _no_reward(*values: Any) -> bool:
-    """True when every value of every series is 0 (or missing): no run earned any reward."""
-    flat = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values]) if values else np.array([])
-    flat = flat[~np.isnan(flat)]
-    return flat.size == 0 or bool(np.all(flat <= 0))
-
-
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     eff = tables.get("efficiency")
@@ -71,7 +70,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             if not (rl.height and fst.height):
                 continue
             runs = _runs(eff, eval_task=task)
-            if _no_reward(rl["mean_at_k"], fst["mean_at_k"]):
+            if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
                 for claim in ("sample_efficiency_ratio", "asymptote_gap", "kl_reduction_at_matched_reward"):
                     rows.append(_row(claim, task, float("nan"), runs, note=NO_REWARD))
                 continue
@@ -101,7 +100,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             if {"rl", "fst"} <= get.keys():
                 runs = ";".join(sorted(pla["run"].unique().to_list()))
                 task = f"{src}→{pla['eval_task'][0]}"
-                if _no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
+                if no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
                     rows.append(_row("plasticity_gain", task, float("nan"), runs, note=NO_REWARD))
                 else:
                     rows.append(_row("plasticity_gain", task, get["fst"] - get["rl"], runs))
@@ -116,7 +115,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             gap = best["fst"] - best["rl"]
             rows.append(_row("continual_stage_recovery", task, gap,
                              ";".join(sorted(con["run"].unique().to_list())), strict=False,
-                             note=NO_REWARD if math.isnan(gap) and _no_reward(
+                             note=NO_REWARD if math.isnan(gap) and no_reward(
                                  con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
                              else ""))
     return rows

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fastslow.analysis import fit_sigmoid, rolling_mean, running_max, steps_to_peak_ratio
+from fastslow.analysis import fit_sigmoid, no_reward, rolling_mean, running_max, steps_to_peak_ratio
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 
 COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
@@ -97,7 +97,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             ratios[task] = ratio
             ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1)
-            if float(rl["mean_at_k"].max()) <= 0 and float(fst["mean_at_k"].max()) <= 0:
+            if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
                 txt = "no reward for either method (peak 0)"
             else:
                 txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"

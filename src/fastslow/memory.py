@@ -32,6 +32,14 @@ _M_MMAP_THRESHOLD = -3  # from <malloc.h>
 _applied: int | None = None
 
 
+def _libc() -> ctypes.CDLL | None:
+    """The C library, or None where it cannot be loaded."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
 def mmap_threshold() -> int:
     """The threshold to set: $FASTSLOW_MMAP_THRESHOLD if set, else the default (0 = leave glibc alone)."""
     raw = os.environ.get(ENV_MMAP_THRESHOLD)
@@ -55,11 +63,8 @@ def limit_heap_fragmentation() -> int | None:
         return None
     if _applied == threshold:
         return threshold
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:
         return None  # not glibc: nothing to tune
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -76,10 +81,8 @@ def release_free_memory() -> bool:
     generator's fragments: an FST cycle on hover_hard peaked at 6233 MiB instead of 6431 MiB.
     (After every RL step it did not lower the peak: 6195 vs 6211 MiB.) Returns False where
     there is no glibc."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
         return False
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
