@@ -5,7 +5,7 @@ times it; every rule has a `benchmark:` file (results/benchmarks/...tsv, Snakema
 seconds, peak RSS, CPU time per job), so the jobs this build ran are then summed per rule.
 
     python bench/bench_workflow.py results/figures/fig6.pdf [--cores 2] [--configfile ...]
-        [--name fig6] [--out results/bench/workflow_fig6.json]
+        [--name fig6] [--out results/bench/workflow_fig6.json] [--prioritize TARGET ...]
 
 Jobs already built are not re-run (and not counted): to time a target from scratch, remove its
 outputs first (or pass --forceall, which rebuilds the base model and the task data too).
@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--cores", default="2")
     parser.add_argument("--configfile", nargs="*", default=[])
     parser.add_argument("--forceall", action="store_true")
+    parser.add_argument("--prioritize", nargs="*", default=[],
+                        help="targets whose jobs snakemake runs first (its --prioritize)")
     parser.add_argument("--name", default=None, help="report name (default: first target's stem)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -78,6 +80,8 @@ def main() -> None:
         command += ["--configfile", *args.configfile]
     if args.forceall:
         command.append("--forceall")
+    if args.prioritize:
+        command += ["--prioritize", *args.prioritize]
     start_epoch, start = time.time(), time.perf_counter()
     rc = subprocess.call(command)
     wall = time.perf_counter() - start
