@@ -151,3 +151,64 @@ def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) 
         positions.append(sum(seen))
     assert outs[0] == outs[1]
     assert positions[0] < positions[1]
+
+
+def test_reference_model_holds_bf16_linears_with_the_same_logprobs(tiny_model_dir, tokenizer,
+                                                                    tmp_path) -> None:
+    """bf16 training: the KL reference stores its Linear weights in bf16 (half the bytes) and,
+    under the autocast the step runs in, gives exactly the logits of the fp32 initial weights."""
+    import torch
+
+    from fastslow.model.convert import load_model
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.01, bf16=True)
+    ref = trainer.ref_model
+    dtypes = {n: m.weight.dtype for n, m in ref.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert ref.lm_head.weight is ref.get_input_embeddings().weight  # tied: must stay fp32
+    assert dtypes.pop("lm_head") == torch.float32
+    assert ref.get_input_embeddings().weight.dtype == torch.float32
+    assert dtypes and set(dtypes.values()) == {torch.bfloat16}
+    assert not any(p.requires_grad for p in ref.parameters() if p.dtype == torch.bfloat16)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # the policy trains fp32
+
+    fp32 = load_model(tiny_model_dir, dtype="float32").eval()
+    ids = torch.randint(0, fp32.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(ref(ids).logits, fp32(ids).logits)
+    with torch.no_grad():  # without autocast the stored rounding would show: the test can fail
+        assert not torch.equal(ref.float()(ids).logits, fp32(ids).logits)
+
+
+def test_reference_model_stays_fp32_without_bf16(tiny_model_dir, tokenizer, tmp_path) -> None:
+    import torch
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.01, bf16=False)
+    assert all(p.dtype == torch.float32 for p in trainer.ref_model.parameters())
+
+
+def test_bf16_reference_no_longer_maps_the_checkpoint(tiny_model_dir, tmp_path) -> None:
+    """transformers maps the safetensors file; after the cast nothing refers to it, so its pages
+    (all resident once a forward touched them) leave the process (Linux /proc/self/maps)."""
+    import gc
+    import shutil
+
+    import torch
+
+    from fastslow.model.convert import load_model
+    from fastslow.slow.trainer import bf16_linear_weights
+
+    own = tmp_path / "ref"
+    shutil.copytree(tiny_model_dir, own)
+    checkpoint = str((own / "model.safetensors").resolve())
+
+    def mapped() -> bool:
+        return checkpoint in open("/proc/self/maps").read()
+
+    model = load_model(own, dtype="float32")
+    if not mapped():
+        pytest.skip("this transformers copies checkpoints instead of mapping them")
+    saved = bf16_linear_weights(model)
+    gc.collect()
+    assert not mapped()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head]
+    assert saved == sum(m.weight.numel() * 2 for m in linears) > 0
