@@ -322,7 +322,7 @@ def bf16_linear_weights(model: Any) -> int:
     """
     import torch
 
-    shared = {id(p) for name, m in model.named_modules() if not isinstance(m, torch.nn.Linear)
+    shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
               for p in m.parameters(recurse=False)}
     saved = 0
     with torch.no_grad():
