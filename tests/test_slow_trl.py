@@ -6,6 +6,7 @@ model, so a TRL upgrade that changes grouping or normalisation fails here.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,7 +203,7 @@ def test_bf16_reference_no_longer_maps_the_checkpoint(tiny_model_dir, tmp_path) 
     checkpoint = str((own / "model.safetensors").resolve())
 
     def mapped() -> bool:
-        return checkpoint in open("/proc/self/maps").read()
+        return checkpoint in Path("/proc/self/maps").read_text()
 
     model = load_model(own, dtype="float32")
     if not mapped():

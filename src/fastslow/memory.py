@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 
@@ -32,8 +33,9 @@ _M_MMAP_THRESHOLD = -3  # from <malloc.h>
 _applied: int | None = None
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """The C library, or None where it cannot be loaded."""
+    """The C library (loaded once), or None where it cannot be loaded."""
     try:
         return ctypes.CDLL(ctypes.util.find_library("c"))
     except (OSError, TypeError):
@@ -88,4 +90,3 @@ def release_free_memory() -> bool:
     trim.restype = ctypes.c_int
     trim(0)
     return True
-

@@ -325,16 +325,18 @@ def bf16_linear_weights(model: Any) -> int:
     shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
               for p in m.parameters(recurse=False)}
     saved = 0
+    # old parameter id -> (old, replacement): a tied parameter is copied once and stays tied
+    done: dict[int, tuple[Any, Any]] = {}
     with torch.no_grad():
         for module in model.modules():
             for name, p in list(module.named_parameters(recurse=False)):
-                if (name == "weight" and isinstance(module, torch.nn.Linear)
-                        and p.dtype == torch.float32 and id(p) not in shared):
-                    setattr(module, name, torch.nn.Parameter(p.to(torch.bfloat16), requires_grad=False))
-                    saved += p.numel() * 2
-                else:  # an own copy (tied parameters stay tied: `p.data` is swapped in place)
-                    p.data = p.data.clone()
-                    p.requires_grad_(False)
+                if id(p) not in done:
+                    cast = (name == "weight" and isinstance(module, torch.nn.Linear)
+                            and p.dtype == torch.float32 and id(p) not in shared)
+                    new = p.to(torch.bfloat16) if cast else p.clone()  # an own copy either way
+                    done[id(p)] = (p, torch.nn.Parameter(new, requires_grad=False))
+                    saved += p.numel() * 2 if cast else 0
+                setattr(module, name, done[id(p)][1])
         for module in model.modules():  # buffers (rotary inv_freq, ...) may map the file too
             for name, b in list(module.named_buffers(recurse=False)):
                 if b is not None:
