@@ -145,3 +145,53 @@ def test_a_math_mixture_from_the_config(tmp_path) -> None:
         {"dataset": "basic_arithmetic", "weigth": 2}]}}}}))
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['weigth'\]"):
         make_task(load_config(ROOT / "config" / "config.yaml", overlay), "math")
+
+
+def _tiny_experiments(reuse: dict, efficiency_eval: dict | None = None) -> dict:
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    cfg["experiments"] = {
+        "efficiency": {"tasks": ["math"], "methods": ["rl", "fst"], "cycles": 2,
+                       **({"overrides": efficiency_eval} if efficiency_eval else {})},
+        "reuse": {"tasks": ["math"], "methods": ["fst"], "cycles": 2, **reuse},
+    }
+    return validate_config(cfg)
+
+
+def test_a_run_identical_to_an_earlier_experiments_run_is_shared():
+    from fastslow.experiments import expand
+    from fastslow.layout import cycle_dir, eval_point_file, run_path
+
+    cfg = _tiny_experiments({"overrides": {"evaluation": {"divergence": False}},
+                             "variants": {"no_reuse": {}, "reuse": {"fast": {"reuse_rollouts": True}}}})
+    runs = expand(cfg)
+    same, own = runs["reuse/fst/math-no_reuse-s0"], runs["reuse/fst/math-reuse-s0"]
+    assert same.shared == "efficiency/fst/math-default-s0" and own.shared is None
+    assert run_path(same) == "results/runs/efficiency/fst/math-default-s0"
+    assert cycle_dir(same, 1) == "results/runs/efficiency/fst/math-default-s0/cycle1"
+    assert eval_point_file(same, "cycle0", "math") == "results/runs/efficiency/fst/math-default-s0/eval/cycle0/math.json"
+    assert run_path(own) == "results/runs/reuse/fst/math-reuse-s0"
+    assert (same.experiment, same.variant) == ("reuse", "no_reuse")  # the curves keep its own labels
+
+
+@pytest.mark.parametrize("reuse, efficiency_eval", [
+    ({"cycles": 3}, None),                                                # one cycle more
+    ({"seeds": [1]}, None),                                               # another seed
+    ({"overrides": {"evaluation": {"k": 8}}}, None),                      # other evaluations
+    ({"overrides": {"slow": {"lr": 2.0e-5}}}, None),                      # other training
+    ({}, {"evaluation": {"divergence": False}}),                          # needs KL the other skips
+    ({"methods": ["gepa"]}, None),                                        # another method
+    ({"eval_every": 2, "cycles": 3}, None),                               # other cycles and points
+])
+def test_a_run_that_differs_is_not_shared(reuse, efficiency_eval):
+    from fastslow.experiments import expand
+
+    runs = expand(_tiny_experiments(reuse, efficiency_eval))
+    assert all(s.shared is None for s in runs.values()), {k: s.shared for k, s in runs.items() if s.shared}
+
+
+def test_the_default_shares_plasticitys_base_run_and_fig10s_no_reuse_run():
+    from fastslow.experiments import expand
+
+    shared = {k: s.shared for k, s in expand(load_config(ROOT / "config" / "config.yaml")).items() if s.shared}
+    assert shared == {"plasticity/rl/hover_hard-default-s0": "efficiency/rl/hover_hard-default-s0",
+                      "reuse/fst/hover_hard-no_reuse-s0": "efficiency/fst/hover_hard-default-s0"}

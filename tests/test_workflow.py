@@ -31,6 +31,18 @@ def test_dry_run_default_target(configs, tmp_path):
         assert rule in out.stdout
 
 
+def test_default_dag_trains_a_shared_run_once(tmp_path):
+    """Plasticity's base-init run and Fig 10's no-reuse run are efficiency's runs: no jobs of their own."""
+    out = snakemake("-n", "--configfile", "config/config.yaml", "--directory", str(tmp_path),
+                    "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "runs/efficiency/fst/hover_hard-default-s0/cycle1/pool.json" in out.stdout
+    assert "runs/efficiency/rl/hover_hard-default-s0/cycle1/pool.json" in out.stdout
+    for shared in ("runs/reuse/fst/hover_hard-no_reuse-s0", "runs/plasticity/rl/hover_hard-default-s0"):
+        assert shared not in out.stdout
+    assert "runs/reuse/fst/hover_hard-reuse-s0/cycle1/pool.json" in out.stdout
+
+
 def workflow_copy(work: Path) -> Path:
     """A copy of the workflow in `work`, so tests never touch the developer's results/."""
     work.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,13 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert claims.height >= 5 and {"claim", "measured", "paper", "runs"} <= set(claims.columns)
     assert pl.read_csv(work / "results/tables/channels.csv").height >= 1
     assert sorted(p.name for p in (work / "results/reports/pools").glob("*.html"))
+    # Fig 10's no-reuse run is efficiency's FST math run: trained once, read under its own labels
+    reuse = pl.read_parquet(work / "results/tables/curves/reuse.parquet")
+    no_reuse = reuse.filter(pl.col("variant") == "no_reuse")
+    assert set(no_reuse["run"]) == {"efficiency/fst/math-default-s0"} and set(no_reuse["experiment"]) == {"reuse"}
+    assert no_reuse.filter(pl.col("cycle") >= 0)["cycle_seconds"].min() > 0
+    assert not (work / "results/runs/reuse/fst/math-no_reuse-s0").exists()
+    assert "the same run as efficiency/fst/math-default-s0" in (work / "results/reports/pools/reuse.html").read_text()
     info = json.loads((work / "results/mlflow/tracking.json").read_text())
     from mlflow.tracking import MlflowClient
 

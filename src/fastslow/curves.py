@@ -34,7 +34,7 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     seconds = info.get("seconds")
                 k = int(ev["k"])
                 rows.append({
-                    "experiment": experiment, "method": spec.method, "run": spec.key,
+                    "experiment": experiment, "method": spec.method, "run": spec.source,
                     "variant": spec.variant, "seed": spec.seed, "init": spec.init or "base",
                     "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
                     "cycle": cycle, "step": (cycle + 1) * steps,

@@ -2,7 +2,11 @@
 
 A run is identified by its path `results/runs/<experiment>/<method>/<run>/` where
 `<run> = <tasks>-<variant>-s<seed>` (tasks joined by '.' for a continual sequence, and
-`<init>` prefixed for a run that starts from another run's final weights). A method is data:
+`<init>` prefixed for a run that starts from another run's final weights). A run that would
+train exactly like a run of an earlier experiment (same method, tasks, seed, initial weights,
+settings and evaluation points) is not trained twice: it is *shared*, its files are the earlier
+run's (`RunSpec.shared`), and the later experiment's curves read them under its own
+experiment/variant labels, with the earlier run's id. A method is data:
 
 | method        | fast round (GEPA) | slow steps (CISPO) | context at train/eval time          |
 |---------------|-------------------|--------------------|-------------------------------------|
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 METHODS = ("rl", "fst", "gepa", "fst_distill")
@@ -39,10 +43,16 @@ class RunSpec:
     eval_tasks: tuple[str, ...] = ()
     eval_init: bool = True  # evaluate the initial weights too (the curve's step-0 point)
     eval_every: int = 1  # evaluate after every N-th cycle (and always after the last)
+    shared: str | None = None  # key of the earlier, identical run whose files this run reads
 
     @property
     def key(self) -> str:
         return f"{self.experiment}/{self.method}/{self.name}"
+
+    @property
+    def source(self) -> str:
+        """The key of the run whose directory holds this run's files (its own, unless shared)."""
+        return self.shared or self.key
 
     @property
     def cycles(self) -> int:
@@ -73,8 +83,37 @@ def _err(msg: str) -> Exception:
     return ConfigError(f"config error: {msg}")
 
 
+def _eval_point_names(spec: RunSpec) -> set[str]:
+    from fastslow.layout import eval_points
+
+    return set(eval_points(spec))
+
+
+def _same_training(spec: RunSpec, other: RunSpec, config: dict[str, Any]) -> bool:
+    """Whether `spec` can read `other`'s files: the same training and a superset of its evaluations.
+    Only `evaluation.divergence` may differ, and only where `other` computes what `spec` skips."""
+    if (spec.method, spec.schedule, spec.seed, spec.init, spec.eval_tasks) != \
+            (other.method, other.schedule, other.seed, other.init, other.eval_tasks):
+        return False
+    if not _eval_point_names(spec) <= _eval_point_names(other):
+        return False
+    mine, theirs = spec.settings(config), other.settings(config)
+    mine_div = mine.get("evaluation", {}).pop("divergence", True)
+    their_div = theirs.get("evaluation", {}).pop("divergence", True)
+    return mine == theirs and (their_div or not mine_div)
+
+
+def _share(spec: RunSpec, runs: dict[str, RunSpec], config: dict[str, Any]) -> RunSpec:
+    """`spec`, marked shared with the first earlier experiment's run that trains identically."""
+    for other in runs.values():
+        if other.experiment != spec.experiment and other.shared is None and _same_training(spec, other, config):
+            return replace(spec, shared=other.key)
+    return spec
+
+
 def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
-    """All runs of all experiments, keyed by `RunSpec.key`. Validates as it goes."""
+    """All runs of all experiments, keyed by `RunSpec.key`. Validates as it goes. A run identical
+    to an earlier experiment's run is marked `shared` with it (see the module docstring)."""
     from fastslow.config import deep_update
 
     runs: dict[str, RunSpec] = {}
@@ -105,7 +144,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             if not src_runs:
                 raise _err(f"{where}.init.experiment: no default-variant runs of {src['experiment']!r} "
                            f"match (define it before {exp_name!r})")
-            inits += [r.key for r in src_runs]
+            inits += [r.source for r in src_runs]
         # null drops a variant: an overlay (paper.yaml over config.yaml) can only merge into the map.
         variants = {k: v for k, v in (exp.get("variants") or {}).items() if v is not None} or {"default": {}}
         for method in exp["methods"]:
@@ -123,7 +162,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                             spec = RunSpec(exp_name, method, name, schedule, seed, variant,
                                            overrides, init, eval_tasks or (schedule[0],),
                                            exp.get("eval_init", True), exp.get("eval_every", 1))
-                            runs[spec.key] = spec
+                            runs[spec.key] = _share(spec, runs, config)
     return runs
 
 

@@ -12,7 +12,8 @@ def data_file(task: str, split: str, results: str = RESULTS) -> str:
 
 
 def run_path(spec: RunSpec, results: str = RESULTS) -> str:
-    return f"{results}/runs/{spec.key}"
+    """A run's directory (a shared run's is the run it shares, `RunSpec.source`)."""
+    return f"{results}/runs/{spec.source}"
 
 
 def cycle_dir(spec: RunSpec, cycle: int, results: str = RESULTS) -> str:

@@ -30,7 +30,8 @@ def pool_evolution_html(runs: dict[str, RunSpec], experiment: str, results: str 
     for spec in runs.values():
         if spec.experiment != experiment or not spec.fast:
             continue
-        parts.append(f"<h3>{html.escape(spec.key)}</h3>")
+        shared = "" if spec.shared is None else f" (the same run as {html.escape(spec.shared)})"
+        parts.append(f"<h3>{html.escape(spec.key)}{shared}</h3>")
         prev = None
         for entry in best_contexts(spec, results):
             score = "n/a" if entry["val_mean"] is None else f"{entry['val_mean']:.3f}"
