@@ -131,6 +131,34 @@ def test_rollout_reuse_from_parquet(tmp_path: Path) -> None:
     assert adapter.reused_hits == 4
 
 
+def test_rollouts_generated_ahead_share_the_call_and_count_when_first_used() -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    val, train = task.problems("val", 4, 1), task.problems("train", 6, 0)
+    adapter = FastAdapter(gen, task, SamplingParams(8), batch_size=16, max_metric_calls=8)
+    ctx = {"context": "Solve it."}
+    [eb] = adapter.evaluate_many([(ctx, val)], ahead=[(ctx, train), (ctx, val[:2])])
+    assert gen.calls == 1 and gen.prompts == 10  # 4 requested + 6 ahead, one generate call
+    assert eb.num_metric_calls == 4 and adapter.metric_calls == 4 and adapter.prefetched == 6
+    mb = adapter.evaluate(train[:3], ctx, capture_traces=True)  # served from the prefetched ones
+    assert gen.calls == 1 and mb.num_metric_calls == 3 and adapter.metric_calls == 7
+    assert adapter.prefetch_used == 3 and mb.trajectories[0]["prefetched"]
+    assert adapter.evaluate(train[:3], ctx).num_metric_calls == 0 and adapter.metric_calls == 7
+    # The hard cap counts rollouts on request only: 6 prefetched fit beside a cap of 8.
+    other = {"context": "Think."}
+    with pytest.raises(BudgetExceeded):
+        adapter.evaluate(train[3:5], other)  # 7 + 2 > 8
+
+
+def test_generate_calls_are_even_not_a_full_call_and_a_tail() -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    sizes = []
+    orig = gen.generate
+    gen.generate = lambda convs, params: (sizes.append(len(convs)), orig(convs, params))[1]
+    adapter = FastAdapter(gen, task, SamplingParams(8), batch_size=16)
+    adapter.evaluate(task.problems("val", 18, 1), {"context": "Solve it."})
+    assert sizes == [9, 9]
+
+
 def test_read_rollouts_rejects_wrong_schema(tmp_path: Path) -> None:
     pq.write_table(pa.table({"problem_id": ["a"], "reward": [1.0]}), tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match="context_hash"):

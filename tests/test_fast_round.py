@@ -10,6 +10,7 @@ import pytest
 
 from fastslow.fast import FastConfig, Pool, build_seeded_state, run_gepa_only, run_round
 from fastslow.fast.testing import ScriptedGenerator, ToyTask
+from fastslow.model.generation import Generation
 from fastslow.records import context_hash
 
 TASK = ToyTask()
@@ -33,20 +34,76 @@ def test_seeded_state_holds_every_seed_as_a_root() -> None:
     assert state.is_consistent()
 
 
-@pytest.mark.parametrize(("k", "budget", "mb", "n_val"), [(1, 20, 2, 4), (2, 45, 3, 6), (3, 70, 4, 6), (2, 200, 4, 6)])
-def test_budget_is_never_exceeded(tmp_path: Path, k: int, budget: int, mb: int, n_val: int) -> None:
+@pytest.mark.parametrize(("k", "budget", "mb", "n_val", "n"),
+                         [(1, 20, 2, 4, 1), (2, 45, 3, 6, 1), (3, 70, 4, 6, 1), (2, 200, 4, 6, 1),
+                          (1, 20, 2, 4, 3), (2, 45, 3, 6, 2), (2, 200, 4, 6, 3)])
+def test_budget_is_never_exceeded(tmp_path: Path, k: int, budget: int, mb: int, n_val: int, n: int) -> None:
     gen = ScriptedGenerator()
-    cfg = FastConfig(pool_size=k, max_metric_calls=budget, minibatch_size=mb)
+    cfg = FastConfig(pool_size=k, max_metric_calls=budget, minibatch_size=mb, proposals_per_iteration=n)
     pool = Pool.seed(SEEDS[:k], k=k)
     new, summary = run_round(pool, gen, TASK, TRAIN, VAL[:n_val], cfg, 0, tmp_path, log=quiet)
-    # The real count: prompts the generator was asked to complete.
-    assert gen.prompts == summary["generations"] <= budget
-    assert summary["gepa_metric_calls"] <= budget
+    # The real count: prompts the generator was asked to complete; those generated ahead of
+    # use count once used (the rest are reported), so the budget bounds what the search used.
+    assert gen.prompts == summary["generations"]
+    assert summary["metric_calls"] == summary["generations"] - summary["prefetched"] + summary["prefetch_used"]
+    assert summary["metric_calls"] <= budget and summary["gepa_metric_calls"] <= budget
+    assert summary["prefetch_used"] <= summary["prefetched"] <= k * summary["train_problems"]
+    assert all(1 <= m <= n for m in summary["proposals"]) and (n == 1) == (not summary["proposals"])
     assert summary["seed_generations"] == k * n_val  # each seed scored once on val, counted
     assert 1 <= len(new.entries) <= k
     # Every seed entered gepa's state as an evaluated candidate.
     cands = json.loads((tmp_path / "gepa" / "candidates.json").read_text())
     assert [c["context"] for c in cands[:k]] == SEEDS[:k]
+
+
+class NeverRight(ScriptedGenerator):
+    """Zero reward whatever the context (the toy-scale default): every child is rejected, so
+    every iteration's parent is the seed."""
+
+    def generate(self, conversations: list[Any], params: Any) -> list[Generation]:
+        self.calls += 1
+        self.prompts += len(conversations)
+        return [Generation(text="no idea", prompt_tokens=1, completion_tokens=2) for _ in conversations]
+
+
+def test_prefetch_scores_seed_parents_from_cache_in_fewer_calls(tmp_path: Path) -> None:
+    """The seeds' minibatch rollouts come with their val call: no parent call for a seed, the
+    same accounting, and a train subset just large enough for the iterations the budget allows."""
+    runs = {}
+    for prefetch in (False, True):
+        gen = NeverRight()
+        cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, prefetch_minibatches=prefetch)
+        _, summary = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, TRAIN, VAL, cfg, 0,
+                               tmp_path / str(prefetch), log=quiet)
+        runs[prefetch] = gen, summary
+    (plain, s0), (ahead, s1) = runs[False], runs[True]
+    assert s0["prefetched"] == 0 and s0["train_problems"] == len(TRAIN)
+    # 6 val + iterations of 2 x 3 while the next worst case (12) fits in 30: 3 iterations
+    assert plain.calls == 1 + 3 * 2 and s0["metric_calls"] == 6 + 3 * 6
+    assert s1["train_problems"] == 9 and s1["prefetched"] == s1["prefetch_used"] == 9
+    assert ahead.calls == 1 + 3 and s1["metric_calls"] == s0["metric_calls"]  # same search, 3 calls fewer
+    assert s1["seed_generations"] == s0["seed_generations"] == len(VAL)
+
+
+def test_several_proposals_per_iteration_share_generate_calls(tmp_path: Path) -> None:
+    """gepa's multi-proposal path: the 3 children of an iteration are scored in one call, the
+    parents (seeds) come from the prefetch, and the round makes the same 24 metric calls as the
+    sequential search above in 2 generate calls instead of 7."""
+    gen = NeverRight()
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, proposals_per_iteration=3)
+    _, summary = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet)
+    assert summary["proposals"] == [3]  # 30 - 6 val - 6 for the best child's val: 3 tasks of 2 x 3
+    assert gen.calls == 2 and summary["metric_calls"] == 6 + 3 * 6
+    assert summary["prefetch_used"] == summary["prefetched"] == 9
+
+
+def test_proposals_shrink_to_the_budget_left(tmp_path: Path) -> None:
+    gen = ScriptedGenerator()  # children improve: accepted ones are scored on val too
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3, proposals_per_iteration=4)
+    new, summary = run_round(Pool.seed(SEEDS[:2], 2), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet)
+    # 45 - 12 seed val - 6 val = 27 pays for 4 tasks of 6 first; then never more than what is left
+    assert summary["proposals"][0] == 4 and summary["metric_calls"] <= 45
+    assert summary["best_val_mean"] > max(summary["seed_val_means"].values())
 
 
 def test_budget_below_one_iteration_is_a_config_error(tmp_path: Path) -> None:
@@ -116,7 +173,8 @@ def test_rollout_reuse_feeds_minibatches(tmp_path: Path) -> None:
 
 
 def test_reuse_generates_less_for_the_same_budget(tmp_path: Path) -> None:
-    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True,
+                     prefetch_minibatches=False)  # (prefetching would add unused rollouts to plain's)
     parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:8])
     plain, reuse = ScriptedGenerator(), ScriptedGenerator()
     _, s0 = run_round(Pool.seed(SEEDS[0], 1), plain, TASK, TRAIN, VAL, cfg, 0, tmp_path / "a", log=quiet)

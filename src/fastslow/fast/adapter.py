@@ -9,7 +9,8 @@ feedback; `make_reflective_dataset` turns them into GEPA's reflective records.
 Every generated rollout is cached under (context hash, problem id, weights id): GEPA asks for
 the same pair more than once (parents on a minibatch they were scored on, the engine's own
 re-evaluation of the seed), and a pair is never generated twice with the same weights. The
-same cache takes the slow loop's rollouts when rollout reuse is on.
+same cache takes the slow loop's rollouts when rollout reuse is on, and rollouts generated
+ahead of use (`evaluate_many(..., ahead=...)`): both count as metric calls when first served.
 """
 
 from __future__ import annotations
@@ -69,10 +70,11 @@ class RolloutCache:
 class FastAdapter:
     """`gepa.GEPAAdapter` over a task and the current weights.
 
-    `generations` counts (context, problem) rollouts actually generated; `metric_calls` adds
-    the slow-loop rollouts served instead (rollout reuse) and is what the round's budget
-    bounds. `max_metric_calls` is a hard cap (BudgetExceeded past it), a second line of
-    defence behind the round's stopper.
+    `generations` counts (context, problem) rollouts actually generated, `prefetched` those
+    of them generated ahead of use. `metric_calls` is what the round's budget bounds: rollouts
+    generated on request, plus rollouts served for the first time from the slow loop
+    (rollout reuse) or from the ones generated ahead. `max_metric_calls` is a hard cap
+    (BudgetExceeded past it), a second line of defence behind the round's stopper.
     """
 
     propose_new_texts = None  # proposals come through gepa's custom_candidate_proposer hook
@@ -91,9 +93,11 @@ class FastAdapter:
         self.on_generate = on_generate
         self.format_credit = format_credit
         self.generations = 0
+        self.prefetched = 0
         self.cache_hits = 0
         self.reused_hits = 0
-        self._reused_served: set[tuple[str, str]] = set()
+        # (context hash, problem id) -> "reused" | "prefetched", for rollouts first served
+        self._deferred_served: dict[tuple[str, str], str] = {}
         self._calls = 0
 
     # -- evaluation -------------------------------------------------------------------------
@@ -107,21 +111,26 @@ class FastAdapter:
                 log.debug("render_prompts failed; storing plain messages", exc_info=True)
         return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
 
-    def _generate(self, pairs: list[tuple[str, str, Problem]]) -> None:
+    def _generate(self, pairs: list[tuple[str, str, Problem]],
+                  ahead: frozenset[tuple[str, str]] = frozenset()) -> None:
         """Generate, score and cache one rollout per (context hash, context, problem) triple (all
-        cache misses).
+        cache misses); pairs whose (hash, problem id) is in `ahead` are generated ahead of use.
 
-        Pairs of several contexts share generate() calls of up to `batch_size` sequences: on a
-        CPU a batch of 12 costs little more per step than a batch of 6 (the weights are read
-        once per decoding step either way), so evaluating the K seed contexts together is
-        nearly K times cheaper than one call per context.
+        Pairs of several contexts share generate() calls of at most `batch_size` sequences, as
+        few calls as that allows, of even sizes: on a CPU a batch of 12 costs little more per
+        step than a batch of 6 (the weights are read once per decoding step either way), so
+        evaluating the K seed contexts together is nearly K times cheaper than one call per
+        context, and a tail call of 2 sequences would cost almost a full call.
         """
-        if self.max_metric_calls is not None and self.metric_calls + len(pairs) > self.max_metric_calls:
+        now = sum((h, p.id) not in ahead for h, _, p in pairs)
+        if self.max_metric_calls is not None and self.metric_calls + now > self.max_metric_calls:
             raise BudgetExceeded(
-                f"{self.metric_calls} metric calls used, {len(pairs)} more rollouts would pass "
+                f"{self.metric_calls} metric calls used, {now} more rollouts would pass "
                 f"the cap of {self.max_metric_calls}")
-        for lo in range(0, len(pairs), self.batch_size):
-            chunk = pairs[lo:lo + self.batch_size]
+        n_calls = -(-len(pairs) // self.batch_size)
+        size = -(-len(pairs) // max(n_calls, 1))
+        for lo in range(0, len(pairs), size):
+            chunk = pairs[lo:lo + size]
             convs = [build_messages(context, p) for _, context, p in chunk]
             # A fresh seed per call: the same (context, problem) is never sampled twice anyway
             # (cache), and distinct calls must not share one random stream.
@@ -132,6 +141,7 @@ class FastAdapter:
             if len(gens) != len(chunk):
                 raise RuntimeError(f"generator returned {len(gens)} completions for {len(chunk)} prompts")
             self.generations += len(chunk)
+            self.prefetched += sum((h, p.id) in ahead for h, _, p in chunk)
             if self.on_generate is not None:
                 self.on_generate(len(chunk))
             prompts = self._render(convs)
@@ -145,7 +155,8 @@ class FastAdapter:
                     "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
                     "completion": g.text, "reward": reward,
                     "feedback": str(self.task.feedback(p, g.text)),
-                    "parsed_answer": parsed, "reused": False, "samples": 1,
+                    "parsed_answer": parsed, "reused": False, "prefetched": (h, p.id) in ahead,
+                    "samples": 1,
                 }
                 self.cache.put(h, p.id, self.weights_id, Scored(score, traj))
 
@@ -154,24 +165,34 @@ class FastAdapter:
         """Score `candidate` on `batch` (GEPAAdapter.evaluate).
 
         `num_metric_calls` counts the evaluations this call paid for: rollouts generated now,
-        plus slow-loop rollouts served for the first time (rollout reuse). Cache hits of the
-        round's own rollouts are free, as in gepa's own evaluation cache.
+        plus rollouts served for the first time from the slow loop (rollout reuse) or from
+        those generated ahead. Other cache hits are free, as in gepa's own evaluation cache.
         """
         return self.evaluate_many([(candidate, batch)], capture_traces=capture_traces)[0]
 
     def evaluate_many(self, items: Sequence[tuple[dict[str, str], list[Problem]]],
-                      capture_traces: bool = False) -> list[EvaluationBatch]:
+                      capture_traces: bool = False,
+                      ahead: Sequence[tuple[dict[str, str], list[Problem]]] = ()) -> list[EvaluationBatch]:
         """Score several candidates, each on its batch, generating every missing
-        (context, problem) pair of all of them together (see `_generate`)."""
+        (context, problem) pair of all of them together (see `_generate`). The missing pairs of
+        `ahead` (candidates on problems the search may ask for later) are generated in the same
+        calls and cached, uncounted until first served; they add sequences, not calls."""
+        def missing(pairs: Sequence[tuple[dict[str, str], list[Problem]]],
+                    into: dict[tuple[str, str], tuple[str, str, Problem]]) -> None:
+            for candidate, batch in pairs:
+                context = candidate[COMPONENT]
+                h = context_hash(context)
+                for p in batch:  # GEPA pads minibatches with repeats: generate each pair once
+                    if self.cache.get(h, p.id, self.weights_id) is None:
+                        into.setdefault((h, p.id), (h, context, p))
+
         todo: dict[tuple[str, str], tuple[str, str, Problem]] = {}
-        for candidate, batch in items:
-            context = candidate[COMPONENT]
-            h = context_hash(context)
-            for p in batch:  # GEPA pads minibatches with repeats: generate each pair once
-                if self.cache.get(h, p.id, self.weights_id) is None:
-                    todo.setdefault((h, p.id), (h, context, p))
-        if todo:
-            self._generate(list(todo.values()))
+        missing(items, todo)
+        later: dict[tuple[str, str], tuple[str, str, Problem]] = {}
+        missing(ahead, later)
+        later = {k: v for k, v in later.items() if k not in todo}
+        if todo or later:
+            self._generate([*todo.values(), *later.values()], frozenset(later))
         results = []
         for candidate, batch in items:
             h = context_hash(candidate[COMPONENT])
@@ -184,11 +205,12 @@ class FastAdapter:
                     calls += 1  # generated by this call (popped: repeats are cache hits)
                 else:
                     self.cache_hits += 1
-                    if hit.trajectory.get("reused"):
-                        self.reused_hits += 1
-                        if key not in self._reused_served:  # first use of a slow-loop rollout
-                            self._reused_served.add(key)
-                            calls += 1
+                    kind = "reused" if hit.trajectory.get("reused") else \
+                        "prefetched" if hit.trajectory.get("prefetched") else None
+                    self.reused_hits += kind == "reused"
+                    if kind is not None and key not in self._deferred_served:  # first use
+                        self._deferred_served[key] = kind
+                        calls += 1
                 scores.append(hit.score)
                 outputs.append({"completion": hit.trajectory["completion"], "reward": hit.score})
                 trajs.append(hit.trajectory)
@@ -204,13 +226,19 @@ class FastAdapter:
     @property
     def reused_calls(self) -> int:
         """Evaluations served from the slow loop's rollouts (each reused pair counted once)."""
-        return len(self._reused_served)
+        return sum(kind == "reused" for kind in self._deferred_served.values())
+
+    @property
+    def prefetch_used(self) -> int:
+        """Rollouts generated ahead that the search has used (each counted once)."""
+        return sum(kind == "prefetched" for kind in self._deferred_served.values())
 
     @property
     def metric_calls(self) -> int:
-        """Evaluations paid for: generated rollouts plus first uses of reused ones. The round's
-        budget bounds this, so with reuse the same search generates fewer rollouts."""
-        return self.generations + self.reused_calls
+        """Evaluations paid for: rollouts generated on request plus first uses of reused and
+        prefetched ones. The round's budget bounds this, so with reuse the same search
+        generates fewer rollouts, and with prefetching it generates them in fewer calls."""
+        return self.generations - self.prefetched + len(self._deferred_served)
 
     # -- reflection -------------------------------------------------------------------------
 

@@ -27,8 +27,9 @@ class FastConfig:
     Budget accounting: `budget()` metric calls per round, where one metric call is one
     (context, problem) rollout generated with the current weights. The K seed evaluations on
     the validation set are part of that budget (they are real generations), and so are GEPA's
-    minibatch and validation evaluations; cache hits and reused slow-loop rollouts cost nothing
-    because nothing is generated for them.
+    minibatch and validation evaluations; cache hits cost nothing. Rollouts generated ahead of
+    use (`prefetch_minibatches`) and slow-loop rollouts (`reuse_rollouts`) count once, when the
+    search first uses them; prefetched rollouts it never uses are reported, not counted.
     """
 
     #: K, the number of contexts in the pool.
@@ -46,6 +47,14 @@ class FastConfig:
     reflection: dict[str, Any] = field(default_factory=dict)
     #: Feed the slow loop's last rollouts into the round instead of regenerating them.
     reuse_rollouts: bool = False
+    #: Generate the seed contexts' minibatch rollouts in the seeds' first generate call (on a
+    #: random subset of train problems just large enough for the round's iterations), so a
+    #: seed chosen as parent is scored from cache; they count as metric calls when first used.
+    prefetch_minibatches: bool = True
+    #: Children proposed per GEPA iteration (gepa's multi-proposal sampling), evaluated on their
+    #: minibatches in one generate call; the best improving one is accepted (gepa's
+    #: BestImprovement). 1 is GEPA's sequential default. Fewer when the budget left is short.
+    proposals_per_iteration: int = 1
     # Sampling of the fast loop's rollouts.
     max_new_tokens: int = 96
     temperature: float = 0.7
@@ -75,7 +84,8 @@ class FastConfig:
             return ValueError(f"fast.{name} must be {want}, got {getattr(self, name)!r}")
 
         for name in ("pool_size", "minibatch_size", "max_new_tokens", "max_demos",
-                     "max_demo_chars", "eval_batch_size", "max_stalled_iterations"):
+                     "max_demo_chars", "eval_batch_size", "max_stalled_iterations",
+                     "proposals_per_iteration"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "a positive integer")
@@ -111,6 +121,8 @@ class FastConfig:
             raise bad("format_credit", "a number in [0, 1)")
         if not isinstance(self.reuse_rollouts, bool):
             raise bad("reuse_rollouts", "true or false")
+        if not isinstance(self.prefetch_minibatches, bool):
+            raise bad("prefetch_minibatches", "true or false")
 
     def budget(self) -> int:
         """Metric calls allowed in one round (seed evaluations included)."""

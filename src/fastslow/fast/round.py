@@ -25,6 +25,23 @@ enforces the budget as a hard cap. A budget too small for the seed evaluations p
 iteration is a configuration error. gepa's own counter (which also counts a few cache hits)
 is reported next to the real count.
 
+Minibatch prefetch. Each iteration scores the parent on a fresh minibatch before the proposer
+can run, and at toy scale a generate call is latency-bound (a decoding step of 3 sequences
+costs about what one of 15 does). With `prefetch_minibatches`, the round's minibatches are
+drawn from a random subset of the train problems just large enough for the iterations the
+budget allows (`iterations x minibatch`; drawn uniformly, so each minibatch is still uniform
+over distinct train problems), and the seeds' rollouts on that subset are generated in the
+seeds' validation call. A seed chosen as parent is then scored from cache. Prefetched rollouts
+count as metric calls when gepa first uses them; those never used are reported
+(`prefetched` − `prefetch_used`), costing compute but no extra generate call.
+
+Several proposals per iteration. With `proposals_per_iteration` n > 1, gepa's own multi-proposal
+path runs: each iteration samples n (parent, minibatch) tasks (`IndependentSampling`: each
+parent drawn by the Pareto selector), evaluates the parents in one batched call and the n
+children in another, and accepts the best improving child (`BestImprovement`), which alone is
+scored on the validation set. `BudgetedSampling` lowers n when the budget left cannot pay for
+n children, so a round makes the same number of metric calls in fewer, fuller generate calls.
+
 Rollout reuse. With `reuse_rollouts`, the problems the last cycle's RL steps rolled out with
 every pool context become the round's Pareto validation set and minibatch pool, so the seeds'
 validation scores and the parents' minibatch scores come from those rollouts.
@@ -33,6 +50,7 @@ validation scores and the parents' minibatch scores come from those rollouts.
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -87,6 +105,24 @@ class BudgetGuard:
         if self.reason is None:
             self.reason = reason
             self.log(f"fast round stops ({reason})")
+
+
+class BudgetedSampling:
+    """gepa SamplingStrategy: up to `n` independent (parent, minibatch) tasks per iteration, as
+    many as the budget left pays for (`2 x minibatch` a task, plus `n_val` for the accepted
+    child). The guard starts an iteration only if one task fits, so there is always one."""
+
+    def __init__(self, n: int, minibatch: int, n_val: int, budget: int, used: Callable[[], int]) -> None:
+        self.n, self.minibatch, self.n_val, self.budget, self.used = n, minibatch, n_val, budget, used
+        self.sizes: list[int] = []
+
+    def sample_tasks(self, state: Any, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list[Any]:
+        from gepa.strategies.proposal_sampling import IndependentSampling
+
+        left = self.budget - max(self.used(), int(state.total_num_evals)) - self.n_val
+        n = max(1, min(self.n, left // (2 * self.minibatch)))
+        self.sizes.append(n)
+        return IndependentSampling(n).sample_tasks(state, candidate_selector, batch_sampler, trainset)
 
 
 class _GepaLog:
@@ -200,6 +236,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     trainset, val_problems = list(train_problems), list(val_problems)
     known = {p.id: p for p in [*train_problems, *val_problems]}
     reused_pairs = 0
+    covered: list[Problem] = []
     if reuse_rollouts is not None and not cfg.reuse_rollouts:
         log(f"fast round {round_index}: fast.reuse_rollouts is off; ignoring {reuse_rollouts}")
     elif reuse_rollouts is not None:
@@ -224,11 +261,20 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             f"minibatches drawn from {len(trainset)} train problems, "
             f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused")
 
-    # 1-2. Evaluate the K seeds on val (in shared generate calls) and build gepa's initial state.
+    ahead: list[tuple[dict[str, str], list[Problem]]] = []
+    if cfg.prefetch_minibatches:
+        if len(covered) < mb:  # (with reuse, the seeds' minibatch scores are cached already)
+            iterations = (budget - needed) // (2 * mb) + 1  # the most the guard lets run
+            n_train = min(len(trainset), iterations * mb)
+            trainset = random.Random(derive_seed(cfg.seed, round_index)).sample(trainset, n_train)
+        ahead = [({COMPONENT: e.text}, trainset) for e in seeds]
+
+    # 1-2. Evaluate the K seeds on val (in shared generate calls, with the prefetched minibatch
+    # rollouts) and build gepa's initial state.
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
     val = val_loader.fetch(val_loader.all_ids())
-    evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds])
-    seed_generations = adapter.generations
+    evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
+    seed_generations = adapter.generations - adapter.prefetched  # the seeds' val rollouts
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
     state.total_num_evals = adapter.metric_calls
     state.save(str(gepa_dir))
@@ -239,6 +285,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     proposer_fn = proposer or make_proposer(cfg, list(known.values()), log)
     guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
+    sampling = BudgetedSampling(cfg.proposals_per_iteration, mb, len(val_problems), budget,
+                                lambda: adapter.metric_calls)
+    multi = {}
+    if cfg.proposals_per_iteration > 1:
+        from gepa.strategies.proposal_selection import BestImprovement
+
+        multi = {"sampling_strategy": sampling, "selection_strategy": BestImprovement()}
     result = optimize(
         seed_candidate={COMPONENT: seeds[0].text}, trainset=train_loader, valset=val_loader, adapter=adapter,
         custom_candidate_proposer=proposer_fn, reflection_minibatch_size=mb,
@@ -246,7 +299,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         perfect_score=1.0, acceptance_criterion="strict_improvement", use_merge=False,
         max_metric_calls=budget, stop_callbacks=[guard], logger=_GepaLog(log),
         run_dir=str(gepa_dir), cache_evaluation=True, seed=derive_seed(cfg.seed, round_index) % 2**31,
-        raise_on_exception=True, track_best_outputs=False, display_progress_bar=False,
+        raise_on_exception=True, track_best_outputs=False, display_progress_bar=False, **multi,
     )
     if adapter.metric_calls > budget:  # unreachable by construction; never ship a silent overrun
         raise RuntimeError(f"fast round used {adapter.metric_calls} metric calls, budget {budget}")
@@ -258,6 +311,10 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         "generations": adapter.generations,
         "metric_calls": adapter.metric_calls,
         "reused_calls": adapter.reused_calls,
+        "prefetched": adapter.prefetched,
+        "prefetch_used": adapter.prefetch_used,
+        "train_problems": len(trainset),
+        "proposals": sampling.sizes,  # children proposed in each iteration ([] when n = 1: gepa's default)
         "seed_generations": seed_generations,
         "val_problems": [p.id for p in val_problems],
         "gepa_metric_calls": result.total_metric_calls,
@@ -280,7 +337,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     new_pool.meta = {"summary": summary}
     new_pool.to_json(run_dir / "pool.json")
     log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls "
-        f"({adapter.generations} generated, {adapter.reused_calls} reused), "
+        f"({adapter.generations} generated, {adapter.reused_calls} reused, "
+        f"{adapter.prefetch_used} of {adapter.prefetched} prefetched used), "
         f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 
