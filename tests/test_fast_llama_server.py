@@ -84,7 +84,7 @@ def test_reflective_round_with_llama_cpp_server(llama_server: str, tmp_path: Pat
                              cfg, 0, tmp_path, log=lines.append)
     calls = summary["reflection_accepted"] + len(summary["reflection_failures"])
     assert calls >= 1, "\n".join(lines[-20:])
-    assert gen.prompts == summary["generations"] <= 12
+    assert gen.prompts == summary["generations"] and summary["metric_calls"] <= 12
     assert summary["num_candidates"] >= 1 and len(new.entries) == 1
     assert Pool.from_json(tmp_path / "pool.json").texts == new.texts
     # Whatever SmolLM2 wrote either became a candidate or was rejected with a reason.
