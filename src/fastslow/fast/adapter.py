@@ -177,22 +177,21 @@ class FastAdapter:
         (context, problem) pair of all of them together (see `_generate`). The missing pairs of
         `ahead` (candidates on problems the search may ask for later) are generated in the same
         calls and cached, uncounted until first served; they add sequences, not calls."""
-        def missing(pairs: Sequence[tuple[dict[str, str], list[Problem]]],
-                    into: dict[tuple[str, str], tuple[str, str, Problem]]) -> None:
+        todo: dict[tuple[str, str], tuple[str, str, Problem]] = {}
+
+        def add_missing(pairs: Sequence[tuple[dict[str, str], list[Problem]]]) -> None:
             for candidate, batch in pairs:
                 context = candidate[COMPONENT]
                 h = context_hash(context)
                 for p in batch:  # GEPA pads minibatches with repeats: generate each pair once
                     if self.cache.get(h, p.id, self.weights_id) is None:
-                        into.setdefault((h, p.id), (h, context, p))
+                        todo.setdefault((h, p.id), (h, context, p))
 
-        todo: dict[tuple[str, str], tuple[str, str, Problem]] = {}
-        missing(items, todo)
-        later: dict[tuple[str, str], tuple[str, str, Problem]] = {}
-        missing(ahead, later)
-        later = {k: v for k, v in later.items() if k not in todo}
-        if todo or later:
-            self._generate([*todo.values(), *later.values()], frozenset(later))
+        add_missing(items)
+        requested = set(todo)
+        add_missing(ahead)
+        if todo:
+            self._generate(list(todo.values()), frozenset(todo.keys() - requested))
         results = []
         for candidate, batch in items:
             h = context_hash(candidate[COMPONENT])

@@ -119,10 +119,9 @@ class FastConfig:
             raise bad("top_p", "a number in (0, 1]")
         if not isinstance(self.format_credit, (int, float)) or not 0 <= self.format_credit < 1:
             raise bad("format_credit", "a number in [0, 1)")
-        if not isinstance(self.reuse_rollouts, bool):
-            raise bad("reuse_rollouts", "true or false")
-        if not isinstance(self.prefetch_minibatches, bool):
-            raise bad("prefetch_minibatches", "true or false")
+        for name in ("reuse_rollouts", "prefetch_minibatches"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "true or false")
 
     def budget(self) -> int:
         """Metric calls allowed in one round (seed evaluations included)."""
