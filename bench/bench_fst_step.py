@@ -10,7 +10,9 @@ reported (cycle 0 of FST with reuse has no previous rollouts to reuse), split in
     other                             (model loading, saving weights and state, tables: I/O)
 
 and divided by T: seconds per RL step. Runs alternate methods across repetitions so load from
-other processes hits all alike.
+other processes hits all alike. `fst_reuse` reuses both ways (fast.reuse_rollouts: the last
+cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's first RL step trains on rollouts
+the fast round sampled with the same weights).
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--methods rl,fst,fst_reuse]
         [--bf16] [--set slow.micro_batch_size=1 ...] -> results/bench/fst_step.json, .png
@@ -75,7 +77,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
     spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
-                   overrides=deep_update({"fast": {"reuse_rollouts": reuse},
+                   overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
                                           **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
     for c in range(cycles):
@@ -91,7 +93,10 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         parts["other"] = wall - sum(parts.values())
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
                      "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
-                     "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs")})
+                     "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs"),
+                     "slow_rollouts_sampled_in_fast_round": fast.get("slow_rollouts"),
+                     "slow_reused_rollouts": int(metrics["reused_rollouts"].sum())
+                     if "reused_rollouts" in metrics.columns else None})
         prev = out
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"method": method, "cycles": rows, "peak_rss_mb": rss_mb}

@@ -63,7 +63,8 @@ class NeverRight(ScriptedGenerator):
     def generate(self, conversations: list[Any], params: Any) -> list[Generation]:
         self.calls += 1
         self.prompts += len(conversations)
-        return [Generation(text="no idea", prompt_tokens=1, completion_tokens=2) for _ in conversations]
+        return [Generation(text="no idea", prompt_tokens=1, completion_tokens=2, prompt_ids=(1,),
+                           completion_ids=(5, 6)) for _ in conversations]
 
 
 def test_prefetch_scores_seed_parents_from_cache_in_fewer_calls(tmp_path: Path) -> None:
@@ -95,6 +96,63 @@ def test_several_proposals_per_iteration_share_generate_calls(tmp_path: Path) ->
     assert summary["proposals"] == [3]  # 30 - 6 val - 6 for the best child's val: 3 tasks of 2 x 3
     assert gen.calls == 2 and summary["metric_calls"] == 6 + 3 * 6
     assert summary["prefetch_used"] == summary["prefetched"] == 9
+
+
+def test_next_rl_step_is_sampled_in_the_validation_calls(tmp_path: Path) -> None:
+    """fast.reuse_in_slow: every validation evaluation also samples its candidate G/K = 2 times
+    on the next RL step's problems. Same generate calls, same search, same metric calls; the
+    cache then holds 2 rollouts with tokens of each (pool context, step problem)."""
+    from fastslow.fast import RolloutCache
+
+    step = TASK.problems("train", 18, 0)[16:]  # the RL step's 2 problems, outside the search's
+    runs = {}
+    for feed in (False, True):
+        gen, cache = ScriptedGenerator(), RolloutCache()
+        cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
+        new, summary = run_round(Pool.seed(SEEDS[:2], 2), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path / str(feed),
+                                 log=quiet, cache=cache, slow_problems=step if feed else (),
+                                 slow_samples=2 if feed else 0)
+        runs[feed] = gen, cache, new, summary
+    (gen0, _, new0, s0), (gen1, cache, new1, s1) = runs[False], runs[True]
+    assert gen1.calls == gen0.calls and s1["metric_calls"] == s0["metric_calls"]
+    assert [e.text for e in new1.entries] == [e.text for e in new0.entries]
+    assert s0["slow_pairs"] == s0["slow_rollouts"] == 0
+    # every candidate scored on val (gepa's candidates: the 2 seeds, the accepted children) was
+    # sampled on the step's 2 problems
+    val_evals = len(json.loads((tmp_path / "True" / "gepa" / "candidates.json").read_text()))
+    assert val_evals > 2 and s1["slow_pairs"] == 2 * val_evals and s1["slow_rollouts"] == 2 * s1["slow_pairs"]
+    assert gen1.prompts == s1["generations"] + s1["slow_rollouts"]
+    assert s1["slow_used"] == 0  # the step's problems are not the search's
+    sampled = cache.sampled([e.text for e in new1.entries], step, "base")
+    assert set(sampled) == {(context_hash(e.text), p.id) for e in new1.entries for p in step}
+    for rollouts in sampled.values():
+        assert len(rollouts) == 2 and all(r["completion_ids"] and r["prompt_ids"] for r in rollouts)
+
+
+def test_samples_for_the_rl_step_count_once_if_the_search_uses_them(tmp_path: Path) -> None:
+    from fastslow.fast import RolloutCache
+
+    gen, cache = NeverRight(), RolloutCache()
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, prefetch_minibatches=False)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, TRAIN[:3], VAL, cfg, 0, tmp_path, log=quiet,
+                     cache=cache, slow_problems=TRAIN[:3], slow_samples=2)
+    # The only minibatch is the step's 3 problems, sampled (twice each) with the seed's val call.
+    assert s["slow_pairs"] == 3 and s["slow_used"] == 3
+    assert s["metric_calls"] == s["generations"] - s["prefetched"] + s["prefetch_used"] + s["slow_used"]
+    assert s["metric_calls"] <= 30
+
+
+def test_a_seed_filling_two_slots_is_sampled_for_both(tmp_path: Path) -> None:
+    from fastslow.fast import RolloutCache
+
+    cache = RolloutCache()
+    cfg = FastConfig(pool_size=2, max_metric_calls=30, minibatch_size=3)
+    pool = Pool.seed(SEEDS[1], 2)  # one context, K = 2 slots (cycle 0)
+    new, s = run_round(pool, NeverRight(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet, cache=cache,
+                       slow_problems=TRAIN[-2:], slow_samples=2)
+    assert [e.text for e in new.contexts()] == [SEEDS[1]] * 2  # nothing beats it: it keeps both slots
+    sampled = cache.sampled([SEEDS[1]], TRAIN[-2:], "base")
+    assert [len(r) for r in sampled.values()] == [4, 4]  # G/K = 2 for each of its 2 slots
 
 
 def test_proposals_shrink_to_the_budget_left(tmp_path: Path) -> None:

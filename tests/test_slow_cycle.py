@@ -211,3 +211,41 @@ def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkey
     assert float(delta16.abs().max()) > 1e-4  # the bf16 step did train
     # same rollouts only up to sampling noise in bf16, so compare update directions loosely
     assert float(torch.nn.functional.cosine_similarity(delta32, delta16, dim=0)) > 0.5
+
+
+def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: Path, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """fast.reuse_in_slow, slow side: rollouts an HFGenerator sampled with the same weights for
+    the first step's (problem, context) rows are trained on as given, not generated; the next
+    step generates; rows whose prompt tokens differ from TRL's are generated (and reported)."""
+    import polars as pl
+
+    from fastslow.model.convert import load_model, load_tokenizer
+    from fastslow.model.generation import HFGenerator, SamplingParams
+    from fastslow.slow.loop import first_step_problems
+    from fastslow.tasks.base import build_messages
+
+    task, cfg = LengthTask(), _cfg(2)
+    problems = task.problems("train", 3, 0)
+    step = first_step_problems(None, problems, cfg)
+    assert len(step) == cfg.problems_per_step
+    gen = HFGenerator(load_model(tiny_model_dir, dtype="float32"), load_tokenizer(tiny_model_dir))
+    keys = [(context_hash(text), p.id) for p in step for _, text in CONTEXTS for _ in range(2)]
+    convs = [build_messages(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
+    gens = gen.generate(convs, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    given: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for key, g in zip(keys, gens, strict=True):
+        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids})
+    bad = (context_hash(CONTEXTS[1][1]), step[1].id)  # other prompt tokens: must be generated
+    given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
+    with caplog.at_level(logging.WARNING, logger="fastslow.slow"):
+        result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
+                           "toy/run", 0, progress=False, first_step_rollouts=given)
+    assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
+    assert "2 reused rollouts had other prompt tokens" in caplog.text
+    first = pl.read_parquet(result.rollouts_path).filter(pl.col("step") == 0)
+    assert first["problem_id"].to_list() == [pid for _, pid in keys]
+    for i, (key, g) in enumerate(zip(keys, gens, strict=True)):
+        if key != bad:
+            assert first["completion"][i] == g.text
+            assert first["completion_tokens"][i] == g.completion_tokens

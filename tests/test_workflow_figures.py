@@ -38,6 +38,11 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert no_reuse.filter(pl.col("cycle") >= 0)["cycle_seconds"].min() > 0
     assert not (work / "results/runs/reuse/fst/math-no_reuse-s0").exists()
     assert "the same run as efficiency/fst/math-default-s0" in (work / "results/reports/pools/reuse.html").read_text()
+    # ...and its reuse run trains each cycle's first RL step on rollouts its fast round sampled
+    steps = pl.concat([pl.read_parquet(f) for f in
+                       sorted((work / "results/runs/reuse/fst/math-reuse-s0").glob("cycle*/metrics.parquet"))])
+    assert steps.filter(pl.col("step_in_cycle") == 0)["reused_rollouts"].min() > 0
+    assert steps.filter(pl.col("step_in_cycle") > 0)["reused_rollouts"].max() == 0
     info = json.loads((work / "results/mlflow/tracking.json").read_text())
     from mlflow.tracking import MlflowClient
 

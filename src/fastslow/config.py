@@ -111,6 +111,8 @@ def _check_semantics(config: dict[str, Any]) -> None:
             f"config error: fast.pool_size: K={k} must divide slow.num_generations G={g} "
             f"(each problem's G rollouts are spread evenly over the K contexts)"
         )
+    if fast.get("reuse_in_slow"):
+        _check_reuse_in_slow(config)
     if fast["proposer"] == "reflective":
         refl = fast["reflection"]
         need = {"openai": ("base_url", "model"), "litellm": ("model",), "hf": ("path",)}[refl["kind"]]
@@ -130,6 +132,21 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 )
     _check_task_options(config["data"]["options"])
     check_experiments(config)
+
+
+def _check_reuse_in_slow(config: dict[str, Any]) -> None:
+    """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
+    alike, and TRL's HF generation path must be the one spliced (see slow.trainer)."""
+    gen, slow = config["generation"], config["slow"]
+    if slow["use_vllm"]:
+        raise ConfigError("config error: fast.reuse_in_slow: needs slow.use_vllm: false (TRL's vLLM "
+                          "path corrects with per-token sampling log-probs the fast round does not keep)")
+    for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
+                            ("top_p", slow.get("top_p", 1.0))):
+        if gen[key] != slow_value:
+            raise ConfigError(f"config error: fast.reuse_in_slow: generation.{key}={gen[key]!r} must equal "
+                              f"the slow loop's {key} {slow_value!r} (the RL step trains on the fast "
+                              f"round's samples)")
 
 
 def _check_task_options(options: Mapping[str, Any]) -> None:

@@ -101,6 +101,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     weights = weights_of(spec, prev_dir, init_model)
     fast_summary: dict[str, Any] = {}
     scratch = out_dir.with_name(out_dir.name + ".fast")
+    weights_id = f"{spec.key}/cycle{cycle}"
+    slow_problems: list[Any] = []  # the first RL step's, sampled by the fast round (reuse_in_slow)
+    cache = None
 
     if spec.fast:
         gen = cfg["generation"]
@@ -111,6 +114,18 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         reflect, pareto = gepa_split(train, cfg["fast"]["val_problems"])
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
+        if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
+            if processes > 1:
+                log.info("cycle %d of %s: fast.reuse_in_slow applies to slow steps in one process; "
+                         "off with %d processes", cycle, spec.key, processes)
+            else:
+                from fastslow.fast import RolloutCache
+                from fastslow.slow.config import SlowConfig
+                from fastslow.slow.loop import first_step_problems
+
+                slow_problems = first_step_problems(prev_dir, train, SlowConfig.from_dict(
+                    {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
+                cache = RolloutCache()
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
         generator = make_generator(gen["backend"], weights,
@@ -119,8 +134,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         t0 = time.perf_counter()
         # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
         pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
-                                       run_dir=scratch, reuse_rollouts=reuse,
-                                       weights_id=f"{spec.key}/cycle{cycle}")
+                                       run_dir=scratch, reuse_rollouts=reuse, weights_id=weights_id,
+                                       cache=cache, slow_problems=slow_problems,
+                                       slow_samples=cfg["slow"]["num_generations"] // k)
         fast_summary["seconds"] = time.perf_counter() - t0
         del generator
         gc.collect()
@@ -146,6 +162,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         extra = _continual(spec, cycle)
         if spec.method == "fst_distill":  # the student learns to act, without context, like the teacher
             extra["student_context"] = cfg["seed_context"]
+        if cache is not None and slow_problems:
+            extra["first_step_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems,
+                                                         weights_id)
         if processes > 1:
             slow_metrics = launch_slow(spec, cfg, task_name, cycle, init_model, prev_dir, contexts,
                                        train_file, slow_cfg, out_dir, extra, processes, tracker)

@@ -11,6 +11,9 @@ the same pair more than once (parents on a minibatch they were scored on, the en
 re-evaluation of the seed), and a pair is never generated twice with the same weights. The
 same cache takes the slow loop's rollouts when rollout reuse is on, and rollouts generated
 ahead of use (`evaluate_many(..., ahead=...)`): both count as metric calls when first served.
+The other direction: with `feed_slow`, every validation evaluation also samples the next RL
+step's problems with the candidate, and the slow loop trains on those rollouts
+(`RolloutCache.sampled`) instead of generating them again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from gepa.core.adapter import EvaluationBatch
 
-from fastslow.model.generation import Generator, SamplingParams, derive_seed
+from fastslow.model.generation import Generation, Generator, SamplingParams, derive_seed
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.tasks.base import Problem, Task, build_messages, extract_answer
 
@@ -66,15 +69,32 @@ class RolloutCache:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def sampled(self, contexts: Sequence[str], problems: Sequence[Problem],
+                weights_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """(context hash, problem id) -> every rollout sampled with `weights_id` for that pair
+        (prompt and completion token ids, reward), for the pairs of `contexts` x `problems`
+        that have them. Rollouts reused from the slow loop carry no tokens and are left out."""
+        out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for text in dict.fromkeys(contexts):
+            h = context_hash(text)
+            for p in problems:
+                hit = self.get(h, p.id, weights_id)
+                rollouts = hit.trajectory.get("rollouts") if hit is not None else None
+                if rollouts and all(r["completion_ids"] and r["prompt_ids"] for r in rollouts):
+                    out[(h, p.id)] = [dict(r) for r in rollouts]
+        return out
+
 
 class FastAdapter:
     """`gepa.GEPAAdapter` over a task and the current weights.
 
-    `generations` counts (context, problem) rollouts actually generated, `prefetched` those
-    of them generated ahead of use. `metric_calls` is what the round's budget bounds: rollouts
-    generated on request, plus rollouts served for the first time from the slow loop
-    (rollout reuse) or from the ones generated ahead. `max_metric_calls` is a hard cap
-    (BudgetExceeded past it), a second line of defence behind the round's stopper.
+    `generations` counts (context, problem) rollouts actually generated for the search,
+    `prefetched` those of them generated ahead of use; `slow_pairs` (`slow_rollouts`
+    sequences) are pairs sampled for the slow loop's next step (`feed_slow`). `metric_calls`
+    is what the round's budget bounds: rollouts generated on request, plus rollouts served for
+    the first time from the slow loop (rollout reuse), from the ones generated ahead or from
+    those sampled for the slow loop. `max_metric_calls` is a hard cap (BudgetExceeded past
+    it), a second line of defence behind the round's stopper.
     """
 
     propose_new_texts = None  # proposals come through gepa's custom_candidate_proposer hook
@@ -94,6 +114,9 @@ class FastAdapter:
         self.format_credit = format_credit
         self.generations = 0
         self.prefetched = 0
+        self.slow_pairs = 0
+        self.slow_rollouts = 0
+        self._slow: tuple[list[Problem], int, frozenset[str], dict[str, int]] | None = None
         self.cache_hits = 0
         self.reused_hits = 0
         # (context hash, problem id) -> "reused" | "prefetched", for rollouts first served
@@ -112,25 +135,34 @@ class FastAdapter:
         return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
 
     def _generate(self, pairs: list[tuple[str, str, Problem]],
-                  ahead: frozenset[tuple[str, str]] = frozenset()) -> None:
-        """Generate, score and cache one rollout per (context hash, context, problem) triple (all
-        cache misses); pairs whose (hash, problem id) is in `ahead` are generated ahead of use.
+                  ahead: frozenset[tuple[str, str]] = frozenset(),
+                  for_slow: Mapping[tuple[str, str], int] | None = None,
+                  slow_only: frozenset[tuple[str, str]] = frozenset()) -> None:
+        """Generate, score and cache rollouts of (context hash, context, problem) triples (all
+        cache misses): one per pair, or `for_slow[pair]` samples for pairs the slow loop's next
+        step trains on (the score is then the samples' mean). Pairs whose (hash, problem id) is
+        in `ahead` (the search may use them later) or `slow_only` (only the slow loop asked)
+        are uncounted until first served.
 
-        Pairs of several contexts share generate() calls of at most `batch_size` sequences, as
-        few calls as that allows, of even sizes: on a CPU a batch of 12 costs little more per
-        step than a batch of 6 (the weights are read once per decoding step either way), so
-        evaluating the K seed contexts together is nearly K times cheaper than one call per
-        context, and a tail call of 2 sequences would cost almost a full call.
+        All sequences share generate() calls of at most `batch_size` sequences, as few calls as
+        that allows, of even sizes: on a CPU a batch of 12 costs little more per step than a
+        batch of 6 (the weights are read once per decoding step either way), so evaluating the
+        K seed contexts together is nearly K times cheaper than one call per context, and a
+        tail call of 2 sequences would cost almost a full call. A pair's samples are adjacent,
+        so they share a batch and its prompt prefill.
         """
-        now = sum((h, p.id) not in ahead for h, _, p in pairs)
+        for_slow = for_slow or {}
+        now = sum((h, p.id) not in ahead and (h, p.id) not in slow_only for h, _, p in pairs)
         if self.max_metric_calls is not None and self.metric_calls + now > self.max_metric_calls:
             raise BudgetExceeded(
                 f"{self.metric_calls} metric calls used, {now} more rollouts would pass "
                 f"the cap of {self.max_metric_calls}")
-        n_calls = -(-len(pairs) // self.batch_size)
-        size = -(-len(pairs) // max(n_calls, 1))
-        for lo in range(0, len(pairs), size):
-            chunk = pairs[lo:lo + size]
+        seqs = [pair for pair in pairs for _ in range(for_slow.get((pair[0], pair[2].id), 1))]
+        n_calls = -(-len(seqs) // self.batch_size)
+        size = -(-len(seqs) // max(n_calls, 1))
+        samples: dict[tuple[str, str], list[tuple[Generation, str]]] = {}
+        for lo in range(0, len(seqs), size):
+            chunk = seqs[lo:lo + size]
             convs = [build_messages(context, p) for _, context, p in chunk]
             # A fresh seed per call: the same (context, problem) is never sampled twice anyway
             # (cache), and distinct calls must not share one random stream.
@@ -140,25 +172,51 @@ class FastAdapter:
             gens = self.generator.generate(convs, params)
             if len(gens) != len(chunk):
                 raise RuntimeError(f"generator returned {len(gens)} completions for {len(chunk)} prompts")
-            self.generations += len(chunk)
-            self.prefetched += sum((h, p.id) in ahead for h, _, p in chunk)
             if self.on_generate is not None:
                 self.on_generate(len(chunk))
-            prompts = self._render(convs)
-            for (h, _, p), g, prompt in zip(chunk, gens, prompts, strict=True):
+            for (h, _, p), g, prompt in zip(chunk, gens, self._render(convs), strict=True):
+                samples.setdefault((h, p.id), []).append((g, prompt))
+        for h, _, p in pairs:
+            key = (h, p.id)
+            got = samples[key]
+            if key in slow_only:
+                self.slow_pairs += 1
+                self.slow_rollouts += len(got)
+            else:  # the search's pair; samples beyond its one are the slow loop's
+                self.generations += 1
+                self.prefetched += key in ahead
+                self.slow_rollouts += len(got) - 1
+            rollouts = []
+            for g, prompt in got:
                 reward = float(self.task.reward(p, g.text))
                 parsed = extract_answer(g.text)
                 # The search score: the reward, or with format credit c, (1 - c) * reward +
                 # c * [an answer could be read], a gradient for a base model that scores 0.
                 score = (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
-                traj = {
-                    "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
-                    "completion": g.text, "reward": reward,
-                    "feedback": str(self.task.feedback(p, g.text)),
-                    "parsed_answer": parsed, "reused": False, "prefetched": (h, p.id) in ahead,
-                    "samples": 1,
-                }
-                self.cache.put(h, p.id, self.weights_id, Scored(score, traj))
+                rollouts.append((score, reward, parsed, g, prompt))
+            _, reward, parsed, g, prompt = min(rollouts, key=lambda r: r[1])  # the worst, for reflection
+            traj = {
+                "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
+                "completion": g.text, "reward": reward,
+                "feedback": str(self.task.feedback(p, g.text)),
+                "parsed_answer": parsed, "reused": False, "prefetched": key in ahead,
+                "for_slow": key in slow_only, "samples": len(rollouts),
+                # Every sample's tokens: the slow loop may train on them (same weights).
+                "rollouts": [{"prompt_ids": r[3].prompt_ids, "completion_ids": r[3].completion_ids,
+                              "reward": r[1]} for r in rollouts],
+            }
+            self.cache.put(h, p.id, self.weights_id,
+                           Scored(sum(r[0] for r in rollouts) / len(rollouts), traj))
+
+    def feed_slow(self, problems: Sequence[Problem], samples: int, val_ids: Iterable[str],
+                  per_context: Mapping[str, int] | None = None) -> None:
+        """Sample `samples` rollouts of (candidate, problem) for each of `problems` (the next
+        RL step's) whenever a candidate is evaluated on the validation set (`val_ids`): the
+        candidates that can enter the pool. `per_context` (context hash -> n) overrides the
+        count, for a context that fills several pool slots. They join the evaluation's generate
+        calls (more sequences, no more calls), are uncounted unless the search uses them, and
+        the slow loop trains on them instead of generating (`RolloutCache.sampled`)."""
+        self._slow = (list(problems), int(samples), frozenset(val_ids), dict(per_context or {}))
 
     def evaluate(self, batch: list[Problem], candidate: dict[str, str],
                  capture_traces: bool = False) -> EvaluationBatch:
@@ -190,8 +248,17 @@ class FastAdapter:
         add_missing(items)
         requested = set(todo)
         add_missing(ahead)
+        prefetch = set(todo) - requested
+        for_slow: dict[tuple[str, str], int] = {}
+        if self._slow is not None:  # candidates scored on val: also sampled on the next RL step
+            problems, samples, val_ids, per_context = self._slow
+            slow_items = [(c, problems) for c, batch in items if {p.id for p in batch} == val_ids]
+            add_missing(slow_items)
+            wanted = {(context_hash(c[COMPONENT]), p.id) for c, _ in slow_items for p in problems}
+            for_slow = {key: per_context.get(key[0], samples) for key in todo if key in wanted}
         if todo:
-            self._generate(list(todo.values()), frozenset(todo.keys() - requested))
+            self._generate(list(todo.values()), frozenset(prefetch), for_slow,
+                           frozenset(set(todo) - requested - prefetch))
         results = []
         for candidate, batch in items:
             h = context_hash(candidate[COMPONENT])
@@ -205,7 +272,8 @@ class FastAdapter:
                 else:
                     self.cache_hits += 1
                     kind = "reused" if hit.trajectory.get("reused") else \
-                        "prefetched" if hit.trajectory.get("prefetched") else None
+                        "prefetched" if hit.trajectory.get("prefetched") else \
+                        "for_slow" if hit.trajectory.get("for_slow") else None
                     self.reused_hits += kind == "reused"
                     if kind is not None and key not in self._deferred_served:  # first use
                         self._deferred_served[key] = kind
@@ -231,6 +299,11 @@ class FastAdapter:
     def prefetch_used(self) -> int:
         """Rollouts generated ahead that the search has used (each counted once)."""
         return sum(kind == "prefetched" for kind in self._deferred_served.values())
+
+    @property
+    def slow_used(self) -> int:
+        """Rollouts sampled for the slow loop that the search has also used (each counted once)."""
+        return sum(kind == "for_slow" for kind in self._deferred_served.values())
 
     @property
     def metric_calls(self) -> int:

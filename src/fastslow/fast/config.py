@@ -47,6 +47,10 @@ class FastConfig:
     reflection: dict[str, Any] = field(default_factory=dict)
     #: Feed the slow loop's last rollouts into the round instead of regenerating them.
     reuse_rollouts: bool = False
+    #: The other direction: each candidate's validation call also samples it G/K times on the
+    #: next RL step's problems, and that step (same weights) trains on its pool contexts'
+    #: samples instead of generating them (read by the cycle, not by the round).
+    reuse_in_slow: bool = False
     #: Generate the seed contexts' minibatch rollouts in the seeds' first generate call (on a
     #: random subset of train problems just large enough for the round's iterations), so a
     #: seed chosen as parent is scored from cache; they count as metric calls when first used.
@@ -119,7 +123,7 @@ class FastConfig:
             raise bad("top_p", "a number in (0, 1]")
         if not isinstance(self.format_credit, (int, float)) or not 0 <= self.format_credit < 1:
             raise bad("format_credit", "a number in [0, 1)")
-        for name in ("reuse_rollouts", "prefetch_minibatches"):
+        for name in ("reuse_rollouts", "reuse_in_slow", "prefetch_minibatches"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "true or false")
 

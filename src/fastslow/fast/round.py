@@ -44,7 +44,10 @@ n children, so a round makes the same number of metric calls in fewer, fuller ge
 
 Rollout reuse. With `reuse_rollouts`, the problems the last cycle's RL steps rolled out with
 every pool context become the round's Pareto validation set and minibatch pool, so the seeds'
-validation scores and the parents' minibatch scores come from those rollouts.
+validation scores and the parents' minibatch scores come from those rollouts. The other
+direction (`reuse_in_slow`, driven by the cycle through `slow_problems`): each candidate's
+validation call also samples it G/K times on the next RL step's problems, and that step, whose
+weights are these, trains on the samples of its pool contexts instead of generating them.
 """
 
 from __future__ import annotations
@@ -195,7 +198,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
               val_problems: Sequence[Problem], cfg: FastConfig, round_index: int,
               run_dir: str | Path, reuse_rollouts: str | Path | None = None,
               log: Log | None = None, weights_id: str = "base", cache: RolloutCache | None = None,
-              proposer: Callable[..., dict[str, str]] | None = None) -> tuple[Pool, dict[str, Any]]:
+              proposer: Callable[..., dict[str, str]] | None = None,
+              slow_problems: Sequence[Problem] = (), slow_samples: int = 0) -> tuple[Pool, dict[str, Any]]:
     """Run one budgeted GEPA round seeded with `pool`; return the new pool and a summary.
 
     `generator` holds the current weights (`weights_id` names them in the rollout cache; pass
@@ -204,6 +208,10 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     context, train problem) pairs are used instead of generating them, feeding both the
     minibatch scores and the reflective dataset, and the round's minibatches are drawn from
     the problems they cover (when they cover at least one minibatch).
+    `slow_problems` (the next RL step's problems, with `slow_samples` = G/K > 0): every
+    validation evaluation of a candidate also samples it `slow_samples` times (times the slots
+    it fills, for a seed) on each of them (`FastAdapter.feed_slow`); read them from `cache`
+    with `RolloutCache.sampled`.
     Writes `run_dir/pool.json`; gepa's own files go to `run_dir/gepa` (a round restarts from
     scratch: the cycle, not the round, is the unit of resumption).
     """
@@ -270,9 +278,12 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         ahead = [({COMPONENT: e.text}, trainset) for e in seeds]
 
     # 1-2. Evaluate the K seeds on val (in shared generate calls, with the prefetched minibatch
-    # rollouts) and build gepa's initial state.
+    # rollouts and the next RL step's) and build gepa's initial state.
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
     val = val_loader.fetch(val_loader.all_ids())
+    if slow_problems and slow_samples > 0:  # a seed filling m slots may keep them: m x G/K samples
+        adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val],
+                          {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
     evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
     seed_generations = adapter.generations - adapter.prefetched  # the seeds' val rollouts
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
@@ -313,6 +324,9 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         "reused_calls": adapter.reused_calls,
         "prefetched": adapter.prefetched,
         "prefetch_used": adapter.prefetch_used,
+        "slow_pairs": adapter.slow_pairs,  # (candidate, next RL step problem) pairs sampled for the slow loop
+        "slow_rollouts": adapter.slow_rollouts,
+        "slow_used": adapter.slow_used,  # of those pairs, used by the search too (metric calls)
         "train_problems": len(trainset),
         "proposals": sampling.sizes,  # children proposed in each iteration ([] when n = 1: gepa's default)
         "seed_generations": seed_generations,
@@ -338,7 +352,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     new_pool.to_json(run_dir / "pool.json")
     log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls "
         f"({adapter.generations} generated, {adapter.reused_calls} reused, "
-        f"{adapter.prefetch_used} of {adapter.prefetched} prefetched used), "
+        f"{adapter.prefetch_used} of {adapter.prefetched} prefetched used, "
+        f"{adapter.slow_rollouts} sampled for the slow loop), "
         f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 

@@ -64,5 +64,7 @@ class ScriptedGenerator:
                 share = min(0.9, 0.4 + 0.15 * system.count("User: "))
                 ok = (_h(user) % 100) < share * 100
                 text = f"Sum. <answer>{right if ok else int(right) + 1}</answer>"
-            out.append(Generation(text=text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4))
+            # Stand-in token ids (one per character): enough to follow a rollout around.
+            out.append(Generation(text=text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4,
+                                  prompt_ids=tuple(map(ord, system + user)), completion_ids=tuple(map(ord, text))))
         return out

@@ -47,6 +47,8 @@ class Generation:
     completion_ids: tuple[int, ...] = ()
     #: "stop" (EOS emitted) or "length" (hit max_new_tokens).
     finish_reason: str = "stop"
+    #: The prompt's token ids as sampled from (empty if the backend does not report them).
+    prompt_ids: tuple[int, ...] = ()
 
 
 class Generator(Protocol):
@@ -294,6 +296,7 @@ class HFGenerator:
                 logprob_sum=float(step_logprobs[row, : len(completion)].sum()),
                 completion_ids=tuple(completion),
                 finish_reason=reason,
+                prompt_ids=tuple(prompts[row]),
             ))
         return results
 
@@ -411,6 +414,7 @@ class VLLMGenerator:
                 logprob_sum=logprob,
                 completion_ids=tuple(token_ids),
                 finish_reason="stop" if comp.finish_reason == "stop" else "length",
+                prompt_ids=tuple(ids),
             ))
         return results
 

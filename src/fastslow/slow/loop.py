@@ -38,7 +38,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +138,28 @@ def take_problems(n: int, seed: int, cursor: int, count: int) -> list[int]:
         order = np.random.default_rng([seed, epoch]).permutation(n)
         out.append(int(order[offset]))
     return out
+
+
+def first_step_problems(state_in: str | Path | None, problems: Sequence[Problem], cfg: SlowConfig,
+                        new_data: bool = False) -> list[Problem]:
+    """The problems the first step of the cycle resuming from `state_in` will train on (the same
+    data stream `run_cycle` reads), so they can be sampled before the cycle starts."""
+    cursor = 0 if state_in is None or new_data else int(read_state(state_in)["cursor"])
+    return [problems[i] for i in take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step)]
+
+
+def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+               hashes: Mapping[str, str]) -> dict[int, tuple[Sequence[int], Sequence[int]]]:
+    """Row index -> (prompt ids, completion ids) for the step's rows that a given rollout of
+    their (context, problem) pair can fill, each rollout used once, in row order."""
+    left = {key: list(value) for key, value in rollouts.items()}
+    plan = {}
+    for i, row in enumerate(rows):
+        queue = left.get((hashes[row["context_id"]], row["problem_id"]))
+        if queue:
+            r = queue.pop(0)
+            plan[i] = (r["prompt_ids"], r["completion_ids"])
+    return plan
 
 
 # ---------------------------------------------------------------- state
@@ -441,6 +463,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         records = [rec for part in parts for rec in part[0]]
         gen_s, score_s, seconds = (max(part[k] for part in parts) for k in (1, 2, 3))
 
+    reused = len(trainer.reused)
+    generated_tokens = sum(n for i, n in enumerate(completion_tokens) if i not in trainer.reused)
     rewards = np.asarray([rec["reward"] for rec in records], dtype=float)
     completion_tokens = [rec["completion_tokens"] for rec in records]
     grouped = rewards.reshape(-1, trainer.num_generations)
@@ -459,7 +483,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "scoring_seconds": score_s,
         "training_seconds": seconds - gen_s - score_s,
         "step_seconds": seconds,
-        "generated_tokens_per_s": float(sum(completion_tokens) / max(gen_s, 1e-9)),
+        "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)),
+        "reused_rollouts": reused,  # rows sampled by the fast round (fast.reuse_in_slow), not here
     }
     return metrics, records
 
@@ -481,6 +506,7 @@ def run_cycle(
     progress: bool = True,
     ref_model_dir: str | Path | None = None,
     new_data: bool = False,
+    first_step_rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]] | None = None,
 ) -> CycleResult:
     """Run T = cfg.steps_per_cycle RL steps and write the cycle's outputs to `out_dir`.
 
@@ -499,6 +525,11 @@ def run_cycle(
         ref_model_dir: the KL reference, if not `model_dir`.
         new_data: `train_problems` is a new training set (a continual run switching task):
             start its data stream at position 0; weights, optimiser, scheduler and RNG carry on.
+        first_step_rollouts: (context hash, problem id) -> rollouts ({"prompt_ids",
+            "completion_ids"}) sampled with this cycle's initial weights (the fast round,
+            `fast.reuse_in_slow`, `RolloutCache.sampled`): the cycle's first step trains on them
+            for its rows of those pairs instead of generating (`first_step_problems` names the
+            step's problems in advance).
 
     Under `accelerate launch` (WORLD_SIZE > 1) every rank calls this with the same arguments;
     only the main process writes `out_dir` and calls `tracker`.
@@ -564,7 +595,13 @@ def run_cycle(
             for key in {(r["problem_id"], r["context_id"]) for r in rows} - prompt_texts.keys():
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
+            if t == 0 and first_step_rollouts:
+                trainer.reuse_rows = reuse_plan(rows, first_step_rollouts, hashes)
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts)
+            if trainer.reuse_mismatches:
+                log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
+                            "generated instead", run_id, cycle, trainer.reuse_mismatches)
+                trainer.reuse_mismatches = 0
             for rec in records:
                 rec.update(run=run_id, cycle=cycle, step=global_step,
                            context_hash=hashes[rec["context_id"]])

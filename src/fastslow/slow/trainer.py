@@ -156,6 +156,13 @@ def _grpo_trainer_class() -> type:
         def reset_step_stats(self) -> None:
             self.timings = {"generation": 0.0, "scoring": 0.0}
             self.stash: list[tuple[Any, Any]] = []
+            self.reused: set[int] = set()  # rows of the last generation served from `reuse_rows`
+            self.reuse_mismatches = 0
+
+        #: row -> (prompt ids, completion ids) sampled elsewhere with the current weights (the
+        #: fast round, `fast.reuse_in_slow`): the next generation takes these rows as they are
+        #: and generates the others. Consumed by that generation.
+        reuse_rows: dict[int, tuple[Sequence[int], Sequence[int]]] = {}
 
         def _generate(self, prompts: list) -> Any:
             start = time.perf_counter()
@@ -168,6 +175,33 @@ def _grpo_trainer_class() -> type:
 
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                                   *args: Any, **kwargs: Any) -> Any:
+            """TRL's generation of completion ids for `prompt_ids`, except the rows of
+            `reuse_rows` whose prompt tokens are exactly TRL's: those keep their given completion
+            (a row whose tokens differ is generated and counted in `reuse_mismatches`). Text
+            prompts on the HF generate path only: vLLM's path also returns per-token sampling
+            log-probs, which reused rows do not have."""
+            reuse, self.reuse_rows = self.reuse_rows, {}
+            hits = {i: list(completion) for i, (prompt, completion) in reuse.items()
+                    if i < len(prompt_ids) and list(prompt_ids[i]) == list(prompt)}
+            self.reuse_mismatches += len(reuse) - len(hits)
+            self.reused = set(hits)
+            if not hits:
+                return self._generate_rows(prompt_ids, images, multimodal_fields, *args, **kwargs)
+            if self.use_vllm or images or multimodal_fields:
+                raise RuntimeError("slow loop: reused rollouts need text prompts on the HF generate path")
+            todo = [i for i in range(len(prompt_ids)) if i not in hits]
+            completion_ids: list[Any] = [hits.get(i) for i in range(len(prompt_ids))]
+            if todo:
+                new, logprobs = self._generate_rows([prompt_ids[i] for i in todo], images,
+                                                    multimodal_fields, *args, **kwargs)
+                if logprobs is not None:
+                    raise RuntimeError("slow loop: reused rollouts cannot be mixed with sampled log-probs")
+                for i, ids in zip(todo, new, strict=True):
+                    completion_ids[i] = ids
+            return completion_ids, None
+
+        def _generate_rows(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
+                           *args: Any, **kwargs: Any) -> Any:
             """TRL's own generation, with the prompt prefill shared between the copies of a
             prompt (`shared_prefill`): a step holds each (context, problem) prompt G/K times.
             Plain `generate` path only (not vLLM, continuous batching, images or FSDP)."""
