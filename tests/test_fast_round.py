@@ -99,9 +99,10 @@ def test_several_proposals_per_iteration_share_generate_calls(tmp_path: Path) ->
 
 
 def test_next_rl_step_is_sampled_in_the_validation_calls(tmp_path: Path) -> None:
-    """fast.reuse_in_slow: every validation evaluation also samples its candidate G/K = 2 times
-    on the next RL step's problems. Same generate calls, same search, same metric calls; the
-    cache then holds 2 rollouts with tokens of each (pool context, step problem)."""
+    """fast.reuse_in_slow: the next RL step's problems lead the validation set, and every
+    candidate scored on it is sampled G/K = 2 times on them, in the same generate calls. So
+    the cache holds 2 rollouts with tokens of each (pool context, step problem), all of them
+    GEPA's own validation rollouts (the pair's score is their mean)."""
     from fastslow.fast import RolloutCache
 
     step = TASK.problems("train", 18, 0)[16:]  # the RL step's 2 problems, outside the search's
@@ -113,16 +114,15 @@ def test_next_rl_step_is_sampled_in_the_validation_calls(tmp_path: Path) -> None
                                  log=quiet, cache=cache, slow_problems=step if feed else (),
                                  slow_samples=2 if feed else 0)
         runs[feed] = gen, cache, new, summary
-    (gen0, _, new0, s0), (gen1, cache, new1, s1) = runs[False], runs[True]
-    assert gen1.calls == gen0.calls and s1["metric_calls"] == s0["metric_calls"]
-    assert [e.text for e in new1.entries] == [e.text for e in new0.entries]
-    assert s0["slow_pairs"] == s0["slow_rollouts"] == 0
-    # every candidate scored on val (gepa's candidates: the 2 seeds, the accepted children) was
-    # sampled on the step's 2 problems
+    (gen0, _, _, s0), (gen1, cache, new1, s1) = runs[False], runs[True]
+    assert s1["val_problems"] == [p.id for p in step] + [p.id for p in VAL[:4]]
+    assert gen1.calls == gen0.calls and s1["metric_calls"] <= 45
+    assert s0["slow_rollouts"] == 0 and s1["slow_pairs"] == 0  # every step pair was a val pair
+    # every candidate scored on val (gepa's candidates: the 2 seeds, the accepted children) got a
+    # second sample on each step problem
     val_evals = len(json.loads((tmp_path / "True" / "gepa" / "candidates.json").read_text()))
-    assert val_evals > 2 and s1["slow_pairs"] == 2 * val_evals and s1["slow_rollouts"] == 2 * s1["slow_pairs"]
+    assert val_evals > 2 and s1["slow_rollouts"] == 2 * val_evals
     assert gen1.prompts == s1["generations"] + s1["slow_rollouts"]
-    assert s1["slow_used"] == 0  # the step's problems are not the search's
     sampled = cache.sampled([e.text for e in new1.entries], step, "base")
     assert set(sampled) == {(context_hash(e.text), p.id) for e in new1.entries for p in step}
     for rollouts in sampled.values():
@@ -130,16 +130,21 @@ def test_next_rl_step_is_sampled_in_the_validation_calls(tmp_path: Path) -> None
 
 
 def test_samples_for_the_rl_step_count_once_if_the_search_uses_them(tmp_path: Path) -> None:
+    """More step problems than validation problems: the first 6 are the validation set,
+    the other 2 are sampled for the step only, uncounted until the search uses them."""
     from fastslow.fast import RolloutCache
 
+    step = TASK.problems("step", 8, 3)
     gen, cache = NeverRight(), RolloutCache()
-    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, prefetch_minibatches=False)
-    _, s = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, TRAIN[:3], VAL, cfg, 0, tmp_path, log=quiet,
-                     cache=cache, slow_problems=TRAIN[:3], slow_samples=2)
-    # The only minibatch is the step's 3 problems, sampled (twice each) with the seed's val call.
-    assert s["slow_pairs"] == 3 and s["slow_used"] == 3
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=2, prefetch_minibatches=False)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, step[6:], VAL, cfg, 0, tmp_path, log=quiet,
+                     cache=cache, slow_problems=step, slow_samples=2)
+    assert s["val_problems"] == [p.id for p in step[:6]]
+    # The only minibatch is the 2 step-only problems, sampled twice each with the seed's val call.
+    assert s["slow_pairs"] == 2 and s["slow_used"] == 2 and s["slow_rollouts"] == 6 + 2 * 2
     assert s["metric_calls"] == s["generations"] - s["prefetched"] + s["prefetch_used"] + s["slow_used"]
     assert s["metric_calls"] <= 30
+    assert [len(r) for r in cache.sampled([SEEDS[1]], step, "base").values()] == [2] * 8
 
 
 def test_a_seed_filling_two_slots_is_sampled_for_both(tmp_path: Path) -> None:

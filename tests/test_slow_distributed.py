@@ -154,6 +154,27 @@ def _state(model_dir: Path) -> dict[str, Any]:
     return load_file(str(model_dir / "model.safetensors"))
 
 
+def _sampled_first_step(state_in: Path, problems: list) -> dict:
+    """(context hash, problem id) -> G/K = 2 rollouts of the next cycle's first step, sampled
+    with the weights it starts from (as a fast round does for fast.reuse_in_slow)."""
+    from fastslow.model.convert import load_model, load_tokenizer
+    from fastslow.model.generation import HFGenerator, SamplingParams
+    from fastslow.records import context_hash
+    from fastslow.slow.loop import first_step_problems
+    from fastslow.tasks.base import build_messages
+
+    step = first_step_problems(state_in, problems, SlowConfig(**SLOW))
+    gen = HFGenerator(load_model(state_in / "model", dtype="float32"), load_tokenizer(state_in / "model"))
+    pairs = [(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
+    outs = gen.generate([build_messages(t, p) for t, p in pairs], SamplingParams(8, 1.0, 1.0, 5))
+    given: dict = {}
+    for (text, p), g in zip(pairs, outs, strict=True):
+        given.setdefault((context_hash(text), p.id), []).append(
+            {"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids, "logprobs": g.token_logprobs,
+             "text": g.text})
+    return given
+
+
 @pytest.mark.slow
 def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
     import polars as pl
@@ -169,18 +190,21 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
     problems = [Problem(f"p{i}", "length", f"Say the number {i}.", str(i)) for i in range(3)]
     train = write_problems(problems, tmp_path / "train.parquet")
     cycles = [tmp_path / "run" / "cycle0", tmp_path / "run" / "cycle1"]
+    given: dict = {}
     for c, out in enumerate(cycles):
+        if c == 1:  # fast.reuse_in_slow: the first step of cycle 1 trains on rollouts given here
+            given = _sampled_first_step(cycles[0], problems)
         write_spec(tmp_path / f"job{c}.json", method="fst", init_model=tiny_model_dir,
                    prev_dir=cycles[0] if c else None, contexts=CONTEXTS,
                    task={"class": "slow_toys:LengthTask"}, train_file=train, slow=SLOW, out_dir=out,
-                   run_id="toy/run", cycle=c)
-
-    for c, out in enumerate(cycles):
+                   run_id="toy/run", cycle=c, extra={"first_step_rollouts": given} if given else None)
         proc = _launch(tmp_path / f"job{c}.json", tmp_path)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         result = read_result(out.with_name(out.name + ".result.json"))
         assert result["num_processes"] == 2 and result["global_step"] == 2 * (c + 1)
         assert [m["step"] for m in result["metrics"]] == [2 * c, 2 * c + 1]
+        # Both ranks took their half of the given rows: 8 reused in all, and only at step 0.
+        assert [m["reused_rollouts"] for m in result["metrics"]] == ([8, 0] if c else [0, 0])
 
         # Every step's P*G = 8 rows, rank 0's half then rank 1's, in expand_rows order.
         rollouts = pl.read_parquet(out / "rollouts.parquet")
@@ -192,6 +216,9 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
             assert step["problem_id"].to_list() == [r["problem_id"] for r in rows]
             assert step["context_id"].to_list() == [r["context_id"] for r in rows]
         assert rollouts["completion"].str.len_chars().min() > 0
+        if c == 1:
+            texts = [r["text"] for (h, pid), rs in given.items() for r in rs]
+            assert sorted(rollouts.filter(pl.col("step") == 2)["completion"].to_list()) == sorted(texts)
 
         # Both ranks ended with the weights the main process saved (DDP keeps replicas equal).
         digests = json.loads((out / RANK_DIGESTS_FILE).read_text())["digests"]

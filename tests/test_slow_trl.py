@@ -213,3 +213,38 @@ def test_bf16_reference_no_longer_maps_the_checkpoint(tiny_model_dir, tmp_path) 
     assert not mapped()
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not model.lm_head]
     assert saved == sum(m.weight.numel() * 2 for m in linears) > 0
+
+
+@pytest.mark.parametrize("vllm", [False, True])
+def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, tmp_path, vllm: bool) -> None:
+    """fast.reuse_in_slow: given rows keep their completion (and, on the vLLM path, their
+    per-token sampling log-probs, which TRL's importance-sampling correction reads); the other
+    rows are generated, in one call, in row order. On the vLLM path a given row without
+    log-probs cannot be used and is generated (counted as a mismatch)."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    trainer.use_vllm = vllm  # only the splice is exercised: generation itself is faked below
+    asked: list[list[list[int]]] = []
+
+    def fake_generate(prompt_ids: list, images: Any, fields: Any, *_: Any, **__: Any) -> Any:
+        asked.append([list(p) for p in prompt_ids])
+        ids = [[100 + len(p)] for p in prompt_ids]
+        return ids, ([[-1.0] for _ in prompt_ids] if vllm else None)
+
+    trainer._generate_rows = fake_generate
+    prompts = [[1, 2], [3, 4, 5], [6], [7, 8, 9, 10]]
+    trainer.reuse_rows = {0: ([1, 2], [11, 12], [-0.1, -0.2]), 1: ([3, 4, 5], [13], None),
+                          2: ([6], [14, 15], [-0.3, -0.4])}
+    completions, logprobs = trainer._generate_single_turn(prompts, None, {}, 4)
+    if vllm:
+        assert asked == [[[3, 4, 5], [7, 8, 9, 10]]] and trainer.reuse_mismatches == 1
+        assert completions == [[11, 12], [103], [14, 15], [104]]
+        assert logprobs == [[-0.1, -0.2], [-1.0], [-0.3, -0.4], [-1.0]]
+        assert trainer.reused == {0, 2}
+    else:
+        assert asked == [[[7, 8, 9, 10]]] and trainer.reuse_mismatches == 0
+        assert completions == [[11, 12], [13], [14, 15], [104]] and logprobs is None
+        assert trainer.reused == {0, 1, 2}
+    assert trainer.reuse_rows == {}  # consumed: the next generation is TRL's own
+    asked.clear()
+    trainer._generate_single_turn(prompts, None, {}, 4)
+    assert asked == [prompts] and trainer.reused == set()

@@ -136,11 +136,8 @@ def _check_semantics(config: dict[str, Any]) -> None:
 
 def _check_reuse_in_slow(config: dict[str, Any]) -> None:
     """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
-    alike, and TRL's HF generation path must be the one spliced (see slow.trainer)."""
+    alike (see slow.trainer for how they enter TRL's generation)."""
     gen, slow = config["generation"], config["slow"]
-    if slow["use_vllm"]:
-        raise ConfigError("config error: fast.reuse_in_slow: needs slow.use_vllm: false (TRL's vLLM "
-                          "path corrects with per-token sampling log-probs the fast round does not keep)")
     for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
                             ("top_p", slow.get("top_p", 1.0))):
         if gen[key] != slow_value:

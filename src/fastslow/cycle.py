@@ -115,17 +115,13 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
-            if processes > 1:
-                log.info("cycle %d of %s: fast.reuse_in_slow applies to slow steps in one process; "
-                         "off with %d processes", cycle, spec.key, processes)
-            else:
-                from fastslow.fast import RolloutCache
-                from fastslow.slow.config import SlowConfig
-                from fastslow.slow.loop import first_step_problems
+            from fastslow.fast import RolloutCache
+            from fastslow.slow.config import SlowConfig
+            from fastslow.slow.loop import first_step_problems
 
-                slow_problems = first_step_problems(prev_dir, train, SlowConfig.from_dict(
-                    {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
-                cache = RolloutCache()
+            slow_problems = first_step_problems(prev_dir, train, SlowConfig.from_dict(
+                {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
+            cache = RolloutCache()
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
         generator = make_generator(gen["backend"], weights,

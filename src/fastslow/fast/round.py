@@ -45,9 +45,10 @@ n children, so a round makes the same number of metric calls in fewer, fuller ge
 Rollout reuse. With `reuse_rollouts`, the problems the last cycle's RL steps rolled out with
 every pool context become the round's Pareto validation set and minibatch pool, so the seeds'
 validation scores and the parents' minibatch scores come from those rollouts. The other
-direction (`reuse_in_slow`, driven by the cycle through `slow_problems`): each candidate's
-validation call also samples it G/K times on the next RL step's problems, and that step, whose
-weights are these, trains on the samples of its pool contexts instead of generating them.
+direction (`reuse_in_slow`, driven by the cycle through `slow_problems`): the next RL step's
+problems lead the validation set and each candidate's validation call samples it G/K times on
+them, so GEPA's validation rollouts of the pool's contexts are that step's samples: the step,
+whose weights are these, trains on them instead of generating them.
 """
 
 from __future__ import annotations
@@ -208,10 +209,11 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     context, train problem) pairs are used instead of generating them, feeding both the
     minibatch scores and the reflective dataset, and the round's minibatches are drawn from
     the problems they cover (when they cover at least one minibatch).
-    `slow_problems` (the next RL step's problems, with `slow_samples` = G/K > 0): every
-    validation evaluation of a candidate also samples it `slow_samples` times (times the slots
-    it fills, for a seed) on each of them (`FastAdapter.feed_slow`); read them from `cache`
-    with `RolloutCache.sampled`.
+    `slow_problems` (the next RL step's problems, with `slow_samples` = G/K > 0) lead the
+    validation set (its size unchanged), and every validation evaluation of a candidate samples
+    it `slow_samples` times (times the slots it fills, for a seed) on each of them
+    (`FastAdapter.feed_slow`; its score there is their mean): the step trains on the pool
+    contexts' samples, read from `cache` with `RolloutCache.sampled`.
     Writes `run_dir/pool.json`; gepa's own files go to `run_dir/gepa` (a round restarts from
     scratch: the cycle, not the round, is the unit of resumption).
     """
@@ -268,6 +270,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         log(f"fast round {round_index}: reusing {reused_pairs} (context, problem) rollout groups; "
             f"minibatches drawn from {len(trainset)} train problems, "
             f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused")
+
+    if slow_problems and slow_samples > 0:
+        # The next RL step's problems lead the Pareto validation set (same size): each pool
+        # candidate's validation rollouts on them are then that step's samples as well.
+        ids = {p.id for p in slow_problems}
+        rest = [p for p in val_problems if p.id not in ids]
+        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
 
     ahead: list[tuple[dict[str, str], list[Problem]]] = []
     if cfg.prefetch_minibatches:

@@ -49,6 +49,8 @@ class Generation:
     finish_reason: str = "stop"
     #: The prompt's token ids as sampled from (empty if the backend does not report them).
     prompt_ids: tuple[int, ...] = ()
+    #: Each completion token's sampling log-probability (processed: after temperature/top-p).
+    token_logprobs: tuple[float, ...] = ()
 
 
 class Generator(Protocol):
@@ -297,6 +299,7 @@ class HFGenerator:
                 completion_ids=tuple(completion),
                 finish_reason=reason,
                 prompt_ids=tuple(prompts[row]),
+                token_logprobs=tuple(step_logprobs[row, : len(completion)].tolist()),
             ))
         return results
 
@@ -402,11 +405,12 @@ class VLLMGenerator:
         for ids, out in zip(prompts, outputs, strict=True):
             comp = out.outputs[0]
             token_ids = list(comp.token_ids)
+            token_logprobs = tuple(float(step[t].logprob) for step, t in zip(comp.logprobs or [], token_ids,
+                                                                              strict=False))
             if comp.cumulative_logprob is not None:
                 logprob = float(comp.cumulative_logprob)
             else:
-                logprob = sum(step[t].logprob for step, t in zip(comp.logprobs, token_ids,
-                                                                 strict=True))
+                logprob = sum(token_logprobs)
             results.append(Generation(
                 text=comp.text,
                 prompt_tokens=len(ids),
@@ -415,6 +419,7 @@ class VLLMGenerator:
                 completion_ids=tuple(token_ids),
                 finish_reason="stop" if comp.finish_reason == "stop" else "length",
                 prompt_ids=tuple(ids),
+                token_logprobs=token_logprobs if len(token_logprobs) == len(token_ids) else (),
             ))
         return results
 

@@ -149,16 +149,17 @@ def first_step_problems(state_in: str | Path | None, problems: Sequence[Problem]
 
 
 def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
-               hashes: Mapping[str, str]) -> dict[int, tuple[Sequence[int], Sequence[int]]]:
-    """Row index -> (prompt ids, completion ids) for the step's rows that a given rollout of
-    their (context, problem) pair can fill, each rollout used once, in row order."""
+               hashes: Mapping[str, str]) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
+    """Row index -> (prompt ids, completion ids, per-token sampling log-probs or None) for the
+    step's rows that a given rollout of their (context, problem) pair can fill, each rollout
+    used once, in row order."""
     left = {key: list(value) for key, value in rollouts.items()}
     plan = {}
     for i, row in enumerate(rows):
         queue = left.get((hashes[row["context_id"]], row["problem_id"]))
         if queue:
             r = queue.pop(0)
-            plan[i] = (r["prompt_ids"], r["completion_ids"])
+            plan[i] = (r["prompt_ids"], r["completion_ids"], r.get("logprobs") or None)
     return plan
 
 
@@ -448,6 +449,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "completion_tokens": int(completion_tokens[i]),
         "logprob_sum": float(logprob_sums[i]),
     } for i, row in enumerate(rows)]
+    reused = len(trainer.reused)  # rows the fast round sampled (fast.reuse_in_slow), not generated here
+    generated_tokens = sum(n for i, n in enumerate(completion_tokens) if i not in trainer.reused)
     if distributed:  # the whole step: every rank's rows (rank order = row order) and token sums
         from accelerate.utils import gather_object
 
@@ -459,12 +462,12 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         kl = float(sums[2]) / tokens if kl_terms is not None else math.nan
         loss_total = float(accelerator.reduce(torch.tensor(loss_total, device=mask.device),
                                               reduction="mean"))
-        parts = gather_object([(records, gen_s, score_s, time.perf_counter() - start)])
+        parts = gather_object([(records, gen_s, score_s, time.perf_counter() - start, reused,
+                                 generated_tokens)])
         records = [rec for part in parts for rec in part[0]]
         gen_s, score_s, seconds = (max(part[k] for part in parts) for k in (1, 2, 3))
+        reused, generated_tokens = (sum(part[k] for part in parts) for k in (4, 5))
 
-    reused = len(trainer.reused)
-    generated_tokens = sum(n for i, n in enumerate(completion_tokens) if i not in trainer.reused)
     rewards = np.asarray([rec["reward"] for rec in records], dtype=float)
     completion_tokens = [rec["completion_tokens"] for rec in records]
     grouped = rewards.reshape(-1, trainer.num_generations)
@@ -484,7 +487,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "training_seconds": seconds - gen_s - score_s,
         "step_seconds": seconds,
         "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)),
-        "reused_rollouts": reused,  # rows sampled by the fast round (fast.reuse_in_slow), not here
+        "reused_rollouts": reused,
     }
     return metrics, records
 
@@ -526,7 +529,7 @@ def run_cycle(
         new_data: `train_problems` is a new training set (a continual run switching task):
             start its data stream at position 0; weights, optimiser, scheduler and RNG carry on.
         first_step_rollouts: (context hash, problem id) -> rollouts ({"prompt_ids",
-            "completion_ids"}) sampled with this cycle's initial weights (the fast round,
+            "completion_ids", "logprobs"}) sampled with this cycle's initial weights (the fast round,
             `fast.reuse_in_slow`, `RolloutCache.sampled`): the cycle's first step trains on them
             for its rows of those pairs instead of generating (`first_step_problems` names the
             step's problems in advance).

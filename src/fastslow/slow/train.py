@@ -55,10 +55,29 @@ def write_spec(path: str | Path, *, method: str, init_model: str | Path, prev_di
         "prev_dir": None if prev_dir is None else str(prev_dir),
         "contexts": [[cid, text] for cid, text in contexts], "task": dict(task),
         "train_file": str(train_file), "slow": dict(slow), "out_dir": str(out_dir),
-        "run_id": run_id, "cycle": int(cycle), "extra": dict(extra or {}),
+        "run_id": run_id, "cycle": int(cycle), "extra": _encode_extra(extra),
         "result": str(result) if result is not None else str(default_result_path(out_dir)),
     }
     return write_json(spec, path)
+
+
+def _encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The extra arguments as JSON: `first_step_rollouts` (keyed by (context hash, problem id)
+    tuples) becomes a list of {"context_hash", "problem_id", "rollouts"}."""
+    out = dict(extra or {})
+    if out.get("first_step_rollouts"):
+        out["first_step_rollouts"] = [{"context_hash": h, "problem_id": pid, "rollouts": [dict(r) for r in rs]}
+                                      for (h, pid), rs in out["first_step_rollouts"].items()]
+    return out
+
+
+def _decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`_encode_extra` undone."""
+    out = dict(extra or {})
+    if out.get("first_step_rollouts"):
+        out["first_step_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
+                                      for e in out["first_step_rollouts"]}
+    return out
 
 
 def default_result_path(out_dir: str | Path) -> Path:
@@ -110,7 +129,7 @@ def run_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     result = slow_cycle(Path(spec["init_model"]), None if spec["prev_dir"] is None else Path(spec["prev_dir"]),
                         contexts, build_task(spec["task"]), load_problems(spec["train_file"]), cfg,
                         Path(spec["out_dir"]), run_id=spec["run_id"], cycle=int(spec["cycle"]),
-                        tracker=None, **dict(spec.get("extra", {})))
+                        tracker=None, **_decode_extra(spec.get("extra")))
     out = {"out_dir": str(result.out_dir), "global_step": result.global_step,
            "metrics": result.metrics, "num_processes": world_size()}
     if process_rank() == 0:

@@ -159,17 +159,10 @@ def _grpo_trainer_class() -> type:
             self.reused: set[int] = set()  # rows of the last generation served from `reuse_rows`
             self.reuse_mismatches = 0
 
-        #: row -> (prompt ids, completion ids) sampled elsewhere with the current weights (the
-        #: fast round, `fast.reuse_in_slow`): the next generation takes these rows as they are
-        #: and generates the others. Consumed by that generation.
-        reuse_rows: dict[int, tuple[Sequence[int], Sequence[int]]] = {}
-
-        def _generate(self, prompts: list) -> Any:
-            start = time.perf_counter()
-            try:
-                return super()._generate(prompts)
-            finally:
-                self.timings["generation"] += time.perf_counter() - start
+        #: row -> (prompt ids, completion ids, per-token sampling log-probs or None) sampled
+        #: elsewhere with the current weights (the fast round, `fast.reuse_in_slow`): the next
+        #: generation takes these rows as they are and generates the others. Consumed by it.
+        reuse_rows: dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]] = {}
 
         share_prefill = True
 
@@ -177,28 +170,35 @@ def _grpo_trainer_class() -> type:
                                   *args: Any, **kwargs: Any) -> Any:
             """TRL's generation of completion ids for `prompt_ids`, except the rows of
             `reuse_rows` whose prompt tokens are exactly TRL's: those keep their given completion
-            (a row whose tokens differ is generated and counted in `reuse_mismatches`). Text
-            prompts on the HF generate path only: vLLM's path also returns per-token sampling
-            log-probs, which reused rows do not have."""
+            (a row whose tokens differ is generated and counted in `reuse_mismatches`). On the
+            vLLM path TRL also gets each token's sampling log-prob (for its importance-sampling
+            correction): a reused row then needs its own, else it is generated too. Text prompts
+            only."""
             reuse, self.reuse_rows = self.reuse_rows, {}
-            hits = {i: list(completion) for i, (prompt, completion) in reuse.items()
-                    if i < len(prompt_ids) and list(prompt_ids[i]) == list(prompt)}
+            hits = {i: r for i, r in reuse.items()
+                    if i < len(prompt_ids) and list(prompt_ids[i]) == list(r[0])
+                    and (not self.use_vllm or (r[2] is not None and len(r[2]) == len(r[1])))}
             self.reuse_mismatches += len(reuse) - len(hits)
             self.reused = set(hits)
             if not hits:
                 return self._generate_rows(prompt_ids, images, multimodal_fields, *args, **kwargs)
-            if self.use_vllm or images or multimodal_fields:
-                raise RuntimeError("slow loop: reused rollouts need text prompts on the HF generate path")
+            if images or multimodal_fields:
+                raise RuntimeError("slow loop: reused rollouts need text prompts")
             todo = [i for i in range(len(prompt_ids)) if i not in hits]
-            completion_ids: list[Any] = [hits.get(i) for i in range(len(prompt_ids))]
+            completion_ids: list[Any] = [list(hits[i][1]) if i in hits else None for i in range(len(prompt_ids))]
+            logprobs: list[Any] | None = ([list(hits[i][2]) if i in hits else None for i in range(len(prompt_ids))]
+                                          if self.use_vllm else None)
             if todo:
-                new, logprobs = self._generate_rows([prompt_ids[i] for i in todo], images,
-                                                    multimodal_fields, *args, **kwargs)
-                if logprobs is not None:
-                    raise RuntimeError("slow loop: reused rollouts cannot be mixed with sampled log-probs")
-                for i, ids in zip(todo, new, strict=True):
-                    completion_ids[i] = ids
-            return completion_ids, None
+                new, new_logprobs = self._generate_rows([prompt_ids[i] for i in todo], images,
+                                                        multimodal_fields, *args, **kwargs)
+                if (new_logprobs is None) != (logprobs is None):
+                    raise RuntimeError("slow loop: sampling log-probs on a path that should not "
+                                       "return them (or none where vLLM should)")
+                for j, i in enumerate(todo):
+                    completion_ids[i] = new[j]
+                    if logprobs is not None:
+                        logprobs[i] = new_logprobs[j]
+            return completion_ids, logprobs
 
         def _generate_rows(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                            *args: Any, **kwargs: Any) -> Any:
