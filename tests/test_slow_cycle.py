@@ -108,6 +108,11 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
         rollouts.group_by("step", maintain_order=True).agg(pl.col("reward").mean())["reward"].to_list())
     assert (metrics["kl_to_base"] > 0).all()  # weights moved away from θ0 in cycle 0
     assert metrics["lr"].to_list() == [1e-3, 1e-3]  # constant after the 1-step warm-up
+    # The step-time split: generation and training are timed separately, and add up to the step.
+    assert (metrics["generation_seconds"] > 0).all() and (metrics["training_seconds"] > 0).all()
+    parts = metrics["generation_seconds"] + metrics["scoring_seconds"] + metrics["training_seconds"]
+    assert (parts - metrics["step_seconds"]).abs().max() < 1e-6
+    assert metrics["reused_rollouts"].to_list() == [0, 0]
 
 
 def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:
@@ -242,6 +247,7 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
                            "toy/run", 0, progress=False, first_step_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
+    assert all(m["generation_seconds"] > 0 for m in result.metrics)  # 2 rows, then all 8
     assert "2 reused rollouts had other prompt tokens" in caplog.text
     first = pl.read_parquet(result.rollouts_path).filter(pl.col("step") == 0)
     assert first["problem_id"].to_list() == [pid for _, pid in keys]

@@ -164,6 +164,13 @@ def _grpo_trainer_class() -> type:
         #: generation takes these rows as they are and generates the others. Consumed by it.
         reuse_rows: dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]] = {}
 
+        def _generate(self, prompts: list) -> Any:
+            start = time.perf_counter()
+            try:
+                return super()._generate(prompts)
+            finally:
+                self.timings["generation"] += time.perf_counter() - start
+
         share_prefill = True
 
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
