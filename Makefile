@@ -39,6 +39,7 @@ dry-run: setup
 bench: setup-test
 	$(BIN)/snakemake --cores $(CORES) results/data/math/train.parquet
 	$(BIN)/python bench/bench_generate.py
+	$(BIN)/python bench/bench_call_cost.py
 	$(BIN)/python bench/bench_rl_step.py
 	$(BIN)/python bench/bench_fst_step.py
 	$(BIN)/python bench/paper_cost.py
