@@ -47,9 +47,10 @@ class FastConfig:
     reflection: dict[str, Any] = field(default_factory=dict)
     #: Feed the slow loop's last rollouts into the round instead of regenerating them.
     reuse_rollouts: bool = False
-    #: The other direction: each candidate's validation call also samples it G/K times on the
-    #: next RL step's problems, and that step (same weights) trains on its pool contexts'
-    #: samples instead of generating them (read by the cycle, not by the round).
+    #: The other direction: the next RL step's problems lead the validation set, each candidate
+    #: scored there is sampled G/K times on them, and that step (same weights) trains on its
+    #: pool contexts' samples instead of generating them (read by the cycle, which passes the
+    #: step's problems to `run_round`).
     reuse_in_slow: bool = False
     #: Generate the seed contexts' minibatch rollouts in the seeds' first generate call (on a
     #: random subset of train problems just large enough for the round's iterations), so a
