@@ -72,8 +72,9 @@ class RolloutCache:
     def sampled(self, contexts: Sequence[str], problems: Sequence[Problem],
                 weights_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
         """(context hash, problem id) -> every rollout sampled with `weights_id` for that pair
-        (prompt and completion token ids, per-token sampling log-probs, reward), for the pairs of `contexts` x `problems`
-        that have them. Rollouts reused from the slow loop carry no tokens and are left out."""
+        (prompt and completion token ids, per-token sampling log-probs, reward), for the pairs of
+        `contexts` x `problems` that have them: pairs sampled for the slow loop (`feed_slow`)
+        keep their tokens; other evaluations, and rollouts reused from it, do not."""
         out: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for text in dict.fromkeys(contexts):
             h = context_hash(text)
@@ -201,10 +202,10 @@ class FastAdapter:
                 "feedback": str(self.task.feedback(p, g.text)),
                 "parsed_answer": parsed, "reused": False, "prefetched": key in ahead,
                 "for_slow": key in slow_only, "samples": len(rollouts),
-                # Every sample's tokens: the slow loop may train on them (same weights).
-                "rollouts": [{"prompt_ids": r[3].prompt_ids, "completion_ids": r[3].completion_ids,
-                              "logprobs": r[3].token_logprobs, "reward": r[1]} for r in rollouts],
             }
+            if key in for_slow:  # the slow loop trains on these: keep every sample's tokens
+                traj["rollouts"] = [{"prompt_ids": r[3].prompt_ids, "completion_ids": r[3].completion_ids,
+                                     "logprobs": r[3].token_logprobs, "reward": r[1]} for r in rollouts]
             self.cache.put(h, p.id, self.weights_id,
                            Scored(sum(r[0] for r in rollouts) / len(rollouts), traj))
 
