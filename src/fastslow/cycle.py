@@ -158,7 +158,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         extra = _continual(spec, cycle)
         if spec.method == "fst_distill":  # the student learns to act, without context, like the teacher
             extra["student_context"] = cfg["seed_context"]
-        if cache is not None and slow_problems:
+        if cache is not None:  # reuse_in_slow: the round sampled the first step's problems
             extra["first_step_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems,
                                                          weights_id)
         if processes > 1:

@@ -135,6 +135,11 @@ class FastAdapter:
                 log.debug("render_prompts failed; storing plain messages", exc_info=True)
         return ["\n".join(f"<{m['role']}>\n{m['content']}" for m in conv) for conv in conversations]
 
+    def _score(self, reward: float, parsed: str | None) -> float:
+        """The search score: the reward, or with format credit c, (1 - c) * reward +
+        c * [an answer could be read], a gradient for a base model that scores 0."""
+        return (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
+
     def _generate(self, pairs: list[tuple[str, str, Problem]],
                   ahead: frozenset[tuple[str, str]] = frozenset(),
                   for_slow: Mapping[tuple[str, str], int] | None = None,
@@ -191,10 +196,7 @@ class FastAdapter:
             for g, prompt in got:
                 reward = float(self.task.reward(p, g.text))
                 parsed = extract_answer(g.text)
-                # The search score: the reward, or with format credit c, (1 - c) * reward +
-                # c * [an answer could be read], a gradient for a base model that scores 0.
-                score = (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
-                rollouts.append((score, reward, parsed, g, prompt))
+                rollouts.append((self._score(reward, parsed), reward, parsed, g, prompt))
             _, reward, parsed, g, prompt = min(rollouts, key=lambda r: r[1])  # the worst, for reflection
             traj = {
                 "problem_id": p.id, "context_hash": h, "problem": p.prompt, "prompt": prompt,
@@ -356,9 +358,7 @@ class FastAdapter:
             if pid in problems:
                 groups.setdefault((str(r["context_hash"]), pid), []).append(r)
         for (h, pid), rs in groups.items():
-            c = self.format_credit
-            rewards = [(1 - c) * float(r["reward"]) + c * float(extract_answer(str(r["completion"])) is not None)
-                       for r in rs]
+            rewards = [self._score(float(r["reward"]), extract_answer(str(r["completion"]))) for r in rs]
             worst = min(rs, key=lambda r: float(r["reward"]))
             traj = {
                 "problem_id": pid, "context_hash": h, "problem": problems[pid].prompt,

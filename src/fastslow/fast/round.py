@@ -271,13 +271,6 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             f"minibatches drawn from {len(trainset)} train problems, "
             f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused")
 
-    if slow_problems and slow_samples > 0:
-        # The next RL step's problems lead the Pareto validation set (same size): each pool
-        # candidate's validation rollouts on them are then that step's samples as well.
-        ids = {p.id for p in slow_problems}
-        rest = [p for p in val_problems if p.id not in ids]
-        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
-
     ahead: list[tuple[dict[str, str], list[Problem]]] = []
     if cfg.prefetch_minibatches:
         if len(covered) < mb:  # (with reuse, the seeds' minibatch scores are cached already)
@@ -288,11 +281,17 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
 
     # 1-2. Evaluate the K seeds on val (in shared generate calls, with the prefetched minibatch
     # rollouts and the next RL step's) and build gepa's initial state.
+    if slow_problems and slow_samples > 0:
+        # The next RL step's problems lead the Pareto validation set (same size): each pool
+        # candidate's validation rollouts on them are then that step's samples as well. A seed
+        # filling m pool slots may keep them: m x G/K samples.
+        ids = {p.id for p in slow_problems}
+        rest = [p for p in val_problems if p.id not in ids]
+        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
+        adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val_problems],
+                          {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
     val = val_loader.fetch(val_loader.all_ids())
-    if slow_problems and slow_samples > 0:  # a seed filling m slots may keep them: m x G/K samples
-        adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val],
-                          {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
     evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
     seed_generations = adapter.generations - adapter.prefetched  # the seeds' val rollouts
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())

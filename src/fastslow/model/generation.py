@@ -405,12 +405,12 @@ class VLLMGenerator:
         for ids, out in zip(prompts, outputs, strict=True):
             comp = out.outputs[0]
             token_ids = list(comp.token_ids)
-            token_logprobs = tuple(float(step[t].logprob) for step, t in zip(comp.logprobs or [], token_ids,
-                                                                              strict=False))
+            token_logprobs = () if comp.logprobs is None else tuple(
+                float(step[t].logprob) for step, t in zip(comp.logprobs, token_ids, strict=True))
             if comp.cumulative_logprob is not None:
                 logprob = float(comp.cumulative_logprob)
-            else:
-                logprob = sum(token_logprobs)
+            else:  # as before: without per-token log-probs there is nothing to sum (an error)
+                logprob = sum(step[t].logprob for step, t in zip(comp.logprobs, token_ids, strict=True))
             results.append(Generation(
                 text=comp.text,
                 prompt_tokens=len(ids),
@@ -419,7 +419,7 @@ class VLLMGenerator:
                 completion_ids=tuple(token_ids),
                 finish_reason="stop" if comp.finish_reason == "stop" else "length",
                 prompt_ids=tuple(ids),
-                token_logprobs=token_logprobs if len(token_logprobs) == len(token_ids) else (),
+                token_logprobs=token_logprobs,
             ))
         return results
 
