@@ -154,62 +154,6 @@ def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) 
     assert positions[0] < positions[1]
 
 
-def test_rollouts_under_autocast_use_bf16_weight_copies(tiny_model_dir, tokenizer, tmp_path) -> None:
-    """bf16 steps: the generation computes with bf16 copies of the Linear weights (cast once, not
-    at every decoding step): exactly the rollouts of autocast's own casts (same seed), and the
-    trained fp32 parameters are back in place afterwards."""
-    import torch
-
-    def constant(prompts: list, **_: Any) -> list[float]:
-        return [0.0] * len(prompts)
-
-    outs, seen_dtypes = [], []
-    for shadow in (True, False):
-        trainer = _trainer(tiny_model_dir, tokenizer, tmp_path / str(shadow), constant, beta=0.0)
-        trainer.shadow_bf16 = shadow
-        model = trainer.model
-        params = {n: p for n, p in model.named_parameters()}
-        dtypes: set[Any] = set()
-
-        def record(module: Any, _a: Any, dtypes: set[Any] = dtypes) -> None:
-            dtypes.add(module.weight.dtype)
-
-        hook = model.lm_head.register_forward_pre_hook(record)
-        torch.manual_seed(0)
-        try:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                batch = trainer._generate_and_score_completions(expand_rows(PROBLEMS, CONTEXTS, 4))
-        finally:
-            hook.remove()
-        outs.append(batch["completion_ids"].tolist())
-        seen_dtypes.append(dtypes)
-        assert {n: p for n, p in model.named_parameters()} == params  # the same objects again
-        assert all(p.dtype == torch.float32 and p.requires_grad for p in params.values())
-        assert model.lm_head.weight is model.get_input_embeddings().weight  # still tied
-    assert seen_dtypes == [{torch.bfloat16}, {torch.float32}]
-    assert outs[0] == outs[1]
-
-
-def test_bf16_linear_shadow_only_under_autocast_and_restores_on_error(tiny_model_dir) -> None:
-    import torch
-
-    from fastslow.model.convert import load_model
-    from fastslow.slow.trainer import bf16_linear_shadow
-
-    tiny_model = load_model(tiny_model_dir, dtype="float32")
-    weight = tiny_model.lm_head.weight
-    with bf16_linear_shadow(tiny_model) as size:
-        assert size == 0 and tiny_model.lm_head.weight is weight  # no autocast: nothing to save
-    with pytest.raises(KeyError), torch.autocast("cpu", dtype=torch.bfloat16):
-        with bf16_linear_shadow(tiny_model) as size:
-            linears = [m for m in tiny_model.modules() if isinstance(m, torch.nn.Linear)]
-            assert size == sum(p.numel() * 2 for p in {id(m.weight): m.weight for m in linears}.values())
-            assert tiny_model.lm_head.weight.dtype == torch.bfloat16
-            assert tiny_model.get_input_embeddings().weight.dtype == torch.float32
-            raise KeyError("boom")
-    assert tiny_model.lm_head.weight is weight
-
-
 def test_reference_model_holds_bf16_linears_with_the_same_logprobs(tiny_model_dir, tokenizer,
                                                                     tmp_path) -> None:
     """bf16 training: the KL reference stores its Linear weights in bf16 (half the bytes) and,

@@ -46,8 +46,7 @@ the optimiser inside `backward`, which our explicit step would contradict.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +172,6 @@ def _grpo_trainer_class() -> type:
                 self.timings["generation"] += time.perf_counter() - start
 
         share_prefill = True
-        #: under bf16 autocast, generate with bf16 copies of the Linear weights (`bf16_linear_shadow`)
-        shadow_bf16 = True
 
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                                   *args: Any, **kwargs: Any) -> Any:
@@ -213,10 +210,8 @@ def _grpo_trainer_class() -> type:
         def _generate_rows(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                            *args: Any, **kwargs: Any) -> Any:
             """TRL's own generation, with the prompt prefill shared between the copies of a
-            prompt (`shared_prefill`): a step holds each (context, problem) prompt G/K times,
-            and, under bf16 autocast, the Linear weights cast to bf16 once per call instead of
-            at every decoding step (`bf16_linear_shadow`, same tokens). Plain `generate` path
-            only (not vLLM, continuous batching, images or FSDP)."""
+            prompt (`shared_prefill`): a step holds each (context, problem) prompt G/K times.
+            Plain `generate` path only (not vLLM, continuous batching, images or FSDP)."""
             from accelerate.utils import DistributedType
 
             plain = (self.share_prefill and not self.use_vllm and not images and not multimodal_fields
@@ -230,11 +225,10 @@ def _grpo_trainer_class() -> type:
             original = model.generate
 
             def generate(*, input_ids: Any, attention_mask: Any, **gen_kwargs: Any) -> Any:
-                with bf16_linear_shadow(model, enabled=self.shadow_bf16):
-                    cache = shared_prefill(model, input_ids, attention_mask)
-                    if cache is not None:
-                        gen_kwargs["past_key_values"] = cache
-                    return original(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+                cache = shared_prefill(model, input_ids, attention_mask)
+                if cache is not None:
+                    gen_kwargs["past_key_values"] = cache
+                return original(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
 
             model.generate = generate
             try:
@@ -389,48 +383,6 @@ def bf16_linear_weights(model: Any) -> int:
                 if b is not None:
                     module._buffers[name] = b.clone()
     return saved
-
-
-@contextmanager
-def bf16_linear_shadow(model: Any, enabled: bool = True) -> Iterator[int]:
-    """Inside: every fp32 `nn.Linear` of `model` computes with a bf16 copy of its weight and bias,
-    if bf16 autocast is on for the model's device (else nothing changes). Yields the bytes copied.
-
-    Autocast rounds a Linear's fp32 weight to bf16 at every call, and `generate` calls each Linear
-    once per decoding step: on a CPU that cast is a large part of a step (HoVer-hard, 8 rollouts
-    of 64 tokens: 11.1 s with autocast's casts, 8.3-9.0 s with the copies). The copy rounds the
-    same way, so the outputs are bit-identical. Only the Linear modules' own parameter slots are
-    swapped: a tied `lm_head` computes with the copy while the input embedding keeps its fp32
-    weight. The originals are back on exit, exception or not. For no-grad use (generation): the
-    copies do not require grad.
-    """
-    import torch
-
-    device = next(model.parameters()).device.type
-    on = (enabled and torch.is_autocast_enabled(device)
-          and torch.get_autocast_dtype(device) == torch.bfloat16)
-    swapped: list[tuple[Any, str, Any]] = []
-    copies: dict[int, Any] = {}  # a parameter shared by two Linears gets one copy
-    size = 0
-    if on:
-        with torch.no_grad():
-            for module in model.modules():
-                if not isinstance(module, torch.nn.Linear):
-                    continue
-                for name in ("weight", "bias"):
-                    p = module._parameters.get(name)
-                    if p is None or p.dtype != torch.float32:
-                        continue
-                    if id(p) not in copies:
-                        copies[id(p)] = torch.nn.Parameter(p.detach().to(torch.bfloat16), requires_grad=False)
-                        size += p.numel() * 2
-                    swapped.append((module, name, p))
-                    module._parameters[name] = copies[id(p)]
-    try:
-        yield size
-    finally:
-        for module, name, p in swapped:
-            module._parameters[name] = p
 
 
 def prepare(trainer: Any) -> None:
