@@ -154,6 +154,56 @@ def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) 
     assert positions[0] < positions[1]
 
 
+def test_fused_lm_head_scores_only_completion_positions_on_cpu(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """TRL's fused LM head, after build_trainer, projects only the labelled (completion) positions
+    on CPU: same log-probs, entropies and gradients as projecting every position, TRL's own CPU
+    behaviour (restored here to compare), which the test sees through the rows projected."""
+    from types import SimpleNamespace
+
+    import torch
+    import trl.trainer.utils as trl_utils
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0)
+    model = trainer.model
+    patched = trl_utils._use_triton
+    assert getattr(patched, "compacts_cpu", False)
+    ids = torch.randint(3, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-5] = -100  # the last 5 positions are the "completion"
+
+    function = trl_utils._ChunkedLogProbFunction
+    results = []
+    for use in (patched, patched.__closure__[0].cell_contents):  # compact, then TRL's original
+        rows: list[int] = []
+
+        def spy(hidden, *args, rows=rows):
+            rows.append(hidden.shape[0])
+            return function.apply(hidden, *args)
+
+        trl_utils._use_triton = use
+        trl_utils._ChunkedLogProbFunction = SimpleNamespace(apply=spy)
+        try:
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+            ((out.log_probs + out.entropy) * torch.linspace(-1, 1, 11)).sum().backward()
+        finally:
+            trl_utils._use_triton = patched
+            trl_utils._ChunkedLogProbFunction = function
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        results.append((rows, out.log_probs.detach(), out.entropy.detach(), grads))
+    (rows_c, logp_c, ent_c, grads_c), (rows_f, logp_f, ent_f, grads_f) = results
+    assert rows_c == [int((labels[:, 1:] != -100).sum())] == [2 * 5]  # 5 labelled positions a row
+    assert rows_f == [2 * 11]  # every position
+    assert torch.allclose(logp_c, logp_f, atol=1e-5) and torch.allclose(ent_c, ent_f, atol=1e-5)
+    assert logp_c.abs().sum() > 0
+    assert grads_c.keys() == grads_f.keys() and grads_c
+    for name, g in grads_c.items():
+        assert torch.allclose(g, grads_f[name], atol=1e-6), name
+    assert sum(float(g.abs().sum()) for g in grads_c.values()) > 0
+
+
 def test_reference_model_holds_bf16_linears_with_the_same_logprobs(tiny_model_dir, tokenizer,
                                                                     tmp_path) -> None:
     """bf16 training: the KL reference stores its Linear weights in bf16 (half the bytes) and,
