@@ -27,6 +27,7 @@ from fastslow.model.generation import (
     SamplingParams,
     _split_completion,
     encode_prompts,
+    inverse_cdf_sample,
     make_generator,
     render_prompts,
     shared_prefill,
@@ -193,6 +194,52 @@ def test_shared_prefill_same_results_fewer_prompt_tokens(tiny_model: Any, tokeni
         hook.remove()
     # nothing repeats: no separate prefill, the same as before
     assert shared_prefill(tiny_model, torch.tensor([[1, 2], [3, 4]]), torch.ones(2, 2, dtype=torch.long)) is None
+
+
+def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
+    scores = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, float("-inf")]]).repeat(100_000, 1)
+    u = torch.rand(100_000, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    drawn = inverse_cdf_sample(scores, u).squeeze(1)
+    freq = torch.bincount(drawn, minlength=5).double() / len(drawn)
+    probs = torch.softmax(scores[0].double(), -1)
+    # binomial standard error <= 0.0016 at n = 1e5: 5 sigma
+    assert torch.allclose(freq, probs, atol=0.008) and freq[2] == 0 and freq[4] == 0
+    # the ends of [0, 1): the first token, and the last one that can be drawn (never a -inf one)
+    assert inverse_cdf_sample(scores[:1], torch.tensor([[0.0]])).item() == 0
+    assert inverse_cdf_sample(scores[:1], torch.tensor([[1 - 2**-53]])).item() == 3
+    assert inverse_cdf_sample(scores[:1], torch.tensor([[0.5]])).item() == 3  # F(1) = 0.33
+
+
+def test_generate_samples_from_the_processed_distribution(tiny_model: Any, tokenizer: Any) -> None:
+    """HFGenerator draws tokens itself (inverse CDF, greedy decoding over the draw): first tokens
+    follow softmax(logits / T) as generate()'s own multinomial does, top-p's cut holds, and the
+    recorded log-probs are those of the processed distribution."""
+    prompt = encode_prompts(tokenizer, [MIXED[1]])[0]
+    with torch.no_grad():
+        logits = tiny_model(torch.tensor([prompt])).logits[0, -1].double()
+    lo, hi = 1e-3, 10.0  # the temperature at which the top token has probability 1/2
+    for _ in range(60):
+        t = (lo * hi) ** 0.5
+        lo, hi = (t, hi) if torch.softmax(logits / t, -1).max() > 0.5 else (lo, t)
+    probs = torch.softmax(logits / t, -1)
+    best = int(probs.argmax())
+    n = 1200
+    for ours in (True, False):
+        g = HFGenerator(tiny_model, tokenizer, batch_size=n)
+        g.inverse_cdf_sampling = ours
+        out = g.generate([MIXED[1]] * n, SamplingParams(max_new_tokens=1, temperature=t, seed=3))
+        first = torch.tensor([o.completion_ids[0] for o in out])
+        # the top token in ~1/2 of the draws (binomial standard error 0.0144: ~4 sigma), the
+        # other half spread over many tokens
+        assert float((first == best).double().mean()) == pytest.approx(float(probs[best]), abs=0.06), ours
+        assert len(set(first.tolist())) > 50
+        lp = torch.log(probs[first]).sum()  # the recorder saw the processed distribution
+        assert sum(o.logprob_sum for o in out) == pytest.approx(float(lp), rel=1e-3)
+    # top-p that keeps one token: every draw is the greedy token
+    g = HFGenerator(tiny_model, tokenizer, batch_size=8)
+    greedy = g.generate(MIXED[:3], SamplingParams(max_new_tokens=6, temperature=0.0))
+    cut = g.generate(MIXED[:3], SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1e-6, seed=1))
+    assert [x.completion_ids for x in cut] == [x.completion_ids for x in greedy]
 
 
 def test_split_completion_stops_at_eos() -> None:
