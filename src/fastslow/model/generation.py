@@ -243,7 +243,7 @@ class HFGenerator:
         """Prompt token ids as this generator feeds them to the model."""
         return encode_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
 
-    def _generation_kwargs(self, params: SamplingParams) -> dict[str, Any]:
+    def _generation_kwargs(self, params: SamplingParams, recorder: Any) -> dict[str, Any]:
         from transformers import (
             GenerationConfig,
             LogitsProcessorList,
@@ -256,8 +256,8 @@ class HFGenerator:
         # generate() would append its warpers *after* user processors, so the recorder would
         # see unwarped logits. generate() itself is asked for no warping at all (top_k=0
         # overrides its global default of 50).
-        # With `inverse_cdf_sampling` the draw itself is ours too (`_InverseCdfSampler`, placed
-        # after the recorder by `_generate_batch`) and generate() decodes greedily over its output.
+        # `recorder` follows them. With `inverse_cdf_sampling` the draw itself is ours too
+        # (`_InverseCdfSampler`, after the recorder) and generate() decodes greedily over it.
         processors: list[Any] = []
         sampling: dict[str, Any] = {}
         ours = not greedy and self.inverse_cdf_sampling
@@ -276,8 +276,10 @@ class HFGenerator:
             bos_token_id=self.tokenizer.bos_token_id,
             **sampling,
         )
-        return {"generation_config": config, "logits_processor": LogitsProcessorList(processors),
-                "sampler": _InverseCdfSampler() if ours else None}
+        processors.append(recorder)
+        if ours:
+            processors.append(_InverseCdfSampler())
+        return {"generation_config": config, "logits_processor": LogitsProcessorList(processors)}
 
     @contextmanager
     def _neutral_generation_config(self) -> Iterator[None]:
@@ -310,12 +312,8 @@ class HFGenerator:
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
         device = self.model.device
-        kwargs = self._generation_kwargs(params)
-        sampler = kwargs.pop("sampler")
         recorder = _SampledLogprobs()
-        kwargs["logits_processor"].append(recorder)
-        if sampler is not None:
-            kwargs["logits_processor"].append(sampler)
+        kwargs = self._generation_kwargs(params, recorder)
         devices = [device.index or 0] if device.type == "cuda" else []
         with (torch.random.fork_rng(devices=devices), torch.inference_mode(),
               self._neutral_generation_config()):

@@ -371,13 +371,13 @@ def compact_fused_lm_head() -> bool:
         log.warning("slow loop: this TRL has no trl.trainer.utils._use_triton; the fused LM head "
                     "keeps projecting every prompt position on CPU")
         return False
-    if getattr(original, "compacts_cpu", False):
+    if hasattr(original, "trl_original"):  # patched already
         return True
 
     def compact_here(device: Any) -> bool:
         return device.type == "cpu" or original(device)
 
-    compact_here.compacts_cpu = True  # type: ignore[attr-defined]
+    compact_here.trl_original = original  # type: ignore[attr-defined]
     trl_utils._use_triton = compact_here
     return True
 
