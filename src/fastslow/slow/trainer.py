@@ -19,7 +19,9 @@ keeps a problem's K contexts together and rebuilds the dataset whenever the pool
 `_generate_and_score_completions` override would copy 600 lines. What we do override is small:
 timers around generation and scoring (for the step-time split), and a stash of the per-token
 log-probabilities and entropies of the training forward pass, which gives each rollout's
-sampling log-prob sum and the step's entropy without another forward.
+sampling log-prob sum and the step's entropy without another forward. And, on the plain
+(non-vLLM, non-FSDP) path, each distinct prompt's forward is run once for its G/K copies: in
+generation (`shared_prefill`) and in the KL reference forward (`shared_prefix_logps`).
 
 Why our loop and not `trainer.train()`: a cycle is T steps with a *different pool each cycle*
 and must resume bit-exactly from the previous cycle's files. Owning the ~30-line loop makes the
@@ -45,6 +47,7 @@ the optimiser inside `backward`, which our explicit step would contradict.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -247,6 +250,19 @@ def _grpo_trainer_class() -> type:
                 self.timings["scoring"] += time.perf_counter() - start
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            import torch
+            from accelerate.utils import DistributedType
+
+            if (self.share_prefill and not torch.is_grad_enabled() and len(args) == 4
+                    and not any(kwargs.get(k) for k in ("compute_entropy", "compute_aux_loss"))
+                    and all(v is None for k, v in kwargs.items()
+                            if k not in ("batch_size", "compute_entropy", "compute_aux_loss"))
+                    and self.accelerator.distributed_type != DistributedType.FSDP):
+                # The KL reference forward (and TRL's old-policy one): no gradient, text only.
+                logps = shared_prefix_logps(*args, batch_size=kwargs.get("batch_size"),
+                                            autocast=self.accelerator.autocast)
+                if logps is not None:
+                    return logps, None, None
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
             # Only the loss's forward asks for entropies: these are log π_θ of the sampled tokens
             # before this step's update, i.e. the sampling policy's (on-policy), for free.
@@ -255,6 +271,59 @@ def _grpo_trainer_class() -> type:
             return logps, entropies, aux
 
     return PoolGRPOTrainer
+
+
+def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
+                        batch_size: int | None = None, autocast: Callable[[], Any] | None = None) -> Any:
+    """TRL's per-token log-probs of the last `logits_to_keep` tokens of each row (what
+    `GRPOTrainer._get_per_token_logps_and_entropies` returns, through the fused LM head), with
+    the prompt's forward run once per distinct prompt instead of once per row.
+
+    A step holds each (context, problem) prompt G/K times, so the KL reference forward computed
+    every prompt G/K times over: on HoVer-hard (~790 prompt tokens, 64 completion tokens) that
+    was most of its cost. Here each distinct prompt (all but its last token) fills a KV cache,
+    in chunks of `batch_size` distinct prompts; its rows then run only the last prompt token and
+    the completion against a copy of that cache. Positions and masks are TRL's (no
+    `position_ids`: the model counts positions from the cache, as in TRL's full-row forward), so
+    only the order of floating-point sums differs. Call under no_grad. None when no prompt
+    repeats (the caller runs TRL's own forward).
+    """
+    import torch
+    from transformers import DynamicCache
+
+    prompt_len = input_ids.shape[1] - logits_to_keep
+    if prompt_len < 2:
+        return None
+    keys = torch.cat([input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1]], dim=1).tolist()
+    index: dict[tuple[int, ...], int] = {}
+    group = [index.setdefault(tuple(k), len(index)) for k in keys]
+    if len(index) == len(group):
+        return None
+    first = [group.index(u) for u in range(len(index))]
+    chunk = batch_size or len(index)
+    autocast = autocast or contextlib.nullcontext
+    out = None
+    for start in range(0, len(index), chunk):
+        stop = min(start + chunk, len(index))
+        rows = [i for i, u in enumerate(group) if start <= u < stop]
+        heads = first[start:stop]
+        cache = DynamicCache(config=model.config)
+        with autocast():
+            model(input_ids=input_ids[heads, :prompt_len - 1],
+                  attention_mask=attention_mask[heads, :prompt_len - 1],
+                  past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(torch.tensor([group[i] - start for i in rows], device=input_ids.device))
+        tail = input_ids[rows, prompt_len - 1:]
+        labels = tail.masked_fill(attention_mask[rows, prompt_len - 1:] == 0, -100)
+        labels[:, 0] = -100  # the last prompt token: only its prediction (of the first completion token) counts
+        with autocast():
+            outputs = model(input_ids=tail, attention_mask=attention_mask[rows], past_key_values=cache,
+                            labels=labels, fused_lm_head=True)
+        logps = outputs.log_probs[:, -logits_to_keep:]
+        if out is None:
+            out = logps.new_zeros(input_ids.shape[0], logits_to_keep)
+        out[rows] = logps
+    return out
 
 
 def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
