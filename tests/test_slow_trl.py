@@ -214,6 +214,47 @@ def test_reference_logprobs_share_the_prompt_forward(tiny_model_dir, tokenizer, 
         assert shared_prefix_logps(ref, ids[[0, 2, 4]], mask[[0, 2, 4]], keep) is None
 
 
+def test_loss_forward_shares_the_prompt_within_a_micro_batch(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """Micro batches of 2 rows hold the 2 copies of one (context, problem) prompt: the loss
+    forward runs that prompt once, with the log-probs, entropies and gradients of every
+    parameter of TRL's row-by-row forward."""
+    import torch
+    from trl.trainer.utils import split_tensor_dict
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.01, micro_batch_size=2)
+    model = trainer.model
+    model.train()
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions(expand_rows(PROBLEMS, CONTEXTS, 4))
+    assert batch["advantages"].abs().sum() > 0
+    results = []
+    for share in (True, False):
+        trainer.share_prefill = share
+        trainer.reset_step_stats()
+        seen: list[int] = []
+        hook = model.register_forward_pre_hook(lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].numel()),
+                                               with_kwargs=True)
+        try:
+            for micro in split_tensor_dict(batch, 4):
+                trainer.compute_loss(model, micro).backward()
+        finally:
+            hook.remove()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        logps = torch.cat([lp for lp, _ in trainer.stash])
+        entropies = torch.cat([e for _, e in trainer.stash])
+        results.append((grads, logps, entropies, sum(seen)))
+    (grads_s, logp_s, ent_s, n_s), (grads_f, logp_f, ent_f, n_f) = results
+    assert torch.allclose(logp_s, logp_f, atol=1e-5) and torch.allclose(ent_s, ent_f, atol=1e-5)
+    prompt, completion = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
+    assert n_f == 8 * (prompt + completion)
+    assert n_s == 4 * (prompt - 1) + 8 * (1 + completion)  # 4 distinct prompts, once each
+    assert grads_s.keys() == grads_f.keys() and grads_s
+    for name, g in grads_s.items():
+        assert torch.allclose(g, grads_f[name], atol=1e-6), name
+    assert sum(float(g.abs().sum()) for g in grads_s.values()) > 0
+
+
 def test_fused_lm_head_scores_only_completion_positions_on_cpu(tiny_model_dir, tokenizer, tmp_path) -> None:
     """TRL's fused LM head, after build_trainer, projects only the labelled (completion) positions
     on CPU: same log-probs, entropies and gradients as projecting every position, TRL's own CPU

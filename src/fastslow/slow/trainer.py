@@ -250,43 +250,54 @@ def _grpo_trainer_class() -> type:
                 self.timings["scoring"] += time.perf_counter() - start
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
-            import torch
-            from accelerate.utils import DistributedType
-
-            if (self.share_prefill and not torch.is_grad_enabled() and len(args) == 4
-                    and not any(kwargs.get(k) for k in ("compute_entropy", "compute_aux_loss"))
-                    and all(v is None for k, v in kwargs.items()
-                            if k not in ("batch_size", "compute_entropy", "compute_aux_loss"))
-                    and self.accelerator.distributed_type != DistributedType.FSDP):
-                # The KL reference forward (and TRL's old-policy one): no gradient, text only.
-                logps = shared_prefix_logps(*args, batch_size=kwargs.get("batch_size"),
-                                            autocast=self.accelerator.autocast)
-                if logps is not None:
-                    return logps, None, None
-            logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            shared = self._shared_prefix_forward(args, kwargs)
+            logps, entropies, aux = shared or super()._get_per_token_logps_and_entropies(*args, **kwargs)
             # Only the loss's forward asks for entropies: these are log π_θ of the sampled tokens
             # before this step's update, i.e. the sampling policy's (on-policy), for free.
             if kwargs.get("compute_entropy"):
                 self.stash.append((logps.detach(), entropies.detach()))
             return logps, entropies, aux
 
+        def _shared_prefix_forward(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+            """`shared_prefix_logps` in place of TRL's forward when it applies: text rows, one
+            process (the loss forward runs the model twice, which DDP's reducer does not allow),
+            no FSDP, no MoE aux loss, and (with a gradient) no activation checkpointing, whose
+            recomputation would append to the prompt's cache a second time. None: TRL's own."""
+            import torch
+
+            grad = torch.is_grad_enabled()
+            extra = {k: v for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy", "compute_aux_loss")}
+            if (not self.share_prefill or len(args) != 4 or kwargs.get("compute_aux_loss")
+                    or any(v is not None for v in extra.values()) or self.accelerator.num_processes > 1
+                    or (grad and self.args.gradient_checkpointing)):
+                return None
+            out = shared_prefix_logps(*args, batch_size=kwargs.get("batch_size"),
+                                      entropy=bool(kwargs.get("compute_entropy")),
+                                      autocast=self.accelerator.autocast)
+            return None if out is None else (*out, None)
+
     return PoolGRPOTrainer
 
 
 def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
-                        batch_size: int | None = None, autocast: Callable[[], Any] | None = None) -> Any:
-    """TRL's per-token log-probs of the last `logits_to_keep` tokens of each row (what
-    `GRPOTrainer._get_per_token_logps_and_entropies` returns, through the fused LM head), with
-    the prompt's forward run once per distinct prompt instead of once per row.
+                        batch_size: int | None = None, entropy: bool = False,
+                        autocast: Callable[[], Any] | None = None) -> tuple[Any, Any] | None:
+    """TRL's per-token log-probs (and entropies, with `entropy`) of the last `logits_to_keep`
+    tokens of each row, as `GRPOTrainer._get_per_token_logps_and_entropies` computes them
+    through the fused LM head, with each distinct prompt's forward run once instead of once per
+    row. Returns (log-probs, entropies or None), or None when no prompt repeats (the caller
+    runs TRL's own forward).
 
-    A step holds each (context, problem) prompt G/K times, so the KL reference forward computed
-    every prompt G/K times over: on HoVer-hard (~790 prompt tokens, 64 completion tokens) that
-    was most of its cost. Here each distinct prompt (all but its last token) fills a KV cache,
-    in chunks of `batch_size` distinct prompts; its rows then run only the last prompt token and
-    the completion against a copy of that cache. Positions and masks are TRL's (no
-    `position_ids`: the model counts positions from the cache, as in TRL's full-row forward), so
-    only the order of floating-point sums differs. Call under no_grad. None when no prompt
-    repeats (the caller runs TRL's own forward).
+    A step holds each (context, problem) prompt G/K times, so the KL reference forward, and the
+    loss forward of a micro batch holding several copies, computed every prompt over again: on
+    HoVer-hard (~790 prompt tokens, 64 completion tokens) that was most of their cost. Here each
+    distinct prompt (all but its last token) fills a KV cache, in chunks of `batch_size`
+    distinct prompts; its rows then run only the last prompt token and the completion against
+    that cache, expanded to them. Positions and masks are TRL's (no `position_ids`: the model
+    counts positions from the cache, as in TRL's full-row forward), so only the order of
+    floating-point sums differs. Under a gradient, the prompt's activations are kept once and
+    the gradient of every copy flows into them (through the cache's expansion), as it flows
+    into each copy's own prompt in the row-by-row forward.
     """
     import torch
     from transformers import DynamicCache
@@ -302,7 +313,7 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     first = [group.index(u) for u in range(len(index))]
     chunk = batch_size or len(index)
     autocast = autocast or contextlib.nullcontext
-    out = None
+    parts = []
     for start in range(0, len(index), chunk):
         stop = min(start + chunk, len(index))
         rows = [i for i, u in enumerate(group) if start <= u < stop]
@@ -319,11 +330,12 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
         with autocast():
             outputs = model(input_ids=tail, attention_mask=attention_mask[rows], past_key_values=cache,
                             labels=labels, fused_lm_head=True)
-        logps = outputs.log_probs[:, -logits_to_keep:]
-        if out is None:
-            out = logps.new_zeros(input_ids.shape[0], logits_to_keep)
-        out[rows] = logps
-    return out
+        parts.append((rows, outputs.log_probs[:, -logits_to_keep:],
+                      outputs.entropy[:, -logits_to_keep:] if entropy else None))
+    order = torch.tensor([i for rows, _, _ in parts for i in rows], device=input_ids.device).argsort()
+    logps = torch.cat([lp for _, lp, _ in parts])[order]
+    entropies = torch.cat([e for _, _, e in parts])[order] if entropy else None
+    return logps, entropies
 
 
 def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
