@@ -14,8 +14,13 @@ other processes hits all alike. `fst_reuse` reuses both ways (fast.reuse_rollout
 cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's first RL step trains on rollouts
 the fast round sampled with the same weights).
 
-    python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--methods rl,fst,fst_reuse]
-        [--bf16] [--set slow.micro_batch_size=1 ...] -> results/bench/fst_step.json, .png
+    python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--seeds 0,1,2]
+        [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...]
+        -> results/bench/fst_step.json, .png
+
+The summary holds each method's fastest run and the mean over all runs (repetitions x seeds).
+Each run also reports its steps' mean completion length: an RL step costs in proportion to its
+tokens, and 8 rollouts a step vary by +-15% in length between seeds.
 
 `--bf16` / `--no-bf16` force slow.bf16 (bf16 autocast of the step's forward passes); without
 either, the config's value applies (`auto`: on where the CPU has native bf16).
@@ -56,7 +61,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 
 def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool | None = None,
-          sets: dict[str, Any] | None = None) -> dict[str, Any]:
+          sets: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
     """Run `cycles` cycles of one method in this process; return the last cycle's split."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import polars as pl
@@ -76,7 +81,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
     if not train.exists():
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
     kind, reuse = METHODS[method]
-    spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=0,
+    spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=seed,
                    overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
                                           **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
@@ -93,13 +98,15 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         parts["other"] = wall - sum(parts.values())
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
                      "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
+                     "mean_completion_tokens": float(metrics["mean_completion_tokens"].mean())
+                     if "mean_completion_tokens" in metrics.columns else None,
                      "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs"),
                      "slow_rollouts_sampled_in_fast_round": fast.get("slow_rollouts"),
                      "slow_reused_rollouts": int(metrics["reused_rollouts"].sum())
                      if "reused_rollouts" in metrics.columns else None})
         prev = out
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"method": method, "cycles": rows, "peak_rss_mb": rss_mb}
+    return {"method": method, "seed": seed, "cycles": rows, "peak_rss_mb": rss_mb}
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> None:
@@ -129,6 +136,10 @@ def main() -> None:
     ap.add_argument("--task", default="math")
     ap.add_argument("--cycles", type=int, default=2)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--seeds", default="0",
+                    help="comma-separated run seeds (data order and sampling); every repetition runs each "
+                         "seed. Repetitions of one seed sample the same rollouts, so they measure timing "
+                         "noise only; other seeds also vary completion lengths, which the step time follows")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
@@ -140,19 +151,21 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads, args.bf16,
-                    parse_sets(args.sets))
+                    parse_sets(args.sets), int(args.seeds))
         print("RESULT " + json.dumps(res), flush=True)
         return
     methods = args.methods.split(",")
     if unknown := sorted(set(methods) - set(METHODS)):
         raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    for rep in range(args.reps):
+    seeds = [int(x) for x in args.seeds.split(",")]
+    for rep, seed in ((r, s) for r in range(args.reps) for s in seeds):
         for method in methods:
             with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
-                print(f"rep {rep}: {method} ...", file=sys.stderr, flush=True)
+                print(f"rep {rep}, seed {seed}: {method} ...", file=sys.stderr, flush=True)
                 proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
                                        "--cycles", str(args.cycles), "--threads", str(args.threads),
+                                       "--seeds", str(seed),
                                        *({True: ["--bf16"], False: ["--no-bf16"]}.get(args.bf16, [])),
                                        *(f"--set={x}" for x in args.sets)],
                                       capture_output=True, text=True, cwd=ROOT)
@@ -167,12 +180,17 @@ def main() -> None:
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
     rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
-    report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "threads": args.threads,
+    means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs) for m, runs in results.items()}
+    report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "seeds": seeds, "threads": args.threads,
               "bf16": args.bf16, "overrides": parse_sets(args.sets),
               "runs": results,
               "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
                                         "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl if rl else None,
-                                        "peak_rss_mb": r["peak_rss_mb"]} for r in best}}
+                                        "peak_rss_mb": r["peak_rss_mb"],
+                                        # over every repetition and seed (best: the fastest one above)
+                                        "mean_s_per_step": means[r["method"]],
+                                        "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
+                                        } for r in best}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     plot(best, args.out.with_suffix(".png"))

@@ -19,9 +19,10 @@ keeps a problem's K contexts together and rebuilds the dataset whenever the pool
 `_generate_and_score_completions` override would copy 600 lines. What we do override is small:
 timers around generation and scoring (for the step-time split), and a stash of the per-token
 log-probabilities and entropies of the training forward pass, which gives each rollout's
-sampling log-prob sum and the step's entropy without another forward. And, on the plain
-(non-vLLM, non-FSDP) path, each distinct prompt's forward is run once for its G/K copies: in
-generation (`shared_prefill`) and in the KL reference forward (`shared_prefix_logps`).
+sampling log-prob sum and the step's entropy without another forward. And, in one process,
+each distinct prompt's forward runs once for its copies (a step holds each prompt G/K times):
+in HF generation (`shared_prefill`), in the KL reference forward, and in the loss forward of a
+micro batch that holds several copies (`shared_prefix_logps`).
 
 Why our loop and not `trainer.train()`: a cycle is T steps with a *different pool each cycle*
 and must resume bit-exactly from the previous cycle's files. Owning the ~30-line loop makes the
