@@ -177,6 +177,22 @@ class _InverseCdfSampler:
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
 
+def distinct_rows(input_ids: Any, attention_mask: Any) -> tuple[list[int], list[int]]:
+    """(each row's group, each group's first row) of a padded token batch: rows equal in tokens
+    and mask share a group; groups are numbered in order of first appearance."""
+    import torch
+
+    index: dict[tuple[int, ...], int] = {}
+    group: list[int] = []
+    first: list[int] = []
+    for row, key in enumerate(torch.cat([input_ids, attention_mask], dim=1).tolist()):
+        g = index.setdefault(tuple(key), len(index))
+        if g == len(first):
+            first.append(row)
+        group.append(g)
+    return group, first
+
+
 def shared_prefill(model: Any, input_ids: Any, attention_mask: Any) -> Any:
     """The KV cache of a left-padded prompt batch (all but the last position), each distinct row
     run through `model` once and its cache rows copied to every row that repeats it; pass it to
@@ -190,13 +206,10 @@ def shared_prefill(model: Any, input_ids: Any, attention_mask: Any) -> Any:
     import torch
     from transformers import DynamicCache
 
-    index: dict[tuple[int, ...], int] = {}
-    keys = torch.cat([input_ids, attention_mask], dim=1).tolist()
-    rows = [index.setdefault(tuple(k), len(index)) for k in keys]
-    if len(index) == len(rows) or input_ids.shape[1] < 2:
+    rows, first = distinct_rows(input_ids, attention_mask)
+    if len(first) == len(rows) or input_ids.shape[1] < 2:
         return None
     device = model.device
-    first = [rows.index(u) for u in range(len(index))]
     ids = input_ids[first, :-1].to(device)
     mask = attention_mask[first, :-1].to(device)
     # Left padding: positions count real tokens only, as generate() computes them.

@@ -303,20 +303,19 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     import torch
     from transformers import DynamicCache
 
+    from fastslow.model.generation import distinct_rows
+
     prompt_len = input_ids.shape[1] - logits_to_keep
     if prompt_len < 2:
         return None
-    keys = torch.cat([input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1]], dim=1).tolist()
-    index: dict[tuple[int, ...], int] = {}
-    group = [index.setdefault(tuple(k), len(index)) for k in keys]
-    if len(index) == len(group):
+    group, first = distinct_rows(input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1])
+    if len(first) == len(group):
         return None
-    first = [group.index(u) for u in range(len(index))]
-    chunk = batch_size or len(index)
+    chunk = batch_size or len(first)
     autocast = autocast or contextlib.nullcontext
     parts = []
-    for start in range(0, len(index), chunk):
-        stop = min(start + chunk, len(index))
+    for start in range(0, len(first), chunk):
+        stop = min(start + chunk, len(first))
         rows = [i for i, u in enumerate(group) if start <= u < stop]
         heads = first[start:stop]
         cache = DynamicCache(config=model.config)
