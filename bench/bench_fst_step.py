@@ -1,9 +1,14 @@
 """Benchmark: wall time per RL step of RL-only, FST and FST with rollout reuse, side by side.
 
 Each method runs the real cycle code (`fastslow.cycle.run_cycle`, what the `cycle` rule calls) for
-`--cycles` cycles of T steps on the embedded default (SmolLM2-135M-Instruct, CPU), each method in
-its own subprocess so that its peak resident memory is its own (`ru_maxrss`). The last cycle is
-reported (cycle 0 of FST with reuse has no previous rollouts to reuse), split into
+`--cycles` cycles of T steps on the embedded default (SmolLM2-135M-Instruct, CPU). As in the
+workflow, where each cycle is one `cycle` job, each cycle runs in a fresh process continuing from
+the previous cycle's directory, and its peak resident memory is its own (`ru_maxrss`);
+`--process run` runs a method's cycles one after another in one process instead (how this
+benchmark ran before 2026-11-24 evening: a later cycle then finds the process warm from the
+earlier ones, which RL's slow steps profit from more than FST's, whose fast round runs between
+them). The last cycle is reported (cycle 0 of FST with reuse has no previous rollouts to reuse),
+split into
 
     generation / scoring / training   (the slow loop's own timers, summed over the T steps)
     fast round                        (GEPA: evaluations + proposals; 0 for RL-only)
@@ -15,7 +20,7 @@ cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's first RL step tra
 the fast round sampled with the same weights).
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--seeds 0,1,2]
-        [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...]
+        [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...] [--process cycle|run]
         -> results/bench/fst_step.json, .png
 
 The summary holds each method's fastest run and the mean over all runs (repetitions x seeds).
@@ -61,8 +66,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
 
 
 def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool | None = None,
-          sets: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
-    """Run `cycles` cycles of one method in this process; return the last cycle's split."""
+          sets: dict[str, Any] | None = None, seed: int = 0, only: int | None = None) -> dict[str, Any]:
+    """Run `cycles` cycles of one method in this process (or, with `only`, cycle `only` alone,
+    continuing from `work/cycle<only-1>` as a `cycle` job does); return each cycle's split."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import polars as pl
     import torch
@@ -85,7 +91,10 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                    overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
                                           **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
-    for c in range(cycles):
+    todo = range(cycles) if only is None else [only]
+    if only:
+        prev = work / f"cycle{only - 1}"
+    for c in todo:
         out = work / f"cycle{c}"
         start = time.perf_counter()
         summary = run_cycle(spec, config, c, model, prev, train, out)
@@ -107,6 +116,15 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         prev = out
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"method": method, "seed": seed, "cycles": rows, "peak_rss_mb": rss_mb}
+
+
+def run_child(cmd: list[str], method: str) -> dict[str, Any]:
+    """Run one child process of the benchmark; its RESULT line, parsed."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"{method} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(line[0][7:])
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> None:
@@ -147,11 +165,16 @@ def main() -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="config override for every method, e.g. slow.micro_batch_size=1 (repeatable)")
     ap.add_argument("--out", type=Path, default=Path("results/bench/fst_step.json"))
+    ap.add_argument("--process", choices=("cycle", "run"), default="cycle",
+                    help="cycle: each cycle in a fresh process, as the workflow's `cycle` rule runs it (default); "
+                         "run: a method's cycles one after another in one process (benchmarks before 2026-11-24 "
+                         "evening), where later cycles find the process warm from earlier ones")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "WORKDIR"), help=argparse.SUPPRESS)
+    ap.add_argument("--only-cycle", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         res = child(args.child[0], args.task, args.cycles, Path(args.child[1]), args.threads, args.bf16,
-                    parse_sets(args.sets), int(args.seeds))
+                    parse_sets(args.sets), int(args.seeds), args.only_cycle)
         print("RESULT " + json.dumps(res), flush=True)
         return
     methods = args.methods.split(",")
@@ -163,16 +186,19 @@ def main() -> None:
         for method in methods:
             with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
                 print(f"rep {rep}, seed {seed}: {method} ...", file=sys.stderr, flush=True)
-                proc = subprocess.run([sys.executable, __file__, "--child", method, work, "--task", args.task,
-                                       "--cycles", str(args.cycles), "--threads", str(args.threads),
-                                       "--seeds", str(seed),
-                                       *({True: ["--bf16"], False: ["--no-bf16"]}.get(args.bf16, [])),
-                                       *(f"--set={x}" for x in args.sets)],
-                                      capture_output=True, text=True, cwd=ROOT)
-                line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-                if proc.returncode != 0 or not line:
-                    raise SystemExit(f"{method} failed:\n{proc.stderr[-3000:]}")
-                res = json.loads(line[0][7:])
+                cmd = [sys.executable, __file__, "--child", method, work, "--task", args.task,
+                       "--cycles", str(args.cycles), "--threads", str(args.threads), "--seeds", str(seed),
+                       *({True: ["--bf16"], False: ["--no-bf16"]}.get(args.bf16, [])),
+                       *(f"--set={x}" for x in args.sets)]
+                jobs = [[*cmd, "--only-cycle", str(c)] for c in range(args.cycles)] \
+                    if args.process == "cycle" else [cmd]
+                res = {"method": method, "seed": seed, "process": args.process, "cycles": [], "peak_rss_mb": 0.0}
+                for job in jobs:
+                    part = run_child(job, method)
+                    if args.process == "cycle":  # each cycle job's own peak
+                        part["cycles"][0]["peak_rss_mb"] = part["peak_rss_mb"]
+                    res["cycles"] += part["cycles"]
+                    res["peak_rss_mb"] = max(res["peak_rss_mb"], part["peak_rss_mb"])
                 results[method].append(res)
                 last = res["cycles"][-1]
                 print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "
@@ -181,7 +207,8 @@ def main() -> None:
     best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
     rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
     means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs) for m, runs in results.items()}
-    report = {"task": args.task, "cycles": args.cycles, "reps": args.reps, "seeds": seeds, "threads": args.threads,
+    report = {"task": args.task, "cycles": args.cycles, "process": args.process, "reps": args.reps, "seeds": seeds,
+              "threads": args.threads,
               "bf16": args.bf16, "overrides": parse_sets(args.sets),
               "runs": results,
               "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
