@@ -192,8 +192,46 @@ def test_shared_prefill_same_results_fewer_prompt_tokens(tiny_model: Any, tokeni
             assert sum(seen) - shared_tokens >= 3 * (width - 1) - 6
     finally:
         hook.remove()
-    # nothing repeats: no separate prefill, the same as before
-    assert shared_prefill(tiny_model, torch.tensor([[1, 2], [3, 4]]), torch.ones(2, 2, dtype=torch.long)) is None
+    # nothing repeats and rows prefilled as one batch (a GPU's way): no separate prefill
+    assert shared_prefill(tiny_model, torch.tensor([[1, 2], [3, 4]]), torch.ones(2, 2, dtype=torch.long),
+                          alone=False) is None
+
+
+def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer: Any) -> None:
+    """On CPU each distinct prompt is prefilled alone, without padding, and the rows' keys and
+    values are stitched into one left-padded cache: the next-token logits equal a padded batch
+    forward's, each model call sees one unpadded row, and generate() continues from it with
+    the same completions as without any shared prefill (all rows distinct here)."""
+    prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[0], MIXED[1], MIXED[3]]) + [[7]]  # a repeat, a 1-token row
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    seen: list[tuple[int, ...]] = []
+    hook = tiny_model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append((*kw["input_ids"].shape, kw.get("attention_mask") is not None)),
+        with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            cache = shared_prefill(tiny_model, ids, mask)
+            assert seen == [(1, len(prompts[r]) - 1, False) for r in (0, 1, 3)]  # distinct, longer than 1
+            got = tiny_model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                             past_key_values=cache).logits[:, -1]
+            want = tiny_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    finally:
+        hook.remove()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+    convs = [MIXED[0], MIXED[1], MIXED[3]]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=3)
+    alone = HFGenerator(tiny_model, tokenizer, batch_size=3).generate(convs, params)
+    plain = HFGenerator(tiny_model, tokenizer, batch_size=3, share_prefill=False).generate(convs, params)
+    assert [g.completion_ids for g in alone] == [g.completion_ids for g in plain]
+    for x, y in zip(alone, plain, strict=True):
+        assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
 
 
 def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:

@@ -193,31 +193,110 @@ def distinct_rows(input_ids: Any, attention_mask: Any) -> tuple[list[int], list[
     return group, first
 
 
-def shared_prefill(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+def _plain_dynamic_cache(model: Any) -> Any:
+    """An empty DynamicCache for `model` if every layer of it is a plain (full-attention,
+    growing) `DynamicLayer`, whose keys and values can be stitched row by row; else None."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return cache
+
+
+def _left_aligned(attention_mask: Any) -> bool:
+    """Every row's real tokens form one block at the right end (left padding)."""
+    import torch
+
+    lengths = attention_mask.sum(-1, keepdim=True)
+    width = attention_mask.shape[1]
+    expected = torch.arange(width, device=attention_mask.device)[None, :] >= width - lengths
+    return bool((attention_mask.bool() == expected).all())
+
+
+def _prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, first: list[int],
+                        cache: Any) -> Any:
+    """Fill `cache` (empty, plain dynamic layers) with the prefill of rows `first` of a
+    left-padded batch, all but the last position: each row runs through `model` alone,
+    without its padding, and its keys/values go to the right end of the row, zeros under
+    the padding (which the attention mask hides)."""
+    from transformers import DynamicCache
+
+    device = model.device
+    width = input_ids.shape[1] - 1
+    lengths = attention_mask[first].sum(-1).tolist()
+    keys: list[Any] = []
+    values: list[Any] = []
+    for i, (row, n) in enumerate(zip(first, lengths, strict=True)):
+        if n < 2:
+            continue  # a one-token prompt: nothing before its last token
+        ids = input_ids[row, width + 1 - n: width].to(device)[None]
+        own = DynamicCache(config=model.config)
+        model(input_ids=ids, past_key_values=own, use_cache=True, logits_to_keep=1)
+        for layer, (k, v) in enumerate((lay.keys, lay.values) for lay in own.layers):
+            if len(keys) <= layer:
+                keys.append(k.new_zeros((len(first), k.shape[1], width, k.shape[3])))
+                values.append(v.new_zeros((len(first), v.shape[1], width, v.shape[3])))
+            keys[layer][i, :, width + 1 - n:] = k[0]
+            values[layer][i, :, width + 1 - n:] = v[0]
+        del own
+    if not keys:
+        return None
+    for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+        cache.update(k, v, layer)
+    return cache
+
+
+def shared_prefill(model: Any, input_ids: Any, attention_mask: Any,
+                   alone: bool | None = None) -> Any:
     """The KV cache of a left-padded prompt batch (all but the last position), each distinct row
     run through `model` once and its cache rows copied to every row that repeats it; pass it to
     `generate(..., past_key_values=cache)`, which then runs only the last prompt position.
 
     Evaluation samples k completions of one prompt and RL G of one (context, problem): without
     this, generate() prefills every copy, and on long prompts (CodeIO's ~700-1000 tokens) the
-    prefill is most of the cost. None when no row repeats (nothing to share). Call it under
+    prefill is most of the cost.
+
+    `alone` (default: on CPU) prefills each distinct row by itself, without its padding, and
+    stitches the rows' keys/values into one left-padded cache. A padded batch pays for its
+    padding and, through its attention mask, for SDPA's masked path; measured on this CPU
+    (SmolLM2-135M, bf16, 1 thread) the same prompts cost 30-45% less one at a time: 9 hover_hard
+    prompts 9.0 -> 6.3 s, 9 codeio 8.8 -> 5.0 s, 16 math 1.8 -> 1.2 s. On a GPU the batch wins,
+    so there the distinct rows are prefilled as one batch (and only when some row repeats).
+    Models whose cache is not plain full-attention layers (sliding windows, linear attention)
+    always take the batched path.
+
+    None when there is nothing to do (generate()'s own prefill is the same). Call it under
     no_grad/inference_mode.
     """
     import torch
     from transformers import DynamicCache
 
+    if input_ids.shape[1] < 2:
+        return None
     rows, first = distinct_rows(input_ids, attention_mask)
-    if len(first) == len(rows) or input_ids.shape[1] < 2:
+    if alone is None:
+        alone = model.device.type == "cpu"
+    stitched = _plain_dynamic_cache(model) if alone and _left_aligned(attention_mask) else None
+    if stitched is None and len(first) == len(rows):
         return None
     device = model.device
-    ids = input_ids[first, :-1].to(device)
-    mask = attention_mask[first, :-1].to(device)
-    # Left padding: positions count real tokens only, as generate() computes them.
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-          use_cache=True, logits_to_keep=1)
-    cache.batch_select_indices(torch.tensor(rows, device=device))
+    if stitched is not None:
+        cache = _prefill_rows_alone(model, input_ids, attention_mask, first, stitched)
+        if cache is None:
+            return None
+    else:
+        ids = input_ids[first, :-1].to(device)
+        mask = attention_mask[first, :-1].to(device)
+        # Left padding: positions count real tokens only, as generate() computes them.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+              use_cache=True, logits_to_keep=1)
+    if len(first) < len(rows):
+        cache.batch_select_indices(torch.tensor(rows, device=device))
     return cache
 
 
