@@ -208,8 +208,19 @@ def test_reference_logprobs_share_the_prompt_forward(tiny_model_dir, tokenizer, 
     # positions from the attention mask instead, as generate() does, moves them by 1e-3.
     assert torch.allclose(shared, full, atol=1e-4 if bf16 else 1e-5), (shared - full).abs().max()
     assert shared.abs().sum() > 0
-    # 3 distinct prompts of 8 positions, then 6 rows of 1 + 5 positions, against 6 rows of 14
-    assert (n_shared, n_full) == (3 * (width - 1) + 6 * (1 + keep), 6 * (width + keep))
+    # on CPU the 3 distinct prompts run alone, unpadded (all but the last token: 8 + 5 + 3
+    # positions), then 6 rows of 1 + 5 positions, against TRL's 6 rows of 14
+    assert (n_shared, n_full) == (8 + 5 + 3 + 6 * (1 + keep), 6 * (width + keep))
+    # as one padded batch (a GPU's way): 3 prompts of 8 positions, the same log-probs
+    seen = []
+    hook = ref.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["input_ids"].numel()), with_kwargs=True)
+    try:
+        with torch.no_grad(), (autocast() if autocast else torch.autocast("cpu", enabled=False)):
+            batched, _ = shared_prefix_logps(ref, ids, mask, keep, batch_size=2, alone=False)
+    finally:
+        hook.remove()
+    assert torch.allclose(batched, full, atol=1e-4 if bf16 else 1e-5), (batched - full).abs().max()
+    assert sum(seen) == 3 * (width - 1) + 6 * (1 + keep)
     with torch.no_grad():  # nothing repeats: nothing to share, TRL's forward runs instead
         assert shared_prefix_logps(ref, ids[[0, 2, 4]], mask[[0, 2, 4]], keep) is None
 
@@ -225,8 +236,11 @@ def test_loss_forward_shares_the_prompt_within_a_micro_batch(tiny_model_dir, tok
     model = trainer.model
     model.train()
     torch.manual_seed(0)
-    batch = trainer._generate_and_score_completions(expand_rows(PROBLEMS, CONTEXTS, 4))
+    # prompts of different lengths: the shorter ones are left-padded (run alone, unpadded, on CPU)
+    problems = [PROBLEMS[0], Problem("p1", "toy", "a longer question, number 1, in more words", "0")]
+    batch = trainer._generate_and_score_completions(expand_rows(problems, CONTEXTS, 4))
     assert batch["advantages"].abs().sum() > 0
+    assert (batch["prompt_mask"] == 0).any()
     results = []
     for share in (True, False):
         trainer.share_prefill = share
@@ -248,7 +262,8 @@ def test_loss_forward_shares_the_prompt_within_a_micro_batch(tiny_model_dir, tok
     assert torch.allclose(logp_s, logp_f, atol=1e-5) and torch.allclose(ent_s, ent_f, atol=1e-5)
     prompt, completion = batch["prompt_ids"].shape[1], batch["completion_ids"].shape[1]
     assert n_f == 8 * (prompt + completion)
-    assert n_s == 4 * (prompt - 1) + 8 * (1 + completion)  # 4 distinct prompts, once each
+    # 4 distinct prompts, once each and unpadded (all but their last token), then every row's tail
+    assert n_s == int(batch["prompt_mask"][::2].sum()) - 4 + 8 * (1 + completion)
     assert grads_s.keys() == grads_f.keys() and grads_s
     for name, g in grads_s.items():
         assert torch.allclose(g, grads_f[name], atol=1e-6), name

@@ -15,8 +15,8 @@ decoding (temperature 0) it is the log-probability under the unmodified model (t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -193,7 +193,7 @@ def distinct_rows(input_ids: Any, attention_mask: Any) -> tuple[list[int], list[
     return group, first
 
 
-def _plain_dynamic_cache(model: Any) -> Any:
+def plain_dynamic_cache(model: Any) -> Any:
     """An empty DynamicCache for `model` if every layer of it is a plain (full-attention,
     growing) `DynamicLayer`, whose keys and values can be stitched row by row; else None."""
     from transformers import DynamicCache
@@ -206,7 +206,7 @@ def _plain_dynamic_cache(model: Any) -> Any:
     return cache
 
 
-def _left_aligned(attention_mask: Any) -> bool:
+def left_aligned(attention_mask: Any) -> bool:
     """Every row's real tokens form one block at the right end (left padding)."""
     import torch
 
@@ -216,36 +216,50 @@ def _left_aligned(attention_mask: Any) -> bool:
     return bool((attention_mask.bool() == expected).all())
 
 
-def _prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, first: list[int],
-                        cache: Any) -> Any:
-    """Fill `cache` (empty, plain dynamic layers) with the prefill of rows `first` of a
-    left-padded batch, all but the last position: each row runs through `model` alone,
-    without its padding, and its keys/values go to the right end of the row, zeros under
-    the padding (which the attention mask hides)."""
+def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_positions: bool = False,
+                       autocast: Callable[[], Any] | None = None) -> Any:
+    """The KV cache of a left-padded batch with each row run through `model` alone, without its
+    padding, its keys/values placed at the right end of the row over zeros under the padding
+    (which the attention mask hides). None when the model's cache cannot be stitched this way
+    (not all plain full-attention layers), the padding is not on the left, or no row has a
+    token.
+
+    Positions: by default each row counts its own tokens from 0, as generate() does from the
+    attention mask; `column_positions` gives each token its column index instead, as TRL's
+    training forward (no position ids) does. Autograd-safe: under a gradient, each row's
+    activations are kept and the stitched cache carries its gradient back to them.
+    """
+    import torch
     from transformers import DynamicCache
 
-    device = model.device
-    width = input_ids.shape[1] - 1
-    lengths = attention_mask[first].sum(-1).tolist()
-    keys: list[Any] = []
-    values: list[Any] = []
-    for i, (row, n) in enumerate(zip(first, lengths, strict=True)):
-        if n < 2:
-            continue  # a one-token prompt: nothing before its last token
-        ids = input_ids[row, width + 1 - n: width].to(device)[None]
-        own = DynamicCache(config=model.config)
-        model(input_ids=ids, past_key_values=own, use_cache=True, logits_to_keep=1)
-        for layer, (k, v) in enumerate((lay.keys, lay.values) for lay in own.layers):
-            if len(keys) <= layer:
-                keys.append(k.new_zeros((len(first), k.shape[1], width, k.shape[3])))
-                values.append(v.new_zeros((len(first), v.shape[1], width, v.shape[3])))
-            keys[layer][i, :, width + 1 - n:] = k[0]
-            values[layer][i, :, width + 1 - n:] = v[0]
-        del own
-    if not keys:
+    cache = plain_dynamic_cache(model)
+    if cache is None or not left_aligned(attention_mask):
         return None
-    for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-        cache.update(k, v, layer)
+    width = input_ids.shape[1]
+    lengths = attention_mask.sum(-1).tolist()
+    own: list[Any] = []
+    for row, n in enumerate(lengths):
+        if n == 0:
+            own.append(None)
+            continue
+        own.append(DynamicCache(config=model.config))
+        start = width - n if column_positions else 0
+        with autocast() if autocast else nullcontext():
+            model(input_ids=input_ids[row:row + 1, width - n:].to(model.device), past_key_values=own[-1],
+                  position_ids=torch.arange(start, start + n, device=model.device)[None],
+                  use_cache=True, logits_to_keep=1)
+    template = next((c for c in own if c is not None), None)
+    if template is None:
+        return None
+    for layer in range(len(cache.layers)):
+        stitched = []
+        for part in ("keys", "values"):
+            like = getattr(template.layers[layer], part)
+            stitched.append(torch.cat([
+                torch.cat([like.new_zeros((1, like.shape[1], width - n, like.shape[3])),
+                           *([getattr(c.layers[layer], part)] if c is not None else [])], dim=2)
+                for n, c in zip(lengths, own, strict=True)]))
+        cache.update(*stitched, layer)
     return cache
 
 
@@ -279,15 +293,11 @@ def shared_prefill(model: Any, input_ids: Any, attention_mask: Any,
     rows, first = distinct_rows(input_ids, attention_mask)
     if alone is None:
         alone = model.device.type == "cpu"
-    stitched = _plain_dynamic_cache(model) if alone and _left_aligned(attention_mask) else None
-    if stitched is None and len(first) == len(rows):
-        return None
     device = model.device
-    if stitched is not None:
-        cache = _prefill_rows_alone(model, input_ids, attention_mask, first, stitched)
-        if cache is None:
+    cache = prefill_rows_alone(model, input_ids[first, :-1], attention_mask[first, :-1]) if alone else None
+    if cache is None:
+        if len(first) == len(rows):
             return None
-    else:
         ids = input_ids[first, :-1].to(device)
         mask = attention_mask[first, :-1].to(device)
         # Left padding: positions count real tokens only, as generate() computes them.
