@@ -22,7 +22,9 @@ log-probabilities and entropies of the training forward pass, which gives each r
 sampling log-prob sum and the step's entropy without another forward. And, in one process,
 each distinct prompt's forward runs once for its copies (a step holds each prompt G/K times):
 in HF generation (`shared_prefill`), in the KL reference forward, and in the loss forward of a
-micro batch that holds several copies (`shared_prefix_logps`).
+micro batch that holds several copies (`shared_prefix_logps`). On CPU those prompts also run one
+at a time without their padding (`fastslow.model.generation.prefill_rows_alone`), which costs
+less there than a padded batch.
 
 Why our loop and not `trainer.train()`: a cycle is T steps with a *different pool each cycle*
 and must resume bit-exactly from the previous cycle's files. Owning the ~30-line loop makes the
