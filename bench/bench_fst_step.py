@@ -92,7 +92,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                                           **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
     prev, rows = None, []
     todo = range(cycles) if only is None else [only]
-    if only:
+    if only is not None and only > 0:  # a later cycle's job starts from the previous cycle's directory
         prev = work / f"cycle{only - 1}"
     for c in todo:
         out = work / f"cycle{c}"

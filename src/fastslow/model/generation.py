@@ -255,10 +255,11 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
         stitched = []
         for part in ("keys", "values"):
             like = getattr(template.layers[layer], part)
-            stitched.append(torch.cat([
-                torch.cat([like.new_zeros((1, like.shape[1], width - n, like.shape[3])),
-                           *([getattr(c.layers[layer], part)] if c is not None else [])], dim=2)
-                for n, c in zip(lengths, own, strict=True)]))
+            rows = []
+            for n, c in zip(lengths, own, strict=True):
+                padding = like.new_zeros((1, like.shape[1], width - n, like.shape[3]))
+                rows.append(padding if c is None else torch.cat([padding, getattr(c.layers[layer], part)], dim=2))
+            stitched.append(torch.cat(rows))
         cache.update(*stitched, layer)
         for c in own:  # this layer's row caches are copied: free them (the peak stays ~1x the cache)
             if c is not None:
