@@ -234,6 +234,49 @@ def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer:
         assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
 
 
+def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model: Any, tokenizer: Any,
+                                                              monkeypatch: Any) -> None:
+    """Under bf16 autocast with fp32 weights (the slow loop's rollouts) the stitched cache stores
+    keys and values in bf16, also those each decoding step appends, and generate() gives the
+    very same scores as with fp32 keys and values (the attention rounds them to bf16 anyway).
+    With a gradient (the loss forward) or without autocast they stay fp32."""
+    import fastslow.model.generation as generation
+
+    prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[1], MIXED[3], MIXED[0]])
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+
+    def run() -> tuple[Any, Any, Any]:
+        torch.manual_seed(0)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            cache = shared_prefill(tiny_model, ids, mask)
+            out = tiny_model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=6,
+                                      min_new_tokens=6, do_sample=True, top_k=0, top_p=1.0,
+                                      output_scores=True, return_dict_in_generate=True)
+        return cache, out.sequences, torch.stack(out.scores)
+
+    cache, tokens, scores = run()
+    assert {layer.keys.dtype for layer in cache.layers} == {torch.bfloat16}
+    assert {layer.values.dtype for layer in cache.layers} == {torch.bfloat16}
+    assert cache.get_seq_length() == width - 1 + 6  # the decoding steps appended in bf16 too
+    monkeypatch.setattr(generation, "AUTOCAST_ROUNDS_KV", ())  # plain layers: fp32 keys and values
+    plain, plain_tokens, plain_scores = run()
+    assert plain.layers[0].keys.dtype == torch.float32
+    assert torch.equal(tokens, plain_tokens)
+    assert torch.equal(scores, plain_scores)
+    monkeypatch.undo()
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a gradient flows into the prompt's cache
+        graded = generation.prefill_rows_alone(tiny_model, ids, mask)
+    assert graded.layers[0].keys.dtype == torch.float32 and graded.layers[0].keys.requires_grad
+    with torch.no_grad():
+        assert generation.prefill_rows_alone(tiny_model, ids, mask).layers[0].keys.dtype == torch.float32
+
+
 def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
     scores = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, float("-inf")]]).repeat(100_000, 1)
     u = torch.rand(100_000, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -14,6 +14,7 @@ decoding (temperature 0) it is the log-probability under the unmodified model (t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -193,9 +194,49 @@ def distinct_rows(input_ids: Any, attention_mask: Any) -> tuple[list[int], list[
     return group, first
 
 
+#: Attention implementations that, under autocast, round the cached keys and values to the
+#: autocast dtype before using them (SDPA and matmul are autocast's lower-precision ops).
+AUTOCAST_ROUNDS_KV = ("sdpa", "eager")
+
+
+@functools.cache
+def _autocast_kv_layer() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class AutocastKVLayer(DynamicLayer):
+        """A plain `DynamicLayer` that, while autocast is on and no gradient flows into them,
+        stores new keys and values in the autocast dtype.
+
+        Under CPU bf16 autocast with fp32 weights (the slow loop's rollouts and reference
+        forward) the rotary embedding leaves keys in fp32, so a plain cache holds fp32 keys and
+        values: each decoding step concatenates the whole fp32 cache and then autocast rounds
+        all of it to bf16 for the attention. Storing them rounded once gives the attention the
+        same bf16 values (bit-identical logits) at half the bytes. Measured (SmolLM2-135M,
+        1 thread, 8 rows after 750 prompt tokens): 74 -> 56 ms a decoding step.
+
+        Tensors that require a gradient (the loss forward's prompt cache) stay as they are: the
+        gradients of a prompt's copies are summed through the cache, and that sum belongs in
+        fp32.
+        """
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            device = key_states.device.type
+            if (torch.is_autocast_enabled(device) and not key_states.requires_grad
+                    and not value_states.requires_grad):
+                dtype = torch.get_autocast_dtype(device)
+                key_states, value_states = key_states.to(dtype), value_states.to(dtype)
+            return super().update(key_states, value_states, *args, **kwargs)
+
+    return AutocastKVLayer
+
+
 def plain_dynamic_cache(model: Any) -> Any:
     """An empty DynamicCache for `model` if every layer of it is a plain (full-attention,
-    growing) `DynamicLayer`, whose keys and values can be stitched row by row; else None."""
+    growing) `DynamicLayer`, whose keys and values can be stitched row by row; else None.
+    For SDPA and eager attention its layers keep keys and values in the autocast dtype while
+    autocast is on (`AutocastKVLayer`: same logits, a cheaper decoding step)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
@@ -203,6 +244,9 @@ def plain_dynamic_cache(model: Any) -> Any:
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None
+    if getattr(model.config, "_attn_implementation", None) in AUTOCAST_ROUNDS_KV:
+        layer_class = _autocast_kv_layer()
+        cache.layers = [layer_class() for _ in layers]
     return cache
 
 
@@ -230,7 +274,6 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
     activations are kept and the stitched cache carries its gradient back to them.
     """
     import torch
-    from transformers import DynamicCache
 
     cache = plain_dynamic_cache(model)
     if cache is None or not left_aligned(attention_mask):
@@ -242,7 +285,7 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
         if n == 0:
             own.append(None)
             continue
-        own.append(DynamicCache(config=model.config))
+        own.append(plain_dynamic_cache(model))
         start = width - n if column_positions else 0
         with autocast() if autocast else nullcontext():
             model(input_ids=input_ids[row:row + 1, width - n:].to(model.device), past_key_values=own[-1],
