@@ -49,6 +49,17 @@ MIXED = [
 ]
 
 
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[Any, Any]:
+    """(input ids, attention mask) of token prompts as one left-padded batch."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tiny_model_dir: Path) -> Any:
     return load_model(tiny_model_dir, dtype="float32")
@@ -203,12 +214,7 @@ def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer:
     forward's, each model call sees one unpadded row, and generate() continues from it with
     the same completions as without any shared prefill (all rows distinct here)."""
     prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[0], MIXED[1], MIXED[3]]) + [[7]]  # a repeat, a 1-token row
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     seen: list[tuple[int, ...]] = []
     hook = tiny_model.register_forward_pre_hook(
@@ -243,12 +249,8 @@ def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model: Any, to
     import fastslow.model.generation as generation
 
     prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[1], MIXED[3], MIXED[0]])
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    width = ids.shape[1]
 
     def run() -> tuple[Any, Any, Any]:
         torch.manual_seed(0)
