@@ -9,8 +9,10 @@ Part 2 compares generation throughput on one step's batch (P*G prompts): our rol
 (`PoolGRPOTrainer._generate`, as called inside the step) against a bare `model.generate` on the
 same pre-tokenised, left-padded batch with the same sampling settings and seed. Runs alternate
 (ours, bare, bare, ours, ...) so load from other processes hits both alike; medians are reported.
+Both sides run as the step generates: the fp32 model, under bf16 autocast where `slow.bf16`
+resolves to on (`--autocast/--no-autocast` overrides; the report says which).
 
-    python bench/bench_rl_step.py [--steps 4] [--reps 3] [--out results/bench/rl_step.json]
+    python bench/bench_rl_step.py [--steps 4] [--reps 3] [--no-autocast] [--out results/bench/rl_step.json]
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def bare_generate(model: Any, tokenizer: Any, conversations: list, cfg: SlowConf
                                         return_dict=True)["input_ids"]
     batch = tokenizer.pad({"input_ids": ids}, return_tensors="pt", padding_side="left")
     torch.manual_seed(seed)
-    with torch.inference_mode():
+    with torch.no_grad():  # generate()'s own mode (TRL's too): autocast caches its weight casts
         out = model.generate(**batch, do_sample=True, temperature=cfg.temperature, top_k=0,
                              top_p=1.0, max_new_tokens=cfg.max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
@@ -78,6 +80,8 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4, help="G")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a busy CPU)")
+    parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
+                        help="part 2 under bf16 autocast (default: as the step, slow.bf16 'auto')")
     parser.add_argument("--out", type=Path, default=Path("results/bench/rl_step.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -113,25 +117,28 @@ def main() -> None:
                                 len(CONTEXTS), TaskReward(task, {p.id: p for p in problems}), tmp)
         conversations = [r["prompt"] for r in expand_rows(problems[: args.problems], CONTEXTS,
                                                           args.generations)]
-        ours_generate(trainer, conversations[:2], 0)  # warm-up both paths once
-        bare_generate(model, tokenizer, conversations[:2], cfg, trainer.eos_token_ids, 0)
+        autocast = cfg.bf16 if args.autocast is None else args.autocast
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):  # warm-up both paths once
+            ours_generate(trainer, conversations[:2], 0)
+            bare_generate(model, tokenizer, conversations[:2], cfg, trainer.eos_token_ids, 0)
         runs: dict[str, list[tuple[int, float]]] = {"ours": [], "bare": []}
         for rep in range(args.reps):
             for side in ("ours", "bare") if rep % 2 == 0 else ("bare", "ours"):
                 start = time.perf_counter()
-                if side == "ours":
-                    tokens = ours_generate(trainer, conversations, 1000 + rep)
-                else:
-                    model.eval()
-                    tokens = bare_generate(model, tokenizer, conversations, cfg,
-                                           trainer.eos_token_ids, 1000 + rep)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    if side == "ours":
+                        tokens = ours_generate(trainer, conversations, 1000 + rep)
+                    else:
+                        model.eval()
+                        tokens = bare_generate(model, tokenizer, conversations, cfg,
+                                               trainer.eos_token_ids, 1000 + rep)
                 runs[side].append((tokens, time.perf_counter() - start))
     rate = {side: statistics.median(t / s for t, s in v) for side, v in runs.items()}
     same_tokens = [a[0] == b[0] for a, b in zip(runs["ours"], runs["bare"], strict=True)]
 
     report = {
         "model": SMOLLM2_SPEC, "task": "math", "K": len(CONTEXTS), "P": args.problems,
-        "G": args.generations, "max_new_tokens": args.max_new_tokens,
+        "G": args.generations, "max_new_tokens": args.max_new_tokens, "autocast_bf16": autocast,
         "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
         "step_load_avg_1m": step_load,
@@ -148,7 +155,8 @@ def main() -> None:
     print(f"  total {s['step_seconds']:.1f}s = generation {s['generation_seconds']:.1f}s "
           f"+ scoring {s['scoring_seconds']:.3f}s + training {s['training_seconds']:.1f}s; "
           f"{s['completion_tokens']:.0f} tokens at {s['generated_tokens_per_s']:.1f} tok/s")
-    print(f"generation tokens/s: ours {rate['ours']:.1f}, bare generate {rate['bare']:.1f}, "
+    print(f"generation tokens/s{' (bf16 autocast)' if autocast else ''}: ours {rate['ours']:.1f}, "
+          f"bare generate {rate['bare']:.1f}, "
           f"ratio {rate['ours'] / rate['bare']:.2f} (same tokens: {same_tokens})")
     print(f"wrote {args.out}")
 
