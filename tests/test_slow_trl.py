@@ -270,6 +270,74 @@ def test_loss_forward_shares_the_prompt_within_a_micro_batch(tiny_model_dir, tok
     assert sum(float(g.abs().sum()) for g in grads_s.values()) > 0
 
 
+@pytest.mark.parametrize("problems_per_step, generations, micro", [
+    (2, 4, 2),  # each prompt's 4 copies fill two micro batches of 2
+    (3, 2, 3),  # [A A B] [B C C]: the first micro batch holds two prompts, one of them spanning both
+])
+def test_a_prompt_spanning_micro_batches_runs_forward_and_backward_once(tiny_model_dir, tokenizer, tmp_path,
+                                                                         problems_per_step: int, generations: int,
+                                                                         micro: int) -> None:
+    """RL-only (one context), a prompt's copies spread over micro batches. With the step's
+    `PromptGradients` (as `_rl_step` sets it) each prompt's forward runs once for all of them,
+    and one backward sends the micro batches' summed gradient through it: log-probs, entropies
+    and every parameter's gradient equal TRL's row-by-row forward's."""
+    import torch
+    from trl.trainer.utils import split_tensor_dict
+
+    from fastslow.slow.trainer import PromptGradients
+
+    rows = problems_per_step * generations
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path,
+                       lambda completions, **_: [float(i % 3 == 0) for i in range(len(completions))],
+                       beta=0.01, micro_batch_size=micro, num_generations=generations,
+                       problems_per_step=problems_per_step)
+    model = trainer.model
+    model.train()
+    torch.manual_seed(0)
+    problems = [Problem(f"p{i}", "toy", "question " + "in more words " * i, "0") for i in range(problems_per_step)]
+    batch = trainer._generate_and_score_completions(expand_rows(problems, CONTEXTS[:1], generations))
+    assert (batch["prompt_mask"] == 0).any() and batch["advantages"].abs().sum() > 0
+    micro_rows = [range(i, i + micro) for i in range(0, rows, micro)]
+    heads = range(0, rows, generations)  # each prompt's first row
+    results = {}
+    for mode in ("once", "per_micro_batch", "trl"):
+        trainer.share_prefill = mode != "trl"
+        trainer.reset_step_stats()
+        prompts = PromptGradients(PromptGradients.counts(batch["prompt_ids"], batch["prompt_mask"], micro_rows))
+        assert sum(prompts.uses.values()) > len(heads)  # some prompt spans micro batches
+        trainer.prompt_grads = prompts if mode == "once" else None
+        seen: list[int] = []
+        hook = model.register_forward_pre_hook(lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].numel()),
+                                               with_kwargs=True)
+        try:
+            for part in split_tensor_dict(batch, len(micro_rows)):
+                trainer.compute_loss(model, part).backward()
+                prompts.backward_done()
+        finally:
+            hook.remove()
+            trainer.prompt_grads = None
+        if mode == "once":
+            assert prompts.forwards == len(heads) and not prompts.kv  # each prompt run once, all released
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        results[mode] = (grads, torch.cat([lp for lp, _ in trainer.stash]), torch.cat([e for _, e in trainer.stash]),
+                         sum(seen))
+    completion = batch["completion_ids"].shape[1]
+    prompt_tokens = {h: int(batch["prompt_mask"][h].sum()) - 1 for h in heads}  # unpadded, all but the last
+    assert results["once"][3] == sum(prompt_tokens.values()) + rows * (1 + completion)
+    per_micro = sum(prompt_tokens[r - r % generations] for part in micro_rows
+                    for r in {r - r % generations for r in part})
+    assert results["per_micro_batch"][3] == per_micro + rows * (1 + completion) > results["once"][3]
+    grads_o, logp_o, ent_o, _ = results["once"]
+    for mode in ("per_micro_batch", "trl"):
+        grads, logp, ent, _ = results[mode]
+        assert torch.allclose(logp_o, logp, atol=1e-5) and torch.allclose(ent_o, ent, atol=1e-5)
+        assert grads_o.keys() == grads.keys() and grads_o
+        for name, g in grads_o.items():
+            assert torch.allclose(g, grads[name], atol=1e-6), (mode, name)
+    assert sum(float(g.abs().sum()) for g in grads_o.values()) > 0
+
+
 def test_fused_lm_head_scores_only_completion_positions_on_cpu(tiny_model_dir, tokenizer, tmp_path) -> None:
     """TRL's fused LM head, after build_trainer, projects only the labelled (completion) positions
     on CPU: same log-probs, entropies and gradients as projecting every position, TRL's own CPU

@@ -49,6 +49,7 @@ import numpy as np
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow.config import SlowConfig, native_bf16_available
 from fastslow.slow.trainer import (
+    PromptGradients,
     TaskReward,
     build_trainer,
     expand_rows,
@@ -394,14 +395,28 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         batch = trainer._generate_and_score_completions(rows)
     loss_total = 0.0
     micros = split_tensor_dict(batch, trainer.current_gradient_accumulation_steps)
-    for i, micro in enumerate(micros):
-        # Reduce gradients across ranks once per step, on the last micro batch.
-        no_sync = accelerator.no_sync(model) if distributed and i < len(micros) - 1 else nullcontext()
-        with no_sync:
-            with autocast, trainer.compute_loss_context_manager():
-                loss = trainer.compute_loss(model, micro)
-            accelerator.backward(loss)
-        loss_total += float(loss.detach())
+    prompts = None
+    if trainer.share_prefill and not distributed and len(micros) > 1:
+        # A prompt whose copies span several micro batches: its forward and backward run once.
+        size = len(batch["prompt_ids"]) // len(micros)
+        prompts = PromptGradients(PromptGradients.counts(
+            batch["prompt_ids"], batch["prompt_mask"], [range(i * size, (i + 1) * size) for i in range(len(micros))]))
+    trainer.prompt_grads = prompts
+    try:
+        for i, micro in enumerate(micros):
+            # Reduce gradients across ranks once per step, on the last micro batch.
+            no_sync = accelerator.no_sync(model) if distributed and i < len(micros) - 1 else nullcontext()
+            with no_sync:
+                with autocast, trainer.compute_loss_context_manager():
+                    loss = trainer.compute_loss(model, micro)
+                accelerator.backward(loss)
+                if prompts is not None:
+                    prompts.backward_done()
+            loss_total += float(loss.detach())
+    finally:
+        trainer.prompt_grads = None
+    if prompts is not None and prompts.kv:
+        raise RuntimeError(f"slow loop: {len(prompts.kv)} prompt forwards kept no gradient path to the weights")
     if cfg.max_grad_norm is not None:
         if distributed:  # FSDP2: a norm over the DTensor shards of all ranks
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)

@@ -181,6 +181,8 @@ def _grpo_trainer_class() -> type:
                 self.timings["generation"] += time.perf_counter() - start
 
         share_prefill = True
+        #: the step's `PromptGradients` while its loss forwards run (set by the loop), else None
+        prompt_grads: PromptGradients | None = None
 
         def _generate_single_turn(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                                   *args: Any, **kwargs: Any) -> Any:
@@ -276,16 +278,83 @@ def _grpo_trainer_class() -> type:
                 return None
             out = shared_prefix_logps(*args, batch_size=kwargs.get("batch_size"),
                                       entropy=bool(kwargs.get("compute_entropy")),
-                                      autocast=self.accelerator.autocast)
+                                      autocast=self.accelerator.autocast,
+                                      prompts=self.prompt_grads if grad else None)
             return None if out is None else (*out, None)
 
     return PoolGRPOTrainer
 
 
+class PromptGradients:
+    """One step's loss forwards of the prompts whose copies span several micro batches, each run
+    once, with its gradient taken once.
+
+    Micro batches of 2 rows hold the G = 4 copies of an RL-only prompt in two micro batches, so
+    each ran the ~790-token prompt forward and backward twice. Here the first micro batch that
+    needs a prompt runs its forward and keeps the keys and values (the graph) plus detached
+    copies that require a gradient (the leaves); every micro batch's completions attend to the
+    leaves, whose gradients add up over the micro batches' backward passes; after the backward
+    of the prompt's last micro batch (`backward_done`), one backward from the graph's keys and
+    values with those summed gradients reaches the weights. The weights' gradients are the sum
+    of the per-micro-batch ones, as before; a prompt's activations live from its first to its
+    last micro batch. `uses`: prompt key -> the number of micro batches that hold it.
+    """
+
+    def __init__(self, uses: dict[Any, int]) -> None:
+        self.uses = dict(uses)
+        self.kv: dict[Any, tuple[list[Any], list[Any]]] = {}  # key -> (graph tensors, leaves)
+        self._used: set[Any] = set()
+        self.forwards = 0
+
+    @staticmethod
+    def key(ids_row: Any, mask_row: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(ids_row.tolist()), tuple(mask_row.tolist())
+
+    def has(self, key: Any) -> bool:
+        return key in self.kv
+
+    def put(self, key: Any, tensors: list[Any]) -> None:
+        """`tensors`: the prompt's per-layer keys and values (keys_0, values_0, keys_1, ...)."""
+        leaves = [t.detach().requires_grad_(t.requires_grad) for t in tensors]
+        self.kv[key] = (tensors, leaves)
+        self.forwards += 1
+
+    def leaves(self, key: Any) -> list[Any]:
+        self._used.add(key)
+        return self.kv[key][1]
+
+    def backward_done(self) -> None:
+        """After a micro batch's backward: prompts used for the last time send their summed
+        gradients through their forward now, and are dropped."""
+        import torch
+
+        for key in self._used:
+            self.uses[key] = self.uses.get(key, 1) - 1
+            if self.uses[key] > 0:
+                continue
+            graph, leaves = self.kv.pop(key)
+            pairs = [(t, leaf.grad) for t, leaf in zip(graph, leaves, strict=True)
+                     if t.requires_grad and leaf.grad is not None]
+            if pairs:
+                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        self._used.clear()
+
+    @staticmethod
+    def counts(prompt_ids: Any, prompt_mask: Any, micro_rows: Sequence[Sequence[int]]) -> dict[Any, int]:
+        """Prompt key -> micro batches holding it, for micro batches of the given rows (the
+        key covers all but the prompt's last token, as `shared_prefix_logps` caches)."""
+        uses: dict[Any, int] = {}
+        for rows in micro_rows:
+            for key in {PromptGradients.key(prompt_ids[r, :-1], prompt_mask[r, :-1]) for r in rows}:
+                uses[key] = uses.get(key, 0) + 1
+        return uses
+
+
 def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
                         batch_size: int | None = None, entropy: bool = False,
                         autocast: Callable[[], Any] | None = None,
-                        alone: bool | None = None) -> tuple[Any, Any] | None:
+                        alone: bool | None = None,
+                        prompts: PromptGradients | None = None) -> tuple[Any, Any] | None:
     """TRL's per-token log-probs (and entropies, with `entropy`) of the last `logits_to_keep`
     tokens of each row, as `GRPOTrainer._get_per_token_logps_and_entropies` computes them
     through the fused LM head, with each distinct prompt's forward run once instead of once per
@@ -308,6 +377,10 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     column) instead of as one padded batch, whose padding and masked attention cost on a CPU:
     a 760-token prompt with 40 columns of padding took 0.95 s forward and 2.75 s forward and
     backward, alone 0.77 s and 2.38 s (SmolLM2-135M, bf16 autocast, 1 thread).
+
+    `prompts` (under a gradient): the step's `PromptGradients`; a prompt already run for an
+    earlier micro batch is not run again, and even a micro batch of distinct prompts goes
+    through here.
     """
     import torch
     from transformers import DynamicCache
@@ -318,17 +391,16 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     if prompt_len < 2:
         return None
     group, first = distinct_rows(input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1])
-    if len(first) == len(group):
+    if prompts is not None and not torch.is_grad_enabled():
+        prompts = None
+    if len(first) == len(group) and prompts is None:
         return None
     chunk = batch_size or len(first)
     autocast = autocast or contextlib.nullcontext
     if alone is None:
         alone = input_ids.device.type == "cpu"
-    parts = []
-    for start in range(0, len(first), chunk):
-        stop = min(start + chunk, len(first))
-        rows = [i for i, u in enumerate(group) if start <= u < stop]
-        heads = first[start:stop]
+
+    def prompt_cache(heads: list[int]) -> Any:
         cache = prefill_rows_alone(model, input_ids[heads, :prompt_len - 1], attention_mask[heads, :prompt_len - 1],
                                    column_positions=True, autocast=autocast) if alone else None
         if cache is None:
@@ -337,6 +409,27 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
                 model(input_ids=input_ids[heads, :prompt_len - 1],
                       attention_mask=attention_mask[heads, :prompt_len - 1],
                       past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return cache
+
+    parts = []
+    for start in range(0, len(first), chunk):
+        stop = min(start + chunk, len(first))
+        rows = [i for i, u in enumerate(group) if start <= u < stop]
+        heads = first[start:stop]
+        if prompts is None:
+            cache = prompt_cache(heads)
+        else:  # each prompt's forward once a step: from the store, or run now and stored
+            keys = [PromptGradients.key(input_ids[h, :prompt_len - 1], attention_mask[h, :prompt_len - 1])
+                    for h in heads]
+            for head, k in zip(heads, keys, strict=True):
+                if not prompts.has(k):  # alone: a prompt's graph shared with another's would be
+                    fresh = prompt_cache([head])  # freed by the first of their two backwards
+                    prompts.put(k, [getattr(layer, part) for layer in fresh.layers for part in ("keys", "values")])
+            stored = [prompts.leaves(k) for k in keys]
+            cache = DynamicCache(config=model.config)
+            for layer in range(len(cache.layers)):
+                cache.update(torch.cat([t[2 * layer] for t in stored]), torch.cat([t[2 * layer + 1] for t in stored]),
+                             layer)
         cache.batch_select_indices(torch.tensor([group[i] - start for i in rows], device=input_ids.device))
         tail = input_ids[rows, prompt_len - 1:]
         labels = tail.masked_fill(attention_mask[rows, prompt_len - 1:] == 0, -100)
