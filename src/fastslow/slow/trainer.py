@@ -22,7 +22,8 @@ log-probabilities and entropies of the training forward pass, which gives each r
 sampling log-prob sum and the step's entropy without another forward. And, in one process,
 each distinct prompt's forward runs once for its copies (a step holds each prompt G/K times):
 in HF generation (`shared_prefill`), in the KL reference forward, and in the loss forward of a
-micro batch that holds several copies (`shared_prefix_logps`). On CPU those prompts also run one
+micro batch that holds several copies (`shared_prefix_logps`), and a prompt whose copies span
+several micro batches runs forward and backward once a step (`PromptGradients`). On CPU those prompts also run one
 at a time without their padding (`fastslow.model.generation.prefill_rows_alone`), which costs
 less there than a padded batch.
 
