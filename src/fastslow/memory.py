@@ -7,7 +7,7 @@ buffers come from the heap, where freed blocks fragment and resident memory only
 threshold (`mallopt(M_MMAP_THRESHOLD)`, which also turns the growth off) sends every large
 tensor back to the system when it is freed.
 
-Measured on the CPU default (SmolLM2-135M, bench/bench_fst_step.py; README, Performance): a
+Measured on the CPU default (SmolLM2-135M, bench/bench_fst_step.py; bench/HISTORY.md, memory fragmentation): a
 codeio RL cycle at micro-batch 2 peaks at 8516 MB with glibc's default and 7359 MB with a 1 MiB
 threshold, but every large tensor then costs fresh pages (the kernel zeroes them): an RL step on
 math took 17.6 s instead of 15.8 s at micro-batch 2, and 19.6 s instead of 15.9 s at micro-batch

@@ -416,7 +416,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     finally:
         trainer.prompt_grads = None
     if prompts is not None and prompts.kv:
-        raise RuntimeError(f"slow loop: {len(prompts.kv)} prompt forwards kept no gradient path to the weights")
+        raise RuntimeError(f"slow loop: {len(prompts.kv)} prompt forwards never sent their gradients to the "
+                           f"weights (their micro batches were counted wrong)")
     if cfg.max_grad_norm is not None:
         if distributed:  # FSDP2: a norm over the DTensor shards of all ranks
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
