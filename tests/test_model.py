@@ -240,13 +240,17 @@ def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer:
         assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
 
 
-def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model: Any, tokenizer: Any,
-                                                              monkeypatch: Any) -> None:
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model_dir: Path, tokenizer: Any,
+                                                              monkeypatch: Any, attention: str) -> None:
     """Under bf16 autocast with fp32 weights (the slow loop's rollouts) the stitched cache stores
     keys and values in bf16, also those each decoding step appends, and generate() gives the
     very same scores as with fp32 keys and values (the attention rounds them to bf16 anyway).
     With a gradient (the loss forward) or without autocast they stay fp32."""
     import fastslow.model.generation as generation
+
+    tiny_model = load_model(tiny_model_dir, dtype="float32")
+    tiny_model.set_attn_implementation(attention)
 
     prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[1], MIXED[3], MIXED[0]])
     ids, mask = left_padded(prompts, tokenizer.pad_token_id)
