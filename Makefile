@@ -37,11 +37,12 @@ dry-run: setup
 
 # Benchmarks (never part of the test suite): results/bench/*.json and plots.
 bench: setup-test
-	$(BIN)/snakemake --cores $(CORES) results/data/math/train.parquet
+	$(BIN)/snakemake --cores $(CORES) results/data/math/train.parquet results/data/hover_hard/train.parquet
 	$(BIN)/python bench/bench_generate.py
 	$(BIN)/python bench/bench_call_cost.py
 	$(BIN)/python bench/bench_rl_step.py
 	$(BIN)/python bench/bench_fst_step.py
+	$(BIN)/python bench/bench_pool_step.py
 	$(BIN)/python bench/paper_cost.py
 
 clean:
