@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from bench_fst_step import run_child  # this directory: its RESULT-line protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ["Read every document before you decide, and quote the sentence your answer rests on.",
@@ -84,14 +85,9 @@ def main() -> None:
     runs = []
     for k in (1, args.k):
         print(f"K = {k} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, __file__, "--child", str(k), "--task", args.task, "--steps",
-                               str(args.steps), "--seed", str(args.seed), "--threads", str(args.threads)],
-                              capture_output=True, text=True, cwd=ROOT)
-        line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if proc.returncode != 0 or not line:
-            raise SystemExit(f"K = {k} failed:\n{proc.stderr[-3000:]}")
-        runs.append(json.loads(line[0][7:]))
-        r = runs[-1]
+        r = run_child([sys.executable, __file__, "--child", str(k), "--task", args.task, "--steps",
+                       str(args.steps), "--seed", str(args.seed), "--threads", str(args.threads)], f"K = {k}")
+        runs.append(r)
         print(f"  K = {k}: {r['step_seconds']:.1f} s/step (generation {r['generation_seconds']:.1f}, training "
               f"{r['training_seconds']:.1f}), {r['mean_completion_tokens']:.1f} tokens, peak RSS "
               f"{r['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)

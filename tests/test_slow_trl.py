@@ -298,19 +298,20 @@ def test_a_prompt_spanning_micro_batches_runs_forward_and_backward_once(tiny_mod
     batch = trainer._generate_and_score_completions(expand_rows(problems, CONTEXTS[:1], generations))
     assert (batch["prompt_mask"] == 0).any() and batch["advantages"].abs().sum() > 0
     micro_rows = [range(i, i + micro) for i in range(0, rows, micro)]
+    micros = split_tensor_dict(batch, len(micro_rows))
     heads = range(0, rows, generations)  # each prompt's first row
     results = {}
     for mode in ("once", "per_micro_batch", "trl"):
         trainer.share_prefill = mode != "trl"
         trainer.reset_step_stats()
-        prompts = PromptGradients(PromptGradients.counts(batch["prompt_ids"], batch["prompt_mask"], micro_rows))
+        prompts = PromptGradients(PromptGradients.counts(micros))
         assert sum(prompts.uses.values()) > len(heads)  # some prompt spans micro batches
         trainer.prompt_grads = prompts if mode == "once" else None
         seen: list[int] = []
         hook = model.register_forward_pre_hook(lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].numel()),
                                                with_kwargs=True)
         try:
-            for part in split_tensor_dict(batch, len(micro_rows)):
+            for part in micros:
                 trainer.compute_loss(model, part).backward()
                 prompts.backward_done()
         finally:

@@ -398,9 +398,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     prompts = None
     if trainer.share_prefill and not distributed and len(micros) > 1:
         # A prompt whose copies span several micro batches: its forward and backward run once.
-        size = len(batch["prompt_ids"]) // len(micros)
-        prompts = PromptGradients(PromptGradients.counts(
-            batch["prompt_ids"], batch["prompt_mask"], [range(i * size, (i + 1) * size) for i in range(len(micros))]))
+        prompts = PromptGradients(PromptGradients.counts(micros))
     trainer.prompt_grads = prompts
     try:
         for i, micro in enumerate(micros):

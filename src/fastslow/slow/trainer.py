@@ -54,7 +54,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -341,12 +341,13 @@ class PromptGradients:
         self._used.clear()
 
     @staticmethod
-    def counts(prompt_ids: Any, prompt_mask: Any, micro_rows: Sequence[Sequence[int]]) -> dict[Any, int]:
-        """Prompt key -> micro batches holding it, for micro batches of the given rows (the
-        key covers all but the prompt's last token, as `shared_prefix_logps` caches)."""
+    def counts(micros: Sequence[Mapping[str, Any]]) -> dict[Any, int]:
+        """Prompt key -> the micro batches (TRL batch dicts) holding it (the key covers all but
+        the prompt's last token, as `shared_prefix_logps` caches)."""
         uses: dict[Any, int] = {}
-        for rows in micro_rows:
-            for key in {PromptGradients.key(prompt_ids[r, :-1], prompt_mask[r, :-1]) for r in rows}:
+        for micro in micros:
+            ids, mask = micro["prompt_ids"][:, :-1], micro["prompt_mask"][:, :-1]
+            for key in {PromptGradients.key(i, m) for i, m in zip(ids, mask, strict=True)}:
                 uses[key] = uses.get(key, 0) + 1
         return uses
 
