@@ -10,7 +10,10 @@ Part 2 compares generation throughput on one step's batch (P*G prompts): our rol
 same pre-tokenised, left-padded batch with the same sampling settings and seed. Runs alternate
 (ours, bare, bare, ours, ...) so load from other processes hits both alike; medians are reported.
 Both sides run as the step generates: the fp32 model, under bf16 autocast where `slow.bf16`
-resolves to on (`--autocast/--no-autocast` overrides; the report says which).
+resolves to on (`--autocast/--no-autocast` overrides; the report says which). Our side drops
+rows that stopped (`generate_compacting`), so generate()'s multinomial draws for fewer rows after
+the first stop: the two sides sample different completions from the same distribution, and each
+side's tokens/s counts its own completion tokens (`same_token_counts` says whether they match).
 
     python bench/bench_rl_step.py [--steps 4] [--reps 3] [--no-autocast] [--out results/bench/rl_step.json]
 """

@@ -176,6 +176,63 @@ def test_counts_and_logprobs(gen: HFGenerator, tiny_model: Any, tokenizer: Any) 
     assert greedy.logprob_sum is not None and math.isfinite(greedy.logprob_sum)
 
 
+def decoded_rows(model: Any) -> tuple[list[int], Any]:
+    """A counter of the rows every decoding forward of `model` runs (one new token a row), and
+    the hook handle to remove."""
+    rows: list[int] = []
+
+    def count(module: Any, args: Any, kwargs: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None and ids.shape[1] == 1:
+            rows.append(ids.shape[0])
+
+    return rows, model.register_forward_pre_hook(count, with_kwargs=True)
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
+def test_compacting_decodes_only_unstopped_rows_with_the_same_results(
+        tiny_model: Any, tokenizer: Any, temperature: float, top_p: float) -> None:
+    """Rows that stopped leave the batch: the same completions, log-probs and finish reasons
+    as one generate() call over all rows, with fewer rows decoded."""
+    prompts = [*MIXED, *MIXED[:3]]
+    params = SamplingParams(max_new_tokens=14, temperature=temperature, top_p=top_p, seed=11)
+    plain = HFGenerator(tiny_model, tokenizer, batch_size=8)
+    plain.compact = False
+    first = plain.generate(prompts, params)
+    # Stop tokens the random model emits at different depths in different rows, so rows end
+    # at different lengths (its real EOS is too rare to stop any): the pair of emitted tokens
+    # that gives the most distinct lengths.
+    def lengths(stops: set[int]) -> set[int]:  # each row's, cut at its first stop
+        return {next((i + 1 for i, t in enumerate(g.completion_ids) if t in stops), len(g.completion_ids))
+                for g in first}
+
+    emitted = sorted({t for g in first for t in g.completion_ids})
+    stops = max(({a, b} for a in emitted for b in emitted if a < b), key=lambda x: (len(lengths(x)), sorted(x)))
+    compact = HFGenerator(tiny_model, tokenizer, batch_size=8)
+    for g in (plain, compact):
+        g.eos = stops
+    counts = {}
+    outs = {}
+    for name, g in (("plain", plain), ("compact", compact)):
+        rows, handle = decoded_rows(tiny_model)
+        try:
+            outs[name] = g.generate(prompts, params)
+        finally:
+            handle.remove()
+        counts[name] = sum(rows)
+    assert len({g.completion_tokens for g in outs["plain"]}) >= 3  # ragged
+    assert [g.completion_ids for g in outs["compact"]] == [g.completion_ids for g in outs["plain"]]
+    assert [g.finish_reason for g in outs["compact"]] == [g.finish_reason for g in outs["plain"]]
+    for a, b in zip(outs["compact"], outs["plain"], strict=True):
+        assert len(a.token_logprobs) == a.completion_tokens
+        assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-5)
+        assert a.logprob_sum == pytest.approx(b.logprob_sum, abs=1e-4)
+    # plain decodes every row to the batch's longest; compact about each row's own length
+    needed = sum(g.completion_tokens - 1 for g in outs["plain"])
+    assert counts["compact"] < counts["plain"]
+    assert counts["compact"] <= needed + 0.25 * counts["plain"]
+
+
 def test_shared_prefill_same_results_fewer_prompt_tokens(tiny_model: Any, tokenizer: Any) -> None:
     """Repeated prompts are prefilled once: same completions and log-probs as prefilling every
     copy, while the model sees fewer prompt positions."""

@@ -160,6 +160,52 @@ def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) 
     assert 0 < positions[0]["ref"] < positions[1]["ref"]
 
 
+def test_rollouts_decode_only_unstopped_rows(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """TRL's generation through our path drops rows that stopped (`generate_compacting`): fewer
+    rows decoded; until the first drop the same tokens as one generate() call (the same random
+    stream), and every completion ends at its first stop token or at the length limit."""
+    import torch
+
+    def constant(prompts: list, **_: Any) -> list[float]:
+        return [0.0] * len(prompts)
+
+    rows = expand_rows(PROBLEMS, CONTEXTS, 4)
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, constant, beta=0.0, max_new_tokens=12)
+
+    def rollout(compact: bool) -> tuple[list[list[int]], int]:
+        trainer.compact_generation = compact
+        decoded: list[int] = []
+
+        def count(_m: Any, _a: Any, kw: dict) -> None:
+            if kw.get("input_ids") is not None and kw["input_ids"].shape[1] == 1:
+                decoded.append(kw["input_ids"].shape[0])
+
+        hook = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+        torch.manual_seed(0)
+        try:
+            batch = trainer._generate_and_score_completions(rows)
+        finally:
+            hook.remove()
+        ids, mask = batch["completion_ids"], batch["completion_mask"]
+        return [r[m.bool()].tolist() for r, m in zip(ids, mask, strict=True)], sum(decoded)
+
+    free, _ = rollout(False)
+    # Stop tokens that end the rows at different depths (the random model's EOS is too rare).
+    stops = sorted({c[2 + i % 7] for i, c in enumerate(free)})
+    trainer.eos_token_ids = stops
+    trainer.generation_config.eos_token_id = stops
+    plain, plain_rows = rollout(False)
+    ours, our_rows = rollout(True)
+    lengths = [len(c) for c in plain]
+    assert len(set(lengths)) >= 3  # ragged
+    assert our_rows < plain_rows
+    first_end = min(lengths)  # no row is dropped before the first row stops
+    assert [c[:first_end] for c in ours] == [c[:first_end] for c in plain]
+    for c in ours:
+        ends = [i for i, t in enumerate(c) if t in stops]
+        assert ends == [len(c) - 1] or (not ends and len(c) == 12)
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_reference_logprobs_share_the_prompt_forward(tiny_model_dir, tokenizer, tmp_path, bf16: bool) -> None:
     """The KL reference forward runs each distinct prompt once (its G/K copies share it): the

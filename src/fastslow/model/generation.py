@@ -14,6 +14,7 @@ decoding (temperature 0) it is the log-probability under the unmodified model (t
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
@@ -120,16 +121,22 @@ class _SampledLogprobs:
     the token sampled at step t-1. It keeps only the previous step's scores and log-normaliser
     (O(batch × vocab) memory, unlike `output_scores`, which keeps every step), and one
     log-probability per row per step.
+
+    Across the calls of `generate_compacting` it follows the batch's rows: `flush` records a
+    call's last tokens, `select` keeps the rows that go on, and `finish` returns one row per
+    original row (0 after a row stopped).
     """
 
-    def __init__(self) -> None:
-        self.steps: list[Any] = []
+    def __init__(self, rows: int | None = None) -> None:
+        self.steps: list[tuple[Any, Any]] = []  # (original rows, their log-probabilities)
+        self.width = rows
+        self.rows: Any = None  # original index of each current row (None: all, in order)
         self._scores: Any = None
         self._lse: Any = None
 
     def _take(self, tokens: Any) -> None:
         picked = self._scores.gather(1, tokens.view(-1, 1)).squeeze(1)
-        self.steps.append(picked - self._lse)
+        self.steps.append((self.rows, picked - self._lse))
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
@@ -140,13 +147,31 @@ class _SampledLogprobs:
         self._lse = torch.logsumexp(scores.float(), dim=-1)
         return scores
 
+    def flush(self, last_tokens: Any) -> None:
+        """Record the tokens a generate() call sampled last (the next call starts afresh)."""
+        if self._scores is not None:
+            self._take(last_tokens)
+        self._scores = self._lse = None
+
+    def select(self, keep: Any) -> None:
+        """Only the current rows at positions `keep` go on (after `flush`)."""
+        import torch
+
+        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
+        self.rows = current[keep.to(current.device)]
+
     def finish(self, last_tokens: Any) -> Any:
         """Per-row, per-step log-probabilities, shape (batch, generated length)."""
         import torch
 
-        self._take(last_tokens)
-        self._scores = None
-        return torch.stack(self.steps, dim=1)
+        self.flush(last_tokens)
+        if all(rows is None for rows, _ in self.steps):
+            return torch.stack([values for _, values in self.steps], dim=1)
+        width = self.width if self.width is not None else len(self.steps[0][1])
+        out = torch.zeros((width, len(self.steps)), dtype=self.steps[0][1].dtype)
+        for step, (rows, values) in enumerate(self.steps):
+            out[rows if rows is not None else slice(None), step] = values.to(out.device)
+        return out
 
 
 def inverse_cdf_sample(scores: Any, u: Any) -> Any:
@@ -168,12 +193,28 @@ class _InverseCdfSampler:
     one uniform from the torch RNG per row) and leaves it the only finite score, so generate()'s
     greedy step (do_sample=False) takes it. The same distribution as generate()'s own
     `torch.multinomial`, which on this CPU costs ~0.7 ms per row per decoding step over
-    SmolLM2's 49152-token vocabulary (11 ms at batch 15) against ~1 ms for this whole draw."""
+    SmolLM2's 49152-token vocabulary (11 ms at batch 15) against ~1 ms for this whole draw.
+
+    With `width` set, every step draws one uniform per row of the original batch and the
+    current rows (`rows`, original indices) take theirs: dropping stopped rows
+    (`generate_compacting`) leaves every other row's draws, hence its tokens, as they were."""
+
+    def __init__(self, width: int | None = None) -> None:
+        self.width = width
+        self.rows: Any = None
+
+    def select(self, keep: Any) -> None:
+        import torch
+
+        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
+        self.rows = current[keep.to(current.device)]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        u = torch.rand((scores.shape[0], 1), dtype=torch.float64, device=scores.device)
+        u = torch.rand((self.width or scores.shape[0], 1), dtype=torch.float64, device=scores.device)
+        if self.rows is not None:
+            u = u[self.rows.to(u.device)]
         token = inverse_cdf_sample(scores, u)
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)
 
@@ -359,6 +400,92 @@ def shared_prefill(model: Any, input_ids: Any, attention_mask: Any,
     return cache
 
 
+#: `generate_compacting` ends a generate() call once this fraction of its rows (at least one)
+#: has stopped, and the next call goes on with the others only.
+COMPACT_FRACTION = 0.25
+
+
+@functools.cache
+def _stop_for_compaction() -> type:
+    from transformers import StoppingCriteria
+
+    class StopForCompaction(StoppingCriteria):
+        """Ends a generate() call (every row reported done) once `need` rows have produced an
+        EOS token since position `start`."""
+
+        def __init__(self, start: int, eos: Any, need: int) -> None:
+            self.start, self.eos, self.need = start, eos, need
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            import torch
+
+            done = torch.isin(input_ids[:, self.start:], self.eos.to(input_ids.device)).any(-1)
+            return torch.full_like(done, int(done.sum()) >= self.need)
+
+    return StopForCompaction
+
+
+def generate_compacting(generate: Callable[..., Any], model: Any, input_ids: Any, attention_mask: Any,
+                        cache: Any, *, eos: Sequence[int], max_new_tokens: int, pad_id: int,
+                        hooks: Sequence[Any] = (), fraction: float = COMPACT_FRACTION,
+                        **kwargs: Any) -> Any:
+    """`generate(input_ids=..., attention_mask=..., **kwargs)`'s output (prompt and completion
+    tokens, pad after a row's end), decoding only the rows that have not stopped.
+
+    generate() runs every row until the last one stops: on a batch whose completions end at
+    different lengths (RL's and GEPA's: mean ~35 of 64 tokens on hover_hard, with one row at
+    64 in every step) most of the rows a late decoding step computes are finished ones. Here a
+    call ends once `fraction` of its rows (at least one) have stopped; the rows still going
+    continue in the next call from the same KV cache (`cache.batch_select_indices`), with the
+    tokens they have so far. `hooks` (logits processors with `select(keep)` and optionally
+    `flush(last_tokens)`) follow the rows: `_SampledLogprobs` and `_InverseCdfSampler` (whose
+    per-row draws, hence tokens, do not depend on which rows are left). generate()'s own
+    sampler (`torch.multinomial`) draws for the rows present, so there the random stream, not
+    the distribution, differs from one call.
+
+    `cache` is the prompt's KV cache (`shared_prefill`), or None for a fresh DynamicCache.
+    """
+    import math
+
+    import torch
+    from transformers import DynamicCache, StoppingCriteriaList
+
+    if cache is None:
+        cache = DynamicCache(config=model.config)
+    rows, width = input_ids.shape
+    out = torch.full((rows, width + max_new_tokens), pad_id, dtype=input_ids.dtype, device=input_ids.device)
+    out[:, :width] = input_ids
+    eos_ids = torch.tensor(sorted(eos), dtype=input_ids.dtype)
+    active = torch.arange(rows, device=input_ids.device)
+    ids, mask, made = input_ids, attention_mask, 0
+    config = kwargs.pop("generation_config", None)
+    while True:
+        stop = _stop_for_compaction()(ids.shape[1], eos_ids, max(1, math.ceil(len(active) * fraction)))
+        if config is not None:  # (generate() wants max_new_tokens in the config it is given)
+            length = {"generation_config": copy.deepcopy(config)}
+            length["generation_config"].max_new_tokens = max_new_tokens - made
+        else:
+            length = {"max_new_tokens": max_new_tokens - made}
+        seq = generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                       stopping_criteria=StoppingCriteriaList([stop]), **length, **kwargs)
+        new = seq[:, ids.shape[1]:]
+        out[active, width + made: width + made + new.shape[1]] = new
+        made += new.shape[1]
+        for hook in hooks:
+            if hasattr(hook, "flush"):
+                hook.flush(new[:, -1])
+        going = ~torch.isin(new, eos_ids.to(new.device)).any(-1)
+        if made >= max_new_tokens or not bool(going.any()):
+            return out[:, :width + made]
+        keep = going.nonzero().squeeze(1)
+        cache.batch_select_indices(keep)
+        for hook in hooks:
+            hook.select(keep.cpu())
+        active = active[keep]
+        ids = seq[keep]
+        mask = torch.cat([mask[keep], mask.new_ones((len(keep), new.shape[1]))], dim=1)
+
+
 class HFGenerator:
     """Batched generation with transformers `generate` (CPU or a single GPU).
 
@@ -370,6 +497,8 @@ class HFGenerator:
 
     #: draw tokens with `_InverseCdfSampler` (False: generate()'s own torch.multinomial)
     inverse_cdf_sampling = True
+    #: decode only the rows that have not stopped (`generate_compacting`; False: one generate())
+    compact = True
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
                  chat_template_kwargs: dict[str, Any] | None = None,
@@ -394,7 +523,7 @@ class HFGenerator:
         """Prompt token ids as this generator feeds them to the model."""
         return encode_prompts(self.tokenizer, conversations, self.chat_template_kwargs)
 
-    def _generation_kwargs(self, params: SamplingParams, recorder: Any) -> dict[str, Any]:
+    def _generation_kwargs(self, params: SamplingParams, recorder: Any, rows: int | None = None) -> dict[str, Any]:
         from transformers import (
             GenerationConfig,
             LogitsProcessorList,
@@ -429,7 +558,7 @@ class HFGenerator:
         )
         processors.append(recorder)
         if ours:
-            processors.append(_InverseCdfSampler())
+            processors.append(_InverseCdfSampler(rows))
         return {"generation_config": config, "logits_processor": LogitsProcessorList(processors)}
 
     @contextmanager
@@ -463,18 +592,25 @@ class HFGenerator:
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
         device = self.model.device
-        recorder = _SampledLogprobs()
-        kwargs = self._generation_kwargs(params, recorder)
+        recorder = _SampledLogprobs(len(prompts))
+        kwargs = self._generation_kwargs(params, recorder, len(prompts))
         devices = [device.index or 0] if device.type == "cuda" else []
         with (torch.random.fork_rng(devices=devices), torch.inference_mode(),
               self._neutral_generation_config()):
             cache = shared_prefill(self.model, input_ids, attention) if self.share_prefill else None
-            if cache is not None:
-                kwargs["past_key_values"] = cache
             torch.manual_seed(seed)
-            out = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
-            )
+            if self.compact:
+                hooks = [p for p in kwargs["logits_processor"] if hasattr(p, "select")]
+                out = generate_compacting(self.model.generate, self.model, input_ids.to(device),
+                                          attention.to(device), cache, eos=sorted(self.eos),
+                                          max_new_tokens=params.max_new_tokens, pad_id=self.pad_id,
+                                          hooks=hooks, **kwargs)
+            else:
+                if cache is not None:
+                    kwargs["past_key_values"] = cache
+                out = self.model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs
+                )
         generated = out[:, width:]
         step_logprobs = recorder.finish(generated[:, -1]).float().cpu()
         results = []
