@@ -233,6 +233,40 @@ def test_compacting_decodes_only_unstopped_rows_with_the_same_results(
     assert counts["compact"] <= needed + 0.25 * counts["plain"]
 
 
+def decoding_masks(model: Any) -> tuple[list[bool], Any]:
+    """Whether each decoding step (one query token) of `model`'s first attention layer got an
+    attention mask, and the hook handle to remove."""
+    seen: list[bool] = []
+
+    def record(module: Any, args: Any, kwargs: Any) -> None:
+        if kwargs["hidden_states"].shape[1] == 1:
+            seen.append(kwargs.get("attention_mask") is not None)
+
+    return seen, model.model.layers[0].self_attn.register_forward_pre_hook(record, with_kwargs=True)
+
+
+def test_decoding_keeps_the_attention_mask_without_padding(tiny_model: Any, tokenizer: Any) -> None:
+    """Copies of one prompt have no padding, and transformers would drop their attention mask
+    (SDPA's slow unmasked path on CPU): a masked-out column keeps it, with the same tokens."""
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    seen, handle = decoding_masks(tiny_model)
+    try:
+        ours = HFGenerator(tiny_model, tokenizer, batch_size=4).generate([MIXED[1]] * 3, params)
+    finally:
+        handle.remove()
+    assert seen and all(seen)
+    ids = torch.tensor(encode_prompts(tokenizer, [MIXED[1]]) * 3)
+    seen, handle = decoding_masks(tiny_model)
+    try:
+        with torch.inference_mode():
+            bare = tiny_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                       max_new_tokens=6, pad_token_id=tokenizer.pad_token_id)
+    finally:
+        handle.remove()
+    assert seen and not any(seen)  # what it avoids: generate() decodes this batch unmasked
+    assert [list(g.completion_ids) for g in ours] == bare[:, ids.shape[1]:].tolist()
+
+
 def test_shared_prefill_same_results_fewer_prompt_tokens(tiny_model: Any, tokenizer: Any) -> None:
     """Repeated prompts are prefilled once: same completions and log-probs as prefilling every
     copy, while the model sees fewer prompt positions."""

@@ -163,7 +163,8 @@ def test_rollouts_share_the_prompt_prefill(tiny_model_dir, tokenizer, tmp_path) 
 def test_rollouts_decode_only_unstopped_rows(tiny_model_dir, tokenizer, tmp_path) -> None:
     """TRL's generation through our path drops rows that stopped (`generate_compacting`): fewer
     rows decoded; until the first drop the same tokens as one generate() call (the same random
-    stream), and every completion ends at its first stop token or at the length limit."""
+    stream), and every completion ends at its first stop token or at the length limit. Every
+    decoding step has an attention mask, though no prompt is padded."""
     import torch
 
     def constant(prompts: list, **_: Any) -> list[float]:
@@ -180,12 +181,21 @@ def test_rollouts_decode_only_unstopped_rows(tiny_model_dir, tokenizer, tmp_path
             if kw.get("input_ids") is not None and kw["input_ids"].shape[1] == 1:
                 decoded.append(kw["input_ids"].shape[0])
 
-        hook = trainer.model.register_forward_pre_hook(count, with_kwargs=True)
+        def masked(_m: Any, _a: Any, kw: dict) -> None:
+            if kw["hidden_states"].shape[1] == 1:
+                unmasked.append(kw.get("attention_mask") is None)
+
+        unmasked: list[bool] = []
+        hooks = [trainer.model.register_forward_pre_hook(count, with_kwargs=True),
+                 trainer.model.model.layers[0].self_attn.register_forward_pre_hook(masked, with_kwargs=True)]
         torch.manual_seed(0)
         try:
             batch = trainer._generate_and_score_completions(rows)
         finally:
-            hook.remove()
+            for hook in hooks:
+                hook.remove()
+        # the 4 prompts are unpadded (equal lengths); decoding keeps a mask (`masked_decoding`)
+        assert unmasked and not any(unmasked)
         ids, mask = batch["completion_ids"], batch["completion_mask"]
         return [r[m.bool()].tolist() for r, m in zip(ids, mask, strict=True)], sum(decoded)
 

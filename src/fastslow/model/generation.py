@@ -400,6 +400,28 @@ def shared_prefill(model: Any, input_ids: Any, attention_mask: Any,
     return cache
 
 
+def masked_decoding(input_ids: Any, attention_mask: Any, pad_id: int) -> tuple[Any, Any, int]:
+    """(input ids, attention mask, columns added): on CPU, one column of left padding (masked
+    out) in front of a batch in which some row has none, so that every row of every later
+    decoding step has some.
+
+    transformers drops the attention mask of a batch without padding, and SDPA then decodes
+    grouped-query attention through `enable_gqa`, which on this CPU is 1.6-3x slower than the
+    masked path (one query token packed over the key/value heads). Measured (SmolLM2-135M,
+    1 thread, 750 prompt tokens), a decoding step without the mask against with the column:
+    8 rows 303 vs 103 ms in bf16, 381 vs 182 ms in fp32 under bf16 autocast; 2 rows 144 vs
+    89 ms. The column changes nothing else: positions come from the mask, and its key/value
+    are masked out. On a GPU the unmasked kernels are the fast ones, so nothing is added.
+    """
+    import torch
+
+    if input_ids.device.type != "cpu" or input_ids.shape[1] == 0 or not bool(attention_mask[:, 0].any()):
+        return input_ids, attention_mask, 0
+    rows = input_ids.shape[0]
+    return (torch.cat([input_ids.new_full((rows, 1), pad_id), input_ids], dim=1),
+            torch.cat([attention_mask.new_zeros((rows, 1)), attention_mask], dim=1), 1)
+
+
 #: `generate_compacting` ends a generate() call once this fraction of its rows (at least one)
 #: has stopped, and the next call goes on with the others only.
 COMPACT_FRACTION = 0.25
@@ -499,6 +521,8 @@ class HFGenerator:
     inverse_cdf_sampling = True
     #: decode only the rows that have not stopped (`generate_compacting`; False: one generate())
     compact = True
+    #: on CPU, one column of padding more than the longest prompt (`masked_decoding`)
+    pad_column = True
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
                  chat_template_kwargs: dict[str, Any] | None = None,
@@ -585,7 +609,9 @@ class HFGenerator:
                         seed: int) -> list[Generation]:
         import torch
 
-        width = max(len(p) for p in prompts)
+        # On CPU one more column than the longest prompt: every row has padding, so decoding
+        # takes SDPA's masked path (`masked_decoding`).
+        width = max(len(p) for p in prompts) + (self.pad_column and self.model.device.type == "cpu")
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, ids in enumerate(prompts):

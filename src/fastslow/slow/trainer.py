@@ -233,24 +233,32 @@ def _grpo_trainer_class() -> type:
                      and self.accelerator.distributed_type != DistributedType.FSDP)
             if not plain:
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, *args, **kwargs)
-            from fastslow.model.generation import generate_compacting, shared_prefill
+            from fastslow.model.generation import (
+                generate_compacting,
+                masked_decoding,
+                shared_prefill,
+            )
 
             model = self.accelerator.unwrap_model(self.model_wrapped)
             original = model.generate
 
             def generate(*, input_ids: Any, attention_mask: Any, **gen_kwargs: Any) -> Any:
-                cache = shared_prefill(model, input_ids, attention_mask)
                 config = gen_kwargs.get("generation_config")
+                pad_id = config.pad_token_id if config is not None and config.pad_token_id is not None \
+                    else self._tokenizer.pad_token_id
+                input_ids, attention_mask, added = masked_decoding(input_ids, attention_mask, pad_id)
+                cache = shared_prefill(model, input_ids, attention_mask)
                 if self.compact_generation and config is not None and config.max_new_tokens:
                     # Rows that stopped leave the batch (a step's completions end at very different
                     # lengths); generate()'s multinomial then draws for the rows left.
-                    return generate_compacting(original, model, input_ids, attention_mask, cache,
-                                               eos=self.eos_token_ids, max_new_tokens=config.max_new_tokens,
-                                               pad_id=config.pad_token_id if config.pad_token_id is not None
-                                               else self._tokenizer.pad_token_id, **gen_kwargs)
-                if cache is not None:
-                    gen_kwargs["past_key_values"] = cache
-                return original(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+                    out = generate_compacting(original, model, input_ids, attention_mask, cache,
+                                              eos=self.eos_token_ids, max_new_tokens=config.max_new_tokens,
+                                              pad_id=pad_id, **gen_kwargs)
+                else:
+                    if cache is not None:
+                        gen_kwargs["past_key_values"] = cache
+                    out = original(input_ids=input_ids, attention_mask=attention_mask, **gen_kwargs)
+                return out[:, added:]  # TRL cuts the completions at its own prompt width
 
             model.generate = generate
             try:
