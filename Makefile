@@ -40,6 +40,7 @@ bench: setup-test
 	$(BIN)/snakemake --cores $(CORES) results/data/math/train.parquet results/data/hover_hard/train.parquet
 	$(BIN)/python bench/bench_generate.py
 	$(BIN)/python bench/bench_call_cost.py
+	$(BIN)/python bench/bench_decode.py
 	$(BIN)/python bench/bench_rl_step.py
 	$(BIN)/python bench/bench_fst_step.py
 	$(BIN)/python bench/bench_pool_step.py
