@@ -406,12 +406,14 @@ def masked_decoding(input_ids: Any, attention_mask: Any, pad_id: int) -> tuple[A
     decoding step has some.
 
     transformers drops the attention mask of a batch without padding, and SDPA then decodes
-    grouped-query attention through `enable_gqa`, which on this CPU is 1.6-3x slower than the
-    masked path (one query token packed over the key/value heads). Measured (SmolLM2-135M,
-    1 thread, 750 prompt tokens), a decoding step without the mask against with the column:
-    8 rows 303 vs 103 ms in bf16, 381 vs 182 ms in fp32 under bf16 autocast; 2 rows 144 vs
-    89 ms. The column changes nothing else: positions come from the mask, and its key/value
-    are masked out. On a GPU the unmasked kernels are the fast ones, so nothing is added.
+    grouped-query attention through `enable_gqa`, which on this CPU is 1.3-2.7x slower than the
+    masked path (one query token packed over the key/value heads). Measured (bench_decode.py:
+    SmolLM2-135M, 1 thread, 750 prompt tokens), a decoding step without the mask against with
+    the column: 8 rows 297 vs 109 ms in bf16, 337 vs 151 ms in fp32 under bf16 autocast;
+    2 rows 105 vs 57 ms in bf16. The column changes nothing else: positions come from the
+    mask, and its key/value are masked out (the attention's summation order, hence a sampled
+    token now and then, does change). On a GPU the unmasked kernels are the fast ones, so
+    nothing is added there.
     """
     import torch
 
