@@ -400,10 +400,11 @@ def shared_prefill(model: Any, input_ids: Any, attention_mask: Any,
     return cache
 
 
-def masked_decoding(input_ids: Any, attention_mask: Any, pad_id: int) -> tuple[Any, Any, int]:
-    """(input ids, attention mask, columns added): on CPU, one column of left padding (masked
-    out) in front of a batch in which some row has none, so that every row of every later
-    decoding step has some.
+def masked_decoding(input_ids: Any, attention_mask: Any, pad_id: int,
+                    device: Any = None) -> tuple[Any, Any, int]:
+    """(input ids, attention mask, columns added): when the model runs on CPU (`device`, by
+    default the batch's), one column of left padding (masked out) in front of a batch in which
+    some row has none, so that every row of every later decoding step has some.
 
     transformers drops the attention mask of a batch without padding, and SDPA then decodes
     grouped-query attention through `enable_gqa`, which on this CPU is 1.3-2.7x slower than the
@@ -417,7 +418,8 @@ def masked_decoding(input_ids: Any, attention_mask: Any, pad_id: int) -> tuple[A
     """
     import torch
 
-    if input_ids.device.type != "cpu" or input_ids.shape[1] == 0 or not bool(attention_mask[:, 0].any()):
+    on = (device if device is not None else input_ids.device).type == "cpu"
+    if not on or input_ids.shape[1] == 0 or not bool(attention_mask[:, 0].any()):
         return input_ids, attention_mask, 0
     rows = input_ids.shape[0]
     return (torch.cat([input_ids.new_full((rows, 1), pad_id), input_ids], dim=1),
@@ -523,7 +525,7 @@ class HFGenerator:
     inverse_cdf_sampling = True
     #: decode only the rows that have not stopped (`generate_compacting`; False: one generate())
     compact = True
-    #: on CPU, one column of padding more than the longest prompt (`masked_decoding`)
+    #: on CPU, one masked-out column of padding in front of every batch (`masked_decoding`)
     pad_column = True
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
@@ -611,15 +613,16 @@ class HFGenerator:
                         seed: int) -> list[Generation]:
         import torch
 
-        # On CPU one more column than the longest prompt: every row has padding, so decoding
-        # takes SDPA's masked path (`masked_decoding`).
-        width = max(len(p) for p in prompts) + (self.pad_column and self.model.device.type == "cpu")
+        width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, ids in enumerate(prompts):
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
         device = self.model.device
+        if self.pad_column:  # on CPU every row gets padding: decoding keeps SDPA's masked path
+            input_ids, attention, added = masked_decoding(input_ids, attention, self.pad_id, device)
+            width += added
         recorder = _SampledLogprobs(len(prompts))
         kwargs = self._generation_kwargs(params, recorder, len(prompts))
         devices = [device.index or 0] if device.type == "cuda" else []
