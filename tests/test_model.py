@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from decoding_probes import decoded_rows, decoding_masks
 
 from fastslow.model import convert
 from fastslow.model.convert import (
@@ -176,19 +177,6 @@ def test_counts_and_logprobs(gen: HFGenerator, tiny_model: Any, tokenizer: Any) 
     assert greedy.logprob_sum is not None and math.isfinite(greedy.logprob_sum)
 
 
-def decoded_rows(model: Any) -> tuple[list[int], Any]:
-    """A counter of the rows every decoding forward of `model` runs (one new token a row), and
-    the hook handle to remove."""
-    rows: list[int] = []
-
-    def count(module: Any, args: Any, kwargs: Any) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is not None and ids.shape[1] == 1:
-            rows.append(ids.shape[0])
-
-    return rows, model.register_forward_pre_hook(count, with_kwargs=True)
-
-
 @pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.9)])
 def test_compacting_decodes_only_unstopped_rows_with_the_same_results(
         tiny_model: Any, tokenizer: Any, temperature: float, top_p: float) -> None:
@@ -231,18 +219,6 @@ def test_compacting_decodes_only_unstopped_rows_with_the_same_results(
     needed = sum(g.completion_tokens - 1 for g in outs["plain"])
     assert counts["compact"] < counts["plain"]
     assert counts["compact"] <= needed + 0.25 * counts["plain"]
-
-
-def decoding_masks(model: Any) -> tuple[list[bool], Any]:
-    """Whether each decoding step (one query token) of `model`'s first attention layer got an
-    attention mask, and the hook handle to remove."""
-    seen: list[bool] = []
-
-    def record(module: Any, args: Any, kwargs: Any) -> None:
-        if kwargs["hidden_states"].shape[1] == 1:
-            seen.append(kwargs.get("attention_mask") is not None)
-
-    return seen, model.model.layers[0].self_attn.register_forward_pre_hook(record, with_kwargs=True)
 
 
 def test_decoding_keeps_the_attention_mask_without_padding(tiny_model: Any, tokenizer: Any) -> None:

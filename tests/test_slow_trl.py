@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from decoding_probes import decoded_rows, decoding_masks
 
 from fastslow.slow import SlowConfig, expand_rows
 from fastslow.slow.trainer import build_trainer
@@ -175,27 +176,15 @@ def test_rollouts_decode_only_unstopped_rows(tiny_model_dir, tokenizer, tmp_path
 
     def rollout(compact: bool) -> tuple[list[list[int]], int]:
         trainer.compact_generation = compact
-        decoded: list[int] = []
-
-        def count(_m: Any, _a: Any, kw: dict) -> None:
-            if kw.get("input_ids") is not None and kw["input_ids"].shape[1] == 1:
-                decoded.append(kw["input_ids"].shape[0])
-
-        def masked(_m: Any, _a: Any, kw: dict) -> None:
-            if kw["hidden_states"].shape[1] == 1:
-                unmasked.append(kw.get("attention_mask") is None)
-
-        unmasked: list[bool] = []
-        hooks = [trainer.model.register_forward_pre_hook(count, with_kwargs=True),
-                 trainer.model.model.layers[0].self_attn.register_forward_pre_hook(masked, with_kwargs=True)]
+        (decoded, counting), (masks, masking) = decoded_rows(trainer.model), decoding_masks(trainer.model)
         torch.manual_seed(0)
         try:
             batch = trainer._generate_and_score_completions(rows)
         finally:
-            for hook in hooks:
-                hook.remove()
+            counting.remove()
+            masking.remove()
         # the 4 prompts are unpadded (equal lengths); decoding keeps a mask (`masked_decoding`)
-        assert unmasked and not any(unmasked)
+        assert masks and all(masks)
         ids, mask = batch["completion_ids"], batch["completion_mask"]
         return [r[m.bool()].tolist() for r, m in zip(ids, mask, strict=True)], sum(decoded)
 

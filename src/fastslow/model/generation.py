@@ -114,7 +114,23 @@ def _split_completion(ids: list[int], eos: set[int]) -> tuple[list[int], str]:
     return ids, "length"
 
 
-class _SampledLogprobs:
+class _RowMap:
+    """The original row of each row a logits processor sees now: `generate_compacting` drops
+    stopped rows between its generate() calls and tells the processors with `select`."""
+
+    def __init__(self, width: int | None = None) -> None:
+        self.width = width  # rows of the original batch
+        self.rows: Any = None  # original index of each current row (None: all, in order)
+
+    def select(self, keep: Any) -> None:
+        """Only the current rows at positions `keep` go on."""
+        import torch
+
+        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
+        self.rows = current[keep.to(current.device)]
+
+
+class _SampledLogprobs(_RowMap):
     """Logits processor, last in the list: records the log-probability of each sampled token.
 
     At step t it sees the processed scores it hands to the sampler, and, through `input_ids`,
@@ -128,9 +144,8 @@ class _SampledLogprobs:
     """
 
     def __init__(self, rows: int | None = None) -> None:
+        super().__init__(rows)
         self.steps: list[tuple[Any, Any]] = []  # (original rows, their log-probabilities)
-        self.width = rows
-        self.rows: Any = None  # original index of each current row (None: all, in order)
         self._scores: Any = None
         self._lse: Any = None
 
@@ -153,20 +168,11 @@ class _SampledLogprobs:
             self._take(last_tokens)
         self._scores = self._lse = None
 
-    def select(self, keep: Any) -> None:
-        """Only the current rows at positions `keep` go on (after `flush`)."""
-        import torch
-
-        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
-        self.rows = current[keep.to(current.device)]
-
     def finish(self, last_tokens: Any) -> Any:
         """Per-row, per-step log-probabilities, shape (batch, generated length)."""
         import torch
 
         self.flush(last_tokens)
-        if all(rows is None for rows, _ in self.steps):
-            return torch.stack([values for _, values in self.steps], dim=1)
         width = self.width if self.width is not None else len(self.steps[0][1])
         out = torch.zeros((width, len(self.steps)), dtype=self.steps[0][1].dtype)
         for step, (rows, values) in enumerate(self.steps):
@@ -188,7 +194,7 @@ def inverse_cdf_sample(scores: Any, u: Any) -> Any:
     return torch.minimum(token, last)
 
 
-class _InverseCdfSampler:
+class _InverseCdfSampler(_RowMap):
     """Logits processor, after the recorder: draws each row's next token (`inverse_cdf_sample`,
     one uniform from the torch RNG per row) and leaves it the only finite score, so generate()'s
     greedy step (do_sample=False) takes it. The same distribution as generate()'s own
@@ -198,16 +204,6 @@ class _InverseCdfSampler:
     With `width` set, every step draws one uniform per row of the original batch and the
     current rows (`rows`, original indices) take theirs: dropping stopped rows
     (`generate_compacting`) leaves every other row's draws, hence its tokens, as they were."""
-
-    def __init__(self, width: int | None = None) -> None:
-        self.width = width
-        self.rows: Any = None
-
-    def select(self, keep: Any) -> None:
-        import torch
-
-        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
-        self.rows = current[keep.to(current.device)]
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
