@@ -350,6 +350,57 @@ def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model_dir: Pat
         assert generation.prefill_rows_alone(tiny_model, ids, mask).layers[0].keys.dtype == torch.float32
 
 
+def test_decoding_writes_into_the_cache_with_the_same_results(tiny_model: Any, tokenizer: Any,
+                                                             monkeypatch: Any) -> None:
+    """The prompt cache's layers decode into room at the end of their buffers instead of
+    concatenating the whole cache every step: the key buffer stays the same one over the
+    decoding steps (a concatenating cache: a new one every step), with bit-identical scores and
+    tokens; through HFGenerator (stopped rows leaving the batch), the same completions and
+    log-probs."""
+    import fastslow.model.generation as generation
+
+    prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[1], MIXED[3], MIXED[0]])
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    steps = 7
+
+    def run() -> tuple[list[Any], Any, Any]:
+        buffers: list[Any] = []  # layer 0's key buffer after each forward (kept alive: distinct ones stay distinct)
+
+        def record(module: Any, args: Any, kwargs: Any, output: Any) -> None:
+            buffers.append(kwargs["past_key_values"].layers[0]._kv[0])
+
+        torch.manual_seed(0)
+        with torch.no_grad():
+            cache = shared_prefill(tiny_model, ids, mask)
+        handle = tiny_model.register_forward_hook(record, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                out = tiny_model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                                          max_new_tokens=steps, min_new_tokens=steps, do_sample=True, top_k=0,
+                                          top_p=1.0, output_scores=True, return_dict_in_generate=True)
+        finally:
+            handle.remove()
+        assert cache.get_seq_length() == ids.shape[1] + steps - 1
+        return buffers, out.sequences, torch.stack(out.scores)
+
+    convs = [*MIXED, MIXED[1]]
+    params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=5)
+    room_buffers, room_tokens, room_scores = run()
+    room_gen = HFGenerator(tiny_model, tokenizer, batch_size=6).generate(convs, params)
+    monkeypatch.setattr(generation._kv_layer(), "spare", 0)  # DynamicLayer's concatenation
+    cat_buffers, cat_tokens, cat_scores = run()
+    cat_gen = HFGenerator(tiny_model, tokenizer, batch_size=6).generate(convs, params)
+
+    # one forward for the prompt's last token, then steps - 1 decoding steps
+    assert len(room_buffers) == len(cat_buffers) == steps
+    assert all(b is room_buffers[0] for b in room_buffers)  # grown once (at the first step), then written in place
+    assert len({b.data_ptr() for b in cat_buffers}) == steps
+    assert torch.equal(room_tokens, cat_tokens)
+    assert torch.equal(room_scores, cat_scores)
+    assert [g.completion_ids for g in room_gen] == [g.completion_ids for g in cat_gen]
+    assert [g.token_logprobs for g in room_gen] == [g.token_logprobs for g in cat_gen]
+
+
 def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
     scores = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, float("-inf")]]).repeat(100_000, 1)
     u = torch.rand(100_000, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
