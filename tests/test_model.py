@@ -401,6 +401,29 @@ def test_decoding_writes_into_the_cache_with_the_same_results(tiny_model: Any, t
     assert [g.token_logprobs for g in room_gen] == [g.token_logprobs for g in cat_gen]
 
 
+def test_cache_grown_in_inference_mode_decodes_outside_it(tiny_model: Any, tokenizer: Any) -> None:
+    """A buffer grown under inference_mode cannot be written in place outside it: such a step
+    concatenates instead, with the same scores as decoding all in inference_mode."""
+    ids = torch.tensor(encode_prompts(tokenizer, [MIXED[1]]))
+    steps = torch.tensor([[5], [7], [9]])
+
+    def decode(modes: list[Any]) -> list[Any]:
+        with torch.inference_mode():
+            cache = shared_prefill(tiny_model, ids, torch.ones_like(ids))
+        logits, width = [], ids.shape[1]
+        for i, mode in enumerate(modes):
+            token = ids[:, -1:] if i == 0 else steps[i - 1:i]
+            with mode():
+                out = tiny_model(input_ids=token, past_key_values=cache, use_cache=True,
+                                 position_ids=torch.tensor([[width - 1 + i]]))
+            logits.append(out.logits.clone())
+        return logits
+
+    mixed = decode([torch.inference_mode, torch.inference_mode, torch.no_grad, torch.no_grad])
+    inference = decode([torch.inference_mode] * 4)
+    assert all(torch.equal(a, b) for a, b in zip(mixed, inference, strict=True))
+
+
 def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
     scores = torch.tensor([[0.0, 1.0, float("-inf"), 2.0, float("-inf")]]).repeat(100_000, 1)
     u = torch.rand(100_000, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

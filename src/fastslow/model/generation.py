@@ -316,10 +316,14 @@ def _kv_layer() -> type:
 
         def _can_write(self, new: tuple[Any, Any]) -> bool:
             """Whether this step's keys and values can go into the buffers' room (else: concatenate)."""
+            import torch
+
             if self.spare <= 0 or not self.is_initialized:
                 return False
+            inference = torch.is_inference_mode_enabled()
             for buffer, states in zip(self._kv, new, strict=True):
                 if (buffer is None or buffer.dim() != 4 or states.requires_grad or buffer.requires_grad
+                        or (buffer.is_inference() and not inference)  # (no in-place writes there)
                         or buffer.dtype != states.dtype or buffer.device != states.device
                         or buffer.shape[:2] != states.shape[:2] or buffer.shape[-1] != states.shape[-1]):
                     return False
