@@ -246,9 +246,11 @@ def _kv_layer() -> type:
         autocast dtype while autocast is on.
 
         *Room to grow.* `DynamicLayer.update` concatenates the cache with each step's new key
-        and value, so every decoding step copies the whole cache of every layer. On this CPU,
-        8 rows after 750 prompt tokens, those copies were a third or more of a bf16 decoding step
-        (torch profiler: `aten::cat` 45 of 101 ms). Here keys and values live in buffers with
+        and value, so every decoding step copies the whole cache of every layer (the torch
+        profiler puts `aten::cat` at a third of a bf16 decoding step of 8 rows after 750 prompt
+        tokens; by the clock it is less: bench_decode.py, 1 thread, 107 -> 98 ms a step at
+        8 rows, within noise at 1-4, and 3.5% of the fast round's seed call of 15 hover_hard
+        prompts). Here keys and values live in buffers with
         room at the end (`spare`: at least that many tokens, or a quarter of the length):
         a step writes its token into the room, and `keys` / `values` are views of the filled part.
         A buffer is copied only when its room runs out (once a 64-token call). The views hold
