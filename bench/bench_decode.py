@@ -50,10 +50,9 @@ def decode_steps(model: Any, rows: int, context: int, column: bool, autocast: bo
         cache = plain_dynamic_cache(model)
         model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(rows)
+        # (under autocast the cache holds bf16 keys and values already: KVLayer.round_to_autocast)
         for layer in cache.layers:
             keys, values = layer.keys, layer.values
-            if autocast:  # as the rollouts' cache holds them (KVLayer.round_to_autocast)
-                keys, values = keys.bfloat16(), values.bfloat16()
             if column:  # the masked-out padding column's key and value
                 zero = torch.zeros_like(keys[:, :, :1])
                 keys, values = torch.cat([zero, keys], 2), torch.cat([zero, values], 2)
