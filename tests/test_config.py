@@ -50,6 +50,10 @@ BAD = [
     ({"fast": {"preset": "medium"}}, "fast.preset: expected one of 'light', 'full'"),
     ({"fast": {"proposer": "magic"}}, "fast.proposer"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "openai"}}}, "fast.reflection.base_url"),
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Improve: <curr_param>"}}},
+     "fast.reflection.prompt_template: Missing placeholder(s) in prompt template: <side_info>"),
+    ({"fast": {"reflection": {"api_key_env": "MY-KEY"}}}, "fast.reflection.api_key_env"),
+    ({"fast": {"reflection": {"max_tokens": 0}}}, "fast.reflection.max_tokens: expected an integer >= 1, got 0"),
     ({"fast": {"max_metric_calls": {"light": 0}}}, "fast.max_metric_calls.light"),
     ({"fast": {"format_credit": 1.0}}, "fast.format_credit"),
     ({"data": {"tasks": []}}, "data.tasks: expected a list with at least 1 item"),
@@ -195,3 +199,103 @@ def test_the_default_shares_plasticitys_base_run_and_fig10s_no_reuse_run():
     shared = {k: s.shared for k, s in expand(load_config(ROOT / "config" / "config.yaml")).items() if s.shared}
     assert shared == {"plasticity/rl/hover_hard-default-s0": "efficiency/rl/hover_hard-default-s0",
                       "reuse/fst/hover_hard-no_reuse-s0": "efficiency/fst/hover_hard-default-s0"}
+
+
+def _readme_keys() -> list[tuple[str, str, str]]:
+    """(key, default cell, config.yaml cell) of every row of config/README.md's key table."""
+    import re
+
+    text = (ROOT / "config" / "README.md").read_text().split("## Keys", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (.*?) \| (.*?) \| .* \|$", text, re.M)
+    assert rows, "config/README.md has no key table"
+    return rows
+
+
+def _expand(key: str) -> list[str]:
+    """`a.{b,c}` -> a.b, a.c; `a.<task>` (a mapping by name) -> a."""
+    import re
+
+    m = re.search(r"\{([^}]+)\}", key)
+    if m:
+        return [key[:m.start()] + part + key[m.end():] for part in m.group(1).split(",")]
+    return [key.split(".<", 1)[0]]
+
+
+def _schema_leaves(schema: dict, prefix: str = "") -> dict:
+    out = {}
+    for name, sub in schema.get("properties", {}).items():
+        if sub.get("properties") and name != "experiments":
+            out.update(_schema_leaves(sub, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = sub
+    return out
+
+
+def _literals(cell: str) -> list | None:
+    """The values of a cell made only of backticked literals (`a` / `b`), else None (prose)."""
+    parts = [p.strip() for p in cell.split(" / ")]
+    if not all(len(p) > 2 and p[0] == p[-1] == "`" and "`" not in p[1:-1] for p in parts):
+        return None
+    return [yaml.safe_load(p[1:-1]) for p in parts]
+
+
+def _same(documented, actual) -> bool:
+    if isinstance(actual, (int, float)) and not isinstance(actual, bool) and isinstance(documented, str):
+        try:
+            documented = float(documented)  # YAML reads 1e-5 as a string
+        except ValueError:
+            return False
+    return documented == actual
+
+
+def test_config_readme_documents_every_key_with_the_schema_default_and_the_shipped_value():
+    """config/README.md's table: every schema key once, its default the schema's, and its
+    `config.yaml` column the value the embedded default runs with (— where that is the default)."""
+    from fastslow.config import load_schema
+
+    leaves = _schema_leaves(load_schema())
+    rows = _readme_keys()
+    documented = [k for key, _, _ in rows for k in _expand(key)]
+    assert sorted(documented) == sorted(leaves), (
+        f"undocumented: {sorted(set(leaves) - set(documented))}, unknown: {sorted(set(documented) - set(leaves))}")
+    shipped = load_config(ROOT / "config" / "config.yaml")
+    checked = 0
+    for key, default_cell, shipped_cell in rows:
+        keys = _expand(key)
+        defaults = [leaves[k].get("default") for k in keys]
+        values = []
+        for k in keys:
+            node = shipped
+            for part in k.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            values.append(node)
+        if default_cell == "—":
+            assert all("default" not in leaves[k] for k in keys), f"{key}: the schema has a default"
+        elif (lits := _literals(default_cell)) is not None:
+            assert len(lits) == len(defaults) and all(map(_same, lits, defaults)), (
+                f"{key}: README default {default_cell}, schema {defaults}")
+            checked += 1
+        if values == defaults:
+            assert shipped_cell == "—", f"{key}: config.yaml runs the default {defaults}, README says {shipped_cell}"
+        else:
+            assert shipped_cell != "—", f"{key}: config.yaml runs {values}, README says the default"
+            if (lits := _literals(shipped_cell)) is not None:
+                assert len(lits) == len(values) and all(map(_same, lits, values)), (
+                    f"{key}: README config.yaml {shipped_cell}, config.yaml {values}")
+                checked += 1
+    assert checked > 40  # the literal cells were compared, not skipped as prose
+
+
+def test_reflection_settings_reach_the_reflection_model(monkeypatch):
+    """The reflection keys the schema admits are the ones build_reflection_lm reads."""
+    from fastslow.fast.proposers import OpenAICompatibleLM, build_reflection_lm
+
+    cfg = deep_update(copy.deepcopy(_default()), {"fast": {"proposer": "reflective", "reflection": {
+        "kind": "openai", "base_url": "http://localhost:8000", "model": "m", "api_key_env": "MY_KEY",
+        "max_tokens": 256, "temperature": 0.2, "prompt_template": "Improve <curr_param> given <side_info>"}}})
+    refl = validate_config(cfg)["fast"]["reflection"]
+    monkeypatch.setenv("MY_KEY", "secret")
+    lm = build_reflection_lm(refl)
+    assert isinstance(lm, OpenAICompatibleLM)
+    assert (lm.api_key, lm.max_tokens, lm.temperature, lm.timeout_s) == ("secret", 256, 0.2, 60.0)
+    assert lm.base_url == "http://localhost:8000/v1"

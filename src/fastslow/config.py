@@ -121,6 +121,13 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: fast.reflection.{key}: required for reflection kind {refl['kind']!r}"
                 )
+        if refl.get("prompt_template") is not None:
+            from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+            try:
+                InstructionProposalSignature.validate_prompt_template(refl["prompt_template"])
+            except ValueError as err:
+                raise ConfigError(f"config error: fast.reflection.prompt_template: {err}") from None
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
 
