@@ -60,10 +60,35 @@ def test_adapter_evaluate_and_reflective_dataset_on_tiny_model(tiny_generator: A
     records = ds["context"]
     assert len(records) == 3  # one per distinct problem
     assert {"Inputs", "Generated Outputs", "Feedback", "Score", "problem_id"} <= set(records[0])
-    assert [r["Score"] for r in records] == sorted(r["Score"] for r in records)  # failures first
+    # each record carries its problem's reward (the failures-first order: see the scripted test below)
+    assert {r["problem_id"]: r["Score"] for r in records} == {t["problem_id"]: t["reward"] for t in eb.trajectories}
 
     other = adapter.evaluate(problems[:2], {"context": "Be concise."})
     assert gen.prompts == 5 and other.num_metric_calls == 2
+
+
+def test_reflective_dataset_puts_failures_first_in_stable_order() -> None:
+    """With mixed scores, the records are the failed problems then the solved ones, one per
+    problem, each group in the order the problems first appear in the batch (a stable sort)."""
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("train", 10, 0)
+    batch = probs[::-1] + probs[:3]  # ids out of order, padded with repeats as GEPA does
+    adapter = FastAdapter(gen, task, SamplingParams(8))
+    cand = {"context": "Reply with the sum as <answer>N</answer>."}  # the generator then answers some right
+    eb = adapter.evaluate(batch, cand, capture_traces=True)
+    first: dict[str, float] = {}
+    for p, score in zip(batch, eb.scores, strict=True):
+        first.setdefault(p.id, score)
+    fails = [pid for pid, score in first.items() if score == 0.0]
+    wins = [pid for pid, score in first.items() if score == 1.0]
+    assert len(fails) >= 2 and len(wins) >= 2 and len(fails) + len(wins) == len(probs)
+    assert list(first) != fails + wins  # the batch is not already in failures-first order
+
+    records = adapter.make_reflective_dataset(cand, eb, ["context"])["context"]
+    assert [r["problem_id"] for r in records] == fails + wins
+    assert [r["Score"] for r in records] == [0.0] * len(fails) + [1.0] * len(wins)
+    assert all(("<answer>" in r["Generated Outputs"]) and r["Feedback"].startswith(
+        "Correct" if r["Score"] == 1.0 else "Incorrect") for r in records)
 
 
 def test_adapter_batch_evaluate_and_hard_cap() -> None:

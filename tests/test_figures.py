@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from fastslow import figures
 from fastslow.claims import build_claims
 from fastslow.curves import CURVE_COLUMNS
 from fastslow.figures import FIGURES, fig2, fig6, fig9, normalised_continual
@@ -122,3 +123,210 @@ def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
 def test_every_figure_is_registered():
     assert sorted(FIGURES, key=lambda f: int(f[3:])) == [f"fig{i}" for i in range(2, 12)]
     assert all(callable(f) for f in FIGURES.values())
+
+
+# --- figures 3, 4, 5, 7, 8, 10, 11: what they plot, read back from the matplotlib figure ---------
+
+
+@pytest.fixture()
+def saved(monkeypatch):
+    """The matplotlib figures a figN builds, kept after `_save` writes (and closes) them."""
+    figs = []
+    save = figures._save
+
+    def keep(fig, out):
+        save(fig, out)
+        figs.append(fig)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    return figs
+
+
+def _written(out):
+    assert out.stat().st_size > 1000 and out.with_suffix(".png").stat().st_size > 1000
+
+
+def _seed(rows, seed, delta=0.0):
+    """`rows` as another seed's run, `delta` added to mean@k after step 0."""
+    return [{**r, "seed": seed, "run": r["run"].replace("-s0", f"-s{seed}"),
+             "mean_at_k": r["mean_at_k"] + (delta if r["step"] else 0.0)} for r in rows]
+
+
+def _set(rows, col, values):
+    return [{**r, col: v} for r, v in zip(rows, values, strict=True)]
+
+
+def _lines(ax):
+    """Labelled lines of an axes (axhline/axvline are unlabelled) → y data."""
+    return {ln.get_label(): list(ln.get_ydata()) for ln in ax.lines if not ln.get_label().startswith("_")}
+
+
+def _trailing3(v):
+    return [float(np.mean(v[max(0, i - 2):i + 1])) for i in range(len(v))]
+
+
+def test_fig3_fits_the_seed_mean_curve_per_task_and_method(tmp_path, saved):
+    """Curves that are exact sigmoids on the seed mean: the fit recovers each A."""
+    steps = np.arange(0, 90, 10)
+    params = {("math", "rl"): (0.1, 0.45, 20, 2), ("math", "fst"): (0.1, 0.7, 15, 3),
+              ("codeio", "rl"): (0.05, 0.3, 30, 2.5), ("codeio", "fst"): (0.05, 0.5, 25, 2)}
+    rows, curves = [], {}
+    for (task, method), (r0, a, c_mid, b) in params.items():
+        curves[task, method] = [r0] + [r0 + (a - r0) / (1 + (c_mid / c) ** b) for c in steps[1:]]
+        base = _rows("efficiency", method, task, curves[task, method])
+        rows += _seed(base, 0, 0.03) + _seed(base, 1, -0.03)  # seeds ±0.03: the mean is the sigmoid
+    out = tmp_path / "fig3.pdf"
+    fits = figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
+    assert fits == {"codeio": {"rl": pytest.approx(0.3, abs=2e-3), "fst": pytest.approx(0.5, abs=2e-3)},
+                    "math": {"rl": pytest.approx(0.45, abs=2e-3), "fst": pytest.approx(0.7, abs=2e-3)}}
+    (fig,) = saved
+    for ax, task in zip(fig.axes, ("codeio", "math"), strict=True):
+        assert ax.get_title() == task and ax.get_ylabel() == "val mean@4"
+        for method, points in zip(("rl", "fst"), ax.collections, strict=True):  # scattered: the seed mean
+            assert list(points.get_offsets()[:, 0]) == list(steps)
+            assert list(points.get_offsets()[:, 1]) == pytest.approx(curves[task, method])
+        a_rl, a_fst = params[task, "rl"][1], params[task, "fst"][1]
+        hlines = sorted(ln.get_ydata()[0] for ln in ax.lines if len(set(ln.get_ydata())) == 1)
+        assert hlines == [pytest.approx(a_rl, abs=2e-3), pytest.approx(a_fst, abs=2e-3)]
+        assert {t.get_text() for t in ax.texts} == {f"A={a_rl:.2f}", f"A={a_fst:.2f}"}
+    _written(out)
+
+
+@pytest.fixture()
+def kl_table():
+    """Reward and KL per checkpoint; rows in reverse step order (the figure must sort them)."""
+    data = {("codeio", "rl"): ([0.1, 0.2, 0.4, 0.5], [0, .03, .06, .12]),
+            ("codeio", "fst"): ([0.1, 0.3, 0.5, 0.6], [0, .01, .02, .05]),
+            ("math", "rl"): ([0.2, 0.25, 0.3, 0.45], [0, .04, .08, .1]),
+            ("math", "fst"): ([0.2, 0.35, 0.5, 0.55], [0, .02, .03, .04]),
+            ("hover", "rl"): ([0.05, 0.15, 0.2, 0.3], [0, .05, .09, .2]),
+            ("hover", "fst"): ([0.05, 0.25, 0.3, 0.4], [0, .015, .025, .035])}
+    rows = [r for (task, method), (r, kl) in data.items() for r in _rows("efficiency", method, task, r, kl=kl)]
+    return data, pl.DataFrame(rows[::-1]).select(CURVE_COLUMNS)
+
+
+@pytest.mark.parametrize("figure, tasks", [(figures.fig4, ["codeio", "hover"]),
+                                           (figures.fig11, ["codeio", "math", "hover"])])
+def test_fig4_fig11_plot_reward_against_kl(tmp_path, saved, kl_table, figure, tasks):
+    data, df = kl_table
+    out = tmp_path / "fig.pdf"
+    figure({"efficiency": df}, out)
+    (fig,) = saved
+    assert [ax.get_title() for ax in fig.axes] == tasks  # fig4 has no math panel; no physics in the table
+    for ax, task in zip(fig.axes, tasks, strict=True):
+        assert "KL" in ax.get_xlabel() and ax.get_ylabel() == "val mean@4"
+        for method, line, points in zip(("rl", "fst"), ax.lines, ax.collections, strict=True):
+            r, kl = data[(task, method)]
+            assert line.get_label() == figures.LABELS[method]
+            assert list(points.get_offsets()[:, 0]) == pytest.approx(kl)  # every checkpoint, unsmoothed
+            assert list(points.get_offsets()[:, 1]) == pytest.approx(r)
+            assert list(line.get_xdata()) == pytest.approx(_trailing3(kl))
+            assert list(line.get_ydata()) == pytest.approx(_trailing3(r))
+    # e.g. codeio RL by hand: KL (0, .015, .03, .07), reward (.1, .15, .7/3, 1.1/3)
+    rl = fig.axes[0].lines[0]
+    assert list(rl.get_xdata()) == pytest.approx([0, .015, .03, .07])
+    assert list(rl.get_ydata()) == pytest.approx([.1, .15, .7 / 3, 1.1 / 3])
+    _written(out)
+
+
+def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
+    inits = {"base": [0.1, 0.2, 0.3],
+             "efficiency/rl/math-default-s0": [0.15, 0.2, 0.25], "efficiency/fst/math-default-s0": [0.2, 0.4, 0.5],
+             "efficiency/rl/physics-default-s0": [0.12, 0.18, 0.22],
+             "efficiency/fst/physics-default-s0": [0.14, 0.3, 0.45]}
+    rows = []
+    for init, values in inits.items():
+        rows += [{**r, "run": f"{r['run']}@{init}"}
+                 for r in _rows("plasticity", "rl", "hover_hard", values, init=init)]
+    base = [r for r in rows if r["init"] == "base"]
+    rows = [r for r in rows if r["init"] != "base"] + _seed(base, 0, 0.05) + _seed(base, 1, -0.01)
+    out = tmp_path / "fig5.pdf"
+    figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
+    (fig,) = saved
+    assert [ax.get_title() for ax in fig.axes] == [f"from {s} checkpoints → RL on hover_hard"
+                                                   for s in ("math", "physics")]
+    for ax, src in zip(fig.axes, ("math", "physics"), strict=True):
+        assert _lines(ax) == {"Base init": pytest.approx([0.1, 0.22, 0.32]),  # seed mean: +.05 and -.01
+                              "RL init": pytest.approx(inits[f"efficiency/rl/{src}-default-s0"]),
+                              "FST init": pytest.approx(inits[f"efficiency/fst/{src}-default-s0"])}
+        assert [ln.get_linestyle() for ln in ax.lines] == [":", "-", "-"]  # base dotted
+        assert list(ax.lines[0].get_xdata()) == [0, 10, 20] and ax.get_ylabel() == "val mean@4"
+    _written(out)
+
+
+def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
+    rows = _rows("stargraph", "rl", "stargraph", [0, 0, 0, 0, 0.1, 0.3])
+    fst = _rows("stargraph", "fst", "stargraph", [0, 0, 0.2, 0.5, 0.6, 0.7])
+    rows += fst + _set(_seed(fst, 1), "mean_at_k", [0, 0.1, 0.4, 0.5, 0.8, 0.7])
+    out = tmp_path / "fig7.pdf"
+    figures.fig7({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
+    (fig,) = saved
+    (ax,) = fig.axes
+    assert _lines(ax) == {"RL": pytest.approx([0, 0, 0, 0, 0.1, 0.3]),
+                          "FST": pytest.approx([0, 0.05, 0.3, 0.5, 0.7, 0.7])}  # FST: mean of its two seeds
+    vlines = {ln.get_color(): ln.get_xdata()[0] for ln in ax.lines if ln.get_label().startswith("_")}
+    assert vlines == {figures.COLORS["rl"]: 40, figures.COLORS["fst"]: 10}  # first non-zero seed mean
+    assert ax.get_ylabel() == "val mean@4"
+    _written(out)
+
+
+def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
+    ceiling = (_set(_rows("ceiling", "gepa", "hover", [0.3, 0.5, 0.55, 0.6]), "entropy", [0.8] * 4)
+               + _set(_rows("ceiling", "fst_distill", "hover", [0.3, 0.4, 0.6, 0.65]), "entropy",
+                      [0.8, 0.7, 0.65, 0.6]))
+    eff = (_set(_rows("efficiency", "rl", "hover", [0.3, 0.35, 0.45, 0.5]), "entropy", [0.8, 0.6, 0.5, 0.4])
+           + _set(_rows("efficiency", "fst", "hover", [0.3, 0.45, 0.6, 0.7]), "entropy", [0.8, 0.75, 0.7, 0.7])
+           + _rows("efficiency", "rl", "math", [0.9, 0.9, 0.9, 0.9]) + _rows("efficiency", "fst", "math", [0.8] * 4))
+    out = tmp_path / "fig8.pdf"
+    figures.fig8({"ceiling": pl.DataFrame(ceiling).select(CURVE_COLUMNS),
+                  "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, out)
+    (fig,) = saved
+    ax, ax2 = fig.axes[:2]
+    assert ax.get_title() == "hover: validation reward" and ax.get_ylabel() == "val mean@4"
+    assert _lines(ax) == {"RL": pytest.approx([0.3, 0.35, 0.45, 0.5]), "FST": pytest.approx([0.3, 0.45, 0.6, 0.7]),
+                          "FST-distill": pytest.approx([0.3, 0.4, 0.6, 0.65]),
+                          "GEPA only": pytest.approx([0.3, 0.5, 0.55, 0.6])}
+    assert "entropy" in ax2.get_ylabel()
+    assert _lines(ax2) == {"RL": pytest.approx([0.8, 0.6, 0.5, 0.4]), "FST": pytest.approx([0.8, 0.75, 0.7, 0.7]),
+                           "FST-distill": pytest.approx([0.8, 0.7, 0.65, 0.6]), "GEPA only": pytest.approx([0.8] * 4)}
+    assert {ln.get_label(): ln.get_linestyle() for ln in ax.lines}["GEPA only"] == "--"
+    assert any(t.get_text().startswith("4 runs, seeds [0]") for t in fig.texts)  # efficiency's math runs left out
+    _written(out)
+
+
+def _reuse_rows(variant, values, seconds, seed=0):
+    rows = _rows("reuse", "fst", "hover_hard", values, variant=variant, steps_per_cycle=2)
+    return _seed(_set(rows, "cycle_seconds", [None] + seconds), seed)  # no cycle behind the init point
+
+
+def _bar_heights(ax):
+    names = {round(t.get_position()[0]): t.get_text() for t in ax.get_xticklabels()}
+    return {names[round(p.get_x() + p.get_width() / 2)]: p.get_height() for p in ax.patches}
+
+
+def test_fig10_reward_and_seconds_per_step(tmp_path, saved):
+    rows = (_reuse_rows("no_reuse", [0.1, 0.2, 0.3, 0.35], [30.0, 34.0, 32.0])
+            + _reuse_rows("reuse", [0.1, 0.25, 0.3, 0.4], [20.0, 22.0, 24.0]))
+    out = tmp_path / "fig10.pdf"
+    figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
+    (fig,) = saved
+    ax, ax2 = fig.axes
+    assert _lines(ax) == {"no_reuse": pytest.approx([0.1, 0.2, 0.3, 0.35]),
+                          "reuse": pytest.approx([0.1, 0.25, 0.3, 0.4])}
+    assert list(ax.lines[0].get_xdata()) == [0, 2, 4, 6]
+    # 3 cycles of T=2 steps: (30 + 34 + 32) / 6 and (20 + 22 + 24) / 6 seconds per RL step
+    assert _bar_heights(ax2) == {"no_reuse": pytest.approx(16.0), "reuse": pytest.approx(11.0)}
+    assert ax2.get_ylabel() == "seconds / step"
+    _written(out)
+
+
+@pytest.mark.parametrize("case", ["two_seeds", "eval_every_2"])
+def test_fig10_seconds_per_step_with_seeds_and_sparse_evaluation(tmp_path, saved, case):
+    if case == "two_seeds":
+        rows = (_reuse_rows("reuse", [0.1, 0.2, 0.3, 0.4], [30.0, 30.0, 30.0])
+                + _reuse_rows("reuse", [0.1, 0.2, 0.3, 0.4], [30.0, 30.0, 30.0], seed=1))
+    else:  # 4 cycles of T=2, evaluated after cycles 1 and 3 only (plus the init point)
+        rows = _reuse_rows("reuse", [0.1, 0.2, 0.3, 0.4, 0.5], [30.0] * 4)
+        rows = [r for r in rows if r["cycle"] in (-1, 1, 3)]
+    figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    assert _bar_heights(saved[0].axes[1]) == {"reuse": pytest.approx(15.0)}  # 30 s per 2-step cycle

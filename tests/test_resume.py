@@ -89,7 +89,11 @@ def _state(work: Path) -> dict:
     rollouts = pl.read_parquet(cyc / "rollouts.parquet")
     drop = [c for c in metrics.columns if c.endswith(TIMING)]
     pool = json.loads((cyc / "pool.json").read_text())
+    optimizer = torch.load(cyc / "trainer_state/optimizer.pt", weights_only=False)["state"]
     return {"weights": load_file(cyc / "model/model.safetensors"), "pool": [e["text"] for e in pool["entries"]],
+            "optimizer_steps": {int(v["step"]) for v in optimizer.values()},
+            "exp_avg_sq": {k: v["exp_avg_sq"] for k, v in optimizer.items()},
+            "scheduler": torch.load(cyc / "trainer_state/scheduler.pt", weights_only=False),
             "metrics": metrics.drop(drop), "completions": rollouts["completion"].to_list(),
             "rewards": rollouts["reward"].to_list()}
 
@@ -133,6 +137,12 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, ma
     assert got["weights"].keys() == reference["weights"].keys()
     for name, tensor in reference["weights"].items():
         torch.testing.assert_close(got["weights"][name], tensor, rtol=0, atol=1e-6)
+    # The smoke task earns the tiny model no reward, so its weights hardly move (zero advantages):
+    # the optimiser and scheduler state say whether every step ran exactly once after the kill.
+    assert got["optimizer_steps"] == reference["optimizer_steps"] == {2 * 2}  # 2 cycles x T=2 steps
+    assert got["scheduler"] == reference["scheduler"]
+    for name, tensor in reference["exp_avg_sq"].items():
+        torch.testing.assert_close(got["exp_avg_sq"][name], tensor, rtol=0, atol=1e-12)
     # MLflow: the killed job's run was closed as KILLED by the rerun, which links to it.
     from mlflow.tracking import MlflowClient
 

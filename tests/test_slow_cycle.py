@@ -108,10 +108,10 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
         rollouts.group_by("step", maintain_order=True).agg(pl.col("reward").mean())["reward"].to_list())
     assert (metrics["kl_to_base"] > 0).all()  # weights moved away from θ0 in cycle 0
     assert metrics["lr"].to_list() == [1e-3, 1e-3]  # constant after the 1-step warm-up
-    # The step-time split: generation and training are timed separately, and add up to the step.
-    assert (metrics["generation_seconds"] > 0).all() and (metrics["training_seconds"] > 0).all()
-    parts = metrics["generation_seconds"] + metrics["scoring_seconds"] + metrics["training_seconds"]
-    assert (parts - metrics["step_seconds"]).abs().max() < 1e-6
+    # The step-time split: generation and scoring are timed inside the step, training is the
+    # step's remainder, so it is positive only if those timers measured a part of the step.
+    assert (metrics["generation_seconds"] > 0).all() and (metrics["scoring_seconds"] > 0).all()
+    assert (metrics["training_seconds"] > 0).all()
     assert metrics["reused_rollouts"].to_list() == [0, 0]
 
 

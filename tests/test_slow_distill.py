@@ -73,6 +73,28 @@ def test_reverse_kl_matches_hand_computation() -> None:
     assert float(reverse_kl_loss(same, same + 4.0)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_completion_logits_are_each_rollouts_own_next_token_log_probs(tiny_model_dir: Path) -> None:
+    """Rows of `completion_logits` = log_softmax of one unpadded forward of prompt + completion,
+    at the positions predicting the completion's tokens, rollout by rollout (uneven lengths, so
+    a position or padding mistake shifts rows)."""
+    import torch
+
+    from fastslow.model.convert import load_model
+
+    model = load_model(tiny_model_dir)
+    prompts = [[5, 9, 13, 2, 7], [3, 8], [11, 4, 6]]
+    completions = [[21, 22], [30, 31, 32, 33], [40]]
+    with torch.no_grad():
+        got = completion_logits(model, prompts, completions, pad_id=0)
+        want = []
+        for p, c in zip(prompts, completions, strict=True):
+            logits = model(input_ids=torch.tensor([[*p, *c]])).logits[0].float()
+            want.append(torch.log_softmax(logits, -1)[len(p) - 1: len(p) + len(c) - 1])
+    want = torch.cat(want)
+    assert got.shape == want.shape == (7, model.config.vocab_size)
+    torch.testing.assert_close(got.float(), want, atol=1e-4, rtol=1e-4)
+
+
 # ---------------------------------------------------------------- (2) it distils the context
 
 

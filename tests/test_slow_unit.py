@@ -174,6 +174,35 @@ def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_mo
     assert all("completion_ids" not in r for r in rows)
 
 
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path) -> None:
+    """cpu_has_native_bf16 looks for avx512_bf16 or amx_bf16 among /proc/cpuinfo's flags (whole
+    words: avx512_bf16x is not one), and says no when the file cannot be read."""
+    from pathlib import Path
+
+    from fastslow.slow import config as slow_config
+
+    real_read = Path.read_text
+    cpuinfo = {"text": ""}
+
+    def read_text(self, *args, **kwargs):
+        if str(self) == "/proc/cpuinfo":
+            if cpuinfo["text"] is None:
+                raise OSError("no /proc here")
+            return cpuinfo["text"]
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    for text, expected in [
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n", True),
+        ("processor\t: 0\nflags\t\t: fpu avx512f amx_tile amx_bf16 amx_int8\n", True),
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n", False),
+        ("flags\t\t: avx512_bf16x\n", False),
+        (None, False),
+    ]:
+        cpuinfo["text"] = text
+        assert slow_config.cpu_has_native_bf16() is expected, text
+
+
 def test_bf16_auto_resolves_to_what_this_machine_has(monkeypatch) -> None:
     """slow.bf16: auto becomes a plain bool when the config is built: on with native bf16 (or a
     GPU), off without; anything but true/false/auto is a one-line error naming the value."""

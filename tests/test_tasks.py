@@ -174,11 +174,63 @@ def test_physics_units_and_tolerance() -> None:
     assert "d = v²/(2·a)" in task.feedback(p, "<answer>1</answer>")
 
 
-def test_physics_answers_match_their_formula(generated: dict[str, list[Problem]]) -> None:
-    for p in generated["physics"] + generated["physics_hard"]:
-        value, unit = p.answer.split(" ", 1)
-        assert unit == p.metadata["unit"] and f"in {unit}" in p.prompt
-        assert float(value) == pytest.approx(p.metadata["value"], rel=1e-3)
+G = 9.8  # m/s², as stated in the physics prompts
+#: Every physics generator's formula, written out here from the SI givens in metadata["values"].
+PHYSICS_FORMULAS = {
+    "final_speed": lambda x: x["v0"] + x["a"] * x["t"],
+    "distance": lambda x: x["v0"] * x["t"] + x["a"] * x["t"] ** 2 / 2,
+    "stopping": lambda x: x["v"] ** 2 / (2 * x["a"]),
+    "avg_speed": lambda x: x["d"] / x["t"],
+    "fall_time": lambda x: (2 * x["h"] / G) ** 0.5,
+    "fall_speed": lambda x: (2 * G * x["h"]) ** 0.5,
+    "kinetic": lambda x: x["m"] * x["v"] ** 2 / 2,
+    "potential": lambda x: x["m"] * G * x["h"],
+    "lift_power": lambda x: x["m"] * G * x["h"] / x["t"],
+    "ohm": lambda x: x["V"] / x["R"],
+    "series": lambda x: x["V"] / (x["R1"] + x["R2"]),
+    "parallel": lambda x: 1 / (1 / x["R1"] + 1 / x["R2"]),
+    "power_dissipated": lambda x: x["V"] ** 2 / x["R"],
+    "momentum": lambda x: x["m"] * x["v"],
+    "collision": lambda x: x["m1"] * x["v1"] / (x["m1"] + x["m2"]),
+    "force": lambda x: x["m"] * x["a"],
+    "braking_force": lambda x: x["m"] * x["v"] ** 2 / (2 * x["d"]),
+    "series_power": lambda x: x["R2"] * (x["V"] / (x["R1"] + x["R2"])) ** 2,
+    "fall_momentum": lambda x: x["m"] * (2 * G * x["h"]) ** 0.5,
+    "collision_loss": lambda x: x["m1"] * x["v1"] ** 2 / 2 * x["m2"] / (x["m1"] + x["m2"]),
+    "slide": lambda x: x["h"] / x["μ"],
+    "horizontal_launch": lambda x: x["v"] * (2 * x["h"] / G) ** 0.5,
+}
+#: Factor to SI of every unit an answer may be asked in, with the SI unit of each dimension.
+ANSWER_UNITS = {
+    "m": ("length", 1.0), "km": ("length", 1e3), "cm": ("length", 1e-2), "s": ("time", 1.0),
+    "min": ("time", 60.0), "ms": ("time", 1e-3), "m/s": ("speed", 1.0), "km/h": ("speed", 1 / 3.6),
+    "N": ("force", 1.0), "kN": ("force", 1e3), "J": ("energy", 1.0), "kJ": ("energy", 1e3),
+    "W": ("power", 1.0), "kW": ("power", 1e3), "A": ("current", 1.0), "mA": ("current", 1e-3),
+    "Ω": ("resistance", 1.0), "kΩ": ("resistance", 1e3), "kg·m/s": ("momentum", 1.0),
+}
+
+
+def test_physics_answers_match_their_formula() -> None:
+    """Each generator's answer equals its physics formula recomputed here from the SI givens in the
+    metadata (3 problems per generator, every difficulty). The givens and the answer are rounded to 4
+    significant digits (each off by at most 0.05%), so 0.2% covers a formula's accumulated rounding
+    (at most 0.09% seen over 1,800 problems) while a wrong constant or exponent is far outside it."""
+    seen: dict[str, int] = {}
+    for name in ("physics_easy", "physics", "physics_hard"):
+        for p in get_task(name).problems("train", 100, seed=11):
+            m = p.metadata
+            gen = m["generator"]
+            if seen.get(gen, 0) >= 3:
+                continue
+            seen[gen] = seen.get(gen, 0) + 1
+            value, unit = p.answer.split(" ", 1)
+            assert unit == m["unit"] and f"in {unit}" in p.prompt
+            dim, factor = ANSWER_UNITS[unit]
+            assert dim == m["dimension"], p.id
+            givens = {k: float(v.split(" ")[0]) for k, v in m["values"].items()}
+            expected = PHYSICS_FORMULAS[gen](givens)
+            assert float(value) * factor == pytest.approx(expected, rel=2e-3), (p.id, gen, m["values"], p.answer)
+    assert set(seen) == set(PHYSICS_FORMULAS) and min(seen.values()) == 3, seen
 
 
 def test_hover_labels_balanced_and_claims_sound() -> None:

@@ -4,7 +4,7 @@ The schema (workflow/schemas/config.schema.yaml) is the single source of truth f
 and defaults. `validate_config` fills defaults in place and raises `ConfigError` whose message is
 one line naming the key and what is expected, e.g.::
 
-    config error: slow.num_generations: expected an integer >= 1, got -3
+    config error: slow.num_generations: expected an integer >= 2, got -3
 """
 
 from __future__ import annotations

@@ -354,8 +354,11 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     for i, v in enumerate(variants):
         c = _curve(df, variant=v)
         ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=plt.cm.Dark2(i))
+    # Seconds per RL step of each evaluated cycle (step = (cycle + 1) x T), averaged per variant:
+    # over seeds' runs alike, and right when only every n-th cycle is evaluated (eval_every).
     per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"])
-                .group_by("variant").agg((pl.col("cycle_seconds").sum() / pl.col("step").max()).alias("s")))
+                .with_columns((pl.col("cycle_seconds") * (pl.col("cycle") + 1) / pl.col("step")).alias("s"))
+                .group_by("variant", maintain_order=True).agg(pl.col("s").mean()))
     ax2.bar(per_step["variant"], per_step["s"], color=[plt.cm.Dark2(variants.index(v)) for v in per_step["variant"]])
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="wall time per RL step (cycle incl. fast round)", ylabel="seconds / step")

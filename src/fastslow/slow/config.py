@@ -1,8 +1,8 @@
 """`SlowConfig`: every knob of the slow loop (CISPO RL on the weights), validated on construction.
 
-Defaults are the paper's values where FST.md states them (lr 1e-6 with a 10-step warm-up, G=8,
-32 problems per step, T=6, cap 4.0, KL 0.001; the last three are marked unverified there). The toy
-scale of the embedded default lives in config/config.yaml, not here.
+Defaults are the paper's values where it states them (arXiv 2605.12484: lr 1e-6 with a 10-step
+warm-up, G=8, 32 problems per step, T=6, cap 4.0, KL 0.001; the last three are unverified
+readings). The toy scale of the embedded default lives in config/config.yaml, not here.
 """
 
 from __future__ import annotations

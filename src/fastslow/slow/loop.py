@@ -10,7 +10,7 @@ writes, atomically (temp sibling, then rename), into `out_dir`:
     metrics.parquet    one row per RL step
 
 A chain of cycles gives the same rewards and weights as one uninterrupted run
-(tests/test_slow_resume.py): the data order is a pure function of (seed, cursor), the RNG state
+(tests/test_slow_cycle.py): the data order is a pure function of (seed, cursor), the RNG state
 is saved and restored after the trainer is built, and the optimiser and scheduler state dicts are
 saved exactly. `step` in every table is the 0-based global RL step = the number of optimiser
 updates the sampling weights had received.
