@@ -254,6 +254,31 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
     _written(out)
 
 
+def test_fig4_and_fig5_average_seeds_into_one_line(tmp_path, saved):
+    """With two seeds, fig4's line runs along the seed-averaged (KL, reward) curve while its
+    markers keep every checkpoint, and fig5 draws one line per (method, source task) averaged
+    over the source runs' seeds, not one per source run."""
+    rl = _rows("efficiency", "rl", "codeio", [0.1, 0.2, 0.3], kl=[0, .02, .04])
+    rl1 = _set(_seed(rl, 1, 0.1), "kl_to_base", [0, .04, .08])
+    fst = _rows("efficiency", "fst", "codeio", [0.1, 0.3, 0.5], kl=[0, .01, .02])
+    figures.fig4({"efficiency": pl.DataFrame(rl1 + fst + rl).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    ax = saved[0].axes[0]
+    assert len(ax.collections[0].get_offsets()) == 6  # both seeds' checkpoints
+    mean_kl, mean_r = [0, .03, .06], [0.1, 0.25, 0.35]
+    assert list(ax.lines[0].get_xdata()) == pytest.approx(_trailing3(mean_kl))
+    assert list(ax.lines[0].get_ydata()) == pytest.approx(_trailing3(mean_r))
+
+    rows = []
+    for init, values in {"base": [0.1, 0.2], "efficiency/rl/math-default-s0": [0.1, 0.3],
+                         "efficiency/rl/math-default-s1": [0.1, 0.5],
+                         "efficiency/fst/math-default-s0": [0.2, 0.6]}.items():
+        rows += [{**r, "run": f"{r['run']}@{init}"} for r in _rows("plasticity", "rl", "hover_hard", values, init=init)]
+    figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig5.pdf")
+    (ax,) = saved[1].axes
+    assert [ln.get_label() for ln in ax.lines] == ["Base init", "FST init", "RL init"]
+    assert _lines(ax)["RL init"] == pytest.approx([0.1, 0.4])
+
+
 def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
     rows = _rows("stargraph", "rl", "stargraph", [0, 0, 0, 0, 0.1, 0.3])
     fst = _rows("stargraph", "fst", "stargraph", [0, 0, 0.2, 0.5, 0.6, 0.7])

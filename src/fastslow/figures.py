@@ -176,9 +176,11 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
             if not sub.height:
                 continue
-            kl, r = sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy()
-            ax.scatter(kl, r, color=COLORS[method], alpha=0.35, s=14)
-            ax.plot(rolling_mean(kl, 3), rolling_mean(r, 3), color=COLORS[method], label=LABELS[method])
+            ax.scatter(sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy(), color=COLORS[method],
+                       alpha=0.35, s=14)  # every checkpoint of every seed
+            c = _curve(sub)  # the line: along the seed-averaged curve, step by step
+            ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
+                    color=COLORS[method], label=LABELS[method])
         ax.set(title=task, xlabel="token KL(π_train ‖ π_base)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.legend(fontsize=8)
     fig.suptitle(title)
@@ -199,14 +201,21 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     """Plasticity probe: fresh RL on a new task from RL-, FST- and base-initialised weights."""
     plt = _plt()
     df = tables["plasticity"]
-    sources = sorted({i.split("/")[2].split("-")[0] for i in df["init"].unique().to_list() if i != "base"})
+    # init is "base" or "<experiment>/<method>/<task>-<variant>-s<seed>": one line per (method,
+    # source task), averaged over the source runs' seeds (and this experiment's own seeds).
+    df = df.with_columns(
+        pl.when(pl.col("init") == "base").then(pl.lit("base"))
+        .otherwise(pl.col("init").str.split("/").list.get(1)).alias("init_method"),
+        pl.when(pl.col("init") == "base").then(pl.lit(None))
+        .otherwise(pl.col("init").str.split("/").list.get(2).str.split("-").list.get(0)).alias("init_task"))
+    sources = sorted(df["init_task"].drop_nulls().unique().to_list())
     fig, axes = _axes(plt, max(len(sources), 1))
     for ax, src in zip(axes, sources or ["base"], strict=False):
-        for init in sorted(df["init"].unique().to_list()):
-            if init != "base" and init.split("/")[2].split("-")[0] != src:
+        for method in sorted(df["init_method"].unique().to_list()):
+            c = (_curve(df, init_method="base") if method == "base"
+                 else _curve(df, init_method=method, init_task=src))
+            if not c.height:
                 continue
-            method = "base" if init == "base" else init.split("/")[1]
-            c = _curve(df, init=init)
             ax.plot(c["step"], c["mean_at_k"], color=COLORS.get(method, "k"), ls=":" if method == "base" else "-",
                     marker="o", ms=3, label=f"{LABELS.get(method, method)} init")
         ax.set(title=f"from {src} checkpoints → RL on {df['eval_task'][0]}", xlabel="RL step",
