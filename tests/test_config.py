@@ -68,6 +68,12 @@ BAD = [
     ({"generation": {"temperature": -1}}, "generation.temperature"),
     ({"evaluation": {"k": 0}}, "evaluation.k"),
     ({"mlflow_experiment": 3}, "mlflow_experiment: expected a string"),
+    ({"data": {"options": {"physics": {"rel_tol": "1e-3"}}}},
+     "data.options.physics.rel_tol: expected a number, got str '1e-3' (YAML reads 1e-3 as text: write 1.0e-3)"),
+    ({"data": {"options": {"codeio": {"max_prompt_chars": 2500.5}}}},
+     "data.options.codeio.max_prompt_chars: expected an integer, got float 2500.5"),
+    ({"data": {"options": {"codeio": {"isolate": "no"}}}}, "data.options.codeio.isolate: expected true or false"),
+    ({"data": {"options": {"math": {"colour": 1}}}}, "data.options.math.colour: unknown option; expected one of sources"),
 ]
 
 

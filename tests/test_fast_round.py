@@ -264,3 +264,21 @@ def test_rollout_reuse_needs_the_flag(tmp_path: Path) -> None:
     _, summary = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
                            reuse_rollouts=parquet, log=lines.append)
     assert summary["reused_pairs"] == 0 and any("ignoring" in x for x in lines)
+
+
+def test_round_reports_progress_of_every_sampling_pass(tmp_path: Path) -> None:
+    """Each generate pass of the round is announced with its size and each of its calls
+    reported when done, so a long round (paper scale: minutes per call) is never silent; the
+    reported counts add up to what the generator sampled."""
+    import re
+
+    lines: list[str] = []
+    gen = ScriptedGenerator()
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3, eval_batch_size=8)
+    _, summary = run_round(Pool.seed(SEEDS[:2], 2), gen, TASK, TRAIN, VAL, cfg, 4, tmp_path, log=lines.append)
+    starts = [int(m.group(1)) for x in lines if (m := re.match(r"fast round 4: sampling (\d+) sequences", x))]
+    dones = [(int(m.group(1)), int(m.group(2))) for x in lines
+             if (m := re.match(r"fast round 4: sampled (\d+)/(\d+) sequences \(\d+ s\)", x))]
+    assert starts and sum(starts) == gen.prompts == summary["generations"]
+    assert [total for done, total in dones if done == total] == starts  # every pass reported to its end
+    assert len(dones) > len(starts)  # the seeds' pass (18 sequences) took several calls of <= 8

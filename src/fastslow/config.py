@@ -166,10 +166,36 @@ def _check_task_options(options: Mapping[str, Any]) -> None:
         params = inspect.signature(task_class(name).__init__).parameters
         allowed = sorted(p for p, v in params.items() if p not in ("self", "name", "difficulty")
                          and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
-        for key in opts:
+        for key, value in opts.items():
             if key not in allowed:
                 raise ConfigError(f"config error: data.options.{name}.{key}: unknown option; "
                                   f"expected one of {', '.join(allowed) or '(none)'}")
+            _check_option_type(f"data.options.{name}.{key}", value, params[key].default)
+
+
+def _check_option_type(key: str, value: Any, default: Any) -> None:
+    """A task option must have its default's kind (flag, integer, number, text, list); options
+    without a default, or defaulting to None, take anything their generator accepts."""
+    import inspect
+
+    if default is None or default is inspect.Parameter.empty:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        ok, kind = number and isinstance(value, int), "an integer"
+    elif isinstance(default, float):
+        ok, kind = number, "a number"
+    elif isinstance(default, str):
+        ok, kind = isinstance(value, str), "a string"
+    elif isinstance(default, (list, tuple)):
+        ok, kind = isinstance(value, (list, tuple)), "a list"
+    else:
+        return
+    if not ok:
+        hint = " (YAML reads 1e-3 as text: write 1.0e-3)" if kind == "a number" and isinstance(value, str) else ""
+        raise ConfigError(f"config error: {key}: expected {kind}, got {type(value).__name__} {value!r}{hint}")
 
 
 def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import fit_sigmoid, no_reward, rolling_mean, running_max, steps_to_peak_ratio
+from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 
 COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
@@ -47,8 +48,9 @@ def _save(fig: Any, out: str | Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.savefig(out)
-    fig.savefig(out.with_suffix(".png"))
+    for path in (out, out.with_suffix(".png")):  # atomically: a killed job leaves no half a figure
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp)
     _plt().close(fig)
 
 

@@ -12,12 +12,29 @@ from pathlib import Path
 from typing import Any
 
 
+def umask() -> int:
+    """The process's file-creation mask (read without changing it where Linux allows)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling of `path`; on success rename it to `path` (replacing it)."""
+    """Yield a temporary sibling of `path`; on success rename it to `path` (replacing it).
+
+    With `is_dir` the yielded directory becomes `path` itself: it gets the mode a plain
+    `mkdir` would give (mkdtemp makes it 0700, which would hide a model or a run's outputs
+    from the other users of a shared cluster file system)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    if is_dir:
+        os.chmod(tmp, 0o777 & ~umask())
     target = tmp if is_dir else tmp / path.name
     try:
         yield target

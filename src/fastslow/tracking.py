@@ -24,6 +24,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from fastslow.io import write_json
+
 log = logging.getLogger(__name__)
 
 TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" across reruns
@@ -88,9 +90,7 @@ def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
         client.set_terminated(run.info.run_id, "FINISHED")
         ids[name] = run.info.run_id
     info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id, "parents": ids}
-    out = Path(out_json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(info, indent=2))
+    write_json(info, out_json)  # atomically: every job reads it
     return info
 
 

@@ -19,6 +19,7 @@ step's problems with the candidate, and the slow loop trains on those rollouts
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,8 @@ class FastAdapter:
     def __init__(self, generator: Generator, task: Task, sampling: SamplingParams,
                  weights_id: str = "base", cache: RolloutCache | None = None,
                  max_metric_calls: int | None = None, batch_size: int = 16,
-                 on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0) -> None:
+                 on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0,
+                 progress: Callable[[str], None] | None = None) -> None:
         self.generator = generator
         self.task = task
         self.sampling = sampling
@@ -112,6 +114,7 @@ class FastAdapter:
         self.max_metric_calls = max_metric_calls
         self.batch_size = batch_size
         self.on_generate = on_generate
+        self.progress = progress  # one line before a sampling pass and after each of its calls
         self.format_credit = format_credit
         self.generations = 0
         self.prefetched = 0
@@ -167,6 +170,10 @@ class FastAdapter:
         n_calls = -(-len(seqs) // self.batch_size)
         size = -(-len(seqs) // max(n_calls, 1))
         samples: dict[tuple[str, str], list[tuple[Generation, str]]] = {}
+        started = time.perf_counter()
+        if self.progress is not None:
+            self.progress(f"sampling {len(seqs)} sequences ({len(pairs)} (context, problem) pairs) "
+                          f"in {n_calls} generate call{'s' * (n_calls != 1)}")
         for lo in range(0, len(seqs), size):
             chunk = seqs[lo:lo + size]
             convs = [build_messages(context, p) for _, context, p in chunk]
@@ -180,6 +187,9 @@ class FastAdapter:
                 raise RuntimeError(f"generator returned {len(gens)} completions for {len(chunk)} prompts")
             if self.on_generate is not None:
                 self.on_generate(len(chunk))
+            if self.progress is not None:
+                self.progress(f"sampled {lo + len(chunk)}/{len(seqs)} sequences "
+                              f"({time.perf_counter() - started:.0f} s)")
             for (h, _, p), g, prompt in zip(chunk, gens, self._render(convs), strict=True):
                 samples.setdefault((h, p.id), []).append((g, prompt))
         for h, _, p in pairs:
