@@ -24,6 +24,9 @@ the fast round sampled with the same weights).
         -> results/bench/fst_step.json, .png
 
 The summary holds each method's fastest run and the mean over all runs (repetitions x seeds).
+The report (and plot) is rewritten after every finished run, so a failing run keeps the earlier
+ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
+`--set` values are checked against the config schema (`validate_config`) before any run starts.
 Each run also reports its steps' mean completion length: an RL step costs in proportion to its
 tokens, and 8 rollouts a step vary by +-15% in length between seeds.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -45,24 +49,98 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "config" / "config.yaml"  # what the children load (then the method's overrides and --sets)
+DATA = ROOT / "results" / "data"
 METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """`--set slow.micro_batch_size=1` -> {"slow": {"micro_batch_size": 1}} (values parsed as YAML)."""
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: YAML, except that a number YAML 1.1 leaves as text (`1e-5`, no dot) is a float."""
     import yaml
 
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ValueError(f"not a YAML value ({str(err).splitlines()[0]})") from None
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """`--set slow.micro_batch_size=1` -> {"slow": {"micro_batch_size": 1}} (values: `parse_value`).
+
+    The parent and every child parse the same strings with this function, so they agree. Raises a
+    one-line ValueError naming the offending --set."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. slow.micro_batch_size=1")
-        *path, last = key.split(".")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. slow.micro_batch_size=1")
+        try:
+            parsed = parse_value(value)
+        except ValueError as err:
+            raise ValueError(f"--set {item!r}: {err}") from None
+        *path, last = parts
         node = out
-        for part in path:
+        for i, part in enumerate(path):
             node = node.setdefault(part, {})
-        node[last] = yaml.safe_load(value)
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {item!r}: {'.'.join(path[:i + 1])} is already set to {node!r} "
+                                 f"by an earlier --set")
+        node[last] = parsed
     return out
+
+
+def run_spec(method: str, task: str, cycles: int, seed: int, bf16: bool | None,
+             sets: dict[str, Any]) -> Any:
+    """The `RunSpec` a child runs `method` with: the method's reuse flags, --bf16 and the --sets."""
+    from fastslow.config import deep_update
+    from fastslow.experiments import RunSpec
+
+    kind, reuse = METHODS[method]
+    return RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=seed,
+                   overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
+                                          **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets))
+
+
+def check_config(methods: list[str], task: str, cycles: int, bf16: bool | None, items: list[str]) -> None:
+    """Validate the config each method's children would run with (CONFIG + the method's overrides
+    + the --sets), as `validate_config` would; raise a one-line ValueError naming the offending
+    --set (the one whose removal changes the error) before any child starts."""
+    import copy
+
+    from fastslow.config import ConfigError, deep_update, load_config, validate_config
+
+    base = load_config(CONFIG)
+    base["experiments"] = {}  # the bench runs none of them (a --set need not suit every variant of theirs)
+    parse_sets(items)  # malformed --set: its own message
+
+    def error(method: str, subset: list[str]) -> str | None:
+        try:
+            spec = run_spec(method, task, cycles, 0, bf16, parse_sets(subset))
+            try:
+                cfg = spec.settings(base)  # as the child runs it (RL-only: pool_size 1)
+            except (TypeError, KeyError):  # e.g. `--set fast=1`: validation names it
+                cfg = deep_update(copy.deepcopy(base), spec.overrides)
+            validate_config(cfg)
+        except ConfigError as err:
+            return str(err)
+        except ValueError:  # a subset that drops an earlier --set a later one builds on
+            return "?"
+        return None
+
+    failing = {m: err for m in methods if (err := error(m, items))}
+    if not failing:
+        return
+    method, err = next(iter(failing.items()))
+    culprit = next((item for i, item in enumerate(items) if error(method, items[:i] + items[i + 1:]) != err), None)
+    where = f" (method {method})" if len(failing) < len(methods) else ""
+    raise ValueError(f"--set {culprit!r}{where}: {err}" if culprit else f"{CONFIG.relative_to(ROOT)}{where}: {err}")
 
 
 def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: bool | None = None,
@@ -73,23 +151,19 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
     import polars as pl
     import torch
 
-    from fastslow.config import deep_update, load_config
+    from fastslow.config import load_config
     from fastslow.cycle import run_cycle
-    from fastslow.experiments import RunSpec
     from fastslow.model.convert import SMOLLM2_SPEC, prepare_base_model
 
     torch.set_num_threads(threads)
-    config = load_config(ROOT / "config" / "config.yaml")
+    config = load_config(CONFIG)
     model = ROOT / "results" / "models" / SMOLLM2_SPEC
     if not (model / "config.json").exists():
         prepare_base_model(SMOLLM2_SPEC, model)
-    train = ROOT / "results" / "data" / task / "train.parquet"
+    train = DATA / task / "train.parquet"
     if not train.exists():
         raise SystemExit(f"{train} is missing: run `snakemake {train.relative_to(ROOT)}` first")
-    kind, reuse = METHODS[method]
-    spec = RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=seed,
-                   overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
-                                          **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets or {}))
+    spec = run_spec(method, task, cycles, seed, bf16, sets or {})
     prev, rows = None, []
     todo = range(cycles) if only is None else [only]
     if only is not None and only > 0:  # a later cycle's job starts from the previous cycle's directory
@@ -127,7 +201,7 @@ def run_child(cmd: list[str], method: str) -> dict[str, Any]:
     return json.loads(line[0][7:])
 
 
-def plot(results: list[dict[str, Any]], out: Path) -> None:
+def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,10 +217,60 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for x, total in enumerate(bottom):
         ax.text(x, total, f"{total:.1f}s", ha="center", va="bottom", fontsize=9)
-    ax.set(ylabel="seconds per RL step (last cycle)", title="Wall time per RL step, SmolLM2-135M on CPU")
+    ax.set(ylabel="seconds per RL step (last cycle)",
+           title="Wall time per RL step, SmolLM2-135M on CPU" + (" (partial)" if partial else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """The methods and seeds; a bad value exits through `ap.error` (one line naming it)."""
+    for name in ("cycles", "reps", "threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} {getattr(args, name)}: expected an integer >= 1")
+    methods = args.methods.split(",")
+    if unknown := [m for m in methods if m not in METHODS]:
+        ap.error(f"--methods {args.methods!r}: unknown {', '.join(map(repr, unknown))}; "
+                 f"choose from {', '.join(METHODS)}")
+    if len(set(methods)) < len(methods):
+        ap.error(f"--methods {args.methods!r}: a method is listed twice")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2")
+    if any(s < 0 for s in seeds):
+        ap.error(f"--seeds {args.seeds!r}: expected integers >= 0")
+    return methods, seeds
+
+
+def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
+                 planned: int) -> dict[str, Any]:
+    """Write the report of the runs finished so far to `out` (JSON) and its plot (`.png`), each
+    atomically; `complete` is false until all `planned` runs are in. Returns the report."""
+    from fastslow.io import atomic_path
+
+    done = sum(map(len, results.values()))
+    best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values() if runs]
+    rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
+    means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs)
+             for m, runs in results.items() if runs}
+    report = {**settings, "complete": done >= planned, "runs_done": done, "runs_planned": planned,
+              "runs": results,
+              "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
+                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl if rl else None,
+                                        "peak_rss_mb": r["peak_rss_mb"],
+                                        # over every repetition and seed (best: the fastest one above)
+                                        "mean_s_per_step": means[r["method"]],
+                                        "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
+                                        } for r in best}}
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
+    if best:
+        with atomic_path(out.with_suffix(".png")) as tmp:
+            plot(best, tmp, partial=done < planned)
+    return report
 
 
 def main() -> None:
@@ -177,11 +301,24 @@ def main() -> None:
                     parse_sets(args.sets), int(args.seeds), args.only_cycle)
         print("RESULT " + json.dumps(res), flush=True)
         return
-    methods = args.methods.split(",")
-    if unknown := sorted(set(methods) - set(METHODS)):
-        raise SystemExit(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
+    methods, seeds = check_args(ap, args)
+    try:
+        check_config(methods, args.task, args.cycles, args.bf16, args.sets)
+    except ValueError as err:  # one line, e.g. --set 'slow.lr=x': config error: slow.lr: expected a number, ...
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    train = DATA / args.task / "train.parquet"
+    if not train.exists():
+        from fastslow.tasks import TASK_NAMES
+
+        ap.error(f"--task {args.task!r}: {train} is missing: run `snakemake {train.relative_to(ROOT)}` first"
+                 if args.task in TASK_NAMES else
+                 f"--task {args.task!r}: unknown task; expected one of {', '.join(TASK_NAMES)}")
+    settings = {"task": args.task, "cycles": args.cycles, "process": args.process, "reps": args.reps,
+                "seeds": seeds, "threads": args.threads, "bf16": args.bf16, "overrides": parse_sets(args.sets)}
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
-    seeds = [int(x) for x in args.seeds.split(",")]
+    planned = args.reps * len(seeds) * len(methods)
+    report: dict[str, Any] = {}
     for rep, seed in ((r, s) for r in range(args.reps) for s in seeds):
         for method in methods:
             with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
@@ -194,33 +331,24 @@ def main() -> None:
                     if args.process == "cycle" else [cmd]
                 res = {"method": method, "seed": seed, "process": args.process, "cycles": [], "peak_rss_mb": 0.0}
                 for job in jobs:
-                    part = run_child(job, method)
+                    try:
+                        part = run_child(job, method)
+                    except SystemExit:
+                        done = sum(map(len, results.values()))
+                        if done:
+                            print(f"{args.out}: partial report of the {done} of {planned} runs finished",
+                                  file=sys.stderr, flush=True)
+                        raise
                     if args.process == "cycle":  # each cycle job's own peak
                         part["cycles"][0]["peak_rss_mb"] = part["peak_rss_mb"]
                     res["cycles"] += part["cycles"]
                     res["peak_rss_mb"] = max(res["peak_rss_mb"], part["peak_rss_mb"])
                 results[method].append(res)
+                report = write_report(args.out, settings, results, planned)  # after every run: a failure keeps them
                 last = res["cycles"][-1]
                 print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "
                       f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}), "
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
-    best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values()]
-    rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
-    means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs) for m, runs in results.items()}
-    report = {"task": args.task, "cycles": args.cycles, "process": args.process, "reps": args.reps, "seeds": seeds,
-              "threads": args.threads,
-              "bf16": args.bf16, "overrides": parse_sets(args.sets),
-              "runs": results,
-              "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
-                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl if rl else None,
-                                        "peak_rss_mb": r["peak_rss_mb"],
-                                        # over every repetition and seed (best: the fastest one above)
-                                        "mean_s_per_step": means[r["method"]],
-                                        "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
-                                        } for r in best}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot(best, args.out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))
 
 

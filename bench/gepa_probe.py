@@ -72,6 +72,62 @@ def paired_test(seed_evals: list[dict], best_evals: list[dict]) -> dict:
             "test": "paired permutation test over val problems (sign flips), evolved > seed"}
 
 
+def parse_sources(text: str) -> list[Source]:
+    """`--sources` JSON, [[dataset, config], ...], as `Source`s; a one-line ValueError if malformed
+    or if reasoning-gym rejects a dataset name or its config."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err})") from None
+    if not isinstance(value, list) or not value:
+        raise ValueError("expected a non-empty JSON list [[dataset, config], ...]")
+    sources = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], dict)):
+            raise ValueError(f"expected [dataset, config] pairs (a name and a JSON object), got {json.dumps(item)}")
+        sources.append(Source(item[0], item[1]))
+    import reasoning_gym
+
+    from fastslow.tasks.rgym import quiet
+
+    for source in sources:  # a one-item dataset checks the name and the config's keys and values
+        try:
+            with quiet():
+                reasoning_gym.create_dataset(source.dataset, seed=0, size=1, **source.config)
+        except Exception as err:  # reasoning-gym raises KeyError, TypeError, AssertionError, ...
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"dataset {source.dataset!r} with config {json.dumps(source.config)}: {detail}") from None
+    return sources
+
+
+def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """Validate the arguments right after parsing (a bad one exits through `ap.error`, one line
+    naming it); return the task."""
+    options: dict[str, Any] = {}
+    if args.sources is not None:
+        try:
+            options["sources"] = parse_sources(args.sources)
+        except ValueError as err:
+            ap.error(f"--sources {args.sources!r}: {err}")
+    try:
+        task = get_task(args.task, **options)
+    except TypeError:  # an offline generator without reasoning-gym sources
+        ap.error(f"--task {args.task!r}: not a reasoning-gym task, so it takes no --sources")
+    except ValueError as err:
+        ap.error(f"--task {args.task!r}: {err}")
+    for name in ("n_train", "n_dev", "n_val", "k", "pool_size", "budget", "rounds", "minibatch",
+                 "max_new_tokens", "batch_size", "eval_seeds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} {getattr(args, name)}: expected an integer >= 1")
+    if not 0.0 <= args.format_credit <= 1.0:
+        ap.error(f"--format-credit {args.format_credit}: expected a number in [0, 1]")
+    if args.temperature < 0:
+        ap.error(f"--temperature {args.temperature}: expected a number >= 0")
+    if args.reeval and not args.out.exists():
+        ap.error(f"--reeval: {args.out} (--out) does not exist: run the search first")
+    return task
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="math_easy")
@@ -100,14 +156,13 @@ def main() -> None:
                     help="skip the search: re-evaluate the seed and evolved contexts of --out")
     ap.add_argument("--out", type=Path, default=Path("results/bench/gepa_probe.json"))
     args = ap.parse_args()
+    task = check_args(ap, args)  # before the model loads: a bad argument fails in a second
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("fastslow.fast.round").setLevel(logging.WARNING)
 
     if not (MODEL_DIR / "config.json").exists():
         prepare_base_model(SMOLLM2_SPEC, MODEL_DIR)
     generator = make_generator("hf", MODEL_DIR, batch_size=args.batch_size, dtype=args.dtype)
-    task = get_task(args.task, **({"sources": [Source(d, c) for d, c in json.loads(args.sources)]}
-                                  if args.sources else {}))
     pool_problems = task.problems("train", args.n_train + args.n_dev, args.seed)
     train, dev = pool_problems[:args.n_train], pool_problems[args.n_train:]
     val = task.problems("val", args.n_val, args.seed)

@@ -1,0 +1,151 @@
+"""The benchmark scripts' argument checks and bench_fst_step's partial report.
+
+Benchmarks never run here: each script runs as a subprocess under a guard that makes starting a
+child process or loading a model raise, so a bad argument must be rejected before either, with one
+line naming it (argparse's `error:` line, no traceback).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+# Runs a script as __main__ with child processes and model loading refused.
+GUARD = """
+import runpy, subprocess, sys
+def refuse(*args, **kwargs):
+    raise RuntimeError("GUARD: the script went on to start a child process or load a model")
+subprocess.run = refuse
+import fastslow.model.convert, fastslow.model.generation
+fastslow.model.convert.prepare_base_model = refuse
+fastslow.model.generation.make_generator = refuse
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_script(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", GUARD, str(BENCH / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def error_line(proc: subprocess.CompletedProcess[str], name: str) -> str:
+    """The one `error:` line of a rejected call (after argparse's usage lines, if any)."""
+    assert "Traceback" not in proc.stderr and "GUARD" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith(f"{name}: error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip("\n").splitlines()[-1] == errors[0], proc.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--seeds", "a"], "--seeds 'a'"),
+    (["--seeds", "0,x"], "--seeds '0,x'"),
+    (["--cycles", "0"], "--cycles 0"),
+    (["--reps", "0"], "--reps 0"),
+    (["--methods", "rl,fts"], "'fts'"),
+    (["--set", "slow.lr=fast"], "--set 'slow.lr=fast': config error: slow.lr: expected a number"),
+    (["--set", "generation.temperature=0.5", "--set", "generation.max_new_token=32"],
+     "--set 'generation.max_new_token=32': config error: generation: unknown key 'max_new_token'"),
+    (["--set", "slow.a=1", "--set", "slow.a.b=2"], "--set 'slow.a.b=2': slow.a is already set to 1"),
+    (["--set", "slow.lr"], "--set 'slow.lr': expected SECTION.KEY=VALUE"),
+    (["--set", "fast.pool_size=3"], "--set 'fast.pool_size=3'"),
+    (["--set", "slow.lr=1e-5", "--task", "nope"], "--task 'nope': unknown task"),  # 1e-5 passed the check
+])
+def test_bench_fst_step_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:
+    proc = run_script("bench_fst_step.py", [*args, "--out", str(tmp_path / "fst_step.json")], tmp_path)
+    assert named in error_line(proc, "bench_fst_step.py")
+    assert not (tmp_path / "fst_step.json").exists()
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--sources", "[bad"], "--sources '[bad': not JSON"),
+    (["--sources", '{"basic_arithmetic": {}}'], "expected a non-empty JSON list"),
+    (["--sources", '[["basic_arithmatic", {}]]'], "'basic_arithmatic'"),
+    (["--sources", '[["basic_arithmetic", {"min_termz": 2}]]'], "min_termz"),
+    (["--task", "nope"], "--task 'nope'"),
+    (["--k", "0"], "--k 0"),
+])
+def test_gepa_probe_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:
+    proc = run_script("gepa_probe.py", [*args, "--out", str(tmp_path / "gepa.json")], tmp_path)
+    assert named in error_line(proc, "gepa_probe.py")
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_fst_step", BENCH / "bench_fst_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_set_values_parse_as_the_schema_expects(bench: ModuleType) -> None:
+    """Parent and children parse --set alike (one function); YAML 1.1 leaves 1e-5 a string."""
+    assert bench.parse_sets(["slow.lr=1e-5", "slow.micro_batch_size=1", "slow.bf16=false", "a.b=1.5E3",
+                             "seed_context=Be brief.", "a.c=1e-5x"]) == \
+        {"slow": {"lr": 1e-5, "micro_batch_size": 1, "bf16": False}, "a": {"b": 1500.0, "c": "1e-5x"},
+         "seed_context": "Be brief."}
+    bench.check_config(list(bench.METHODS), "math", 2, None, ["slow.lr=1e-5", "slow.micro_batch_size=1"])
+    with pytest.raises(ValueError, match=r"^--set 'slow.num_generations=5' \(method fst\): config error"):
+        bench.check_config(list(bench.METHODS), "math", 2, None, ["slow.num_generations=5"])
+    bench.check_config(["rl"], "math", 2, None, ["slow.num_generations=5"])  # RL-only: pool size 1
+
+
+def fake_run(method: str, seed: int, seconds: float) -> dict[str, Any]:
+    per_step = {"generation": seconds / 2, "scoring": 0.0, "training": seconds / 2, "fast_round": 0.0, "other": 0.0}
+    return {"method": method, "seed": seed, "process": "run", "peak_rss_mb": 100.0,
+            "cycles": [{"cycle": 0, "steps": 2, "wall_s": 2 * seconds, "per_step": per_step,
+                        "wall_per_step_s": seconds}]}
+
+
+def test_write_report_marks_partial_reports(bench: ModuleType, tmp_path: Path) -> None:
+    out = tmp_path / "fst_step.json"
+    results: dict[str, list[dict[str, Any]]] = {"rl": [fake_run("rl", 0, 4.0)], "fst": []}
+    bench.write_report(out, {"task": "math"}, results, planned=2)
+    report = json.loads(out.read_text())
+    assert (report["task"], report["complete"], report["runs_done"], report["runs_planned"]) == ("math", False, 1, 2)
+    assert report["runs"]["rl"][0]["cycles"][0]["wall_per_step_s"] == 4.0 and report["runs"]["fst"] == []
+    assert set(report["summary"]) == {"rl"} and report["summary"]["rl"]["ratio_to_rl"] == 1.0
+    results["fst"].append(fake_run("fst", 0, 5.0))
+    bench.write_report(out, {"task": "math"}, results, planned=2)
+    report = json.loads(out.read_text())
+    assert report["complete"] is True and report["runs_done"] == 2
+    assert report["summary"]["fst"]["ratio_to_rl"] == 1.25
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fst_step.json", "fst_step.png"]  # no temporaries
+
+
+def test_a_failing_run_keeps_the_finished_ones(bench: ModuleType, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """rl finishes, fst's child fails: the report on disk holds rl's run, marked incomplete."""
+    (tmp_path / "data" / "math").mkdir(parents=True)
+    (tmp_path / "data" / "math" / "train.parquet").touch()
+    monkeypatch.setattr(bench, "DATA", tmp_path / "data", raising=False)  # the train file it checks
+    calls: list[str] = []
+
+    def run_child(cmd: list[str], method: str) -> dict[str, Any]:
+        calls.append(method)
+        if method == "fst":
+            raise SystemExit("fst failed:\nboom")
+        return fake_run(method, 0, 4.0)
+
+    monkeypatch.setattr(bench, "run_child", run_child)
+    out = tmp_path / "fst_step.json"
+    monkeypatch.setattr(sys, "argv", ["bench_fst_step.py", "--methods", "rl,fst", "--cycles", "1",
+                                      "--process", "run", "--out", str(out)])
+    with pytest.raises(SystemExit, match="fst failed"):
+        bench.main()
+    assert calls == ["rl", "fst"]
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and [r["method"] for r in report["runs"]["rl"]] == ["rl"]
+    assert report["runs"]["fst"] == [] and set(report["summary"]) == {"rl"}
