@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,10 +52,37 @@ class PoolEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PoolEntry:
+        if not isinstance(d, Mapping):
+            raise ValueError(f"pool entry must be a JSON object, got {type(d).__name__}")
         if not isinstance(d.get("text"), str):
             raise ValueError("pool entry needs a string 'text'")
-        return cls(text=d["text"], parent=d.get("parent"), born_round=int(d.get("born_round", -1)),
-                   val_scores={str(k): float(v) for k, v in (d.get("val_scores") or {}).items()})
+        parent = d.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise ValueError(f"pool entry 'parent' must be a string or null, got {parent!r}")
+        scores = d.get("val_scores") or {}
+        if not isinstance(scores, Mapping) or not all(_is_number(v) for v in scores.values()):
+            raise ValueError(f"pool entry 'val_scores' must map problem ids to numbers, got {scores!r:.200}")
+        return cls(text=d["text"], parent=parent, born_round=_as_int(d, "born_round", -1),
+                   val_scores={str(k): float(v) for k, v in scores.items()})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_int(d: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """`d[key]` as an int (a missing key gives `default`, or an error when there is none)."""
+    if key not in d and default is not None:
+        return default
+    if key not in d:
+        raise ValueError(f"missing key {key!r}")
+    value = d[key]
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{key!r} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{key!r} must be an integer, got {value!r}") from None
 
 
 @dataclass
@@ -97,29 +122,52 @@ class Pool:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Pool:
+        """A pool from `to_dict`'s layout; one-line ValueError naming the bad key otherwise."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a pool must be a JSON object, got {type(d).__name__}")
         if d.get("format", POOL_FORMAT) != POOL_FORMAT:
             raise ValueError(f"unknown pool format {d.get('format')!r} (expected {POOL_FORMAT})")
-        entries = [PoolEntry.from_dict(e) for e in d.get("entries", [])]
+        raw = d.get("entries", [])
+        if not isinstance(raw, list):
+            raise ValueError(f"'entries' must be a list, got {type(raw).__name__}")
+        entries = []
+        for i, e in enumerate(raw):
+            try:
+                entries.append(PoolEntry.from_dict(e))
+            except ValueError as err:
+                raise ValueError(f"entries[{i}]: {err}") from None
         if not entries:
-            raise ValueError("pool.json has no entries")
-        return cls(entries=entries, k=int(d["k"]), round=int(d.get("round", -1)),
-                   meta=dict(d.get("meta") or {}))
+            raise ValueError("pool has no entries")
+        k = _as_int(d, "k")
+        if k < 1:
+            raise ValueError(f"'k' must be a positive integer, got {k}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"'meta' must be a JSON object, got {type(meta).__name__}")
+        return cls(entries=entries, k=k, round=_as_int(d, "round", -1), meta=dict(meta))
 
     def to_json(self, path: str | Path) -> Path:
         """Write atomically (temp file, then rename): a killed job leaves no half-written pool."""
+        from fastslow.io import atomic_path
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".pool.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=2, sort_keys=False)
             f.write("\n")
-        os.replace(tmp, path)
         return path
 
     @classmethod
     def from_json(cls, path: str | Path) -> Pool:
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        """Read `to_json`'s file; a corrupt or malformed one is a one-line ValueError naming it."""
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: invalid JSON in pool file ({err})") from None
+        try:
+            return cls.from_dict(d)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
 
 
 def select_pareto_pool(scores: Sequence[Mapping[Any, float]], k: int,

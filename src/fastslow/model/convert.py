@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,17 +101,10 @@ def atomic_dir(out_dir: str | Path) -> Iterator[Path]:
     A crash leaves no half-written `out_dir` behind (Snakemake would otherwise take a
     partial directory as a finished output).
     """
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    from fastslow.io import atomic_path
+
+    with atomic_path(out_dir, is_dir=True) as tmp:
         yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write_provenance(out: Path, **info: Any) -> None:
@@ -236,8 +228,7 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
     """Common path for local directories and hub snapshots: check, mirror, record."""
     from transformers import AutoConfig
 
-    if not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
+    _check_model_dir(src)
     AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
     with atomic_dir(out_dir) as tmp:
         _link_or_copy_tree(src, tmp)
@@ -307,21 +298,56 @@ def _torch_dtype(dtype: str, allow_auto: bool = True) -> Any:
     return "auto" if dtype == "auto" else getattr(torch, dtype)
 
 
+#: Files one of which a local tokenizer directory must hold (fast, SentencePiece, BPE/WordPiece
+#: vocabularies, or the tokenizer config of tokenizers that need no vocabulary file).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                    "vocab.txt", "spiece.model")
+
+
+def _local_dir(path: str | Path, what: str) -> Path | None:
+    """`path` as a local directory, or None when it is a hub id ("org/name", "gpt2") to hand to
+    `from_pretrained` as is. An existing path, an absolute one, one starting with ./ ../ or ~,
+    or one with a "/" that no hub id has ("runs/x/model") is local; a local path that does not
+    exist or is not a directory is a one-line error naming it."""
+    text = str(path)
+    local = Path(text).expanduser()
+    if not (local.exists() or local.is_absolute() or text.startswith(("./", "../", "~"))
+            or ("/" in text and not _HUB_ID.match(text))):
+        return None
+    if not local.exists():
+        raise FileNotFoundError(f"{what} directory {text} does not exist")
+    if not local.is_dir():
+        raise NotADirectoryError(f"{what} path {text} is not a directory")
+    return local
+
+
+def _check_model_dir(src: Path) -> None:
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
+
+
 def load_tokenizer(path: str | Path) -> Any:
-    """The tokenizer of a prepared model directory, left padding, pad token set."""
+    """The tokenizer of a prepared model directory (or hub id), left padding, pad token set."""
     from transformers import AutoTokenizer
 
-    return _set_padding(AutoTokenizer.from_pretrained(str(path)))
+    local = _local_dir(path, "tokenizer")
+    if local is not None and not any((local / name).is_file() for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(f"{local} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
+    return _set_padding(AutoTokenizer.from_pretrained(str(path if local is None else local)))
 
 
 def load_model(path: str | Path, dtype: str = "auto", device: str = "cpu") -> Any:
-    """A causal LM from a prepared directory, in eval mode, on `device`.
+    """A causal LM from a prepared directory (or hub id), in eval mode, on `device`.
 
     ``dtype="auto"`` keeps the checkpoint's dtype (float32 for the converted SmolLM2).
     """
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_torch_dtype(dtype))
+    local = _local_dir(path, "model")
+    if local is not None:
+        _check_model_dir(local)
+    model = AutoModelForCausalLM.from_pretrained(str(path if local is None else local),
+                                                 dtype=_torch_dtype(dtype))
     model.to(device)
     model.eval()
     return model

@@ -107,16 +107,33 @@ class SlowConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or self.warmup_steps < 0:
             raise bad("warmup_steps", "an integer >= 0")
+
+        def number(value: Any) -> bool:  # an int or float (YAML's `1e-6` is a string), not a bool
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        expected = {"lr": "a positive float", "beta": "a float >= 0",
+                    "epsilon_high": "a positive float (the importance-weight cap, e.g. 4.0)",
+                    "temperature": "a positive float", "top_p": "a float in (0, 1]",
+                    "weight_decay": "a float", "adam_beta1": "a float", "adam_beta2": "a float",
+                    "vllm_gpu_memory_utilization": "a float in (0, 1)"}
+        for name, what in expected.items():
+            if not number(getattr(self, name)):
+                raise bad(name, what)
+        if self.max_grad_norm is not None and not number(self.max_grad_norm):
+            raise bad("max_grad_norm", "None or a positive float")
+        if self.micro_batch_size is not None and (isinstance(self.micro_batch_size, bool)
+                                                  or not isinstance(self.micro_batch_size, int)):
+            raise bad("micro_batch_size", f"None or a divisor of P*G = {self.rollouts_per_step}")
         if not self.lr > 0:
-            raise bad("lr", "a positive float")
+            raise bad("lr", expected["lr"])
         if not self.beta >= 0:
-            raise bad("beta", "a float >= 0")
+            raise bad("beta", expected["beta"])
         if not self.epsilon_high > 0:
-            raise bad("epsilon_high", "a positive float (the importance-weight cap, e.g. 4.0)")
+            raise bad("epsilon_high", expected["epsilon_high"])
         if not self.temperature > 0:
-            raise bad("temperature", "a positive float")
+            raise bad("temperature", expected["temperature"])
         if not 0 < self.top_p <= 1:
-            raise bad("top_p", "a float in (0, 1]")
+            raise bad("top_p", expected["top_p"])
         if self.baseline not in BASELINES:
             raise bad("baseline", "'problem' or 'prompt'")
         if self.scale_rewards not in SCALE_REWARDS:
@@ -130,7 +147,7 @@ class SlowConfig:
         if self.vllm_mode != "colocate":
             raise bad("vllm_mode", "'colocate' (server mode would drop the per-rollout contexts)")
         if not 0 < self.vllm_gpu_memory_utilization < 1:
-            raise bad("vllm_gpu_memory_utilization", "a float in (0, 1)")
+            raise bad("vllm_gpu_memory_utilization", expected["vllm_gpu_memory_utilization"])
 
     @property
     def rollouts_per_step(self) -> int:

@@ -88,7 +88,16 @@ def default_result_path(out_dir: str | Path) -> Path:
 
 def read_spec(path: str | Path) -> dict[str, Any]:
     """A job spec, checked for the keys `run_job` needs (one-line error naming the file)."""
-    spec = json.loads(Path(path).read_text())
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read job spec ({getattr(err, 'strerror', None) or err})") from err
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON in job spec ({err})") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: job spec must be a JSON object, got {type(spec).__name__}")
     if spec.get("version") != SPEC_VERSION:
         raise ValueError(f"{path}: job spec version {spec.get('version')!r}, expected {SPEC_VERSION}")
     missing = [k for k in ("method", "init_model", "prev_dir", "contexts", "task", "train_file", "slow",
@@ -162,7 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if process_rank() == 0 else logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s rank{process_rank()} %(levelname)s %(name)s: %(message)s")
-    spec = read_spec(ns.spec)
+    try:
+        spec = read_spec(ns.spec)
+    except ValueError as err:  # the promised one-line error naming the file, no traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     ok = False
     try:
         run_job(spec)

@@ -37,16 +37,25 @@ class Problem:
         return row
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Problem:
+    def from_row(cls, row: dict[str, Any], source: Any = None) -> Problem:
+        """`to_row` undone; `source` (the split file the row came from) is named in errors."""
         import json
 
+        pid = str(row["id"])
         meta = row.get("metadata") or "{}"
+        where = f"{source}: problem {pid!r}" if source is not None else f"problem {pid!r}"
+        try:
+            metadata = json.loads(meta) if isinstance(meta, str) else dict(meta)
+        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            raise ValueError(f"{where}: invalid metadata JSON ({err}): {str(meta)[:80]!r}") from None
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{where}: metadata must be a JSON object, got {type(metadata).__name__}")
         return cls(
-            id=str(row["id"]),
+            id=pid,
             task=str(row["task"]),
             prompt=str(row["prompt"]),
             answer=str(row["answer"]),
-            metadata=json.loads(meta) if isinstance(meta, str) else dict(meta),
+            metadata=metadata,
         )
 
 

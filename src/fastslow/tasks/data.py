@@ -81,4 +81,4 @@ def load_problems(path: str | Path) -> list[Problem]:
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    return [Problem.from_row(row) for row in table.to_pylist()]
+    return [Problem.from_row(row, source=path) for row in table.to_pylist()]

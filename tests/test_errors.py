@@ -1,0 +1,204 @@
+"""Bad inputs give one-line errors that name the bad path, key or value."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from fastslow.fast.pool import Pool
+from fastslow.model.convert import load_model, load_tokenizer
+from fastslow.slow import train
+from fastslow.slow.config import SlowConfig
+from fastslow.tasks.base import Problem
+
+
+def one_line(err: BaseException | str) -> str:
+    text = str(err.value if isinstance(err, pytest.ExceptionInfo) else err)
+    assert text and "\n" not in text.strip(), f"not one line: {text!r}"
+    return text
+
+
+# --- load_model / load_tokenizer ------------------------------------------------------------
+
+@pytest.mark.parametrize("load", [load_model, load_tokenizer])
+def test_load_missing_directory_names_it(load, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    for arg in (missing, str(missing)):
+        with pytest.raises(FileNotFoundError) as err:
+            load(arg)
+        msg = one_line(err)
+        assert str(missing) in msg and "does not exist" in msg
+
+
+def test_load_relative_missing_directory_is_not_a_hub_id(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for rel in ("./model", "runs/x/model"):
+        with pytest.raises(FileNotFoundError) as err:
+            load_model(rel)
+        assert rel in one_line(err)
+
+
+def test_load_model_empty_directory_says_no_config(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError) as err:
+        load_model(tmp_path)
+    msg = one_line(err)
+    assert str(tmp_path) in msg and "no config.json" in msg
+
+
+def test_load_model_file_instead_of_directory(tmp_path: Path) -> None:
+    f = tmp_path / "model.safetensors"
+    f.write_text("x")
+    with pytest.raises(NotADirectoryError) as err:
+        load_model(f)
+    assert str(f) in one_line(err)
+
+
+def test_load_tokenizer_empty_directory_says_no_tokenizer_files(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError) as err:
+        load_tokenizer(tmp_path)
+    msg = one_line(err)
+    assert str(tmp_path) in msg and "tokenizer.json" in msg
+
+
+def test_load_hub_ids_still_go_to_from_pretrained(monkeypatch) -> None:
+    import transformers
+
+    seen: list[str] = []
+
+    class Fake:
+        def to(self, device):
+            return self
+
+        def eval(self):
+            return self
+
+    def fake(name, **kwargs):
+        seen.append(name)
+        return Fake()
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake)
+    monkeypatch.setattr("fastslow.model.convert._set_padding", lambda tok: tok)
+    for hub_id in ("Qwen/Qwen3-8B", "gpt2"):
+        load_model(hub_id)
+        load_tokenizer(hub_id)
+    assert seen == ["Qwen/Qwen3-8B", "Qwen/Qwen3-8B", "gpt2", "gpt2"]
+
+
+def test_load_tokenizer_of_a_prepared_directory_still_works(tiny_model_dir: Path) -> None:
+    assert load_tokenizer(tiny_model_dir).padding_side == "left"
+
+
+# --- Pool.from_json / to_json ---------------------------------------------------------------
+
+def _pool_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pool.json"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"k": 2, "entr', "invalid JSON"),
+    ('{"entries": [{"text": "a"}]}', "'k'"),
+    ('{"k": "x", "entries": [{"text": "a"}]}', "'k'"),
+    ('{"k": 1, "entries": [{"text": "a", "born_round": "r1"}]}', "born_round"),
+    ('{"k": 1, "entries": [{"text": "a", "val_scores": {"p1": "high"}}]}', "val_scores"),
+    ('{"k": 1, "entries": [{"txt": "a"}]}', "'text'"),
+    ('{"k": 1, "entries": "abc"}', "entries"),
+    ('{"k": 1, "entries": []}', "no entries"),
+    ('[1, 2]', "JSON object"),
+])
+def test_pool_from_json_bad_file_names_path_and_key(tmp_path: Path, content: str, expected: str) -> None:
+    path = _pool_file(tmp_path, content)
+    with pytest.raises(ValueError) as err:
+        Pool.from_json(path)
+    msg = one_line(err)
+    assert str(path) in msg and expected in msg
+
+
+def test_pool_to_json_layout_mode_and_no_temp_on_failure(tmp_path: Path, monkeypatch) -> None:
+    pool = Pool.seed(["a", "b"], k=2)
+    path = pool.to_json(tmp_path / "pool.json")
+    assert path.read_text() == json.dumps(pool.to_dict(), indent=2, sort_keys=False) + "\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    assert Pool.from_json(path).texts == ["a", "b"]
+
+    pool.meta["bad"] = object()  # not JSON-serialisable: the write fails half-way
+    with pytest.raises(TypeError):
+        pool.to_json(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.json"]
+    assert Pool.from_json(path).texts == ["a", "b"]
+
+
+# --- python -m fastslow.slow.train --spec ---------------------------------------------------
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "cannot read"),
+    ("{bad", "invalid JSON"),
+    ("[1]", "JSON object"),
+    ('{"version": 99}', "version"),
+])
+def test_train_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys, content: str | None, expected: str) -> None:
+    spec = tmp_path / "job.json"
+    if content is not None:
+        spec.write_text(content)
+    assert train.main(["--spec", str(spec)]) == 2
+    err = capsys.readouterr().err.strip()
+    one_line(err)
+    assert str(spec) in err and expected in err
+
+
+# --- Problem metadata -----------------------------------------------------------------------
+
+def test_problem_bad_metadata_names_file_and_problem(tmp_path: Path) -> None:
+    row = {"id": "p-17", "task": "math", "prompt": "x", "answer": "1", "metadata": "{oops"}
+    source = tmp_path / "train.parquet"
+    with pytest.raises(ValueError) as err:
+        Problem.from_row(row, source=source)
+    msg = one_line(err)
+    assert str(source) in msg and "p-17" in msg and "metadata" in msg
+    with pytest.raises(ValueError) as err:
+        Problem.from_row({**row, "metadata": "[1, 2]"}, source=source)
+    assert "p-17" in one_line(err) and "JSON object" in str(err.value)
+    assert Problem.from_row({**row, "metadata": '{"a": 1}'}).metadata == {"a": 1}
+    # ... and a split file read by load_problems names itself
+    import polars as pl
+
+    from fastslow.tasks.data import load_problems
+
+    pl.DataFrame([row]).write_parquet(source)
+    with pytest.raises(ValueError) as err:
+        load_problems(source)
+    assert one_line(err).startswith(f"{source}: problem 'p-17'")
+
+
+# --- SlowConfig float fields ----------------------------------------------------------------
+
+FLOAT_FIELDS = ["lr", "beta", "epsilon_high", "temperature", "top_p", "weight_decay", "adam_beta1",
+                "adam_beta2", "vllm_gpu_memory_utilization", "max_grad_norm"]
+
+
+@pytest.mark.parametrize("field, value", [(f, v) for f in FLOAT_FIELDS for v in ("1e-6", True, None, [0.5])
+                                          if not (f == "max_grad_norm" and v is None)])  # None: no clip
+def test_slow_config_float_fields_are_type_checked(field: str, value) -> None:
+    with pytest.raises(ValueError) as err:
+        SlowConfig(**{field: value})
+    msg = one_line(err)
+    assert msg.startswith(f"SlowConfig.{field}: expected") and repr(value) in msg
+
+
+def test_slow_config_micro_batch_size_is_type_checked() -> None:
+    with pytest.raises(ValueError, match=r"SlowConfig\.micro_batch_size: expected .* got '4'"):
+        SlowConfig(micro_batch_size="4")
+
+
+def test_slow_config_accepts_ints_for_float_fields() -> None:
+    cfg = SlowConfig(lr=1, temperature=1, max_grad_norm=1, weight_decay=0)
+    assert cfg.lr == 1 and cfg.max_grad_norm == 1
