@@ -503,6 +503,7 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
     log-probs cannot be used and is generated (counted as a mismatch)."""
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
     trainer.use_vllm = vllm  # only the splice is exercised: generation itself is faked below
+    trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1  # the vLLM path syncs first
     asked: list[list[list[int]]] = []
 
     def fake_generate(prompt_ids: list, images: Any, fields: Any, *_: Any, **__: Any) -> Any:
@@ -528,3 +529,70 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
     asked.clear()
     trainer._generate_single_turn(prompts, None, {}, 4)
     assert asked == [prompts] and trainer.reused == set()
+
+
+class _FakeVLLMGeneration:
+    """Stands in for TRL's `VLLMGeneration`: counts the weight syncs (a collective under FSDP2)."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def sync_weights(self) -> None:
+        self.syncs += 1
+
+
+@pytest.mark.parametrize("all_reused", [True, False])
+def test_vllm_weights_are_synced_whatever_rows_are_reused(tiny_model_dir, tokenizer, tmp_path,
+                                                           all_reused: bool) -> None:
+    """Every rank must take part in TRL's vLLM weight sync at a new step: a rank whose rows were
+    all reused (fast.reuse_in_slow) never reaches TRL's generation, where that sync lives, and
+    the other ranks would wait for it forever. The sync happens once per step either way."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    trainer.use_vllm = True
+    trainer.vllm_generation = vllm = _FakeVLLMGeneration()
+    trainer._last_loaded_step = -1
+    trainer.state.global_step = 3
+    asked: list[list[list[int]]] = []
+
+    def trl_generate(prompt_ids: list, *_: Any, **__: Any) -> Any:  # TRL's vLLM branch, faked
+        if trainer.state.global_step != trainer._last_loaded_step:
+            trainer.vllm_generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+        asked.append([list(p) for p in prompt_ids])
+        return [[9] for _ in prompt_ids], [[-1.0] for _ in prompt_ids]
+
+    trainer._generate_rows = trl_generate
+    prompts = [[1, 2], [3, 4]]
+    trainer.reuse_rows = {0: ([1, 2], [11], [-0.1])}
+    if all_reused:
+        trainer.reuse_rows[1] = ([3, 4], [12], [-0.2])
+    completions, _ = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert asked == ([] if all_reused else [[[3, 4]]])
+    assert completions == [[11], [12] if all_reused else [9]]
+    assert vllm.syncs == 1 and trainer._last_loaded_step == 3
+    trainer._generate_single_turn(prompts, None, {}, 2)  # same step: the weights are current
+    assert vllm.syncs == 1
+    trainer.state.global_step = 4
+    trainer.reuse_rows = {0: ([1, 2], [11], [-0.1]), 1: ([3, 4], [12], [-0.2])}
+    trainer._generate_single_turn(prompts, None, {}, 2)
+    assert vllm.syncs == 2 and trainer._last_loaded_step == 4
+
+
+def test_activation_checkpointing_without_its_new_name(tiny_model_dir, tokenizer, tmp_path,
+                                                       monkeypatch) -> None:
+    """transformers < 5.18 (the GPU pin set) has no `activation_checkpointing_enable`: the older
+    `gradient_checkpointing_enable` turns the same recomputation on."""
+    from transformers import PreTrainedModel
+
+    calls: list[dict] = []
+
+    def older(self, gradient_checkpointing_kwargs=None, **kwargs):  # what < 5.18 has, by its old name
+        calls.append(gradient_checkpointing_kwargs)
+        self._activation_checkpointing_enable(gradient_checkpointing_kwargs, **kwargs)
+
+    monkeypatch.delattr(PreTrainedModel, "activation_checkpointing_enable")
+    monkeypatch.setattr(PreTrainedModel, "gradient_checkpointing_enable", older)
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0,
+                       activation_checkpointing=True)
+    assert {"use_reentrant": False} in calls
+    assert trainer.model.is_gradient_checkpointing

@@ -218,3 +218,125 @@ def test_bf16_auto_resolves_to_what_this_machine_has(monkeypatch) -> None:
     assert SlowConfig(bf16=True).bf16 is True  # explicit values are kept (check_device judges them)
     with pytest.raises(ValueError, match="SlowConfig.bf16: expected true, false or 'auto', got 'yes'"):
         SlowConfig(bf16="yes")
+
+
+# ---------------------------------------------------------------- GPU paths, on fakes
+
+
+def test_a_visible_gpu_trains_there_with_or_without_bf16(monkeypatch, tmp_path) -> None:
+    """TRL's use_cpu follows the machine, not the precision: a GPU job with bf16 off trains on
+    the GPU in fp32 (it trained on the CPU); without a GPU everything stays on the CPU."""
+    import torch
+    import trl
+
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, bf16=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert grpo_args(cfg, 2, tmp_path).use_cpu is True
+    assert grpo_args(SlowConfig(num_generations=4, problems_per_step=2, bf16=True), 2, tmp_path).use_cpu is True
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    # A GRPOConfig with use_cpu=False would look for the (absent) GPU: record its arguments only.
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: kwargs)
+    assert grpo_args(cfg, 2, tmp_path)["use_cpu"] is False
+
+
+def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path) -> None:
+    """TRL's vllm_max_model_length (else vLLM reserves the model's whole context, 40960 tokens
+    for Qwen3-8B) and the memory share vLLM may take, from the slow config."""
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, max_new_tokens=96, use_vllm=True,
+                     vllm_gpu_memory_utilization=0.25)
+    args = grpo_args(cfg, 2, tmp_path, max_prompt_tokens=700)
+    assert args.vllm_max_model_length == 796 and args.vllm_gpu_memory_utilization == 0.25
+    assert grpo_args(cfg, 2, tmp_path).vllm_max_model_length is None
+    plain = SlowConfig(num_generations=4, problems_per_step=2, max_new_tokens=96)
+    assert grpo_args(plain, 2, tmp_path, max_prompt_tokens=700).vllm_max_model_length is None
+
+
+class _FakeAccelerator:
+    def __init__(self, num_processes: int, is_fsdp2: bool) -> None:
+        self.num_processes, self.is_fsdp2 = num_processes, is_fsdp2
+        self.no_sync_calls = 0
+
+    def no_sync(self, model):
+        import contextlib
+
+        self.no_sync_calls += 1
+        return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("num_processes, fsdp2, expected", [(1, False, 0), (2, False, 2), (2, True, 0)])
+def test_gradient_accumulation_skips_no_sync_under_fsdp2(num_processes: int, fsdp2: bool, expected: int) -> None:
+    """DDP defers the all-reduce to the last of 3 micro batches (no_sync on the first 2); FSDP2's
+    no_sync would keep every parameter's full unsharded gradient, so it reduce-scatters each."""
+    from fastslow.slow.loop import _accumulation_context
+
+    accelerator = _FakeAccelerator(num_processes, fsdp2)
+    for i in range(3):
+        with _accumulation_context(accelerator, object(), last=i == 2):
+            pass
+    assert accelerator.no_sync_calls == expected
+
+
+def test_cycle_trains_fp32_master_weights_and_sizes_vllm(tiny_model_dir, tokenizer, tmp_path, monkeypatch) -> None:
+    """A bf16 checkpoint (Qwen3's) trains with fp32 weights (and so fp32 AdamW state: lr-1e-6
+    updates would round away in bf16); with vLLM the trainer gets the cycle's longest prompt."""
+    import torch
+    from slow_toys import LengthTask
+
+    from fastslow.model.convert import load_model
+    from fastslow.model.generation import encode_prompts
+    from fastslow.slow import loop
+    from fastslow.tasks.base import build_messages
+
+    bf16_dir = tmp_path / "bf16"
+    load_model(tiny_model_dir, dtype="bfloat16").save_pretrained(bf16_dir)
+    tokenizer.save_pretrained(bf16_dir)
+    seen: dict[str, object] = {}
+
+    class Stop(Exception):
+        pass
+
+    def build_trainer(model, tok, cfg, num_contexts, reward, work_dir, num_processes=1, max_prompt_tokens=None):
+        seen["dtypes"] = {p.dtype for p in model.parameters()}
+        seen["max_prompt_tokens"] = max_prompt_tokens
+        raise Stop
+
+    monkeypatch.setattr(loop, "build_trainer", build_trainer)
+    monkeypatch.setattr(loop, "check_device", lambda cfg: None)  # use_vllm on this CPU: only the sizing runs
+    problems = [Problem(f"p{i}", "length", "Say the number " + "1" * (3 * i) + ".", str(i)) for i in range(6)]
+    contexts = [("a", "Be brief."), ("b", "Think step by step, then give the answer in the format asked.")]
+    cfg = SlowConfig(num_generations=2, problems_per_step=2, steps_per_cycle=2, use_vllm=True, seed=5)
+    with pytest.raises(Stop):
+        loop.run_cycle(bf16_dir, None, contexts, LengthTask(), problems, cfg, tmp_path / "out", "r", 0,
+                       progress=False)
+    assert seen["dtypes"] == {torch.float32}
+    cycle = [problems[i] for i in take_problems(len(problems), 5, 0, 4)]
+    assert len({p.id for p in cycle}) < len(problems)  # the cycle's problems only, not the set's longest
+    expected = max(len(ids) for ids in encode_prompts(tokenizer, [build_messages(t, p) for p in cycle
+                                                                  for _, t in contexts]))
+    assert seen["max_prompt_tokens"] == expected
+    with pytest.raises(Stop):  # without vLLM nothing is tokenised ahead
+        loop.run_cycle(bf16_dir, None, contexts, LengthTask(), problems,
+                       SlowConfig(num_generations=2, problems_per_step=2), tmp_path / "out2", "r", 0,
+                       progress=False)
+    assert seen["max_prompt_tokens"] is None
+
+
+def test_kl_and_entropy_log_their_progress(tiny_model_dir, tokenizer, caplog) -> None:
+    """The KL/entropy pass costs about as much as sampling: it says how far it is."""
+    import logging
+
+    from fastslow.model.convert import load_model
+    from fastslow.slow.divergence import kl_and_entropy
+
+    model = load_model(tiny_model_dir, dtype="float32")
+    prompts = [[1, 2, 3 + i] for i in range(5)]
+    completions = [[7, 8], [9], [10, 11, 12], [13], [14, 15]]
+    with caplog.at_level(logging.INFO, logger="fastslow.slow.divergence"):
+        kl_and_entropy(model, model, tokenizer, prompts, completions, batch_size=1, log_every=2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow.divergence"]
+    assert [line.split(" (")[0] for line in lines] == [
+        "KL/entropy: 2/5 completions", "KL/entropy: 4/5 completions", "KL/entropy: 5/5 completions"]

@@ -126,7 +126,8 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                  fast_cfg.proposer, fast_cfg.budget())
         generator = make_generator(gen["backend"], weights,
                                    dtype=cfg["model"]["dtype"] if fast_dtype == "model" else fast_dtype,
-                                   batch_size=gen["batch_size"])
+                                   batch_size=gen["batch_size"],
+                                   gpu_memory_utilization=gen.get("gpu_memory_utilization"))
         t0 = time.perf_counter()
         # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
         pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
@@ -137,6 +138,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         del generator
         gc.collect()
         release_free_memory()  # the generator's pages, before training allocates its own
+        _empty_cuda_cache()  # and its GPU memory (vLLM), before the slow steps' vLLM and weights
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],
@@ -227,6 +229,14 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     spec_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
     return result["metrics"]
+
+
+def _empty_cuda_cache() -> None:
+    """Return the CUDA caching allocator's free blocks to the driver (nothing without a GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _stream_with_fileno(stream: Any) -> Any:

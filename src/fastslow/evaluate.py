@@ -6,6 +6,7 @@ k=4); best@k = mean over problems of the best of k samples (the radars use k=8).
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Sequence
@@ -82,6 +83,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
                      k: int, params: SamplingParams, *, base_dir: str | Path | None = None,
                      backend: str = "hf", dtype: str = "float32", batch_size: int = 8,
                      sample_dtype: str | None = None, divergence: bool = True,
+                     gpu_memory_utilization: float | None = None,
                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """mean@k, best@k, token-level KL(π_θ ‖ π_base) and mean entropy of one (weights, context).
 
@@ -92,13 +94,27 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     `base_dir` (or with base_dir == model_dir) the KL is 0 and only the entropy is computed.
     With `divergence=False` neither is computed (both NaN): the forward passes over every prompt
     cost about as much as sampling, and only the KL and entropy figures read them.
+
+    The vLLM backend gets `gpu_memory_utilization` (config `generation.gpu_memory_utilization`;
+    None: `VLLMGenerator`'s default) and a context of the longest prompt plus
+    `params.max_new_tokens`; before the KL/entropy pass it is shut down and its GPU memory
+    returned, and that pass runs on the GPU when there is one.
     """
+    import torch
+
     from fastslow.model.convert import load_model, load_tokenizer
     from fastslow.model.generation import encode_prompts, make_generator
     from fastslow.slow.divergence import kl_and_entropy
 
     sample_dtype = sample_dtype or dtype
-    generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size)
+    tokenizer = load_tokenizer(model_dir)
+    max_model_len = None
+    if backend == "vllm":  # vLLM would otherwise reserve the model's whole context (40960 for Qwen3-8B)
+        longest = max(map(len, encode_prompts(tokenizer, [build_messages(context, p) for p in problems])),
+                      default=0)
+        max_model_len = longest + params.max_new_tokens
+    generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size,
+                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
     rows = sample_and_score(generator, task, problems, context, k, params)
     summary = summarize(rows, k)
     if not divergence:
@@ -106,13 +122,20 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
             r.pop("completion_ids")
         summary.update({"kl_to_base": float("nan"), "entropy": float("nan")})
         return summary, rows
-    tokenizer = load_tokenizer(model_dir)
     model = getattr(generator, "model", None) if sample_dtype == dtype else None
     if model is None:
-        del generator  # vLLM holds the GPU; a bf16 sampler is replaced by the model.dtype copy
-        model = load_model(model_dir, dtype=dtype)
+        # vLLM holds the GPU; a bf16 sampler is replaced by the model.dtype copy. The engine goes
+        # with its last reference (gc: it may sit in a cycle), its cached blocks back to CUDA.
+        del generator
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        model = load_model(model_dir, dtype=dtype, device="cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        del generator  # the model lives on, as the policy of the KL pass
+    device = str(next(model.parameters()).device)
     same = base_dir is None or Path(base_dir).resolve() == Path(model_dir).resolve()
-    base = model if same else load_model(base_dir, dtype=dtype)
+    base = model if same else load_model(base_dir, dtype=dtype, device=device)
     by_id = {p.id: p for p in problems}
     prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
     t0 = time.perf_counter()

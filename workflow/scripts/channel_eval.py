@@ -26,7 +26,7 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, _ = evaluate_weights(weights, make_task(cfg, wc.task), problems, context, ev["k"], params,
                                   base_dir=smk.input.base, backend=gen["backend"], dtype=cfg["model"]["dtype"],
-                                  batch_size=gen["batch_size"],
-                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"])
+                                  batch_size=gen["batch_size"], sample_dtype=sample_dtype(cfg),
+                                  divergence=ev["divergence"], gpu_memory_utilization=gen["gpu_memory_utilization"])
     write_json({"run": spec.key, "combo": wc.combo, "task": wc.task, **summary}, smk.output[0])
     tracker.log_metrics({f"channels/{wc.combo}/{k}": v for k, v in summary.items() if isinstance(v, float)})

@@ -21,7 +21,8 @@ with snakemake_job(smk, parent="foundation") as tracker:
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, task_name), problems, cfg["seed_context"],
                                      ev["k"], params, backend=gen["backend"], dtype=cfg["model"]["dtype"],
                                      batch_size=gen["batch_size"],
-                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"])
+                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"],
+                                     gpu_memory_utilization=gen["gpu_memory_utilization"])
     summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary}
     write_parquet([{"task": task_name, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)

@@ -28,7 +28,8 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, wc.task), problems, context, ev["k"], params,
                                      base_dir=smk.input.base, backend=gen["backend"],
                                      dtype=cfg["model"]["dtype"], batch_size=gen["batch_size"],
-                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"])
+                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"],
+                                     gpu_memory_utilization=gen["gpu_memory_utilization"])
     summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary}
     write_parquet([{"run": spec.key, "point": wc.point, "task": wc.task, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)

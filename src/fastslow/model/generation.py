@@ -844,13 +844,21 @@ class VLLMGenerator:
 
 def make_generator(backend: Literal["hf", "vllm"], model_path: str | Path,
                    dtype: str = "auto", batch_size: int = 8, device: str = "cpu",
+                   gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                    **kwargs: Any) -> Generator:
-    """A generator for the model at `model_path`: "hf" (transformers) or "vllm" (GPU)."""
+    """A generator for the model at `model_path`: "hf" (transformers) or "vllm" (GPU).
+
+    `gpu_memory_utilization` (config `generation.gpu_memory_utilization`; None: VLLMGenerator's
+    default) and `max_model_len` (None: the model's whole context) size the vLLM engine; the hf
+    backend ignores both.
+    """
     if backend == "hf":
         from fastslow.model.convert import load_model, load_tokenizer
 
         model = load_model(model_path, dtype=dtype, device=device)
         return HFGenerator(model, load_tokenizer(model_path), batch_size=batch_size, **kwargs)
     if backend == "vllm":
-        return VLLMGenerator(model_path, dtype=dtype, **kwargs)
+        if gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        return VLLMGenerator(model_path, dtype=dtype, max_model_len=max_model_len, **kwargs)
     raise ValueError(f"unknown generation backend {backend!r}: expected 'hf' or 'vllm'")

@@ -49,7 +49,7 @@ from fastslow.slow.loop import (
     resume_point,
     take_problems,
 )
-from fastslow.slow.trainer import world_size
+from fastslow.slow.trainer import enable_activation_checkpointing, world_size
 from fastslow.tasks.base import Problem, Task, build_messages
 
 log = logging.getLogger("fastslow.slow.distill")
@@ -278,12 +278,14 @@ def run_distill_cycle(
 
     with atomic_dir(out_dir) as tmp:
         tokenizer = load_tokenizer(policy_dir)
+        # The checkpoint's dtype, unlike the RL cycle's fp32 master weights (slow.loop): distillation
+        # runs in one process, where an 8B policy with fp32 weights and AdamW state (~96 GB) and
+        # its teacher would not fit one GPU. bf16 weights round very small updates away.
         model = load_model(policy_dir, dtype="auto", device=device)
         _disable_dropout(model)
         teacher = copy.deepcopy(model).eval().requires_grad_(False)  # θ_c, frozen for the cycle
         if cfg.activation_checkpointing:
-            model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         optimizer, scheduler = make_optimizer(model, cfg)
         if state_in is not None:
             state_dir = Path(state_in) / "trainer_state"

@@ -13,8 +13,12 @@ memory stays O(chunk × vocab) even for a 150k vocabulary.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def _decoder(model: Any) -> Any:
@@ -97,6 +101,7 @@ def kl_and_entropy(
     batch_size: int = 8,
     token_chunk: int = 1024,
     temperature: float = 1.0,
+    log_every: int = 10,
 ) -> tuple[float, float]:
     """Mean token KL(π_θ ‖ π_base) and mean token entropy of π_θ over the given completions.
 
@@ -105,6 +110,8 @@ def kl_and_entropy(
         prompt_ids, completion_ids: unpadded token ids, one pair per sample (the rendered
             prompt as fed to generation, and the sampled completion).
         batch_size: sequences per forward pass; token_chunk: positions per LM-head call.
+        log_every: log the progress (completions done / total) every this many passes, and
+            after the last; the pass costs about as much as sampling them.
 
     Returns (nan, nan) when there is no completion token. No gradients are taken.
     """
@@ -121,6 +128,8 @@ def kl_and_entropy(
         if len(c):
             by_prompt.setdefault(tuple(p), []).append(list(c))
     items = sorted(by_prompt.items(), key=lambda pc: len(pc[0]))  # similar lengths pad little
+    total = sum(len(cs) for _, cs in items)
+    done, passes, t0 = 0, 0, time.perf_counter()
     same = base_model is model
     was_training = (model.training, base_model.training)
     model.eval()
@@ -149,6 +158,11 @@ def kl_and_entropy(
                         kl_sum += float((prob * (logp - logq.to(logp.device))).sum())
                     ent_sum += float(-(prob * logp).sum())
                     count += logp.shape[0]
+                done += rows
+                passes += 1
+                if passes % log_every == 0 or lo == len(items):
+                    log.info("KL/entropy: %d/%d completions (%.0fs)", done, total,
+                             time.perf_counter() - t0)
     finally:
         model.train(was_training[0])
         base_model.train(was_training[1])

@@ -149,6 +149,17 @@ def first_step_problems(state_in: str | Path | None, problems: Sequence[Problem]
     return [problems[i] for i in take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step)]
 
 
+def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: Sequence[tuple[str, str]],
+                        cfg: SlowConfig, cursor: int) -> int:
+    """Tokens of the longest prompt of the cycle starting at data position `cursor`: its T*P
+    problems (the same stream `run_cycle` reads) under each of the contexts. Sizes the vLLM
+    engine, which lives for one cycle (`fastslow.slow.trainer.grpo_args`)."""
+    from fastslow.slow.trainer import longest_prompt_tokens
+
+    picked = take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step * cfg.steps_per_cycle)
+    return longest_prompt_tokens(tokenizer, [problems[i] for i in sorted(set(picked))], contexts)
+
+
 def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
                hashes: Mapping[str, str]) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
     """Row index -> (prompt ids, completion ids, per-token sampling log-probs or None) for the
@@ -402,9 +413,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     trainer.prompt_grads = prompts
     try:
         for i, micro in enumerate(micros):
-            # Reduce gradients across ranks once per step, on the last micro batch.
-            no_sync = accelerator.no_sync(model) if distributed and i < len(micros) - 1 else nullcontext()
-            with no_sync:
+            with _accumulation_context(accelerator, model, last=i == len(micros) - 1):
                 with autocast, trainer.compute_loss_context_manager():
                     loss = trainer.compute_loss(model, micro)
                 accelerator.backward(loss)
@@ -506,6 +515,18 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     return metrics, records
 
 
+def _accumulation_context(accelerator: Any, model: Any, last: bool) -> Any:
+    """The context a micro batch's forward and backward run in. Under DDP the gradients are
+    reduced across ranks once per step, on the last micro batch (`no_sync` before it). Not under
+    FSDP2: its `no_sync` (`set_requires_gradient_sync(False)`) keeps every parameter's full,
+    unsharded gradient until the last micro batch, the whole model's gradient on every GPU (8B
+    parameters: 16 GB in bf16, 32 GB in fp32) instead of a 1/N shard; so each micro batch's
+    gradient is reduce-scattered. One process: nothing to synchronise."""
+    if last or accelerator.num_processes == 1 or accelerator.is_fsdp2:
+        return nullcontext()
+    return accelerator.no_sync(model)
+
+
 # ---------------------------------------------------------------- the cycle
 
 
@@ -578,13 +599,19 @@ def run_cycle(
     with (atomic_dir(out_dir) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
         work_dir = shared_work if shared_work is not None else tmp / "_work"
         tokenizer = load_tokenizer(policy_dir)
-        model = load_model(policy_dir, dtype="auto")
+        # fp32 master weights (and so fp32 AdamW state), whatever dtype the checkpoint is stored
+        # in: bf16 ones (Qwen3) would round lr-1e-6 updates away. bf16 mixed precision autocasts
+        # the forwards only (`_rl_step`); the cycle saves the fp32 weights, so the next cycle
+        # resumes from them unrounded.
+        model = load_model(policy_dir, dtype="float32")
         # TRL builds the KL reference from config._name_or_path: the initial weights, not ours.
         model.config._name_or_path = str(ref_dir)
         use_cache = model.config.use_cache  # the HF Trainer turns it off; the saved model keeps it
         reward = TaskReward(task, {p.id: p for p in problems})
         trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, work_dir,
-                                num_processes=num_processes)
+                                num_processes=num_processes,
+                                max_prompt_tokens=cycle_prompt_tokens(tokenizer, problems, contexts, cfg, cursor)
+                                if cfg.use_vllm else None)
         rank = trainer.accelerator.process_index
         if state_in is not None:
             state_dir = Path(state_in) / "trainer_state"

@@ -194,7 +194,12 @@ def _grpo_trainer_class() -> type:
             (a row whose tokens differ is generated and counted in `reuse_mismatches`). On the
             vLLM path TRL also gets each token's sampling log-prob (for its importance-sampling
             correction): a reused row then needs its own, else it is generated too. Text prompts
-            only."""
+            only.
+
+            On the vLLM path the weights are synced into vLLM first, on every rank, whatever rows
+            are reused (`sync_vllm_weights`)."""
+            if self.use_vllm:
+                self.sync_vllm_weights()
             reuse, self.reuse_rows = self.reuse_rows, {}
             hits = {i: r for i, r in reuse.items()
                     if i < len(prompt_ids) and list(prompt_ids[i]) == list(r[0])
@@ -220,6 +225,20 @@ def _grpo_trainer_class() -> type:
                     if logprobs is not None:
                         logprobs[i] = new_logprobs[j]
             return completion_ids, logprobs
+
+        def sync_vllm_weights(self) -> None:
+            """Load the current weights into vLLM if this step has not yet, as TRL's
+            `_generate_single_turn` does before it generates. Under FSDP2 the sync gathers every
+            parameter, a collective: a rank whose rows were all reused would never reach TRL's
+            call while the others wait in it (a hang). So every rank syncs here before the rows
+            to generate are chosen; TRL's own check then finds the weights current."""
+            if self.state.global_step == self._last_loaded_step:
+                return
+            from trl.extras.profiling import profiling_context
+
+            with profiling_context(self, "sync_weights"):
+                self.vllm_generation.sync_weights()
+            self._last_loaded_step = self.state.global_step
 
         def _generate_rows(self, prompt_ids: Any, images: Any, multimodal_fields: Any,
                            *args: Any, **kwargs: Any) -> Any:
@@ -465,17 +484,44 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     return logps, entropies
 
 
+def longest_prompt_tokens(tokenizer: Any, problems: Sequence[Problem],
+                          contexts: Sequence[tuple[str, str]]) -> int:
+    """Tokens of the longest rollout prompt (a problem under one of the contexts, through the chat
+    template, as TRL tokenises it: `encode_prompts` gives the same ids, see `reuse_rows`)."""
+    from fastslow.model.generation import encode_prompts
+
+    longest = 0
+    convs = [build_messages(text, p) for p in problems for _, text in contexts]
+    for lo in range(0, len(convs), 256):
+        longest = max([longest, *map(len, encode_prompts(tokenizer, convs[lo:lo + 256]))])
+    return longest
+
+
+def train_on_cpu() -> bool:
+    """Whether the policy trains on the CPU (TRL's `use_cpu`): exactly when no CUDA GPU is
+    visible. A visible GPU trains, with bf16 or in fp32 (`check_device` has already refused
+    the GPU-only options on a machine without one)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
-              num_processes: int = 1) -> Any:
+              num_processes: int = 1, max_prompt_tokens: int | None = None) -> Any:
     """The `GRPOConfig` that makes one RL step exactly one optimiser step over P*G rollouts
-    (spread over `num_processes` ranks)."""
+    (spread over `num_processes` ranks).
+
+    With vLLM, `max_prompt_tokens` (the longest prompt the trainer will see,
+    `longest_prompt_tokens`) caps vLLM's context at that plus `max_new_tokens`: by default vLLM
+    reserves KV cache for the model's whole context (40960 tokens for Qwen3-8B), which may not
+    fit in its `vllm_gpu_memory_utilization` share beside the training weights.
+    """
     from trl import GRPOConfig
 
     micro, accumulation = per_rank_batches(cfg, num_processes)
     group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
-    import torch
-
-    gpu = torch.cuda.is_available() and (cfg.use_vllm or cfg.bf16)
+    max_model_length = (max_prompt_tokens + cfg.max_new_tokens
+                        if cfg.use_vllm and max_prompt_tokens is not None else None)
     return GRPOConfig(
         output_dir=str(output_dir),
         loss_type="cispo",
@@ -502,7 +548,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         disable_dropout=True,
         # Our loop never calls trainer.train(), which is where HF would enable it; see build_trainer.
         gradient_checkpointing=cfg.activation_checkpointing,
-        use_cpu=not gpu,
+        use_cpu=train_on_cpu(),
         # Under accelerate launch (DDP): every parameter of a causal LM gets a gradient; the HF
         # default (True) costs an extra autograd-graph traversal per backward.
         ddp_find_unused_parameters=False,
@@ -510,6 +556,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         use_vllm=cfg.use_vllm,
         vllm_mode=cfg.vllm_mode,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        vllm_max_model_length=max_model_length,
         seed=cfg.seed,
         report_to="none",  # our tracker logs; TRL's MLflow callback would open a second run
         logging_steps=1,
@@ -520,18 +567,20 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
 
 def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int,
                   reward_func: Callable[..., list[float]], work_dir: str | Path,
-                  num_processes: int = 1) -> Any:
+                  num_processes: int = 1, max_prompt_tokens: int | None = None) -> Any:
     """A CISPO `PoolGRPOTrainer` on `model`, with its optimiser and lr scheduler created.
 
     TRL builds the KL reference model from ``model.config._name_or_path`` (when beta > 0), so the
     caller points that at the initial weights θ0. With `num_processes` > 1 (under `accelerate
     launch`) the model and optimiser go through the trainer's `accelerator.prepare` (`prepare`);
     in one process nothing is wrapped, so single-process training is unchanged.
+    `max_prompt_tokens`: the longest prompt of the trainer's rows, which sizes vLLM's context
+    (`grpo_args`).
     """
     from datasets import Dataset
 
     compact_fused_lm_head()
-    args = grpo_args(cfg, num_contexts, Path(work_dir) / "trl", num_processes)
+    args = grpo_args(cfg, num_contexts, Path(work_dir) / "trl", num_processes, max_prompt_tokens)
     # TRL requires a train dataset even though our loop feeds rows itself; it is never read.
     placeholder = Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]]})
     trainer = _grpo_trainer_class()(
@@ -543,8 +592,7 @@ def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int
         # weight to bf16 anyway: storing them in bf16 gives the same log-probs, half the bytes.
         bf16_linear_weights(trainer.ref_model)
     if cfg.activation_checkpointing:
-        trainer.model.activation_checkpointing_enable(
-            activation_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(trainer.model)
     # A finite horizon is required by the API; constant_with_warmup never reads it.
     trainer.create_optimizer_and_scheduler(num_training_steps=10**9)
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
@@ -555,6 +603,17 @@ def build_trainer(model: Any, tokenizer: Any, cfg: SlowConfig, num_contexts: int
         prepare(trainer)
     trainer.reset_step_stats()
     return trainer
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Non-reentrant activation checkpointing on `model`: transformers' `activation_checkpointing_enable`,
+    or, in transformers without it (the GPU pin set, < 5.18), its older name
+    `gradient_checkpointing_enable`."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def compact_fused_lm_head() -> bool:

@@ -1,0 +1,121 @@
+"""evaluate_weights on the vLLM backend, with vLLM and CUDA faked: what reaches the engine, and
+that the engine is gone (and its GPU memory returned) before the KL/entropy models load."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from slow_toys import LengthTask
+
+from fastslow import evaluate
+from fastslow.model import convert, generation
+from fastslow.model.generation import Generation, SamplingParams, encode_prompts
+from fastslow.tasks.base import build_messages
+
+
+class FakeVLLMGenerator:
+    """A vLLM-backed generator as evaluation sees it: no `.model`, completions with their ids.
+    It refers to itself, as engines with callbacks do: only the garbage collector frees it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.myself = self
+
+    def generate(self, conversations: list, params: SamplingParams) -> list[Generation]:
+        return [Generation(text="x" * (i % 3 + 1), prompt_tokens=5, completion_tokens=2,
+                           completion_ids=(40 + i % 7, 41)) for i in range(len(conversations))]
+
+
+def test_vllm_evaluation_sizes_the_engine_and_releases_it_before_the_kl_pass(
+        tiny_model_dir: Path, tokenizer: Any, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    made: list[tuple[tuple, dict]] = []
+    engines: list[weakref.ref] = []
+    events: list[Any] = []
+    real_load = convert.load_model
+
+    def make_generator(*args: Any, **kwargs: Any) -> FakeVLLMGenerator:
+        made.append((args, kwargs))
+        gen = FakeVLLMGenerator(**kwargs)
+        engines.append(weakref.ref(gen))
+        return gen
+
+    def load_model(path: Any, dtype: str = "auto", device: str = "cpu") -> Any:
+        events.append(("load", Path(path), device, engines[0]() is None))
+        return real_load(path, dtype=dtype)  # this machine has no GPU: the model stays on the CPU
+
+    monkeypatch.setattr(generation, "make_generator", make_generator)
+    monkeypatch.setattr(convert, "load_model", load_model)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append(("empty_cache", engines[0]() is None)))
+    task = LengthTask()
+    problems = task.problems("val", 3, 0)
+    context = "Answer briefly, then stop."
+    params = SamplingParams(7, 1.0, 1.0, 0)
+    with caplog.at_level(logging.INFO, logger="fastslow.slow.divergence"):
+        summary, rows = evaluate.evaluate_weights(tiny_model_dir, task, problems, context, 2, params,
+                                                  backend="vllm", dtype="float32", batch_size=2,
+                                                  gpu_memory_utilization=0.45)
+    gc.collect()
+    (args, kwargs), = made
+    assert args == ("vllm", tiny_model_dir) and kwargs["gpu_memory_utilization"] == 0.45
+    longest = max(len(ids) for ids in encode_prompts(tokenizer, [build_messages(context, p) for p in problems]))
+    assert kwargs["max_model_len"] == longest + 7
+    # The engine was collected and CUDA's cache emptied before the policy loaded, on the GPU.
+    assert events[:2] == [("empty_cache", True), ("load", Path(tiny_model_dir), "cuda", True)]
+    assert summary["kl_to_base"] == 0.0 and summary["entropy"] > 0 and len(rows) == 6
+    assert any("KL/entropy: 6/6 completions" in r.getMessage() for r in caplog.records)
+
+
+def test_make_generator_forwards_the_engine_size_to_vllm_only(tiny_model_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """generation.gpu_memory_utilization and max_model_len reach VLLMGenerator; hf ignores them."""
+    seen: dict[str, Any] = {}
+
+    class Recorder:
+        def __init__(self, model_path: Any, **kwargs: Any) -> None:
+            seen.update(kwargs, model_path=model_path)
+
+    monkeypatch.setattr(generation, "VLLMGenerator", Recorder)
+    generation.make_generator("vllm", tiny_model_dir, dtype="bfloat16", gpu_memory_utilization=0.45,
+                              max_model_len=1234)
+    assert seen == {"model_path": tiny_model_dir, "dtype": "bfloat16", "gpu_memory_utilization": 0.45,
+                    "max_model_len": 1234}
+    seen.clear()
+    generation.make_generator("vllm", tiny_model_dir)  # unset: VLLMGenerator's own defaults
+    assert seen == {"model_path": tiny_model_dir, "dtype": "auto", "max_model_len": None}
+    hf = generation.make_generator("hf", tiny_model_dir, dtype="float32", gpu_memory_utilization=0.45,
+                                   max_model_len=1234)
+    assert isinstance(hf, generation.HFGenerator)
+
+
+def test_fast_round_generator_gets_the_configured_gpu_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastslow.cycle builds the fast round's generator with generation.gpu_memory_utilization."""
+    from fastslow import cycle as cycle_mod
+    from fastslow.config import load_config
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_problems
+
+    class Stop(Exception):
+        pass
+
+    seen: dict[str, Any] = {}
+
+    def make_generator(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(generation, "make_generator", make_generator)
+    root = Path(__file__).resolve().parents[1]
+    config = load_config(root / "config" / "config.yaml",
+                         overrides={"generation": {"backend": "vllm", "gpu_memory_utilization": 0.45}})
+    train = write_problems(LengthTask().problems("train", 4, 0), tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method="gepa", name="r", schedule=("math",), seed=0)
+    with pytest.raises(Stop):
+        cycle_mod.run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0")
+    assert seen["gpu_memory_utilization"] == 0.45
