@@ -120,6 +120,24 @@ def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
     assert values["rl"] == pytest.approx(0.3)
 
 
+def test_fig9_compares_every_bar_at_one_evaluated_step(tmp_path):
+    """Runs with other cycle lengths are evaluated at other steps: T=12 every 60 steps, T=6
+    every 30, RL/FST (T=6) every 30 to 150. The bars compare at 120, the last step all share,
+    not each run's last point before 150 (T=12's would be step 120's next to others' 150)."""
+    def run(method, variant, steps, values, experiment):
+        return [{**r, "step": s} for r, s in zip(_rows(experiment, method, "math", values, variant=variant),
+                                                  steps, strict=True)]
+
+    abl = run("fst", "t12", [0, 60, 120, 156], [0.1, 0.2, 0.3, 0.9], "ablations")
+    abl += run("fst", "k1", [0, 30, 60, 90, 120, 150], [0.1, 0.2, 0.25, 0.3, 0.35, 0.8], "ablations")
+    eff = run("fst", "default", [0, 30, 60, 90, 120, 150], [0.1, 0.3, 0.4, 0.5, 0.55, 0.7], "efficiency")
+    eff += run("rl", "default", [0, 30, 60, 90, 120, 150], [0.1, 0.2, 0.3, 0.3, 0.4, 0.6], "efficiency")
+    values = fig9({"ablations": pl.DataFrame(abl).select(CURVE_COLUMNS),
+                   "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig9.pdf")
+    assert values == {"t12": pytest.approx(0.3), "k1": pytest.approx(0.35), "default": pytest.approx(0.55),
+                      "rl": pytest.approx(0.4)}
+
+
 def test_every_figure_is_registered():
     assert sorted(FIGURES, key=lambda f: int(f[3:])) == [f"fig{i}" for i in range(2, 12)]
     assert all(callable(f) for f in FIGURES.values())

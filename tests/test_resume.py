@@ -156,3 +156,25 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, ma
     if marker is not None:  # killed after its MLflow run opened: the rerun links to it
         assert len(mine) == 2
         assert mine[-1].data.tags.get("fastslow.previous_run") == mine[0].info.run_id
+
+
+def _planned(work: Path, overlay: str) -> dict[str, str]:
+    """The jobs `snakemake -n` would run for cycle 0 of RUN with `overlay` added: rule -> reasons."""
+    (work / "change.yaml").write_text(overlay)
+    cmd = [*_cmd(f"{RUN}/cycle0/cycle.json"), "change.yaml", "-n"]
+    out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    return {m: text for m in ("rule cycle:", "rule task_data:", "rule base_model:") if m in text}
+
+
+def test_a_changed_training_setting_retrains_and_nothing_else_does(tmp_path, prefix):
+    """The run's settings are the cycle job's params: a new slow.lr reruns cycle 0 (reason: its
+    params changed); a setting cycle 0 does not depend on (evaluation.k, a new experiment) plans
+    nothing; new data sizes rebuild the splits and so the cycle."""
+    work = _fork(prefix, tmp_path / "wf")
+    assert _planned(work, "{}") == {}
+    lr = _planned(work, "slow: {lr: 3.0e-3}")
+    assert list(lr) == ["rule cycle:"] and "params" in lr["rule cycle:"].lower()
+    assert _planned(work, "evaluation: {k: 3}\nexperiments: {extra: {tasks: [math], methods: [rl], cycles: 1}}") == {}
+    assert set(_planned(work, "data: {sizes: {train: 12}}")) == {"rule cycle:", "rule task_data:"}

@@ -253,6 +253,10 @@ def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path)
     assert grpo_args(cfg, 2, tmp_path).vllm_max_model_length is None
     plain = SlowConfig(num_generations=4, problems_per_step=2, max_new_tokens=96)
     assert grpo_args(plain, 2, tmp_path, max_prompt_tokens=700).vllm_max_model_length is None
+    # The vLLM/trainer mismatch enters as CISPO's per-token weight min(rho, tau), not TRL's
+    # default sequence mask at 3.
+    assert (args.vllm_importance_sampling_correction, args.vllm_importance_sampling_mode,
+            args.vllm_importance_sampling_clip_max) == (True, "token_truncate", cfg.epsilon_high)
 
 
 class _FakeAccelerator:

@@ -95,8 +95,8 @@ def test_profile_hard_codes_no_site(monkeypatch):
     res = resources(prof["set-resources"])
     # GPUs for training and evaluation, none for the CPU rules
     assert res["cycle:gpu"] == "8"
-    for rule in ("evaluate_base", "evaluate_point", "channel_eval", "cycle_frozen"):
-        assert res[f"{rule}:gpu"] == "1", rule
+    for rule in ("evaluate_base", "evaluate_point", "channel_eval", "cycle_frozen", "cycle_distill"):
+        assert res[f"{rule}:gpu"] == "1", rule  # cycle_distill: FST-distill trains in one process
     assert not any(k.startswith(("base_model:gpu", "task_data:gpu")) for k in res)
 
 
@@ -108,7 +108,7 @@ def test_profile_takes_account_and_partitions_from_the_environment(monkeypatch):
     # quoted: a numeric account stays a string, a partition named e.g. `all` is not Python's all()
     assert default["slurm_account"] == "'123456'" and default["slurm_partition"] == "'cpu'"
     res = resources(prof["set-resources"])
-    for rule in ("cycle", "cycle_frozen", "evaluate_base", "evaluate_point", "channel_eval"):
+    for rule in ("cycle", "cycle_frozen", "cycle_distill", "evaluate_base", "evaluate_point", "channel_eval"):
         assert res[f"{rule}:slurm_partition"] == "'gpu'" and res[f"{rule}:gpu_model"] == "'h100'"
     assert res["cycle:gpu"] == "4"
     assert prof["slurm-qos"] == "high"

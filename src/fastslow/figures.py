@@ -321,6 +321,17 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     _save(fig, out)
 
 
+def common_step(df: pl.DataFrame) -> int:
+    """The step to compare runs at: the last step (after 0) at which every run was evaluated;
+    without one (cycle lengths and eval_every that never meet), the earliest last step.
+    Variants with another T are evaluated at other steps (T = 12 with eval_every 5: 60, 120;
+    T = 6: every 30), and comparing each at its own last point before a step would put bars of
+    different steps side by side."""
+    per_run = df.group_by("run").agg(pl.col("step").unique())["step"].to_list()
+    shared = set.intersection(*(set(s) for s in per_run)) - {0} if per_run else set()
+    return int(max(shared)) if shared else int(min(max(s) for s in per_run))
+
+
 def value_at_step(df: pl.DataFrame, step: int) -> float:
     """A curve's mean@k at the last evaluated step ≤ `step`."""
     sub = df.filter(pl.col("step") <= step).sort("step")
@@ -332,9 +343,12 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     plt = _plt()
     abl = tables["ablations"]
     task = abl["eval_task"][0]
-    step = int(abl.group_by("run").agg(pl.col("step").max())["step"].min())
-    values = {v: value_at_step(_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
     eff = tables.get("efficiency")
+    compared = [abl]
+    if eff is not None:
+        compared.append(eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["fst", "rl"])))
+    step = common_step(pl.concat(compared, how="diagonal_relaxed"))
+    values = {v: value_at_step(_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
     frames = [abl]
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))

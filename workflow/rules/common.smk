@@ -47,6 +47,22 @@ def run_of(wc):
     return RUNS[key]
 
 
+# Settings a job's outputs depend on, as its params: Snakemake reruns a job whose params changed
+# (a new slow.lr retrains the run's cycles and re-evaluates them), and only such jobs (adding an
+# experiment or changing another run's variant retrains nothing). The data splits a job reads
+# are inputs, so task_data's own params cover data.*.
+TRAINING_SETTINGS = ("model", "generation", "seed_context", "slow", "fast")
+EVALUATION_SETTINGS = ("model", "generation", "seed_context", "evaluation")
+
+
+def run_settings(keys):
+    def settings(wc):
+        effective = run_of(wc).settings(config)
+        return {k: effective[k] for k in keys}
+
+    return settings
+
+
 def init_model(spec):
     return layout.init_model(spec, BASE_MODEL)
 

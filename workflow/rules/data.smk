@@ -24,6 +24,11 @@ rule task_data:
     params:
         # a change of the task's generator options makes its splits out of date
         options=lambda wc: config["data"]["options"].get(wc.task, {}),
+        # and so does any other setting the splits are made from
+        source=config["data"]["source"],
+        seed=config["data"]["seed"],
+        sizes=config["data"]["sizes"],
+        hf_dataset=lambda wc: config["data"]["hf_datasets"].get(wc.task, {}),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:

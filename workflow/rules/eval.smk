@@ -6,6 +6,8 @@ rule evaluate_base:
         tracking=ancient(TRACKING),
         model=BASE_MODEL,
         problems=data_file("{task}", "val"),
+    params:
+        settings={k: config[k] for k in EVALUATION_SETTINGS},
     output:
         samples=f"{RESULTS}/eval/base/{{task}}.samples.parquet",
         summary=f"{RESULTS}/eval/base/{{task}}.json",

@@ -65,6 +65,8 @@ rule channel_eval:
     # Channel decomposition: base weights + the run's final context, final weights + seed context.
     input:
         unpack(channel_inputs),
+    params:
+        settings=run_settings(EVALUATION_SETTINGS),
     output:
         f"{RUN}/channels/{{combo}}/{{task}}.json",
     log:

@@ -8,6 +8,8 @@ rule cycle:
     # rl, fst, fst_distill: a fast round (not for rl), then T slow steps.
     input:
         unpack(cycle_inputs),
+    params:
+        settings=run_settings(TRAINING_SETTINGS),
     output:
         model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
         state=temp(directory(f"{RUN}/cycle{{cycle}}/trainer_state")),
@@ -20,7 +22,7 @@ rule cycle:
     benchmark:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
-        method="rl|fst|fst_distill",
+        method="rl|fst",
     threads: 1
     resources:
         mem_mb=8000,
@@ -28,10 +30,19 @@ rule cycle:
         "../scripts/cycle.py"
 
 
+use rule cycle as cycle_distill with:
+    # fst_distill: the same cycle, trained in one process (one GPU on a cluster: the SLURM
+    # profile sizes it apart from RL/FST's multi-GPU cycles).
+    wildcard_constraints:
+        method="fst_distill",
+
+
 rule cycle_frozen:
     # gepa: a fast round on frozen weights, no slow steps.
     input:
         unpack(cycle_inputs),
+    params:
+        settings=run_settings(TRAINING_SETTINGS),
     output:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
         pool=f"{RUN}/cycle{{cycle}}/pool.json",
@@ -68,6 +79,8 @@ rule evaluate_point:
     # val mean@k, best@k, KL to the base model and entropy of a run at one point.
     input:
         unpack(eval_inputs),
+    params:
+        settings=run_settings(EVALUATION_SETTINGS),
     output:
         summary=f"{RUN}/eval/{{point}}/{{task}}.json",
         samples=f"{RUN}/eval/{{point}}/{{task}}.samples.parquet",
