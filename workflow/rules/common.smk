@@ -55,6 +55,15 @@ TRAINING_SETTINGS = ("model", "generation", "seed_context", "slow", "fast")
 EVALUATION_SETTINGS = ("model", "generation", "seed_context", "evaluation")
 
 
+def heavy_threads():
+    """Threads of a model job (cycle, evaluation): a quarter of the cores Snakemake was given,
+    at least 1. On 2 cores two jobs run side by side on a thread each; on 32, four jobs on 8
+    threads each rather than 32 one-thread jobs' worth of memory (a cycle job holds ~4.5 GB) or
+    two jobs on one thread each. The SLURM profile sets its own (set-threads)."""
+    cores = workflow.cores if isinstance(workflow.cores, int) else 1
+    return max(1, cores // 4)
+
+
 def run_settings(keys):
     def settings(wc):
         effective = run_of(wc).settings(config)

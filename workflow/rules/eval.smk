@@ -15,7 +15,7 @@ rule evaluate_base:
         f"{RESULTS}/logs/evaluate_base/{{task}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluate_base/{{task}}.tsv",
-    threads: 1
+    threads: heavy_threads()
     resources:
         mem_mb=6000,
     script:

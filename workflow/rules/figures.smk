@@ -75,7 +75,7 @@ rule channel_eval:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/channel_{{combo}}_{{task}}.tsv",
     wildcard_constraints:
         combo="base_weights_fst_context|fst_weights_seed_context",
-    threads: 1
+    threads: heavy_threads()
     script:
         "../scripts/channel_eval.py"
 

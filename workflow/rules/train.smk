@@ -23,7 +23,7 @@ rule cycle:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
         method="rl|fst",
-    threads: 1
+    threads: heavy_threads()
     resources:
         mem_mb=8000,
     script:
@@ -53,7 +53,7 @@ rule cycle_frozen:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
         method="gepa",
-    threads: 1
+    threads: heavy_threads()
     resources:
         mem_mb=6000,
     script:
@@ -90,7 +90,7 @@ rule evaluate_point:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/eval_{{point}}_{{task}}.tsv",
     wildcard_constraints:
         point="init|cycle[0-9]+",
-    threads: 1
+    threads: heavy_threads()
     resources:
         mem_mb=6000,
     script:
