@@ -2,6 +2,8 @@
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from fastslow.config import ConfigError, model_name, validate_config
 from fastslow import layout
 from fastslow.experiments import expand as expand_runs
@@ -60,8 +62,11 @@ def heavy_threads():
     at least 1. On 2 cores two jobs run side by side on a thread each; on 32, four jobs on 8
     threads each rather than 32 one-thread jobs' worth of memory (a cycle job holds ~4.5 GB) or
     two jobs on one thread each. The SLURM profile sets its own (set-threads)."""
-    cores = workflow.cores if isinstance(workflow.cores, int) else 1
-    return max(1, cores // 4)
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # no --cores (e.g. snakemake --report): nothing runs, any value does
+        return 1
+    return max(1, cores // 4) if isinstance(cores, int) else 1
 
 
 def run_settings(keys):
