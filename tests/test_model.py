@@ -108,7 +108,7 @@ def test_prepare_local_dir(tiny_model_dir: Path, tmp_path: Path, monkeypatch: An
     assert json.loads((out / PROVENANCE_FILE).read_text())["kind"] == "local"
     model = load_model(out)
     assert sum(p.numel() for p in model.parameters()) > 0
-    assert not list(tmp_path.glob(".local.tmp-*"))  # the temp dir was renamed away
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]  # the temp dir was renamed away
 
 
 def test_prepare_hub_id_offline_error(tmp_path: Path) -> None:

@@ -24,6 +24,11 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message is one line naming the key."""
 
 
+def is_number(value: Any) -> bool:
+    """An int or float, not a bool (and not text: YAML 1.1 reads `1e-6` as a string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def load_schema(path: str | Path | None = None) -> dict[str, Any]:
     """The config schema (a fresh copy: callers may not share mutations)."""
     return copy.deepcopy(_parsed_schema(str(path or SCHEMA_PATH)))
@@ -180,7 +185,7 @@ def _check_option_type(key: str, value: Any, default: Any) -> None:
 
     if default is None or default is inspect.Parameter.empty:
         return
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = is_number(value)
     if isinstance(default, bool):
         ok, kind = isinstance(value, bool), "true or false"
     elif isinstance(default, int):

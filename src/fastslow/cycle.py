@@ -83,7 +83,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
     steps run in `slow_processes(gpus)` processes (see the module docstring)."""
     from fastslow.fast import FastConfig, Pool, run_round
-    from fastslow.memory import limit_heap_fragmentation, release_free_memory
+    from fastslow.memory import limit_heap_fragmentation, release_free_memory, release_gpu_memory
     from fastslow.model.generation import make_generator
 
     limit_heap_fragmentation()  # FASTSLOW_MMAP_THRESHOLD (off by default): trade time for peak memory
@@ -138,7 +138,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         del generator
         gc.collect()
         release_free_memory()  # the generator's pages, before training allocates its own
-        _empty_cuda_cache()  # and its GPU memory (vLLM), before the slow steps' vLLM and weights
+        release_gpu_memory()  # and its GPU memory (vLLM), before the slow steps' vLLM and weights
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],
@@ -207,8 +207,7 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     from fastslow.slow.train import default_result_path, log_result, read_result, write_spec
 
     check_device(slow_cfg)  # the GPU-less case fails here, in one line, not in N ranks
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()  # the fast round's generator: give its cached memory back
+    # (the fast round's generator gave its GPU memory back in run_cycle, release_gpu_memory)
     spec_path = out_dir.with_name(out_dir.name + ".job.json")
     result_path = default_result_path(out_dir)
     result_path.unlink(missing_ok=True)
@@ -229,14 +228,6 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     spec_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
     return result["metrics"]
-
-
-def _empty_cuda_cache() -> None:
-    """Return the CUDA caching allocator's free blocks to the driver (nothing without a GPU)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _stream_with_fileno(stream: Any) -> Any:

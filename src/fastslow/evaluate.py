@@ -102,17 +102,17 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     """
     import torch
 
+    from fastslow.memory import release_gpu_memory
     from fastslow.model.convert import load_model, load_tokenizer
-    from fastslow.model.generation import encode_prompts, make_generator
+    from fastslow.model.generation import encode_prompts, longest_prompt, make_generator
     from fastslow.slow.divergence import kl_and_entropy
 
     sample_dtype = sample_dtype or dtype
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = None
     max_model_len = None
     if backend == "vllm":  # vLLM would otherwise reserve the model's whole context (40960 for Qwen3-8B)
-        longest = max(map(len, encode_prompts(tokenizer, [build_messages(context, p) for p in problems])),
-                      default=0)
-        max_model_len = longest + params.max_new_tokens
+        tokenizer = load_tokenizer(model_dir)
+        max_model_len = longest_prompt(tokenizer, [build_messages(context, p) for p in problems]) + params.max_new_tokens
     generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size,
                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
     rows = sample_and_score(generator, task, problems, context, k, params)
@@ -122,14 +122,14 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
             r.pop("completion_ids")
         summary.update({"kl_to_base": float("nan"), "entropy": float("nan")})
         return summary, rows
+    tokenizer = tokenizer or load_tokenizer(model_dir)
     model = getattr(generator, "model", None) if sample_dtype == dtype else None
     if model is None:
         # vLLM holds the GPU; a bf16 sampler is replaced by the model.dtype copy. The engine goes
         # with its last reference (gc: it may sit in a cycle), its cached blocks back to CUDA.
         del generator
         gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release_gpu_memory()
         model = load_model(model_dir, dtype=dtype, device="cuda" if torch.cuda.is_available() else "cpu")
     else:
         del generator  # the model lives on, as the policy of the KL pass

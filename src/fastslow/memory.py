@@ -77,6 +77,15 @@ def limit_heap_fragmentation() -> int | None:
     return threshold
 
 
+def release_gpu_memory() -> None:
+    """Give the CUDA caching allocator's free blocks back to the driver (a freed vLLM engine's,
+    before the next model loads); nothing without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def release_free_memory() -> bool:
     """Give the heap's free pages back to the system (glibc `malloc_trim(0)`). A cycle calls it
     once the fast round's generator is gone, so training's peak does not stack on the

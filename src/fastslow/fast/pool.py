@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastslow.config import is_number
 from fastslow.records import context_hash
 
 POOL_FORMAT = "fastslow.pool/1"
@@ -60,14 +61,10 @@ class PoolEntry:
         if parent is not None and not isinstance(parent, str):
             raise ValueError(f"pool entry 'parent' must be a string or null, got {parent!r}")
         scores = d.get("val_scores") or {}
-        if not isinstance(scores, Mapping) or not all(_is_number(v) for v in scores.values()):
+        if not isinstance(scores, Mapping) or not all(is_number(v) for v in scores.values()):
             raise ValueError(f"pool entry 'val_scores' must map problem ids to numbers, got {scores!r:.200}")
         return cls(text=d["text"], parent=parent, born_round=_as_int(d, "born_round", -1),
                    val_scores={str(k): float(v) for k, v in scores.items()})
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _as_int(d: Mapping[str, Any], key: str, default: int | None = None) -> int:

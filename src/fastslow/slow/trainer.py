@@ -488,13 +488,9 @@ def longest_prompt_tokens(tokenizer: Any, problems: Sequence[Problem],
                           contexts: Sequence[tuple[str, str]]) -> int:
     """Tokens of the longest rollout prompt (a problem under one of the contexts, through the chat
     template, as TRL tokenises it: `encode_prompts` gives the same ids, see `reuse_rows`)."""
-    from fastslow.model.generation import encode_prompts
+    from fastslow.model.generation import longest_prompt
 
-    longest = 0
-    convs = [build_messages(text, p) for p in problems for _, text in contexts]
-    for lo in range(0, len(convs), 256):
-        longest = max([longest, *map(len, encode_prompts(tokenizer, convs[lo:lo + 256]))])
-    return longest
+    return longest_prompt(tokenizer, [build_messages(text, p) for p in problems for _, text in contexts])
 
 
 def train_on_cpu() -> bool:
