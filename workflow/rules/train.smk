@@ -5,7 +5,7 @@
 
 
 rule cycle:
-    # rl, fst, fst_distill: a fast round (not for rl), then T slow steps.
+    # rl, fst: a fast round (not for rl), then T slow steps (fst_distill: cycle_distill below).
     input:
         unpack(cycle_inputs),
     params:
