@@ -301,3 +301,59 @@ def test_reflection_lm_kinds(tiny_model_dir: Path) -> None:
     assert isinstance(out, str)
     with pytest.raises(ValueError, match="kind"):
         build_reflection_lm({"kind": "nope"})
+
+
+def test_long_problems_demonstrated_condensed_from_their_feedback() -> None:
+    """Hover's problems (documents + claim) are longer than a demonstration may be: with the
+    task's working labels the editor shows the claim after an elision mark, worked by the
+    feedback's deciding facts; without them it has nothing to demonstrate and stalls."""
+    from fastslow.fast.proposers import ELISION
+    from fastslow.fast.round import make_proposer
+    from fastslow.tasks import get_task
+
+    hover = get_task("hover_hard")
+    probs = hover.problems("train", 8, 0)
+    by_id = {p.id: p for p in probs}
+    fmt = ContextDoc("Decide.", [f"{FORMAT_RULE_PREFIX}."]).render()
+
+    def records(ids: list[str]) -> list[dict[str, Any]]:
+        return [{"problem_id": i, "Score": 0.0, "Generated Outputs": "<answer>MAYBE</answer>",
+                 "Feedback": hover.feedback(by_id[i], "<answer>MAYBE</answer>")} for i in ids]
+
+    ids = list(by_id)
+    plain = FeedbackEditor(by_id, seed=0)
+    assert all(len(plain.demo_text(p)) > plain.max_demo_chars for p in probs)
+    plain.edit("Another parent.", records(ids[:3]))
+    assert plain.edit(fmt, records(ids[3:5])) is None  # the stall without working labels
+
+    ed = make_proposer(FastConfig(), probs, lambda _m: None, hover)
+    assert isinstance(ed, FeedbackEditor) and ed.working_labels == hover.demo_working
+    ed.edit("Another parent.", records(ids[:3]))  # banks the first three, condensed
+    new = ContextDoc.parse(ed.edit(fmt, records(ids[3:5])))
+    assert len(new.demos) == 1 and ed.edits[-1].startswith("add-demo:")
+    demo = new.demos[0]
+    source = next(p for p in probs[:3] if p.metadata["claim"] in demo.problem)
+    assert demo.problem == f"{ELISION}\n\nClaim: {source.metadata['claim']}"
+    assert demo.answer == source.answer
+    feedback = hover.feedback(source, "<answer>MAYBE</answer>").split("\n")
+    deciding = next(line for line in feedback if line.startswith("Deciding facts:"))
+    gives = next(line for line in feedback if line.startswith("So the documents give:"))
+    assert demo.working == f"{deciding} {gives}"
+    assert "Expected answer" not in demo.working and "Near miss" not in demo.working
+    assert len(demo.render()) <= ed.max_demo_chars
+    assert ContextDoc.parse(new.render()) == new  # the condensed demonstration round-trips
+
+    # It is the problem's demonstration: dropped when its own problem still fails with it.
+    again = ContextDoc.parse(ed.edit(new.render(), records([source.id])))
+    assert again.demos == [] and ed.edits[-1].startswith("drop-demo:")
+
+
+def test_condensed_demo_needs_working_lines_that_fit() -> None:
+    from fastslow.tasks.base import Problem
+
+    long = {"p": Problem("p", "t", "Documents:\n" + "x " * 400 + "\n\nClaim: c is d.", "SUPPORTED")}
+    ed = FeedbackEditor(long, working_labels=("Why:",), max_demo_chars=200)
+    assert ed.condensed_demo(long["p"], "Incorrect.\nWhy: d holds.") == Demo("[...]\n\nClaim: c is d.", "SUPPORTED", "Why: d holds.")
+    assert ed.condensed_demo(long["p"], "Incorrect.\nExpected answer: SUPPORTED") is None  # no working line
+    assert ed.condensed_demo(long["p"], "Why: " + "w " * 200) is None  # still too long
+    assert FeedbackEditor(long).condensed_demo(long["p"], "Why: d holds.") is None  # task names none

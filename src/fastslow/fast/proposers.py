@@ -49,6 +49,8 @@ _SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEA
 _DEMO_RE = re.compile(r"User: (.*?)\nAssistant: (.*?)<answer>(.*?)</answer>", re.DOTALL)
 #: Longest working (characters) kept from a near miss for a worked example.
 MAX_WORKING_CHARS = 240
+#: Where a condensed worked example leaves out the start of a long problem.
+ELISION = "[...]"
 #: Feedback sentences with these words read as general statements about the task.
 _RULE_HINT = re.compile(r"\b(must|should|always|never|only|format|remember|note|hint|tip|use)\b", re.I)
 #: ... and so do sentences that open with an imperative verb.
@@ -221,11 +223,18 @@ class FeedbackEditor:
     (the minibatch's own failures come last, for the first calls of a round). Problems are
     shown without the lines all problems share (`boilerplate`). Edits already tried on a
     parent are not proposed again for it. Deterministic given the seed and the call order.
+
+    A problem longer than `max_demo_chars` is demonstrated condensed when its task names the
+    feedback lines that work its answer out (`working_labels`, the task's `demo_working`):
+    the problem's last paragraph (hover: the claim) after an elision mark, with those lines
+    from a failed rollout's feedback as the working (hover: the deciding facts and what they
+    give). That is what a reflection model would write from the same feedback; without it a
+    task of long problems (hover's documents) gets no demonstrations at all.
     """
 
     def __init__(self, problems: Mapping[str, Problem], seed: int = 0, max_demos: int = 3,
                  max_rules: int = 4, max_demo_chars: int = 600,
-                 logger: Callable[[str], None] | None = None) -> None:
+                 logger: Callable[[str], None] | None = None, working_labels: Sequence[str] = ()) -> None:
         self.problems = dict(problems)
         self.rng = random.Random(seed)
         self.max_demos = max_demos
@@ -234,6 +243,8 @@ class FeedbackEditor:
         self.log = logger or log.info
         self.bank: dict[str, None] = {}  # failed problem ids, insertion-ordered
         self.near_misses: dict[str, str] = {}  # problem id -> working of a right-but-unformatted answer
+        self.working_labels = tuple(working_labels)
+        self.condensed: dict[str, Demo] = {}  # problem id -> its condensed demonstration (long problems)
         self.with_demo: dict[str, list[float]] = {}
         self.without_demo: dict[str, list[float]] = {}
         self.tried: dict[str, set[str]] = {}
@@ -244,6 +255,25 @@ class FeedbackEditor:
     def demo_text(self, problem: Problem) -> str:
         """How `problem` appears in a worked demonstration of this editor."""
         return demo_text(problem, *self._boiler)
+
+    def demo(self, pid: str) -> Demo:
+        """The worked demonstration of banked problem `pid`: condensed for a long problem."""
+        if pid in self.condensed:
+            return self.condensed[pid]
+        problem = self.problems[pid]
+        return Demo(self.demo_text(problem), problem.answer.strip(), self.near_misses.get(pid, ""))
+
+    def condensed_demo(self, problem: Problem, feedback: str) -> Demo | None:
+        """`problem` shown by its last paragraph, worked by the feedback lines named in
+        `working_labels`; None when the feedback has none or the demonstration would still be
+        longer than `max_demo_chars`."""
+        working = " ".join(" ".join(line.split()) for line in feedback.split("\n")
+                           if self.working_labels and line.strip().startswith(self.working_labels))
+        if not working or "<" in working:
+            return None
+        last = self.demo_text(problem).split("\n\n")[-1].strip()
+        demo = Demo(f"{ELISION}\n\n{last}", problem.answer.strip(), working)
+        return demo if len(demo.render()) <= self.max_demo_chars else None
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                  components_to_update: list[str]) -> dict[str, str]:
@@ -265,12 +295,20 @@ class FeedbackEditor:
             self.without_demo.setdefault(k, []).append(mean)
         for r in records:
             pid = str(r.get("problem_id"))
-            if float(r["Score"]) < 1.0 and pid in self.problems \
-                    and len(self.demo_text(self.problems[pid])) <= self.max_demo_chars:
+            if float(r["Score"]) >= 1.0 or pid not in self.problems:
+                continue
+            problem = self.problems[pid]
+            if len(self.demo_text(problem)) <= self.max_demo_chars:
                 self.bank.setdefault(pid, None)
-                working = near_miss_working(str(r.get("Generated Outputs", "")), self.problems[pid].answer)
+                working = near_miss_working(str(r.get("Generated Outputs", "")), problem.answer)
                 if working is not None:
                     self.near_misses.setdefault(pid, working)
+            elif pid not in self.condensed:
+                demo = self.condensed_demo(problem, str(r.get("Feedback", "")))
+                if demo is not None:
+                    self.condensed[pid] = demo
+                    self._by_demo_key[_key(demo.problem)] = pid
+                    self.bank.setdefault(pid, None)
 
     def _demo_strength(self, k: str) -> float:
         w = self.with_demo.get(k, [])
@@ -323,9 +361,9 @@ class FeedbackEditor:
         pool += [pid for pid in self.bank if pid in failed_ids]
         # Near misses (right answer, wrong format) first: their working is the model's own.
         pool.sort(key=lambda pid: pid not in self.near_misses)
-        demo_edits = [(f"add-demo:{_key(self.demo_text(self.problems[pid]))}",
-                       lambda pid=pid: self._with_demo(doc, self.problems[pid]))
-                      for pid in pool if _key(self.demo_text(self.problems[pid])) not in present]
+        demos = {pid: self.demo(pid) for pid in pool}
+        demo_edits = [(f"add-demo:{_key(demos[pid].problem)}", lambda pid=pid: self._with_demo(doc, demos[pid]))
+                      for pid in pool if _key(demos[pid].problem) not in present]
         first, second = (rule_edits, demo_edits) if self.rng.random() < 0.5 else (demo_edits, rule_edits)
         return edits + first + second
 
@@ -336,12 +374,12 @@ class FeedbackEditor:
         rule = f"{FORMAT_RULE_PREFIX}, for example <answer>{example}</answer>. Put only the final answer inside the tags."
         return _with_rule(doc, rule, self.max_rules, front=True) or doc
 
-    def _with_demo(self, doc: ContextDoc, problem: Problem) -> ContextDoc:
+    def _with_demo(self, doc: ContextDoc, demo: Demo) -> ContextDoc:
         demos = list(doc.demos)
         if len(demos) >= self.max_demos:
             weakest = min(range(len(demos)), key=lambda i: (self._demo_strength(_key(demos[i].problem)), i))
             demos.pop(weakest)
-        demos.append(Demo(self.demo_text(problem), problem.answer.strip(), self.near_misses.get(problem.id, "")))
+        demos.append(demo)
         return ContextDoc(doc.instruction, list(doc.rules), demos)
 
 

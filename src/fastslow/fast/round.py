@@ -186,11 +186,13 @@ def build_seeded_state(contexts: Sequence[str], evaluations: Sequence[Any],
     return state
 
 
-def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log) -> FeedbackEditor | ReflectiveProposer:
+def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
+                  task: Task | None = None) -> FeedbackEditor | ReflectiveProposer:
     """The proposer named by `cfg.proposer`, ready for gepa's custom_candidate_proposer hook."""
     if cfg.proposer == "feedback_editor":
         return FeedbackEditor(problems_by_id(train), seed=cfg.seed, max_demos=cfg.max_demos,
-                              max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log)
+                              max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log,
+                              working_labels=getattr(task, "demo_working", ()))
     lm = build_reflection_lm(cfg.reflection)
     return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
 
@@ -302,7 +304,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         log(f"fast round {round_index}: seed {e.id} val mean {sum(eb.scores) / len(eb.scores):.3f}")
 
     # 3. gepa's search from that state.
-    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log)
+    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task)
     guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
     sampling = BudgetedSampling(cfg.proposals_per_iteration, mb, len(val_problems), budget,

@@ -187,6 +187,11 @@ class TaskBase:
     """
 
     name: str = "task"
+    #: Labels of the feedback lines (the notes `judge` writes) that work the expected answer out
+    #: from the problem, e.g. hover's "Deciding facts:". The offline proposer quotes them as the
+    #: working of a condensed worked example when a problem is too long to show whole
+    #: (`FeedbackEditor`); empty: this task's long problems are not demonstrated.
+    demo_working: tuple[str, ...] = ()
 
     def judge(self, problem: Problem, completion: str) -> Judgement:  # pragma: no cover - abstract
         """Score `completion` (already coerced to str) against `problem`."""

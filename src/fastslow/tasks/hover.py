@@ -161,6 +161,7 @@ class HoverTask(GeneratedTask):
     """Multi-hop claim verification over generated evidence documents."""
 
     family = "hover"
+    demo_working = ("Deciding facts:", "So the documents give:")
     attempts_per_problem = 40
 
     def candidate(self, rng: random.Random, index: int, split: str, seed: int,
