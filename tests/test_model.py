@@ -307,6 +307,87 @@ def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer:
         assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
 
 
+def test_prefix_tree_runs_shared_spans_once() -> None:
+    """Rows split where they first differ: a span several rows share is run once if long
+    enough, each row's spans cover its tokens in order, and no shared span takes a row's last
+    token (its logits are the one generate() needs)."""
+    from fastslow.model.generation import prefix_tree
+
+    ctx_a, extra = list(range(100, 140)), list(range(200, 230))
+    rows = [ctx_a + [1, 2, 3], ctx_a + extra + [4, 5], ctx_a + [6, 7], ctx_a + extra + [8, 9, 9], [5] * 3,
+            ctx_a + [1, 2, 3, 4]]
+    calls: list[tuple[int, int, int]] = []
+
+    def extend(node: Any, row: int, start: int, end: int) -> Any:
+        calls.append((row, start, end))
+        return (node, row, start, end)
+
+    out = prefix_tree(rows, extend)
+    for row, tokens in enumerate(rows):
+        spans, node = [], out[row]
+        while node is not None:
+            node, src, start, end = node
+            spans.append((start, end, rows[src][start:end]))
+        spans.reverse()
+        assert [s[0] for s in spans] == [0] + [s[1] for s in spans[:-1]] and spans[-1][1] == len(tokens)
+        assert [t for s in spans for t in s[2]] == tokens  # the tokens run are the row's own
+    assert calls[0] == (0, 0, 40)  # the context once, for the five rows that open with it
+    assert sum(1 for c in calls if c[1:] == (40, 70)) == 1  # the longer context's extra once
+    assert sum(e - s for _r, s, e in calls) == 40 + 30 + 3 + 2 + 3 + 2 + 3 + 4  # ... the rest each row's
+    # Spans shorter than min_shared are run by each row; a row that is another's prefix keeps its last token.
+    calls.clear()
+    prefix_tree([[1, 2, 3, 4], [1, 2, 3, 5]], extend, min_shared=16)
+    assert calls == [(0, 0, 4), (1, 0, 4)]
+    calls.clear()
+    prefix_tree([[1, 2, 3], [1, 2, 3, 4]], extend, min_shared=1)
+    assert calls == [(0, 0, 2), (0, 2, 3), (1, 2, 4)]
+    assert prefix_tree([], extend) == {}
+
+
+def test_shared_prefixes_are_prefilled_once_with_the_same_logits(tiny_model: Any, tokenizer: Any) -> None:
+    """Prompts with one long system context (a GEPA candidate's minibatch) run the context's
+    tokens once: fewer tokens through the model, the same next-token logits as each row alone
+    and as a padded batch, and the same sampled completions through HFGenerator."""
+    import fastslow.model.generation as generation
+
+    context = "You are a careful assistant. Show each step, then answer in tags. " * 3
+    convs = [conv(q, system=context) for q in ("What is 2+2?", "Name three colours.", "Spell cat.")] + [MIXED[0]]
+    prompts = encode_prompts(tokenizer, convs)
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    seen: list[int] = []
+    hook = tiny_model.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["input_ids"].shape[1]),
+                                                with_kwargs=True)
+    try:
+        with torch.inference_mode():
+            shared = generation.prefill_rows_alone(tiny_model, ids[:, :-1], mask[:, :-1])
+            shared_tokens = sum(seen)
+            seen.clear()
+            alone = generation.prefill_rows_alone(tiny_model, ids[:, :-1], mask[:, :-1], share_prefixes=False)
+            alone_tokens = sum(seen)
+            logits = [tiny_model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                                 past_key_values=c).logits[:, -1] for c in (shared, alone)]
+            want = tiny_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    finally:
+        hook.remove()
+    common = next(i for i, (a, b) in enumerate(zip(prompts[0], prompts[1], strict=False)) if a != b)
+    assert common >= 40
+    assert alone_tokens == sum(len(p) - 1 for p in prompts)
+    assert shared_tokens == alone_tokens - 2 * common  # rows 2 and 3 skip the context row 1 ran
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(logits[0], want, atol=1e-5, rtol=1e-4)
+
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
+    with_sharing = HFGenerator(tiny_model, tokenizer, batch_size=4).generate(convs, params)
+    generation_alone = generation.prefill_rows_alone
+    try:
+        generation.prefill_rows_alone = lambda *a, **k: generation_alone(*a, **{**k, "share_prefixes": False})
+        without = HFGenerator(tiny_model, tokenizer, batch_size=4).generate(convs, params)
+    finally:
+        generation.prefill_rows_alone = generation_alone
+    assert [g.completion_ids for g in with_sharing] == [g.completion_ids for g in without]
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_autocast_cache_keeps_bf16_keys_with_the_same_logits(tiny_model_dir: Path, tokenizer: Any,
                                                               monkeypatch: Any, attention: str) -> None:

@@ -370,8 +370,50 @@ def left_aligned(attention_mask: Any) -> bool:
     return bool((attention_mask.bool() == expected).all())
 
 
+#: Fewest leading tokens distinct prompts must share before `prefill_rows_alone` runs them once
+#: for all of them (the chat template's header alone is shorter).
+MIN_SHARED_PREFIX = 16
+
+
+def prefix_tree(rows: Sequence[Sequence[int]], extend: Callable[[Any, int, int, int], Any],
+                min_shared: int = MIN_SHARED_PREFIX) -> dict[int, Any]:
+    """Run token `rows` through `extend` with the leading spans they share run once.
+
+    `extend(node, row, start, end)` runs `rows[row][start:end]` on top of `node` (None: from
+    nothing; else what an earlier call returned, which holds the tokens before `start`) and
+    returns the new node. Rows are split where they first differ, recursively (a radix tree);
+    a span several rows share is run once when it is at least `min_shared` tokens long (a
+    shorter one is run by each of them), and never reaches a row's last token. Returns each
+    row's final node."""
+    out: dict[int, Any] = {}
+
+    def visit(members: list[int], depth: int, node: Any) -> None:
+        if len(members) == 1:
+            out[members[0]] = extend(node, members[0], depth, len(rows[members[0]]))
+            return
+        head, shortest = rows[members[0]], min(len(rows[m]) for m in members)
+        split = depth
+        while split < shortest - 1 and all(rows[m][split] == head[split] for m in members):
+            split += 1
+        if split - depth >= max(min_shared, 1):
+            node, depth = extend(node, members[0], depth, split), split
+        branches: dict[int, list[int]] = {}
+        for m in members:
+            branches.setdefault(rows[m][split], []).append(m)
+        if len(branches) == 1:  # one row is the others' prefix but its last token: each alone
+            for m in members:
+                out[m] = extend(node, m, depth, len(rows[m]))
+            return
+        for branch in branches.values():
+            visit(branch, depth, node)
+
+    if rows:
+        visit(list(range(len(rows))), 0, None)
+    return out
+
+
 def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_positions: bool = False,
-                       autocast: Callable[[], Any] | None = None) -> Any:
+                       autocast: Callable[[], Any] | None = None, share_prefixes: bool = True) -> Any:
     """The KV cache of a left-padded batch with each row run through `model` alone, without its
     padding, its keys/values placed at the right end of the row over zeros under the padding
     (which the attention mask hides). None when the model's cache cannot be stitched this way
@@ -382,6 +424,13 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
     attention mask; `column_positions` gives each token its column index instead, as TRL's
     training forward (no position ids) does. Autograd-safe: under a gradient, each row's
     activations are kept and the stitched cache carries its gradient back to them.
+
+    Shared prefixes (`share_prefixes`, with positions from 0 and no gradient: generation).
+    Leading tokens several rows share (a context in the system turn, the same for every
+    problem of a GEPA candidate's minibatch or validation call, and the task's opening lines)
+    are run once (`prefix_tree`); each row then runs only its own tokens after them, attending
+    to a copy of their keys and values at the same positions. The same attention as one forward of the row, up
+    to the order of floating-point sums.
     """
     import torch
 
@@ -390,17 +439,29 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
         return None
     width = input_ids.shape[1]
     lengths = attention_mask.sum(-1).tolist()
-    own: list[Any] = []
-    for row, n in enumerate(lengths):
-        if n == 0:
-            own.append(None)
-            continue
-        own.append(plain_dynamic_cache(model))
-        start = width - n if column_positions else 0
+    own: list[Any] = [None] * len(lengths)
+
+    real = [row for row, n in enumerate(lengths) if n > 0]
+
+    def extend(node: Any, i: int, start: int, end: int) -> Any:
+        """Row `real[i]`'s real tokens [start, end) into a copy of `node` (a cache of those before)."""
+        row, n = real[i], lengths[real[i]]
+        cache = plain_dynamic_cache(model)
+        for layer, held in enumerate(node.layers if node is not None else ()):
+            cache.update(held.keys, held.values, layer)  # a copy: this row's tokens append to it
+        first = (width - n if column_positions else 0) + start
         with autocast() if autocast else nullcontext():
-            model(input_ids=input_ids[row:row + 1, width - n:].to(model.device), past_key_values=own[-1],
-                  position_ids=torch.arange(start, start + n, device=model.device)[None],
+            model(input_ids=input_ids[row:row + 1, width - n + start:width - n + end].to(model.device),
+                  past_key_values=cache, position_ids=torch.arange(first, first + end - start, device=model.device)[None],
                   use_cache=True, logits_to_keep=1)
+        return cache
+
+    if share_prefixes and not column_positions and not torch.is_grad_enabled():
+        caches = prefix_tree([input_ids[row, width - lengths[row]:].tolist() for row in real], extend)
+    else:
+        caches = {i: extend(None, i, 0, lengths[row]) for i, row in enumerate(real)}
+    for i, row in enumerate(real):
+        own[row] = caches[i]
     template = next((c for c in own if c is not None), None)
     if template is None:
         return None
