@@ -41,6 +41,7 @@ bench: setup-test
 	$(BIN)/python bench/bench_generate.py
 	$(BIN)/python bench/bench_call_cost.py
 	$(BIN)/python bench/bench_decode.py
+	$(BIN)/python bench/bench_prefix.py
 	$(BIN)/python bench/bench_rl_step.py
 	$(BIN)/python bench/bench_fst_step.py
 	$(BIN)/python bench/bench_pool_step.py

@@ -82,6 +82,16 @@ def test_gepa_probe_rejects_bad_arguments(tmp_path: Path, args: list[str], named
     assert named in error_line(proc, "gepa_probe.py")
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["--reps", "0"], "--reps: must be an integer >= 1, got 0"),
+    (["--child-prompts", "-1"], "--child-prompts: must be an integer >= 1, got -1"),
+    (["--task", "nope"], "--task 'nope'"),
+])
+def test_bench_prefix_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:
+    proc = run_script("bench_prefix.py", [*args, "--out", str(tmp_path / "prefix.json")], tmp_path)
+    assert named in error_line(proc, "bench_prefix.py")
+
+
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_fst_step", BENCH / "bench_fst_step.py")

@@ -342,6 +342,19 @@ def test_prefix_tree_runs_shared_spans_once() -> None:
     prefix_tree([[1, 2, 3], [1, 2, 3, 4]], extend, min_shared=1)
     assert calls == [(0, 0, 2), (0, 2, 3), (1, 2, 4)]
     assert prefix_tree([], extend) == {}
+    # The first shared span must also be a quarter of the longest rest (its rows' attention then
+    # runs masked): 20 shared tokens before 100 are each row's; before 60 they are run once.
+    calls.clear()
+    prefix_tree([[0] * 20 + [1] * 100, [0] * 20 + [2] * 100], extend)
+    assert calls == [(0, 0, 120), (1, 0, 120)]
+    calls.clear()
+    prefix_tree([[0] * 20 + [1] * 60, [0] * 20 + [2] * 60], extend)
+    assert calls == [(0, 0, 20), (0, 20, 80), (1, 20, 80)]
+    # Deeper spans need only min_shared: they add no masked attention.
+    calls.clear()
+    prefix_tree([[0] * 40 + [1] * 16 + [3] * 200, [0] * 40 + [1] * 16 + [4] * 200, [0] * 40 + [2] * 5], extend,
+                min_fraction=0.1)
+    assert calls[:2] == [(0, 0, 40), (0, 40, 56)]
 
 
 def test_shared_prefixes_are_prefilled_once_with_the_same_logits(tiny_model: Any, tokenizer: Any) -> None:
