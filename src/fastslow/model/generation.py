@@ -377,7 +377,7 @@ MIN_SHARED_PREFIX = 16
 #: the longest row's tokens after it. A row prefilled over a cache runs its attention through an
 #: explicit mask instead of SDPA's causal kernel. Measured (bench_prefix.py, SmolLM2-135M bf16,
 #: 1 thread, hover_hard): 15 prompts sharing the 82-token seed context ran 10.6% fewer tokens
-#: in the same time (19.6 vs 19.8 s); 3 sharing a 566-token context, 32% fewer in 22% less.
+#: in the same time (19.6 vs 19.8 s); 3 sharing a 566-token context, 32% fewer in 20-22% less.
 MIN_SHARED_FRACTION = 0.25
 
 
@@ -436,8 +436,8 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
     Leading tokens several rows share (a context in the system turn, the same for every
     problem of a GEPA candidate's minibatch or validation call, and the task's opening lines)
     are run once (`prefix_tree`); each row then runs only its own tokens after them, attending
-    to a copy of their keys and values at the same positions. The same attention as one forward of the row, up
-    to the order of floating-point sums.
+    to a copy of their keys and values at the same positions: the same attention as one forward
+    of the row, up to the order of floating-point sums. (vLLM caches prefixes by itself.)
     """
     import torch
 
