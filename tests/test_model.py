@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -357,7 +358,8 @@ def test_prefix_tree_runs_shared_spans_once() -> None:
     assert calls[:2] == [(0, 0, 40), (0, 40, 56)]
 
 
-def test_shared_prefixes_are_prefilled_once_with_the_same_logits(tiny_model: Any, tokenizer: Any) -> None:
+def test_shared_prefixes_are_prefilled_once_with_the_same_logits(tiny_model: Any, tokenizer: Any,
+                                                                  monkeypatch: Any) -> None:
     """Prompts with one long system context (a GEPA candidate's minibatch) run the context's
     tokens once: fewer tokens through the model, the same next-token logits as each row alone
     and as a padded batch, and the same sampled completions through HFGenerator."""
@@ -392,12 +394,9 @@ def test_shared_prefixes_are_prefilled_once_with_the_same_logits(tiny_model: Any
 
     params = SamplingParams(max_new_tokens=8, temperature=1.0, seed=5)
     with_sharing = HFGenerator(tiny_model, tokenizer, batch_size=4).generate(convs, params)
-    generation_alone = generation.prefill_rows_alone
-    try:
-        generation.prefill_rows_alone = lambda *a, **k: generation_alone(*a, **{**k, "share_prefixes": False})
-        without = HFGenerator(tiny_model, tokenizer, batch_size=4).generate(convs, params)
-    finally:
-        generation.prefill_rows_alone = generation_alone
+    monkeypatch.setattr(generation, "prefill_rows_alone",
+                        functools.partial(generation.prefill_rows_alone, share_prefixes=False))
+    without = HFGenerator(tiny_model, tokenizer, batch_size=4).generate(convs, params)
     assert [g.completion_ids for g in with_sharing] == [g.completion_ids for g in without]
 
 

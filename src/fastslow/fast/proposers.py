@@ -267,8 +267,10 @@ class FeedbackEditor:
         """`problem` shown by its last paragraph, worked by the feedback lines named in
         `working_labels`; None when the feedback has none or the demonstration would still be
         longer than `max_demo_chars`."""
+        if not self.working_labels:
+            return None
         working = " ".join(" ".join(line.split()) for line in feedback.split("\n")
-                           if self.working_labels and line.strip().startswith(self.working_labels))
+                           if line.strip().startswith(self.working_labels))
         if not working or "<" in working:
             return None
         last = self.demo_text(problem).split("\n\n")[-1].strip()

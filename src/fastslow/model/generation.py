@@ -401,8 +401,10 @@ def prefix_tree(rows: Sequence[Sequence[int]], extend: Callable[[Any, int, int, 
         split = depth
         while split < shortest - 1 and all(rows[m][split] == head[split] for m in members):
             split += 1
-        rest = max(len(rows[m]) for m in members) - split
-        if split - depth >= max(min_shared, 1, min_fraction * rest if node is None else 0):
+        need = max(min_shared, 1)
+        if node is None:  # the rows' first span: it also buys their attention a mask
+            need = max(need, min_fraction * (max(len(rows[m]) for m in members) - split))
+        if split - depth >= need:
             node, depth = extend(node, members[0], depth, split), split
         branches: dict[int, list[int]] = {}
         for m in members:
@@ -446,8 +448,6 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
         return None
     width = input_ids.shape[1]
     lengths = attention_mask.sum(-1).tolist()
-    own: list[Any] = [None] * len(lengths)
-
     real = [row for row, n in enumerate(lengths) if n > 0]
 
     def extend(node: Any, i: int, start: int, end: int) -> Any:
@@ -467,6 +467,7 @@ def prefill_rows_alone(model: Any, input_ids: Any, attention_mask: Any, column_p
         caches = prefix_tree([input_ids[row, width - lengths[row]:].tolist() for row in real], extend)
     else:
         caches = {i: extend(None, i, 0, lengths[row]) for i, row in enumerate(real)}
+    own: list[Any] = [None] * len(lengths)
     for i, row in enumerate(real):
         own[row] = caches[i]
     template = next((c for c in own if c is not None), None)
