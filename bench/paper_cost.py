@@ -65,7 +65,7 @@ def main() -> None:
     from fastslow.config import load_config
     from fastslow.experiments import expand
     from fastslow.figures import FIGURE_EXPERIMENTS
-    from fastslow.layout import eval_points
+    from fastslow.layout import eval_points, figure_runs
 
     config = load_config(ROOT / "config" / "config.yaml", ROOT / args.config)
     runs = expand(config)
@@ -84,7 +84,7 @@ def main() -> None:
     total_jobs, seconds_all = dry_run_jobs("all", args.config, workdir)
     rows = []
     for fig, experiments in FIGURE_EXPERIMENTS.items():
-        keys = upstream({k for k, s in runs.items() if s.experiment in experiments})
+        keys = upstream(set(figure_runs(runs, fig)))  # Fig 8 / 9: efficiency's runs on their task only
         train = sum(run_gpu_hours(runs[k], config) for k in keys)
         evals = sum(len(eval_points(runs[k])) * len(runs[k].eval_tasks) for k in keys)
         jobs, seconds = dry_run_jobs(f"results/figures/{fig}.pdf", args.config, workdir)

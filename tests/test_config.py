@@ -183,6 +183,27 @@ def test_a_run_identical_to_an_earlier_experiments_run_is_shared():
     assert (same.experiment, same.variant) == ("reuse", "no_reuse")  # the curves keep its own labels
 
 
+def test_a_memory_bound_is_no_param_and_does_not_split_a_shared_run():
+    """evaluation.divergence_tokens bounds the KL pass's memory only: it is left out of the
+    jobs' params (changing it reruns nothing), and a run that differs from an earlier
+    experiment's only there is still that run; it reaches evaluate_weights all the same."""
+    from fastslow.config import evaluation_options, job_params
+    from fastslow.experiments import expand
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert cfg["evaluation"]["divergence_tokens"] == 32768  # the schema's default
+    params = job_params(cfg, ("model", "evaluation"))
+    assert params["model"] == cfg["model"]
+    assert params["evaluation"] == {k: v for k, v in cfg["evaluation"].items() if k != "divergence_tokens"}
+    assert "divergence_tokens" in cfg["evaluation"]  # the config itself is not changed
+    options = evaluation_options(deep_update(copy.deepcopy(cfg), {"evaluation": {"divergence_tokens": 512}}))
+    assert options["divergence_tokens"] == 512 and options["dtype"] == cfg["model"]["dtype"]
+
+    runs = expand(_tiny_experiments({"overrides": {"evaluation": {"divergence_tokens": 4096}},
+                                     "variants": {"no_reuse": {}}}))
+    assert runs["reuse/fst/math-no_reuse-s0"].shared == "efficiency/fst/math-default-s0"
+
+
 @pytest.mark.parametrize("reuse, efficiency_eval", [
     ({"cycles": 3}, None),                                                # one cycle more
     ({"seeds": [1]}, None),                                               # another seed

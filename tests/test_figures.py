@@ -138,6 +138,31 @@ def test_fig9_compares_every_bar_at_one_evaluated_step(tmp_path):
                       "rl": pytest.approx(0.4)}
 
 
+def test_fig8_and_fig9_read_efficiency_on_their_task_only():
+    """A figure's curves tables: its experiments', and for Fig 8 / 9 efficiency's runs on the
+    ceiling's / ablations' task alone, so rebuilding one trains none of the other tasks' runs.
+    Without an efficiency run on that task the table is left out (the figure plots without it)."""
+    from pathlib import Path
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand
+    from fastslow.layout import curves_table, figure_runs, figure_tables, table_experiment
+
+    root = Path(__file__).resolve().parents[1]
+    runs = expand(load_config(root / "config" / "config.yaml"))
+    assert figure_tables(runs, "fig8") == [curves_table("ceiling"), curves_table("efficiency", ["hover"])]
+    assert figure_tables(runs, "fig9") == [curves_table("ablations"), curves_table("efficiency", ["codeio"])]
+    assert figure_tables(runs, "fig2") == [curves_table("efficiency"), curves_table("radar")]
+    assert curves_table("efficiency", ["hover"]) == "results/tables/curves/efficiency.hover.parquet"
+    assert [table_experiment(t) for t in figure_tables(runs, "fig8")] == ["ceiling", "efficiency"]
+    assert sorted(figure_runs(runs, "fig8")) == sorted(
+        [k for k, s in runs.items() if s.experiment == "ceiling"]
+        + ["efficiency/fst/hover-default-s0", "efficiency/rl/hover-default-s0"])
+    assert len(figure_runs(runs, "fig3")) == len([s for s in runs.values() if s.experiment == "efficiency"])
+    smoke = expand(load_config(root / "config" / "config.yaml", root / "config" / "smoke.yaml"))
+    assert figure_tables(smoke, "fig8") == [curves_table("ceiling")]  # efficiency has no hover run there
+
+
 def test_every_figure_is_registered():
     assert sorted(FIGURES, key=lambda f: int(f[3:])) == [f"fig{i}" for i in range(2, 12)]
     assert all(callable(f) for f in FIGURES.values())

@@ -578,6 +578,42 @@ def test_vllm_weights_are_synced_whatever_rows_are_reused(tiny_model_dir, tokeni
     assert vllm.syncs == 2 and trainer._last_loaded_step == 4
 
 
+@pytest.mark.parametrize("setup", ["fsdp", "fsdp_vllm", "ddp", "one"])
+def test_a_rank_with_every_row_reused_still_generates_under_fsdp(tiny_model_dir, tokenizer, tmp_path,
+                                                                 setup: str) -> None:
+    """Under FSDP without vLLM, HF generate is a collective (each decoding step gathers the
+    sharded weights; transformers decodes in lockstep, `synced_gpus`): a rank whose rows were
+    all reused must still call it, with one row whose completion is thrown away, or the other
+    ranks wait for it forever. Elsewhere (vLLM, DDP, one process) it generates nothing."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    kind = {"fsdp": DistributedType.FSDP, "fsdp_vllm": DistributedType.FSDP,
+            "ddp": DistributedType.MULTI_CPU, "one": DistributedType.NO}[setup]
+    trainer.accelerator = SimpleNamespace(num_processes=1 if setup == "one" else 2, distributed_type=kind,
+                                          is_main_process=True)  # (TRL's profiling reads it)
+    trainer.use_vllm = setup == "fsdp_vllm"
+    trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1
+    asked: list[list[list[int]]] = []
+
+    def fake_generate(prompt_ids: list, *_: Any, **__: Any) -> Any:
+        asked.append([list(p) for p in prompt_ids])
+        return [[99] for _ in prompt_ids], ([[-1.0] for _ in prompt_ids] if trainer.use_vllm else None)
+
+    trainer._generate_rows = fake_generate
+    prompts = [[1, 2], [3, 4]]
+    trainer.reuse_rows = {0: ([1, 2], [11], [-0.1]), 1: ([3, 4], [12], [-0.2])}
+    completions, _ = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert completions == [[11], [12]] and trainer.reused == {0, 1}
+    assert asked == ([[[1, 2]]] if setup == "fsdp" else [])
+    trainer.reuse_rows = {0: ([1, 2], [11], [-0.1])}  # a row left to generate: one call either way
+    asked.clear()
+    completions, _ = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert asked == [[[3, 4]]] and completions == [[11], [99]]
+
+
 def test_activation_checkpointing_without_its_new_name(tiny_model_dir, tokenizer, tmp_path,
                                                        monkeypatch) -> None:
     """transformers < 5.18 (the GPU pin set) has no `activation_checkpointing_enable`: the older

@@ -92,18 +92,27 @@ def test_data_stream_is_a_seeded_permutation_per_epoch() -> None:
     assert take_problems(5, seed=4, cursor=0, count=5) != first
 
 
-def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) -> None:
+def _policy_and_base(model_dir, seed: int) -> tuple:
+    """The tiny model twice, the first with its weights moved by seeded noise (a nonzero KL)."""
     import torch
 
     from fastslow.model.convert import load_model
-    from fastslow.slow import kl_and_entropy
 
-    policy = load_model(tiny_model_dir, dtype="float32")
-    base = load_model(tiny_model_dir, dtype="float32")
-    torch.manual_seed(0)
+    policy = load_model(model_dir, dtype="float32")
+    base = load_model(model_dir, dtype="float32")
+    torch.manual_seed(seed)
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.05 * torch.randn_like(p))
+    return policy, base
+
+
+def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) -> None:
+    import torch
+
+    from fastslow.slow import kl_and_entropy
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=0)
     # repeated prompts (their prefix is shared), a one-token prompt, a one-token completion
     prompts = [[1, 2, 3, 4], [5, 6], [1, 2, 3, 4], [9], [5, 6]]
     completions = [[7, 8, 9], [10, 11, 12, 13, 14], [20, 21], [22, 23], [24]]
@@ -131,6 +140,45 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
     assert abs(same) < 1e-6
     assert base_ent == pytest.approx(base_ent_sum / n, rel=1e-5)  # one forward, same entropy
     assert all(math.isnan(x) for x in kl_and_entropy(base, base, tokenizer, [[1]], [[]]))
+
+
+def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, monkeypatch) -> None:
+    """evaluation.divergence_tokens: each pass holds at most `max_tokens` positions (rows x
+    (longest prompt + longest completion)), whole prompts while they fit, a prompt's
+    completions split over passes when they do not fit together (and one completion alone when
+    it does not fit at all); the numbers are those of the unbounded passes."""
+    from fastslow.slow import divergence
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=1)
+    long_prompt = list(range(1, 21))
+    prompts = [[1, 2, 3], [1, 2, 3], [4, 5], long_prompt, long_prompt, long_prompt, [7, 8, 9, 10]]
+    completions = [[11, 12], [13], [14, 15, 16], [17, 18, 19, 20], [21, 22], [23], list(range(30, 62))]
+    passes: list[tuple[int, int]] = []  # (rows, longest prompt + longest completion), policy side
+    real = divergence._completion_hidden
+
+    def spy(model, prompts_, groups, pad):
+        if model is policy:
+            passes.append((sum(len(g) for g in groups),
+                           max(len(p) for p in prompts_) + max(len(c) for g in groups for c in g)))
+        return real(model, prompts_, groups, pad)
+
+    monkeypatch.setattr(divergence, "_completion_hidden", spy)
+    whole = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16)
+    assert passes == [(7, 20 + 32)]
+    passes.clear()
+    bounded = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16,
+                                        max_tokens=48)
+    assert bounded == pytest.approx(whole, rel=1e-4)
+    assert passes == [(3, 3 + 3), (1, 4 + 32), (2, 20 + 4), (1, 20 + 1)]  # long prompt: 3 rows, 2 passes
+    for max_tokens, batch_size in ((30, 16), (48, 2), (10**6, 3)):
+        passes.clear()
+        again = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions,
+                                          batch_size=batch_size, max_tokens=max_tokens)
+        assert again == pytest.approx(whole, rel=1e-4)
+        assert sum(rows for rows, _ in passes) == 7
+        assert all(rows <= batch_size and rows * width <= max_tokens for rows, width in passes if rows > 1)
+        if max_tokens == 30:  # 4 + 32 > 30: that completion runs alone, over the bound (never cut)
+            assert passes == [(3, 6), (1, 36), (1, 24), (1, 22), (1, 21)]
 
 
 def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_model_dir, monkeypatch) -> None:

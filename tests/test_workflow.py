@@ -43,6 +43,20 @@ def test_default_dag_trains_a_shared_run_once(tmp_path):
     assert "runs/reuse/fst/hover_hard-reuse-s0/cycle1/pool.json" in out.stdout
 
 
+def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
+    """Rebuilding Fig 8 trains the ceiling's runs and efficiency's runs on hover, not
+    efficiency's runs on its four other tasks (Fig 8 plots none of them)."""
+    out = snakemake("-n", "results/figures/fig8.pdf", "--configfile", "config/config.yaml",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tables/curves/efficiency.hover.parquet" in out.stdout
+    for method in ("rl", "fst"):
+        assert f"runs/efficiency/{method}/hover-default-s0/cycle1/pool.json" in out.stdout
+        for task in ("math", "codeio", "hover_hard", "physics"):
+            assert f"runs/efficiency/{method}/{task}-default-s0" not in out.stdout
+    assert "runs/ceiling/gepa/hover-default-s0" in out.stdout
+
+
 def workflow_copy(work: Path) -> Path:
     """A copy of the workflow in `work`, so tests never touch the developer's results/."""
     work.mkdir(parents=True, exist_ok=True)

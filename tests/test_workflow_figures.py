@@ -50,6 +50,13 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     figure_runs = [r for r in runs if r.data.tags.get("fastslow.rule") == "figure"]
     assert len(figure_runs) == len(FIGURES)
     assert all(r.data.tags.get("fastslow.input_runs") for r in figure_runs)
+    # Fig 8 reads efficiency's runs on hover only: the smoke config has none, so it plotted none
+    fig8 = next(r for r in figure_runs if r.data.tags["fastslow.figure"] == "fig8")
+    assert not [r for r in fig8.data.tags["fastslow.input_runs"].split(",") if r.startswith("efficiency/")]
+    # ...and Fig 9 its runs on the ablations' task: here that is all of them
+    on_math = pl.read_parquet(work / "results/tables/curves/efficiency.math.parquet")
+    assert on_math.sort(["run", "step"]).equals(
+        pl.read_parquet(work / "results/tables/curves/efficiency.parquet").sort(["run", "step"]))
     assert not [r for r in runs if r.info.status == "RUNNING"]
 
     # snakemake --report: one self-contained HTML page with the figures, claims and pool pages

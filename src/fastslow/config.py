@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +254,28 @@ def sample_dtype(config: Mapping[str, Any]) -> str:
     """The dtype evaluation samples in: `evaluation.dtype`, or model.dtype for 'model'."""
     wanted = config["evaluation"].get("dtype", "model")
     return config["model"]["dtype"] if wanted == "model" else wanted
+
+
+#: Settings that bound a job's memory, not what it computes: left out of its params (`job_params`),
+#: so changing one reruns nothing.
+MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",)}
+
+
+def job_params(config: Mapping[str, Any], sections: Sequence[str]) -> dict[str, Any]:
+    """A job's params: the config's `sections` (a run's effective settings) less their
+    MEMORY_BOUNDS. Snakemake reruns a job whose params changed."""
+    return {k: {n: v for n, v in config[k].items() if n not in MEMORY_BOUNDS[k]}
+            if k in MEMORY_BOUNDS else config[k] for k in sections}
+
+
+def evaluation_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`evaluate_weights`'s keyword arguments under this (run's effective) config, but its
+    `base_dir`: the sampler, the dtypes, the batch and the KL/entropy pass's switch and bound."""
+    gen, ev = config["generation"], config["evaluation"]
+    return {"backend": gen["backend"], "dtype": config["model"]["dtype"], "batch_size": gen["batch_size"],
+            "sample_dtype": sample_dtype(config), "divergence": ev["divergence"],
+            "divergence_tokens": ev["divergence_tokens"],
+            "gpu_memory_utilization": gen["gpu_memory_utilization"]}
 
 
 def make_task(config: Mapping[str, Any], name: str):

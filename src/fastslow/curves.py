@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,18 @@ CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
-                 results: str = RESULTS) -> list[dict[str, Any]]:
-    """Rows of the curves table; `step` is the number of RL steps behind the point
-    ((cycle + 1) · T, 0 for the initial weights) so methods compare at matched steps."""
+                 results: str = RESULTS, tasks: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of the curves table (of the evaluations on `tasks` only, if given); `step` is the
+    number of RL steps behind the point ((cycle + 1) · T, 0 for the initial weights) so methods
+    compare at matched steps."""
     rows = []
     for spec in runs.values():
         if spec.experiment != experiment:
             continue
         steps = spec.settings(config)["slow"]["steps_per_cycle"]
         for task in spec.eval_tasks:
+            if tasks is not None and task not in tasks:
+                continue
             for point in eval_points(spec):
                 ev = json.loads(Path(eval_point_file(spec, point, task, results)).read_text())
                 cycle = -1 if point == "init" else int(point.removeprefix("cycle"))

@@ -83,7 +83,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
                      k: int, params: SamplingParams, *, base_dir: str | Path | None = None,
                      backend: str = "hf", dtype: str = "float32", batch_size: int = 8,
                      sample_dtype: str | None = None, divergence: bool = True,
-                     gpu_memory_utilization: float | None = None,
+                     gpu_memory_utilization: float | None = None, divergence_tokens: int | None = None,
                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """mean@k, best@k, token-level KL(π_θ ‖ π_base) and mean entropy of one (weights, context).
 
@@ -93,7 +93,9 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     CPU, but bf16 log-probs are too coarse for the KL of nearby checkpoints). Without
     `base_dir` (or with base_dir == model_dir) the KL is 0 and only the entropy is computed.
     With `divergence=False` neither is computed (both NaN): the forward passes over every prompt
-    cost about as much as sampling, and only the KL and entropy figures read them.
+    cost about as much as sampling, and only the KL and entropy figures read them. Each of those
+    passes holds at most `divergence_tokens` positions (config `evaluation.divergence_tokens`;
+    None: `batch_size` rows whatever their length).
 
     The vLLM backend gets `gpu_memory_utilization` (config `generation.gpu_memory_utilization`;
     None: `VLLMGenerator`'s default) and a context of the longest prompt plus
@@ -140,7 +142,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
     t0 = time.perf_counter()
     kl, entropy = kl_and_entropy(model, base, tokenizer, prompt_ids, [r.pop("completion_ids") for r in rows],
-                                 batch_size=batch_size, temperature=1.0)
+                                 batch_size=batch_size, temperature=1.0, max_tokens=divergence_tokens)
     log.info("KL to base %.4f, entropy %.3f (%.1fs)", kl, entropy, time.perf_counter() - t0)
     summary.update({"kl_to_base": 0.0 if same else kl, "entropy": entropy})
     return summary, rows

@@ -91,13 +91,17 @@ def _eval_point_names(spec: RunSpec) -> set[str]:
 
 def _same_training(spec: RunSpec, other: RunSpec, config: dict[str, Any]) -> bool:
     """Whether `spec` can read `other`'s files: the same training and a superset of its evaluations.
-    Only `evaluation.divergence` may differ, and only where `other` computes what `spec` skips."""
+    Only `evaluation.divergence` may differ, and only where `other` computes what `spec` skips;
+    memory bounds (`MEMORY_BOUNDS`) may differ freely."""
     if (spec.method, spec.schedule, spec.seed, spec.init, spec.eval_tasks) != \
             (other.method, other.schedule, other.seed, other.init, other.eval_tasks):
         return False
     if not _eval_point_names(spec) <= _eval_point_names(other):
         return False
+    from fastslow.config import job_params
+
     mine, theirs = spec.settings(config), other.settings(config)
+    mine, theirs = job_params(mine, list(mine)), job_params(theirs, list(theirs))
     mine_div = mine.get("evaluation", {}).pop("divergence", True)
     their_div = theirs.get("evaluation", {}).pop("divergence", True)
     return mine == theirs and (their_div or not mine_div)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
+
 from fastslow.experiments import RunSpec
 
 RESULTS = "results"
@@ -40,14 +43,57 @@ def eval_points(spec: RunSpec) -> list[str]:
                                         if (c + 1) % every == 0 or c == spec.cycles - 1]
 
 
-def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS) -> list[str]:
+def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
+                          tasks: Collection[str] | None = None) -> list[str]:
+    """The evaluation files of `experiment`'s runs (on `tasks` only, if given)."""
     return [eval_point_file(s, p, t, results) for s in runs.values() if s.experiment == experiment
-            for t in s.eval_tasks for p in eval_points(s)]
+            for t in s.eval_tasks if tasks is None or t in tasks for p in eval_points(s)]
 
 
-def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS) -> list[str]:
+def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
+                           tasks: Collection[str] | None = None) -> list[str]:
+    """The cycle files of `experiment`'s runs (of those evaluated on one of `tasks`, if given)."""
     return [f"{cycle_dir(s, c, results)}/cycle.json" for s in runs.values() if s.experiment == experiment
-            for c in range(s.cycles)]
+            and (tasks is None or set(s.eval_tasks) & set(tasks)) for c in range(s.cycles)]
+
+
+def curves_table(experiment: str, tasks: Collection[str] | None = None, results: str = RESULTS) -> str:
+    """The curves table of `experiment`, or of its runs on `tasks` only (`<experiment>.<a+b>`)."""
+    name = experiment if tasks is None else f"{experiment}.{'+'.join(sorted(tasks))}"
+    return f"{results}/tables/curves/{name}.parquet"
+
+
+def table_experiment(path: str | Path) -> str:
+    """The experiment a curves table (`curves_table`) belongs to."""
+    return Path(path).stem.split(".")[0]
+
+
+def figure_runs(runs: dict[str, RunSpec], fig: str) -> list[str]:
+    """The keys of the runs whose curves `fig` reads (those of its `figure_tables`)."""
+    keys = []
+    for table in figure_tables(runs, fig):
+        experiment, _, names = Path(table).stem.partition(".")
+        tasks = set(names.split("+")) if names else None
+        keys += [k for k, s in runs.items()
+                 if s.experiment == experiment and (tasks is None or tasks & set(s.eval_tasks))]
+    return keys
+
+
+def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) -> list[str]:
+    """The curves tables `fig` reads: its experiments' (those in the config), an experiment of
+    `FIGURE_TASKS_OF` restricted to the other's tasks, and left out when none of its runs is on them."""
+    present = {s.experiment for s in runs.values()}
+    out = []
+    for experiment in FIGURE_EXPERIMENTS[fig]:
+        by = FIGURE_TASKS_OF.get(fig, {}).get(experiment)
+        if by is None:
+            if experiment in present:
+                out.append(curves_table(experiment, results=results))
+            continue
+        tasks = {t for s in runs.values() if s.experiment == by for t in s.eval_tasks}
+        if any(s.experiment == experiment and set(s.eval_tasks) & tasks for s in runs.values()):
+            out.append(curves_table(experiment, tasks, results))
+    return out
 
 
 #: figure → experiments whose curves it reads (the first is required, the rest optional).
@@ -62,4 +108,11 @@ FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "fig9": ("ablations", "efficiency"),
     "fig10": ("reuse",),  # its no_reuse run is shared with efficiency's: read through the run, not the table
     "fig11": ("efficiency",),
+}
+#: figure → {experiment: the experiment whose tasks restrict it}. Fig 8 plots efficiency's runs on
+#: the ceiling's task only, Fig 9 on the ablations' task: their table holds those runs alone, so
+#: rebuilding either figure trains none of efficiency's runs on other tasks.
+FIGURE_TASKS_OF: dict[str, dict[str, str]] = {
+    "fig8": {"efficiency": "ceiling"},
+    "fig9": {"efficiency": "ablations"},
 }

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from fastslow.config import ConfigError, model_name, validate_config
+from fastslow.config import ConfigError, job_params, model_name, validate_config
 from fastslow import layout
 from fastslow.experiments import expand as expand_runs
 from fastslow.layout import FIGURE_EXPERIMENTS
@@ -71,8 +71,7 @@ def heavy_threads():
 
 def run_settings(keys):
     def settings(wc):
-        effective = run_of(wc).settings(config)
-        return {k: effective[k] for k in keys}
+        return job_params(run_of(wc).settings(config), keys)
 
     return settings
 

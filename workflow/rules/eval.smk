@@ -7,7 +7,7 @@ rule evaluate_base:
         model=BASE_MODEL,
         problems=data_file("{task}", "val"),
     params:
-        settings={k: config[k] for k in EVALUATION_SETTINGS},
+        settings=job_params(config, EVALUATION_SETTINGS),
     output:
         samples=f"{RESULTS}/eval/base/{{task}}.samples.parquet",
         summary=f"{RESULTS}/eval/base/{{task}}.json",

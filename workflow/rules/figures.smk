@@ -1,15 +1,10 @@
 # Figures and tables: each paper figure is one target built from its experiments' curves.
 
 
-def figure_tables(wc):
-    wanted = FIGURE_EXPERIMENTS[wc.fig]
-    return [f"{RESULTS}/tables/curves/{e}.parquet" for e in wanted if e in config["experiments"]]
-
-
 rule figure:
     input:
         tracking=ancient(TRACKING),
-        tables=figure_tables,
+        tables=lambda wc: layout.figure_tables(RUNS, wc.fig),
     output:
         pdf=f"{RESULTS}/figures/{{fig}}.pdf",
         png=report(f"{RESULTS}/figures/{{fig}}.png", category="Figures", caption="../report/figure.rst"),

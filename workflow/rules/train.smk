@@ -111,3 +111,22 @@ rule curves:
         f"{RESULTS}/benchmarks/curves/{{experiment}}.tsv",
     script:
         "../scripts/curves.py"
+
+
+rule curves_on_tasks:
+    # An experiment's runs on some tasks only (layout.curves_table), for a figure that plots no
+    # more (Fig 8, 9: efficiency on the ceiling's or the ablations' task).
+    input:
+        tracking=ancient(TRACKING),
+        evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
+        cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
+    output:
+        f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.parquet",
+    log:
+        f"{RESULTS}/logs/curves/{{experiment}}.{{tasks}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/curves/{{experiment}}.{{tasks}}.tsv",
+    wildcard_constraints:
+        tasks=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*",
+    script:
+        "../scripts/curves.py"

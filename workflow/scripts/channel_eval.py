@@ -2,7 +2,7 @@
 
 import torch
 
-from fastslow.config import make_task, sample_dtype
+from fastslow.config import evaluation_options, make_task
 from fastslow.evaluate import evaluate_weights
 from fastslow.experiments import expand
 from fastslow.fast import Pool
@@ -25,8 +25,6 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     problems = load_problems(smk.input.val)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, _ = evaluate_weights(weights, make_task(cfg, wc.task), problems, context, ev["k"], params,
-                                  base_dir=smk.input.base, backend=gen["backend"], dtype=cfg["model"]["dtype"],
-                                  batch_size=gen["batch_size"], sample_dtype=sample_dtype(cfg),
-                                  divergence=ev["divergence"], gpu_memory_utilization=gen["gpu_memory_utilization"])
+                                  base_dir=smk.input.base, **evaluation_options(cfg))
     write_json({"run": spec.key, "combo": wc.combo, "task": wc.task, **summary}, smk.output[0])
     tracker.log_metrics({f"channels/{wc.combo}/{k}": v for k, v in summary.items() if isinstance(v, float)})

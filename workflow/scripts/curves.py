@@ -1,5 +1,7 @@
 """Tidy table of every evaluation point of one experiment."""
 
+from pathlib import Path
+
 import polars as pl
 
 from fastslow.curves import CURVE_COLUMNS, build_curves
@@ -8,9 +10,11 @@ from fastslow.io import write_parquet
 from fastslow.jobs import snakemake_job
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-with snakemake_job(smk, parent=smk.wildcards.experiment) as tracker:
-    rows = build_curves(expand(smk.config), smk.wildcards.experiment, smk.config)
+wc = smk.wildcards
+tasks = wc.tasks.split("+") if "tasks" in wc.keys() else None  # rule curves_on_tasks
+with snakemake_job(smk, parent=wc.experiment) as tracker:
+    rows = build_curves(expand(smk.config), wc.experiment, smk.config, tasks=tasks)
     df = pl.DataFrame(rows, infer_schema_length=None).select(CURVE_COLUMNS)
     write_parquet(df, smk.output[0])
-    tracker.log_table(smk.output[0], f"curves/{smk.wildcards.experiment}")
+    tracker.log_table(smk.output[0], f"curves/{Path(smk.output[0]).stem}")
     tracker.set_tags({"fastslow.input_runs": ",".join(sorted(set(df["run"].to_list())))})

@@ -4,7 +4,7 @@ import logging
 
 import torch
 
-from fastslow.config import make_task, sample_dtype
+from fastslow.config import evaluation_options, make_task
 from fastslow.evaluate import evaluate_weights, format_table
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
@@ -19,10 +19,7 @@ with snakemake_job(smk, parent="foundation") as tracker:
     problems = load_problems(smk.input.problems)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, task_name), problems, cfg["seed_context"],
-                                     ev["k"], params, backend=gen["backend"], dtype=cfg["model"]["dtype"],
-                                     batch_size=gen["batch_size"],
-                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"],
-                                     gpu_memory_utilization=gen["gpu_memory_utilization"])
+                                     ev["k"], params, **evaluation_options(cfg))
     summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary}
     write_parquet([{"task": task_name, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from fastslow.config import make_task, sample_dtype
+from fastslow.config import evaluation_options, make_task
 from fastslow.cycle import eval_context
 from fastslow.evaluate import evaluate_weights, format_table
 from fastslow.experiments import expand
@@ -26,10 +26,7 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     problems = load_problems(smk.input.val)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, wc.task), problems, context, ev["k"], params,
-                                     base_dir=smk.input.base, backend=gen["backend"],
-                                     dtype=cfg["model"]["dtype"], batch_size=gen["batch_size"],
-                                     sample_dtype=sample_dtype(cfg), divergence=ev["divergence"],
-                                     gpu_memory_utilization=gen["gpu_memory_utilization"])
+                                     base_dir=smk.input.base, **evaluation_options(cfg))
     summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary}
     write_parquet([{"run": spec.key, "point": wc.point, "task": wc.task, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)

@@ -2,16 +2,16 @@
 
 import json
 import logging
-from pathlib import Path
 
 import polars as pl
 
 from fastslow.figures import FIGURES
 from fastslow.jobs import snakemake_job
+from fastslow.layout import table_experiment
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 with snakemake_job(smk, parent="figures") as tracker:
-    tables = {Path(p).stem: pl.read_parquet(p) for p in smk.input.tables}
+    tables = {table_experiment(p): pl.read_parquet(p) for p in smk.input.tables}
     result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf)
     runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})
     # The figure's MLflow run names every run it plotted, and the job runs that produced them.

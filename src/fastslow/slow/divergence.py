@@ -92,6 +92,22 @@ def _log_probs(model: Any, hidden: Any, temperature: float) -> Any:
     return torch.log_softmax(logits / temperature, dim=-1)
 
 
+def _split_groups(items: list[tuple[tuple[int, ...], list[list[int]]]],
+                  max_tokens: int) -> list[tuple[tuple[int, ...], list[list[int]]]]:
+    """`items` with each prompt's completions cut into runs that fit `max_tokens` positions
+    (rows x (prompt + longest completion)); a completion that alone does not fit runs alone."""
+    out = []
+    for p, cs in items:
+        i = 0
+        while i < len(cs):
+            j, longest = i + 1, len(cs[i])
+            while j < len(cs) and (j + 1 - i) * (len(p) + max(longest, len(cs[j]))) <= max_tokens:
+                longest, j = max(longest, len(cs[j])), j + 1
+            out.append((p, cs[i:j]))
+            i = j
+    return out
+
+
 def kl_and_entropy(
     model: Any,
     base_model: Any,
@@ -102,6 +118,7 @@ def kl_and_entropy(
     token_chunk: int = 1024,
     temperature: float = 1.0,
     log_every: int = 10,
+    max_tokens: int | None = None,
 ) -> tuple[float, float]:
     """Mean token KL(π_θ ‖ π_base) and mean token entropy of π_θ over the given completions.
 
@@ -110,6 +127,11 @@ def kl_and_entropy(
         prompt_ids, completion_ids: unpadded token ids, one pair per sample (the rendered
             prompt as fed to generation, and the sampled completion).
         batch_size: sequences per forward pass; token_chunk: positions per LM-head call.
+        max_tokens: most positions a pass holds, counted as its rows x (its longest prompt +
+            its longest completion), the keys and values it caches (None: no bound). A pass
+            takes whole prompts while they fit; a prompt whose completions do not fit together
+            is split over passes (its prefix then runs once per pass). At paper scale (4096-token
+            completions, batch 256) this, not `batch_size`, keeps the pass in GPU memory.
         log_every: log the progress (completions done / total) every this many passes, and
             after the last; the pass costs about as much as sampling them.
 
@@ -128,6 +150,8 @@ def kl_and_entropy(
         if len(c):
             by_prompt.setdefault(tuple(p), []).append(list(c))
     items = sorted(by_prompt.items(), key=lambda pc: len(pc[0]))  # similar lengths pad little
+    if max_tokens is not None:
+        items = _split_groups(items, max_tokens)
     total = sum(len(cs) for _, cs in items)
     done, passes, t0 = 0, 0, time.perf_counter()
     same = base_model is model
@@ -138,11 +162,16 @@ def kl_and_entropy(
         with torch.no_grad():
             lo = 0
             while lo < len(items):
-                # about `batch_size` completions per pass, whole prompts only
-                hi, rows = lo, 0
-                while hi < len(items) and (hi == lo or rows + len(items[hi][1]) <= batch_size):
-                    rows += len(items[hi][1])
-                    hi += 1
+                # about `batch_size` completions (and at most `max_tokens` positions) per pass,
+                # whole prompts only; items run by prompt length, so the last taken is the longest
+                hi, rows, seg = lo, 0, 0
+                while hi < len(items):
+                    p, cs = items[hi]
+                    more, longest = rows + len(cs), max(seg, *(len(c) for c in cs))
+                    if hi > lo and (more > batch_size
+                                    or (max_tokens is not None and more * (len(p) + longest) > max_tokens)):
+                        break
+                    rows, seg, hi = more, longest, hi + 1
                 prompts = [list(p) for p, _ in items[lo:hi]]
                 groups = [cs for _, cs in items[lo:hi]]
                 lo = hi

@@ -197,7 +197,10 @@ def _grpo_trainer_class() -> type:
             only.
 
             On the vLLM path the weights are synced into vLLM first, on every rank, whatever rows
-            are reused (`sync_vllm_weights`)."""
+            are reused (`sync_vllm_weights`). Where generation is itself a collective (FSDP without
+            vLLM: HF `generate` decodes in lockstep across ranks, `synced_gpus`), a rank whose
+            rows were all reused still generates one row, discarded, so the others are not left
+            waiting for it (`generation_is_collective`)."""
             if self.use_vllm:
                 self.sync_vllm_weights()
             reuse, self.reuse_rows = self.reuse_rows, {}
@@ -211,6 +214,8 @@ def _grpo_trainer_class() -> type:
             if images or multimodal_fields:
                 raise RuntimeError("slow loop: reused rollouts need text prompts")
             todo = [i for i in range(len(prompt_ids)) if i not in hits]
+            if not todo and self.generation_is_collective():
+                self._generate_rows([prompt_ids[0]], images, multimodal_fields, *args, **kwargs)
             completion_ids: list[Any] = [list(hits[i][1]) if i in hits else None for i in range(len(prompt_ids))]
             logprobs: list[Any] | None = ([list(hits[i][2]) if i in hits else None for i in range(len(prompt_ids))]
                                           if self.use_vllm else None)
@@ -225,6 +230,15 @@ def _grpo_trainer_class() -> type:
                     if logprobs is not None:
                         logprobs[i] = new_logprobs[j]
             return completion_ids, logprobs
+
+        def generation_is_collective(self) -> bool:
+            """Whether every rank must call HF `generate` together: FSDP shards the weights, so
+            each decoding step's forward gathers them from all ranks, and transformers then
+            decodes with `synced_gpus` until every rank is done."""
+            from accelerate.utils import DistributedType
+
+            return (not self.use_vllm and self.accelerator.num_processes > 1
+                    and self.accelerator.distributed_type == DistributedType.FSDP)
 
         def sync_vllm_weights(self) -> None:
             """Load the current weights into vLLM if this step has not yet, as TRL's
