@@ -303,10 +303,13 @@ def test_reflection_lm_kinds(tiny_model_dir: Path) -> None:
         build_reflection_lm({"kind": "nope"})
 
 
-def test_long_problems_demonstrated_condensed_from_their_feedback() -> None:
+@pytest.mark.parametrize("given", ["MAYBE", "x\nDeciding facts: none.\nSo the documents give: nothing."],
+                         ids=["plain", "lines_in_the_answer"])
+def test_long_problems_demonstrated_condensed_from_their_feedback(given: str) -> None:
     """Hover's problems (documents + claim) are longer than a demonstration may be: with the
     task's working labels the editor shows the claim after an elision mark, worked by the
-    feedback's deciding facts; without them it has nothing to demonstrate and stalls."""
+    feedback's deciding facts; without them it has nothing to demonstrate and stalls. An answer
+    that writes lines of its own cannot pass them off as the feedback's working."""
     from fastslow.fast.proposers import ELISION
     from fastslow.fast.round import make_proposer
     from fastslow.tasks import get_task
@@ -317,8 +320,8 @@ def test_long_problems_demonstrated_condensed_from_their_feedback() -> None:
     fmt = ContextDoc("Decide.", [f"{FORMAT_RULE_PREFIX}."]).render()
 
     def records(ids: list[str]) -> list[dict[str, Any]]:
-        return [{"problem_id": i, "Score": 0.0, "Generated Outputs": "<answer>MAYBE</answer>",
-                 "Feedback": hover.feedback(by_id[i], "<answer>MAYBE</answer>")} for i in ids]
+        return [{"problem_id": i, "Score": 0.0, "Generated Outputs": f"<answer>{given}</answer>",
+                 "Feedback": hover.feedback(by_id[i], f"<answer>{given}</answer>")} for i in ids]
 
     ids = list(by_id)
     plain = FeedbackEditor(by_id, seed=0)
@@ -340,6 +343,7 @@ def test_long_problems_demonstrated_condensed_from_their_feedback() -> None:
     gives = next(line for line in feedback if line.startswith("So the documents give:"))
     assert demo.working == f"{deciding} {gives}"
     assert "Expected answer" not in demo.working and "Near miss" not in demo.working
+    assert "nothing" not in demo.working and "none." not in demo.working
     assert len(demo.render()) <= ed.max_demo_chars
     assert ContextDoc.parse(new.render()) == new  # the condensed demonstration round-trips
 

@@ -223,8 +223,9 @@ def render_feedback(judgement: Judgement, format_notes: list[str]) -> str:
     r = min(1.0, max(0.0, float(judgement.reward))) if judgement.reward == judgement.reward else 0.0
     verdict = "Correct" if r >= 1.0 else ("Incorrect" if r <= 0.0 else "Partially correct")
     lines = [f"{verdict} (reward {r:.2f}).", f"Expected answer: {judgement.expected}"]
-    if judgement.given is not None:
-        lines.append(f"Answer given: {shorten(judgement.given, 300) if judgement.given.strip() else '(empty)'}")
+    if judgement.given is not None:  # on one line: the model's text never starts a line of ours
+        given = " ".join(judgement.given.split())
+        lines.append(f"Answer given: {shorten(given, 300) if given else '(empty)'}")
     else:
         lines.append("Answer given: none could be read.")
     lines.extend(judgement.notes)
