@@ -325,4 +325,11 @@ def test_reflection_settings_reach_the_reflection_model(monkeypatch):
     lm = build_reflection_lm(refl)
     assert isinstance(lm, OpenAICompatibleLM)
     assert (lm.api_key, lm.max_tokens, lm.temperature, lm.timeout_s) == ("secret", 256, 0.2, 60.0)
-    assert lm.base_url == "http://localhost:8000/v1"
+    assert lm.base_url == "http://localhost:8000/v1" and lm.model == "m"
+    # ...and the round's proposer reflects with that model and the configured prompt template
+    from fastslow.fast import FastConfig
+    from fastslow.fast.round import make_proposer
+
+    proposer = make_proposer(FastConfig(proposer="reflective", reflection=refl), [], lambda _m: None)
+    assert proposer.reflector.reflection_prompt_template == "Improve <curr_param> given <side_info>"
+    assert proposer.reflector.lm.model == "m"

@@ -555,6 +555,7 @@ def test_vllm_weights_are_synced_whatever_rows_are_reused(tiny_model_dir, tokeni
     asked: list[list[list[int]]] = []
 
     def trl_generate(prompt_ids: list, *_: Any, **__: Any) -> Any:  # TRL's vLLM branch, faked
+        assert trainer._last_loaded_step == trainer.state.global_step  # ours synced before TRL's
         if trainer.state.global_step != trainer._last_loaded_step:
             trainer.vllm_generation.sync_weights()
             trainer._last_loaded_step = trainer.state.global_step
@@ -578,7 +579,7 @@ def test_vllm_weights_are_synced_whatever_rows_are_reused(tiny_model_dir, tokeni
     assert vllm.syncs == 2 and trainer._last_loaded_step == 4
 
 
-@pytest.mark.parametrize("setup", ["fsdp", "fsdp_vllm", "ddp", "one"])
+@pytest.mark.parametrize("setup", ["fsdp", "fsdp_vllm", "fsdp_one_process", "ddp", "one"])
 def test_a_rank_with_every_row_reused_still_generates_under_fsdp(tiny_model_dir, tokenizer, tmp_path,
                                                                  setup: str) -> None:
     """Under FSDP without vLLM, HF generate is a collective (each decoding step gathers the
@@ -591,8 +592,10 @@ def test_a_rank_with_every_row_reused_still_generates_under_fsdp(tiny_model_dir,
 
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
     kind = {"fsdp": DistributedType.FSDP, "fsdp_vllm": DistributedType.FSDP,
-            "ddp": DistributedType.MULTI_CPU, "one": DistributedType.NO}[setup]
-    trainer.accelerator = SimpleNamespace(num_processes=1 if setup == "one" else 2, distributed_type=kind,
+            "fsdp_one_process": DistributedType.FSDP, "ddp": DistributedType.MULTI_CPU,
+            "one": DistributedType.NO}[setup]
+    alone = setup in ("one", "fsdp_one_process")
+    trainer.accelerator = SimpleNamespace(num_processes=1 if alone else 2, distributed_type=kind,
                                           is_main_process=True)  # (TRL's profiling reads it)
     trainer.use_vllm = setup == "fsdp_vllm"
     trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1
