@@ -68,32 +68,33 @@ def table_experiment(path: str | Path) -> str:
     return Path(path).stem.split(".")[0]
 
 
-def figure_runs(runs: dict[str, RunSpec], fig: str) -> list[str]:
-    """The keys of the runs whose curves `fig` reads (those of its `figure_tables`)."""
-    keys = []
-    for table in figure_tables(runs, fig):
-        experiment, _, names = Path(table).stem.partition(".")
-        tasks = set(names.split("+")) if names else None
-        keys += [k for k, s in runs.items()
-                 if s.experiment == experiment and (tasks is None or tasks & set(s.eval_tasks))]
-    return keys
-
-
-def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) -> list[str]:
-    """The curves tables `fig` reads: its experiments' (those in the config), an experiment of
-    `FIGURE_TASKS_OF` restricted to the other's tasks, and left out when none of its runs is on them."""
+def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str] | None]]:
+    """(experiment, tasks or None for all) of each curves table `fig` reads: its experiments
+    in the config, one of `FIGURE_TASKS_OF` restricted to the other experiment's tasks and left
+    out when none of its runs is on them."""
     present = {s.experiment for s in runs.values()}
-    out = []
+    out: list[tuple[str, set[str] | None]] = []
     for experiment in FIGURE_EXPERIMENTS[fig]:
         by = FIGURE_TASKS_OF.get(fig, {}).get(experiment)
         if by is None:
             if experiment in present:
-                out.append(curves_table(experiment, results=results))
+                out.append((experiment, None))
             continue
         tasks = {t for s in runs.values() if s.experiment == by for t in s.eval_tasks}
         if any(s.experiment == experiment and set(s.eval_tasks) & tasks for s in runs.values()):
-            out.append(curves_table(experiment, tasks, results))
+            out.append((experiment, tasks))
     return out
+
+
+def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) -> list[str]:
+    """The curves tables `fig` reads (`figure_reads`)."""
+    return [curves_table(experiment, tasks, results) for experiment, tasks in figure_reads(runs, fig)]
+
+
+def figure_runs(runs: dict[str, RunSpec], fig: str) -> list[str]:
+    """The keys of the runs whose curves `fig` reads (`figure_reads`)."""
+    return [k for experiment, tasks in figure_reads(runs, fig) for k, s in runs.items()
+            if s.experiment == experiment and (tasks is None or tasks & set(s.eval_tasks))]
 
 
 #: figure → experiments whose curves it reads (the first is required, the rest optional).
