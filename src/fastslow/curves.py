@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.experiments import RunSpec
-from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points
+from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, experiment_runs
 
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
@@ -22,9 +22,7 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
     number of RL steps behind the point ((cycle + 1) · T, 0 for the initial weights) so methods
     compare at matched steps."""
     rows = []
-    for spec in runs.values():
-        if spec.experiment != experiment:
-            continue
+    for spec in experiment_runs(runs, experiment, tasks).values():
         steps = spec.settings(config)["slow"]["steps_per_cycle"]
         for task in spec.eval_tasks:
             if tasks is not None and task not in tasks:

@@ -43,18 +43,25 @@ def eval_points(spec: RunSpec) -> list[str]:
                                         if (c + 1) % every == 0 or c == spec.cycles - 1]
 
 
+def experiment_runs(runs: dict[str, RunSpec], experiment: str,
+                    tasks: Collection[str] | None = None) -> dict[str, RunSpec]:
+    """`experiment`'s runs (those evaluated on one of `tasks` only, if given), by key."""
+    return {k: s for k, s in runs.items() if s.experiment == experiment
+            and (tasks is None or not set(s.eval_tasks).isdisjoint(tasks))}
+
+
 def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
                           tasks: Collection[str] | None = None) -> list[str]:
     """The evaluation files of `experiment`'s runs (on `tasks` only, if given)."""
-    return [eval_point_file(s, p, t, results) for s in runs.values() if s.experiment == experiment
+    return [eval_point_file(s, p, t, results) for s in experiment_runs(runs, experiment, tasks).values()
             for t in s.eval_tasks if tasks is None or t in tasks for p in eval_points(s)]
 
 
 def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
                            tasks: Collection[str] | None = None) -> list[str]:
     """The cycle files of `experiment`'s runs (of those evaluated on one of `tasks`, if given)."""
-    return [f"{cycle_dir(s, c, results)}/cycle.json" for s in runs.values() if s.experiment == experiment
-            and (tasks is None or set(s.eval_tasks) & set(tasks)) for c in range(s.cycles)]
+    return [f"{cycle_dir(s, c, results)}/cycle.json" for s in experiment_runs(runs, experiment, tasks).values()
+            for c in range(s.cycles)]
 
 
 def curves_table(experiment: str, tasks: Collection[str] | None = None, results: str = RESULTS) -> str:
@@ -70,18 +77,13 @@ def table_experiment(path: str | Path) -> str:
 
 def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str] | None]]:
     """(experiment, tasks or None for all) of each curves table `fig` reads: its experiments
-    in the config, one of `FIGURE_TASKS_OF` restricted to the other experiment's tasks and left
-    out when none of its runs is on them."""
-    present = {s.experiment for s in runs.values()}
+    that have runs, one of `FIGURE_TASKS_OF` restricted to the other experiment's tasks (left
+    out when none of its runs is on them)."""
     out: list[tuple[str, set[str] | None]] = []
     for experiment in FIGURE_EXPERIMENTS[fig]:
         by = FIGURE_TASKS_OF.get(fig, {}).get(experiment)
-        if by is None:
-            if experiment in present:
-                out.append((experiment, None))
-            continue
-        tasks = {t for s in runs.values() if s.experiment == by for t in s.eval_tasks}
-        if any(s.experiment == experiment and set(s.eval_tasks) & tasks for s in runs.values()):
+        tasks = None if by is None else {t for s in experiment_runs(runs, by).values() for t in s.eval_tasks}
+        if experiment_runs(runs, experiment, tasks):
             out.append((experiment, tasks))
     return out
 
@@ -93,8 +95,7 @@ def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) ->
 
 def figure_runs(runs: dict[str, RunSpec], fig: str) -> list[str]:
     """The keys of the runs whose curves `fig` reads (`figure_reads`)."""
-    return [k for experiment, tasks in figure_reads(runs, fig) for k, s in runs.items()
-            if s.experiment == experiment and (tasks is None or tasks & set(s.eval_tasks))]
+    return [k for experiment, tasks in figure_reads(runs, fig) for k in experiment_runs(runs, experiment, tasks)]
 
 
 #: figure → experiments whose curves it reads (the first is required, the rest optional).
