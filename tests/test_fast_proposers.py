@@ -330,7 +330,7 @@ def test_long_problems_demonstrated_condensed_from_their_feedback(given: str) ->
     assert plain.edit(fmt, records(ids[3:5])) is None  # the stall without working labels
 
     ed = make_proposer(FastConfig(), probs, lambda _m: None, hover)
-    assert isinstance(ed, FeedbackEditor) and ed.working_labels == hover.demo_working
+    assert isinstance(ed, FeedbackEditor) and ed.working_labels == hover.demo_working and ed.gist == hover.demo_gist
     ed.edit("Another parent.", records(ids[:3]))  # banks the first three, condensed
     new = ContextDoc.parse(ed.edit(fmt, records(ids[3:5])))
     assert len(new.demos) == 1 and ed.edits[-1].startswith("add-demo:")
@@ -352,12 +352,18 @@ def test_long_problems_demonstrated_condensed_from_their_feedback(given: str) ->
     assert again.demos == [] and ed.edits[-1].startswith("drop-demo:")
 
 
-def test_condensed_demo_needs_working_lines_that_fit() -> None:
+def test_condensed_demo_needs_a_gist_and_the_working_lines_named_that_fit() -> None:
     from fastslow.tasks.base import Problem
 
     long = {"p": Problem("p", "t", "Documents:\n" + "x " * 400 + "\n\nClaim: c is d.", "SUPPORTED")}
-    ed = FeedbackEditor(long, working_labels=("Why:",), max_demo_chars=200)
+    claim = lambda p: p.prompt.split("\n\n")[-1]  # noqa: E731
+    ed = FeedbackEditor(long, working_labels=("Why:",), max_demo_chars=200, gist=claim)
     assert ed.condensed_demo(long["p"], "Incorrect.\nWhy: d holds.") == Demo("[...]\n\nClaim: c is d.", "SUPPORTED", "Why: d holds.")
     assert ed.condensed_demo(long["p"], "Incorrect.\nExpected answer: SUPPORTED") is None  # no working line
     assert ed.condensed_demo(long["p"], "Why: " + "w " * 200) is None  # still too long
-    assert FeedbackEditor(long).condensed_demo(long["p"], "Why: d holds.") is None  # task names none
+    assert FeedbackEditor(long, working_labels=("Why:",)).condensed_demo(long["p"], "Why: d holds.") is None  # no gist
+    assert FeedbackEditor(long, gist=lambda p: None).condensed_demo(long["p"], "Why: d.") is None  # none for it
+    # A task that names no working lines gets examples without working.
+    assert FeedbackEditor(long, gist=claim).condensed_demo(long["p"], "Incorrect.") == Demo("[...]\n\nClaim: c is d.", "SUPPORTED")
+    too_long = FeedbackEditor(long, gist=lambda p: "c " * 300)
+    assert too_long.condensed_demo(long["p"], "") is None

@@ -7,6 +7,7 @@ import builtins
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -442,3 +443,46 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="missing column"):
         HFDatasetTask("parquet", data_files={"train": str(tmp_path / "hover.parquet")},
                       cache_dir=str(tmp_path / "cache")).problems("train", 1, seed=0)
+
+
+def test_codeio_worked_examples_show_question_output_spec_and_input_without_the_program(codeio_dir: Path) -> None:
+    """CodeIO's problems carry their reference program, longer than a worked example may be: the
+    offline proposer demonstrates them by the question, the output's specification and the given
+    input (no working: the feedback does not work the output out); without that it stalls."""
+    from fastslow.fast.config import FastConfig
+    from fastslow.fast.proposers import ELISION, FORMAT_RULE_PREFIX, ContextDoc, FeedbackEditor
+    from fastslow.fast.round import make_proposer
+
+    task = get_task("codeio")
+    probs = [p for s in SPLITS for p in load_problems(codeio_dir / f"{s}.parquet")]
+    by_id = {p.id: p for p in probs}
+    for p in probs:
+        gist = task.demo_gist(p)
+        question = p.prompt.split("as follows:\n\n", 1)[1].split("\n\n")[0]
+        given = p.prompt.split("Given the following input:\n\n", 1)[1].split("\n\nCan you predict")[0]
+        assert gist is not None and gist.startswith(question) and gist.endswith(f"Input: {given}")
+        assert "\n\nOutput: " in gist and "def main_solution" not in gist and "Tip:" not in gist
+        assert "Can you predict" not in gist and len(gist) < len(p.prompt) / 2
+    assert task.demo_gist(Problem("x", "codeio", "What does f(3) print?", "9")) is None  # not reasoning-gym's layout
+
+    def records(ids: list[str]) -> list[dict[str, Any]]:
+        return [{"problem_id": i, "Score": 0.0, "Generated Outputs": "<answer>0</answer>",
+                 "Feedback": task.feedback(by_id[i], "<answer>0</answer>")} for i in ids]
+
+    fmt = ContextDoc("Predict.", [f"{FORMAT_RULE_PREFIX}."]).render()
+    ids = list(by_id)
+    plain = FeedbackEditor(by_id, seed=0)
+    assert all(len(plain.demo_text(p)) > plain.max_demo_chars for p in probs)
+    plain.edit("Another parent.", records(ids[:8]))
+    assert plain.edit(fmt, records(ids[8:])) is None  # the stall without the gist
+
+    ed = make_proposer(FastConfig(), probs, lambda _m: None, task)
+    ed.edit("Another parent.", records(ids[:8]))
+    new = ContextDoc.parse(ed.edit(fmt, records(ids[8:])))
+    assert len(new.demos) == 1 and ed.edits[-1].startswith("add-demo:")
+    demo = new.demos[0]
+    source = next(p for p in probs[:8] if demo.problem == f"{ELISION}\n\n{task.demo_gist(p)}")
+    assert demo.answer == source.answer and demo.working == ""
+    assert len(demo.render()) <= ed.max_demo_chars and ContextDoc.parse(new.render()) == new
+    again = ContextDoc.parse(ed.edit(new.render(), records([source.id])))  # its own problem still fails
+    assert again.demos == [] and ed.edits[-1].startswith("drop-demo:")

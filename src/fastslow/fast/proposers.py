@@ -224,17 +224,20 @@ class FeedbackEditor:
     shown without the lines all problems share (`boilerplate`). Edits already tried on a
     parent are not proposed again for it. Deterministic given the seed and the call order.
 
-    A problem longer than `max_demo_chars` is demonstrated condensed when its task names the
-    feedback lines that work its answer out (`working_labels`, the task's `demo_working`):
-    the problem's last paragraph (hover: the claim) after an elision mark, with those lines
-    from a failed rollout's feedback as the working (hover: the deciding facts and what they
-    give). That is what a reflection model would write from the same feedback; without it a
-    task of long problems (hover's documents) gets no demonstrations at all.
+    A problem longer than `max_demo_chars` is demonstrated condensed when its task says how
+    (`gist`, the task's `demo_gist`): that gist after an elision mark (hover: the claim; codeio:
+    the question, the output's specification and the input, without the program). When the
+    task names the feedback lines that work its answer out (`working_labels`, its
+    `demo_working`), the example needs them, from a failed rollout's feedback, as its working
+    (hover: the deciding facts and what they give). That is what a reflection model would write
+    from the same feedback; without it a task of long problems (hover's documents, codeio's
+    programs) gets no demonstrations at all.
     """
 
     def __init__(self, problems: Mapping[str, Problem], seed: int = 0, max_demos: int = 3,
                  max_rules: int = 4, max_demo_chars: int = 600,
-                 logger: Callable[[str], None] | None = None, working_labels: Sequence[str] = ()) -> None:
+                 logger: Callable[[str], None] | None = None, working_labels: Sequence[str] = (),
+                 gist: Callable[[Problem], str | None] | None = None) -> None:
         self.problems = dict(problems)
         self.rng = random.Random(seed)
         self.max_demos = max_demos
@@ -244,6 +247,7 @@ class FeedbackEditor:
         self.bank: dict[str, None] = {}  # failed problem ids, insertion-ordered
         self.near_misses: dict[str, str] = {}  # problem id -> working of a right-but-unformatted answer
         self.working_labels = tuple(working_labels)
+        self.gist = gist
         self.condensed: dict[str, Demo] = {}  # problem id -> its condensed demonstration (long problems)
         self.with_demo: dict[str, list[float]] = {}
         self.without_demo: dict[str, list[float]] = {}
@@ -264,17 +268,17 @@ class FeedbackEditor:
         return Demo(self.demo_text(problem), problem.answer.strip(), self.near_misses.get(pid, ""))
 
     def condensed_demo(self, problem: Problem, feedback: str) -> Demo | None:
-        """`problem` shown by its last paragraph, worked by the feedback lines named in
-        `working_labels`; None when the feedback has none or the demonstration would still be
-        longer than `max_demo_chars`."""
-        if not self.working_labels:
+        """`problem` shown by its `gist`, worked by the feedback lines named in `working_labels`
+        (if any are named); None when there is no gist, the feedback has no such line, or the
+        demonstration would still be longer than `max_demo_chars`."""
+        shown = self.gist(problem) if self.gist is not None else None
+        if not shown or not shown.strip():
             return None
         working = " ".join(" ".join(line.split()) for line in feedback.split("\n")
-                           if line.strip().startswith(self.working_labels))
-        if not working or "<" in working:
+                           if line.strip().startswith(self.working_labels)) if self.working_labels else ""
+        if (self.working_labels and not working) or "<" in working:
             return None
-        last = self.demo_text(problem).split("\n\n")[-1].strip()
-        demo = Demo(f"{ELISION}\n\n{last}", problem.answer.strip(), working)
+        demo = Demo(f"{ELISION}\n\n{shown.strip()}", problem.answer.strip(), working)
         return demo if len(demo.render()) <= self.max_demo_chars else None
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],

@@ -192,7 +192,8 @@ def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
     if cfg.proposer == "feedback_editor":
         return FeedbackEditor(problems_by_id(train), seed=cfg.seed, max_demos=cfg.max_demos,
                               max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log,
-                              working_labels=getattr(task, "demo_working", ()))
+                              working_labels=getattr(task, "demo_working", ()),
+                              gist=getattr(task, "demo_gist", None))
     lm = build_reflection_lm(cfg.reflection)
     return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
 

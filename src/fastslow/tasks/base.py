@@ -189,9 +189,16 @@ class TaskBase:
     name: str = "task"
     #: Labels of the feedback lines (the notes `judge` writes) that work the expected answer out
     #: from the problem, e.g. hover's "Deciding facts:". The offline proposer quotes them as the
-    #: working of a condensed worked example when a problem is too long to show whole
-    #: (`FeedbackEditor`); empty: this task's long problems are not demonstrated.
+    #: working of a condensed worked example (`demo_gist`); when a task names labels, a condensed
+    #: example needs those lines, when it names none, the example has no working.
     demo_working: tuple[str, ...] = ()
+
+    def demo_gist(self, problem: Problem) -> str | None:
+        """What a condensed worked example shows of `problem` when the problem is too long to show
+        whole (`FeedbackEditor`, after an elision mark): the part that, with the answer, teaches
+        something without the rest. None (the default): this task's long problems are not
+        demonstrated."""
+        return None
 
     def judge(self, problem: Problem, completion: str) -> Judgement:  # pragma: no cover - abstract
         """Score `completion` (already coerced to str) against `problem`."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,12 @@ from fastslow.tasks.base import SPLITS, Judgement, Problem, extract_answer
 from fastslow.tasks.generated import Candidate, split_of, stable_int
 from fastslow.tasks.rgym import ReasoningGymTask, Source, jsonable, quiet, rg_score
 from fastslow.tasks.scoring import json_diff, json_equal, parse_json_value
+
+#: reasoning-gym 0.1.25's output-prediction prompt: the question, the input/output requirements,
+#: the given input, then the instructions and the reference program.
+_LAYOUT = re.compile(r"as follows:\n\n(?P<question>.+?)\n\nThe input and output requirements are as follows:"
+                     r"\n\n.*?\bOutput:\n(?P<output>.+?)\n\nGiven the following input:\n\n(?P<input>.+?)"
+                     r"\n\nCan you predict the output", re.DOTALL)
 
 
 class CodeIOTask(ReasoningGymTask):
@@ -120,6 +127,17 @@ class CodeIOTask(ReasoningGymTask):
                          "program_id": f"{stable_int('program', item['program']):016x}"}
         cand.key = str(item["program"])
         return cand
+
+    # --- worked examples --------------------------------------------------------------------
+    def demo_gist(self, problem: Problem) -> str | None:
+        """The question, the output's specification and the input, without the reference program
+        and the instructions every problem repeats: what the answer's shape (its JSON type and
+        keys) is learnt from. None when the prompt is not in reasoning-gym's layout."""
+        m = _LAYOUT.search(problem.prompt)
+        if m is None:
+            return None
+        output = " ".join(m["output"].split())
+        return f"{m['question'].strip()}\n\nOutput: {output}\n\nInput: {m['input'].strip()}"
 
     # --- scoring ----------------------------------------------------------------------------
     def judge(self, problem: Problem, completion: str) -> Judgement:

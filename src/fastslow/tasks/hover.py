@@ -164,6 +164,11 @@ class HoverTask(GeneratedTask):
     demo_working = ("Deciding facts:", "So the documents give:")
     attempts_per_problem = 40
 
+    def demo_gist(self, problem: Problem) -> str | None:
+        """The claim (the documents are left out; the feedback's deciding facts quote them)."""
+        claim = problem.metadata.get("claim")
+        return f"Claim: {claim}" if isinstance(claim, str) and claim.strip() else None
+
     def candidate(self, rng: random.Random, index: int, split: str, seed: int,
                   attempt: int) -> Candidate | None:
         hard = self.difficulty == "hard"
