@@ -121,7 +121,7 @@ def default_targets():
     if CLAIM_EXPERIMENTS:
         targets.append(f"{RESULTS}/tables/claims.csv")
     targets += [f"{RESULTS}/reports/pools/{e}.html" for e in POOL_EXPERIMENTS]
-    if any(s.experiment == "efficiency" and s.method == "fst" for s in RUNS.values()):
+    if any(s.method == "fst" for s in layout.experiment_runs(RUNS, "efficiency").values()):
         targets.append(f"{RESULTS}/tables/channels.csv")
     return targets
 

@@ -36,8 +36,9 @@ rule pool_evolution:
     # The best context of every cycle of every FST/GEPA run of an experiment, with diffs.
     input:
         tracking=ancient(TRACKING),
-        pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json" for s in RUNS.values()
-                          if s.experiment == wc.experiment and s.fast for c in range(s.cycles)],
+        pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json"
+                          for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast
+                          for c in range(s.cycles)],
     output:
         report(f"{RESULTS}/reports/pools/{{experiment}}.html", category="Context pools",
                caption="../report/pools.rst"),
@@ -78,8 +79,8 @@ rule channel_eval:
 def channel_table_inputs(wc):
     files = {"tracking": ancient(TRACKING)}
     rows = []
-    for spec in RUNS.values():
-        if spec.experiment == "efficiency" and spec.method == "fst":
+    for spec in layout.experiment_runs(RUNS, "efficiency").values():
+        if spec.method == "fst":
             task = spec.eval_tasks[0]
             rows += [layout.eval_point_file(spec, "init", task),
                      layout.eval_point_file(spec, f"cycle{spec.cycles - 1}", task),
