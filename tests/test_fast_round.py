@@ -220,19 +220,57 @@ def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
     return path
 
 
-def test_rollout_reuse_feeds_minibatches(tmp_path: Path) -> None:
+class CountingProposer:
+    """A new context on every call, and the problems of every reflective dataset it was shown."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.problems: set[str] = set()
+
+    def __call__(self, candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
+        self.calls += 1
+        self.problems |= {str(r["problem_id"]) for name in components for r in dataset.get(name, [])}
+        return {name: f"{candidate[name]} (edit {self.calls})" for name in components}
+
+
+def test_rollout_reuse_feeds_validation_then_minibatches(tmp_path: Path) -> None:
+    """The reused problems become the Pareto validation set; those left over (6 here) are the
+    minibatch pool. Minibatches never come from the validation set."""
     cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
-    covered = TRAIN[:8]
+    covered = TRAIN[:12]
     parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], covered)
-    gen = ScriptedGenerator()
+    gen, proposer = ScriptedGenerator(), CountingProposer()
     new, summary = run_round(Pool.seed(SEEDS[0], 1), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
-                             reuse_rollouts=parquet, log=quiet)
-    assert summary["reused_pairs"] == 8 and summary["reused_hits"] >= 4
+                             reuse_rollouts=parquet, log=quiet, proposer=proposer)
+    assert summary["reused_pairs"] == 12 and summary["reused_hits"] >= 4
     assert gen.prompts == summary["generations"]
     assert summary["metric_calls"] == summary["generations"] + summary["reused_calls"] <= 40
-    # The Pareto val set is the reused problems: the seed's val scores cost no generation.
+    # The seed's val scores cost no generation; nor do its minibatch scores.
     assert summary["val_problems"] == [p.id for p in covered[:len(VAL)]]
-    assert summary["seed_generations"] == 0 and summary["reused_calls"] >= len(VAL)
+    assert summary["seed_generations"] == 0 and summary["reused_calls"] >= len(VAL) + 4
+    assert summary["train_problems"] == 6 and summary["prefetched"] == 0
+    assert proposer.calls >= 1 and proposer.problems <= {p.id for p in covered[len(VAL):]}
+
+
+def test_reuse_makes_the_same_search_with_fewer_generations(tmp_path: Path) -> None:
+    """Reused problems exactly fill the validation set: the seed's val scores are reused, and
+    its minibatches are drawn (and prefetched) from the train problems outside that set, as
+    without reuse. The search is the same (iterations, metric calls); 6 rollouts fewer are
+    generated. Were minibatches drawn from the validation set, the seed's minibatch scores would
+    be free and the budget they leave would buy more iterations."""
+    runs = {}
+    for reuse in (False, True):
+        parquet = _rollouts(tmp_path / f"rollouts{reuse}.parquet", SEEDS[1], TRAIN[:len(VAL)]) if reuse else None
+        gen, proposer = NeverRight(), CountingProposer()
+        cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, reuse_rollouts=reuse)
+        _, summary = run_round(Pool.seed(SEEDS[1], 1), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path / str(reuse),
+                               reuse_rollouts=parquet, log=quiet, proposer=proposer)
+        runs[reuse] = gen, proposer, summary
+    (g0, p0, s0), (g1, p1, s1) = runs[False], runs[True]
+    assert p0.calls == p1.calls == 3 and s0["metric_calls"] == s1["metric_calls"] == 6 + 3 * 6
+    assert s1["reused_calls"] == len(VAL) and g1.prompts == g0.prompts - len(VAL)
+    assert s1["val_problems"] == [p.id for p in TRAIN[:len(VAL)]]
+    assert not p1.problems & set(s1["val_problems"]) and not p0.problems & set(s0["val_problems"])
 
 
 def test_reuse_generates_less_for_the_same_budget(tmp_path: Path) -> None:

@@ -209,9 +209,11 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     `generator` holds the current weights (`weights_id` names them in the rollout cache; pass
     one `cache` to several rounds with frozen weights). `reuse_rollouts` is the slow loop's
     last rollouts.parquet, used when `cfg.reuse_rollouts` is on: its rollouts of (pool
-    context, train problem) pairs are used instead of generating them, feeding both the
-    minibatch scores and the reflective dataset, and the round's minibatches are drawn from
-    the problems they cover (when they cover at least one minibatch).
+    context, train problem) pairs are used instead of generating them. The problems they cover
+    become the Pareto validation set (the seeds' val scores), and those left over feed the
+    minibatches (scores and reflective dataset) when they fill one. Minibatches never come
+    from the validation set, with reuse or without, so a round with reuse makes the same
+    search (metric calls) as one without, with fewer generations.
     `slow_problems` (the next RL step's problems, with `slow_samples` = G/K > 0) lead the
     validation set (its size unchanged), and every validation evaluation of a candidate samples
     it `slow_samples` times (times the slots it fills, for a seed) on each of them
@@ -247,37 +249,54 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
                           weights_id=weights_id, cache=cache, max_metric_calls=budget,
                           batch_size=cfg.eval_batch_size, format_credit=cfg.format_credit,
                           progress=lambda line: log(f"fast round {round_index}: {line}"))
-    trainset, val_problems = list(train_problems), list(val_problems)
+    val_problems = list(val_problems)
     known = {p.id: p for p in [*train_problems, *val_problems]}
     reused_pairs = 0
     covered: list[Problem] = []
+    covered_by: dict[str, set[str]] = {}
     if reuse_rollouts is not None and not cfg.reuse_rollouts:
         log(f"fast round {round_index}: fast.reuse_rollouts is off; ignoring {reuse_rollouts}")
     elif reuse_rollouts is not None:
         reused_pairs = adapter.preload(read_rollouts(reuse_rollouts), known)
         seed_hashes = {e.hash for e in seeds}
-        covered_by = {}
         for (h, pid, w) in adapter.cache.entries:
             if w == weights_id and h in seed_hashes:
                 covered_by.setdefault(pid, set()).add(h)
         # Problems every seed context was rolled out on in the last cycle (the slow loop spreads
         # each problem's G rollouts over all K contexts): seed scores on them cost nothing new.
         covered = [p for p in known.values() if covered_by.get(p.id) == seed_hashes]
-        if len(covered) >= mb:
-            trainset = covered
         if covered:
             # The Pareto validation set becomes those problems (topped up from the configured
             # ones): the K seeds' val scores then come from the slow loop's rollouts (with
             # weights up to T steps stale, the price of reuse) instead of K x |val| new rollouts.
             n_val, ids = len(val_problems), {p.id for p in covered}
             val_problems = covered[:n_val] + [p for p in val_problems if p.id not in ids][:max(0, n_val - len(covered))]
+    if slow_problems and slow_samples > 0:
+        # The next RL step's problems lead the Pareto validation set (same size): each pool
+        # candidate's validation rollouts on them are then that step's samples as well.
+        ids = {p.id for p in slow_problems}
+        rest = [p for p in val_problems if p.id not in ids]
+        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
+
+    # Minibatches come from problems outside the Pareto validation set, as GEPA's two sets are
+    # without reuse (the cycle splits them): otherwise a seed's minibatch scores would be its
+    # validation scores, free, and the metric calls left would buy a longer search than the
+    # same round's without reuse. Covered problems left over from validation serve them when
+    # they fill a minibatch (reused: no generation; one metric call each, when first used).
+    val_ids = {p.id for p in val_problems}
+    spare = [p for p in covered if p.id not in val_ids]
+    outside = [p for p in train_problems if p.id not in val_ids]
+    reused_minibatches = len(spare) >= mb
+    trainset = spare if reused_minibatches else outside if len(outside) >= mb else list(train_problems)
+    if reuse_rollouts is not None and cfg.reuse_rollouts:
         log(f"fast round {round_index}: reusing {reused_pairs} (context, problem) rollout groups; "
-            f"minibatches drawn from {len(trainset)} train problems, "
-            f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused")
+            f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused, "
+            f"minibatches drawn from {len(trainset)} " + ("reused problems" if reused_minibatches
+                                                          else "train problems outside them"))
 
     ahead: list[tuple[dict[str, str], list[Problem]]] = []
     if cfg.prefetch_minibatches:
-        if len(covered) < mb:  # (with reuse, the seeds' minibatch scores are cached already)
+        if not reused_minibatches:  # (reused ones: the seeds' minibatch scores are cached already)
             iterations = (budget - needed) // (2 * mb) + 1  # the most the guard lets run
             n_train = min(len(trainset), iterations * mb)
             trainset = random.Random(derive_seed(cfg.seed, round_index)).sample(trainset, n_train)
@@ -286,12 +305,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     # 1-2. Evaluate the K seeds on val (in shared generate calls, with the prefetched minibatch
     # rollouts and the next RL step's) and build gepa's initial state.
     if slow_problems and slow_samples > 0:
-        # The next RL step's problems lead the Pareto validation set (same size): each pool
-        # candidate's validation rollouts on them are then that step's samples as well. A seed
-        # filling m pool slots may keep them: m x G/K samples.
-        ids = {p.id for p in slow_problems}
-        rest = [p for p in val_problems if p.id not in ids]
-        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
+        # A seed filling m pool slots may keep its samples on the step's problems: m x G/K.
         adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val_problems],
                           {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
