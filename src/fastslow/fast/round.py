@@ -254,9 +254,10 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     reused_pairs = 0
     covered: list[Problem] = []
     covered_by: dict[str, set[str]] = {}
-    if reuse_rollouts is not None and not cfg.reuse_rollouts:
+    reusing = reuse_rollouts is not None and cfg.reuse_rollouts
+    if reuse_rollouts is not None and not reusing:
         log(f"fast round {round_index}: fast.reuse_rollouts is off; ignoring {reuse_rollouts}")
-    elif reuse_rollouts is not None:
+    elif reusing:
         reused_pairs = adapter.preload(read_rollouts(reuse_rollouts), known)
         seed_hashes = {e.hash for e in seeds}
         for (h, pid, w) in adapter.cache.entries:
@@ -273,10 +274,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             val_problems = covered[:n_val] + [p for p in val_problems if p.id not in ids][:max(0, n_val - len(covered))]
     if slow_problems and slow_samples > 0:
         # The next RL step's problems lead the Pareto validation set (same size): each pool
-        # candidate's validation rollouts on them are then that step's samples as well.
+        # candidate's validation rollouts on them are then that step's samples as well. A seed
+        # filling m pool slots may keep its samples on them: m x G/K.
         ids = {p.id for p in slow_problems}
         rest = [p for p in val_problems if p.id not in ids]
         val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
+        adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val_problems],
+                          {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
 
     # Minibatches come from problems outside the Pareto validation set, as GEPA's two sets are
     # without reuse (the cycle splits them): otherwise a seed's minibatch scores would be its
@@ -288,7 +292,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     outside = [p for p in train_problems if p.id not in val_ids]
     reused_minibatches = len(spare) >= mb
     trainset = spare if reused_minibatches else outside if len(outside) >= mb else list(train_problems)
-    if reuse_rollouts is not None and cfg.reuse_rollouts:
+    if reusing:
         log(f"fast round {round_index}: reusing {reused_pairs} (context, problem) rollout groups; "
             f"{sum(p.id in covered_by for p in val_problems)} of {len(val_problems)} val problems reused, "
             f"minibatches drawn from {len(trainset)} " + ("reused problems" if reused_minibatches
@@ -304,10 +308,6 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
 
     # 1-2. Evaluate the K seeds on val (in shared generate calls, with the prefetched minibatch
     # rollouts and the next RL step's) and build gepa's initial state.
-    if slow_problems and slow_samples > 0:
-        # A seed filling m pool slots may keep its samples on the step's problems: m x G/K.
-        adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val_problems],
-                          {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
     val_loader, train_loader = ProblemLoader(val_problems, "val"), ProblemLoader(trainset, "train")
     val = val_loader.fetch(val_loader.all_ids())
     evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
