@@ -179,7 +179,11 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         parts = {k: float(metrics[f"{k}_seconds"].sum()) for k in ("generation", "scoring", "training")}
         parts["fast_round"] = float(fast.get("seconds", 0.0))
         parts["other"] = wall - sum(parts.values())
+        # The round's own split: the seeds' evaluation call, the search's evaluations, the rest.
+        seeds, search = float(fast.get("seed_eval_seconds", 0.0)), float(fast.get("search_eval_seconds", 0.0))
+        fast_split = {"seeds": seeds / t, "search": search / t, "rest": (parts["fast_round"] - seeds - search) / t}
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
+                     "fast_round_per_step": fast_split,
                      "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
                      "mean_completion_tokens": float(metrics["mean_completion_tokens"].mean())
                      if "mean_completion_tokens" in metrics.columns else None,
@@ -207,12 +211,20 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parts = ["generation", "scoring", "training", "fast_round", "other"]
+    parts = ["generation", "scoring", "training", "fast round: seeds", "fast round: search",
+             "fast round: rest", "other"]
     methods = [r["method"] for r in results]
     fig, ax = plt.subplots(figsize=(6, 3.6))
     bottom = [0.0] * len(results)
+
+    def value(cycle: dict[str, Any], part: str) -> float:
+        if not part.startswith("fast round: "):
+            return cycle["per_step"][part]
+        split = cycle.get("fast_round_per_step") or {"seeds": 0.0, "search": 0.0, "rest": cycle["per_step"]["fast_round"]}
+        return split[part.removeprefix("fast round: ")]
+
     for i, part in enumerate(parts):
-        vals = [r["cycles"][-1]["per_step"][part] for r in results]
+        vals = [value(r["cycles"][-1], part) for r in results]
         ax.bar(methods, vals, bottom=bottom, label=part, color=plt.cm.Set2(i))
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for x, total in enumerate(bottom):
@@ -245,6 +257,18 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[l
     return methods, seeds
 
 
+def search_floor(run: dict[str, Any], rl_s_per_step: float | None) -> float | None:
+    """The ratio to RL-only that `run`'s method would reach if its fast round cost only the
+    search's evaluations (the children's rollouts, which no other part of a cycle generates and
+    no reuse can serve) and its slow steps cost RL-only's: 1 + search seconds a step / RL's
+    seconds a step, from the last cycle. A lower bound for any rollout reuse at this budget and
+    T. None for RL-only, without RL-only in the report, or for a report without the split."""
+    split = run["cycles"][-1].get("fast_round_per_step")
+    if run["method"] == "rl" or not rl_s_per_step or not split:
+        return None
+    return 1 + split["search"] / rl_s_per_step
+
+
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
                  planned: int) -> dict[str, Any]:
     """Write the report of the runs finished so far to `out` (JSON) and its plot (`.png`), each
@@ -264,6 +288,7 @@ def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[di
                                         # over every repetition and seed (best: the fastest one above)
                                         "mean_s_per_step": means[r["method"]],
                                         "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
+                                        "search_floor_ratio": search_floor(r, rl),
                                         } for r in best}}
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(report, indent=2) + "\n")
@@ -346,8 +371,11 @@ def main() -> None:
                 results[method].append(res)
                 report = write_report(args.out, settings, results, planned)  # after every run: a failure keeps them
                 last = res["cycles"][-1]
+                split = last.get("fast_round_per_step") or {}
                 print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "
-                      f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}), "
+                      f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}"
+                      + (f"; the round: seeds {split['seeds']:.1f}, search {split['search']:.1f}, "
+                         f"rest {split['rest']:.1f}" if method != "rl" and split else "") + "), "
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     print(json.dumps(report["summary"], indent=2))
 

@@ -159,3 +159,19 @@ def test_a_failing_run_keeps_the_finished_ones(bench: ModuleType, tmp_path: Path
     report = json.loads(out.read_text())
     assert report["complete"] is False and [r["method"] for r in report["runs"]["rl"]] == ["rl"]
     assert report["runs"]["fst"] == [] and set(report["summary"]) == {"rl"}
+
+
+def test_report_gives_the_search_floor_of_each_fast_method(bench: ModuleType, tmp_path: Path) -> None:
+    """search_floor_ratio = 1 + the search's evaluation seconds a step / RL-only's seconds a step:
+    what a method would cost if its round were only the children's rollouts."""
+    out = tmp_path / "fst_step.json"
+    fst = fake_run("fst", 0, 6.0)
+    fst["cycles"][0]["per_step"]["fast_round"] = 2.0
+    fst["cycles"][0]["fast_round_per_step"] = {"seeds": 1.0, "search": 0.8, "rest": 0.2}
+    old = fake_run("fst_reuse", 0, 5.0)  # a run from before the split: no floor
+    bench.write_report(out, {"task": "math"}, {"rl": [fake_run("rl", 0, 4.0)], "fst": [fst], "fst_reuse": [old]},
+                       planned=3)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst"]["search_floor_ratio"] == pytest.approx(1.2)
+    assert summary["rl"]["search_floor_ratio"] is None and summary["fst_reuse"]["search_floor_ratio"] is None
+    assert (tmp_path / "fst_step.png").stat().st_size > 0

@@ -320,3 +320,25 @@ def test_round_reports_progress_of_every_sampling_pass(tmp_path: Path) -> None:
     assert starts and sum(starts) == gen.prompts == summary["generations"]
     assert [total for done, total in dones if done == total] == starts  # every pass reported to its end
     assert len(dones) > len(starts)  # the seeds' pass (18 sequences) took several calls of <= 8
+
+
+def test_round_reports_where_its_evaluation_time_went(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary splits the round's sampling time into the seeds' evaluation call (validation
+    and the prefetched minibatches) and the search's (the children). A clock that advances one
+    second per prompt the generator completes makes the split the prompts of each."""
+    import types
+
+    import fastslow.fast.adapter as adapter_module
+
+    clock = [0.0]
+
+    class Clocked(NeverRight):
+        def generate(self, conversations: list[Any], params: Any) -> list[Generation]:
+            clock[0] += len(conversations)
+            return super().generate(conversations, params)
+
+    monkeypatch.setattr(adapter_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, proposals_per_iteration=3)
+    _, summary = run_round(Pool.seed(SEEDS[1], 1), Clocked(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet)
+    assert summary["seed_eval_seconds"] == len(VAL) + 9  # the seeds' call: 6 val + 9 prefetched
+    assert summary["search_eval_seconds"] == 3 * 3  # one iteration: 3 children on 3 problems

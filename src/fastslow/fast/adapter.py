@@ -118,6 +118,7 @@ class FastAdapter:
         self.format_credit = format_credit
         self.generations = 0
         self.prefetched = 0
+        self.generate_seconds = 0.0  # wall time of `_generate` (sampling and scoring) so far
         self.slow_pairs = 0
         self.slow_rollouts = 0
         self._slow: tuple[list[Problem], int, frozenset[str], dict[str, int]] | None = None
@@ -220,6 +221,7 @@ class FastAdapter:
                                      "logprobs": r[3].token_logprobs, "reward": r[1]} for r in rollouts]
             self.cache.put(h, p.id, self.weights_id,
                            Scored(sum(r[0] for r in rollouts) / len(rollouts), traj))
+        self.generate_seconds += time.perf_counter() - started
 
     def feed_slow(self, problems: Sequence[Problem], samples: int, val_ids: Iterable[str],
                   per_context: Mapping[str, int] | None = None) -> None:

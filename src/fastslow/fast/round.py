@@ -312,6 +312,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     val = val_loader.fetch(val_loader.all_ids())
     evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
     seed_generations = adapter.generations - adapter.prefetched  # the seeds' val rollouts
+    seed_seconds = adapter.generate_seconds  # that call's wall time (with what it generated ahead)
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
     state.total_num_evals = adapter.metric_calls
     state.save(str(gepa_dir))
@@ -356,6 +357,12 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         "train_problems": len(trainset),
         "proposals": sampling.sizes,  # children proposed in each iteration ([] when n = 1: gepa's default)
         "seed_generations": seed_generations,
+        # Where the round's time went: the seeds' evaluation call (validation, prefetched
+        # minibatches, the next RL step's samples), the search's evaluations (parents not
+        # prefetched, children, accepted children on validation), and the rest (proposals,
+        # gepa's state) is `seconds` (set by the cycle) minus both.
+        "seed_eval_seconds": seed_seconds,
+        "search_eval_seconds": adapter.generate_seconds - seed_seconds,
         "val_problems": [p.id for p in val_problems],
         "gepa_metric_calls": result.total_metric_calls,
         "cache_hits": adapter.cache_hits,
