@@ -214,7 +214,7 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> Non
     parts = ["generation", "scoring", "training", "fast round: seeds", "fast round: search",
              "fast round: rest", "other"]
     methods = [r["method"] for r in results]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = plt.subplots(figsize=(8, 3.8))
     bottom = [0.0] * len(results)
 
     def value(cycle: dict[str, Any], part: str) -> float:
@@ -227,11 +227,17 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> Non
         vals = [value(r["cycles"][-1], part) for r in results]
         ax.bar(methods, vals, bottom=bottom, label=part, color=plt.cm.Set2(i))
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    rl = next((total for r, total in zip(results, bottom, strict=True) if r["method"] == "rl"), None)
     for x, total in enumerate(bottom):
-        ax.text(x, total, f"{total:.1f}s", ha="center", va="bottom", fontsize=9)
+        ax.text(x, total, f"{total:.1f}s" + (f" ({total / rl:.2f}x)" if rl else ""), ha="center", va="bottom",
+                fontsize=9)
+    if rl:  # the targets: FST + reuse <= 1.0x, FST <= 1.3x RL-only's seconds a step
+        for ratio, style in ((1.0, ":"), (1.3, "--")):
+            ax.axhline(rl * ratio, color="0.3", linestyle=style, linewidth=0.8, label=f"target {ratio:.1f}x RL")
     ax.set(ylabel="seconds per RL step (last cycle)",
            title="Wall time per RL step, SmolLM2-135M on CPU" + (" (partial)" if partial else ""))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.margins(y=0.12)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

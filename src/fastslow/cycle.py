@@ -142,7 +142,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],
-                                 "fast/seconds": fast_summary["seconds"]}, step=cycle)
+                                 "fast/seconds": fast_summary["seconds"],
+                                 "fast/seed_eval_seconds": fast_summary["seed_eval_seconds"],
+                                 "fast/search_eval_seconds": fast_summary["search_eval_seconds"]}, step=cycle)
 
     steps = cfg["slow"]["steps_per_cycle"]
     slow_metrics: list[dict[str, Any]] = []
