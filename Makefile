@@ -44,6 +44,7 @@ bench: setup-test
 	$(BIN)/python bench/bench_prefix.py
 	$(BIN)/python bench/bench_rl_step.py
 	$(BIN)/python bench/bench_fst_step.py
+	$(BIN)/python bench/bench_fst_step.py --task hover_hard --out results/bench/fst_step_hover_hard.json  # README Targets
 	$(BIN)/python bench/bench_pool_step.py
 	$(BIN)/python bench/paper_cost.py
 
