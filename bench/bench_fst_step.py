@@ -205,7 +205,7 @@ def run_child(cmd: list[str], method: str) -> dict[str, Any]:
     return json.loads(line[0][7:])
 
 
-def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> None:
+def plot(results: list[dict[str, Any]], out: Path, partial: bool = False, label: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -235,7 +235,8 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False) -> Non
         for ratio, style in ((1.0, ":"), (1.3, "--")):
             ax.axhline(rl * ratio, color="0.3", linestyle=style, linewidth=0.8, label=f"target {ratio:.1f}x RL")
     ax.set(ylabel="seconds per RL step (last cycle)",
-           title="Wall time per RL step, SmolLM2-135M on CPU" + (" (partial)" if partial else ""))
+           title="Wall time per RL step, SmolLM2-135M on CPU" + (f"\n{label}" if label else "")
+           + (" (partial)" if partial else ""))
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.margins(y=0.12)
     fig.tight_layout()
@@ -275,6 +276,16 @@ def search_floor(run: dict[str, Any], rl_s_per_step: float | None) -> float | No
     return 1 + split["search"] / rl_s_per_step
 
 
+def plot_label(settings: dict[str, Any]) -> str:
+    """The plot's second title line: the task and the `--set` overrides, e.g.
+    "hover_hard, slow.steps_per_cycle=6"."""
+    def flat(d: dict[str, Any], prefix: str = "") -> list[str]:
+        return [x for k, v in d.items()
+                for x in (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={v}"])]
+
+    return ", ".join([str(settings.get("task", "")), *flat(settings.get("overrides") or {})]).strip(", ")
+
+
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
                  planned: int) -> dict[str, Any]:
     """Write the report of the runs finished so far to `out` (JSON) and its plot (`.png`), each
@@ -300,7 +311,7 @@ def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[di
         tmp.write_text(json.dumps(report, indent=2) + "\n")
     if best:
         with atomic_path(out.with_suffix(".png")) as tmp:
-            plot(best, tmp, partial=done < planned)
+            plot(best, tmp, partial=done < planned, label=plot_label(settings))
     return report
 
 

@@ -175,3 +175,10 @@ def test_report_gives_the_search_floor_of_each_fast_method(bench: ModuleType, tm
     assert summary["fst"]["search_floor_ratio"] == pytest.approx(1.2)
     assert summary["rl"]["search_floor_ratio"] is None and summary["fst_reuse"]["search_floor_ratio"] is None
     assert (tmp_path / "fst_step.png").stat().st_size > 0
+
+
+def test_plot_label_names_the_task_and_overrides(bench: ModuleType) -> None:
+    assert bench.plot_label({"task": "hover_hard", "overrides": {}}) == "hover_hard"
+    assert bench.plot_label({"task": "hover_hard", "overrides": {"slow": {"steps_per_cycle": 6},
+                                                                 "fast": {"max_metric_calls": {"light": 18}}}}) == \
+        "hover_hard, slow.steps_per_cycle=6, fast.max_metric_calls.light=18"
