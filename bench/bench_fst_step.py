@@ -279,11 +279,10 @@ def search_floor(run: dict[str, Any], rl_s_per_step: float | None) -> float | No
 def plot_label(settings: dict[str, Any]) -> str:
     """The plot's second title line: the task and the `--set` overrides, e.g.
     "hover_hard, slow.steps_per_cycle=6"."""
-    def flat(d: dict[str, Any], prefix: str = "") -> list[str]:
-        return [x for k, v in d.items()
-                for x in (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={v}"])]
+    from fastslow.tracking import flatten
 
-    return ", ".join([str(settings.get("task", "")), *flat(settings.get("overrides") or {})]).strip(", ")
+    overrides = [f"{k}={v}" for k, v in flatten(settings.get("overrides") or {}).items()]
+    return ", ".join([str(settings.get("task", "")), *overrides]).strip(", ")
 
 
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
