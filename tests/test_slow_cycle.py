@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +224,11 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """fast.reuse_in_slow, slow side: rollouts an HFGenerator sampled with the same weights for
     the first step's (problem, context) rows are trained on as given, not generated; the next
-    step generates; rows whose prompt tokens differ from TRL's are generated (and reported)."""
+    step generates; rows whose prompt tokens differ from TRL's are generated (and reported).
+    The given per-token sampling log-probs are the behaviour policy's: here shifted by -0.3
+    (as if a sampler in another dtype found the tokens less likely), so CISPO's weight
+    pi_theta / pi_behaviour on every reused token is e^0.3 (`reused_is_weight`), and the
+    rollout records carry the sampler's log-prob sums."""
     import polars as pl
 
     from fastslow.model.convert import load_model, load_tokenizer
@@ -230,7 +236,7 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     from fastslow.slow.loop import first_step_problems
     from fastslow.tasks.base import build_messages
 
-    task, cfg = LengthTask(), _cfg(2)
+    task, cfg = LengthTask(), dataclasses.replace(_cfg(2), bf16=False)  # fp32 sampler and step
     problems = task.problems("train", 3, 0)
     step = first_step_problems(None, problems, cfg)
     assert len(step) == cfg.problems_per_step
@@ -240,13 +246,16 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     gens = gen.generate(convs, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
     given: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for key, g in zip(keys, gens, strict=True):
-        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids})
+        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
+                                          "logprobs": [lp - 0.3 for lp in g.token_logprobs]})
     bad = (context_hash(CONTEXTS[1][1]), step[1].id)  # other prompt tokens: must be generated
     given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
     with caplog.at_level(logging.WARNING, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
                            "toy/run", 0, progress=False, first_step_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
+    assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(0.3), rel=1e-3)
+    assert math.isnan(result.metrics[1]["reused_is_weight"])
     assert all(m["generation_seconds"] > 0 for m in result.metrics)  # 2 rows, then all 8
     assert "2 reused rollouts had other prompt tokens" in caplog.text
     first = pl.read_parquet(result.rollouts_path).filter(pl.col("step") == 0)
@@ -255,3 +264,5 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
         if key != bad:
             assert first["completion"][i] == g.text
             assert first["completion_tokens"][i] == g.completion_tokens
+            assert first["logprob_sum"][i] == pytest.approx(g.logprob_sum - 0.3 * g.completion_tokens,
+                                                            rel=1e-4, abs=1e-4)

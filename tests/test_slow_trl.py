@@ -531,6 +531,54 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
     assert asked == [prompts] and trainer.reused == set()
 
 
+def test_reused_rows_train_against_the_policy_that_sampled_them(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """HF path, fast.reuse_in_slow: a reused row's per-token log-probs from its sampler (the
+    fast round's generator, bf16 on the CPU default) become that row's old log-probs in the
+    loss, so CISPO weighs its tokens by min(pi_theta / pi_behaviour, tau); the generated rows
+    stay on-policy (old = the loss forward's own). Checked against TRL's loss given those old
+    log-probs explicitly, whose formula test_cispo_loss_matches_hand_computation checks."""
+    import torch
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0, epsilon_high=1.5)
+    model = trainer.model
+    rows = expand_rows(PROBLEMS, CONTEXTS, 4)
+    first = trainer._generate_and_score_completions(rows)
+    assert "behaviour_logps" not in first  # nothing reused: TRL's batch as it is
+
+    def unpadded(ids: Any, mask: Any, i: int) -> list[int]:
+        return ids[i][mask[i].bool()].tolist()
+
+    given = {}
+    for i, offset in ((0, -0.25), (5, 0.5)):  # the sampler found its tokens less / more likely
+        completion = unpadded(first["completion_ids"], first["completion_mask"], i)
+        given[i] = (unpadded(first["prompt_ids"], first["prompt_mask"], i), completion,
+                    [-1.0 + offset + 0.1 * j for j in range(len(completion))])
+    trainer.reuse_rows = dict(given)
+    batch = trainer._generate_and_score_completions(rows)
+    assert trainer.reused == {0, 5} and trainer.behaviour == {}
+    behaviour = batch["behaviour_logps"]
+    for i, (_, completion, logps) in given.items():
+        assert unpadded(batch["completion_ids"], batch["completion_mask"], i) == completion
+        assert behaviour[i, :len(logps)].tolist() == pytest.approx(logps)
+        assert torch.isnan(behaviour[i, len(logps):]).all()
+    others = [i for i in range(len(rows)) if i not in given]
+    assert torch.isnan(behaviour[others]).all()
+
+    model.train()
+    with torch.no_grad():  # the policy's log-probs of the batch's completions
+        width = batch["prompt_ids"].size(1)
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        logits = model(input_ids=ids, attention_mask=torch.cat([batch["prompt_mask"],
+                                                                batch["completion_mask"]], 1)).logits
+        logp = torch.log_softmax(logits[:, width - 1:-1].float(), -1)
+        logp = logp.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    plain = {k: v for k, v in batch.items() if k != "behaviour_logps"}
+    explicit = {**plain, "old_per_token_logps": torch.where(torch.isnan(behaviour), logp, behaviour)}
+    with_behaviour = trainer.compute_loss(model, dict(batch)).detach()
+    assert float(with_behaviour) == pytest.approx(float(trainer.compute_loss(model, explicit)), rel=1e-4)
+    assert float(with_behaviour) != pytest.approx(float(trainer.compute_loss(model, plain)), rel=1e-3)
+
+
 class _FakeVLLMGeneration:
     """Stands in for TRL's `VLLMGeneration`: counts the weight syncs (a collective under FSDP2)."""
 

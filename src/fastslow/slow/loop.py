@@ -445,6 +445,16 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     # same temperature, before the update) gives them exactly.
     sampling = batch.get("sampling_per_token_logps")
     sampled = sampling.float() if sampling is not None else logps
+    # Rows the fast round sampled (HF path): their sampler's own log-probs, and the importance
+    # weight pi_theta / pi_behaviour CISPO gave their tokens (before its cap; `behaviour_logps`).
+    behaviour = batch.get("behaviour_logps")
+    reused_tokens = mask.new_zeros(())
+    weight_sum = mask.new_zeros(())
+    if behaviour is not None:
+        known = ~torch.isnan(behaviour) & (mask > 0)
+        sampled = torch.where(torch.isnan(behaviour), sampled, behaviour.float())
+        reused_tokens = known.sum().float()
+        weight_sum = torch.exp(logps - torch.nan_to_num(behaviour.float()))[known].sum()
     logprob_sums = (torch.nan_to_num(sampled) * mask).sum(1).tolist()
     kl_terms = None
     if "ref_per_token_logps" in batch:
@@ -479,8 +489,10 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         from accelerate.utils import gather_object
 
         sums = torch.stack([mask.sum(), (entropies * mask).sum(),
-                            kl_terms.sum() if kl_terms is not None else mask.new_zeros(())])
+                            kl_terms.sum() if kl_terms is not None else mask.new_zeros(()),
+                            weight_sum, reused_tokens])
         sums = accelerator.reduce(sums, reduction="sum")
+        weight_sum, reused_tokens = sums[3], sums[4]
         tokens = float(sums[0].clamp(min=1.0))
         entropy = float(sums[1]) / tokens
         kl = float(sums[2]) / tokens if kl_terms is not None else math.nan
@@ -512,6 +524,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "step_seconds": seconds,
         "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)),
         "reused_rollouts": reused,
+        "reused_is_weight": float(weight_sum / reused_tokens) if float(reused_tokens) > 0 else math.nan,
     }
     return metrics, records
 

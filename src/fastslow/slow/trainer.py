@@ -25,7 +25,9 @@ in HF generation (`shared_prefill`), in the KL reference forward, and in the los
 micro batch that holds several copies (`shared_prefix_logps`), and a prompt whose copies span
 several micro batches runs forward and backward once a step (`PromptGradients`). On CPU those prompts also run one
 at a time without their padding (`fastslow.model.generation.prefill_rows_alone`), which costs
-less there than a padded batch.
+less there than a padded batch. Rows sampled elsewhere (`reuse_rows`, the fast round's) replace
+generated ones; on the HF path their sampler's per-token log-probs become their old log-probs in
+the loss (`behaviour_logps`), as vLLM's do in TRL's own importance-sampling correction.
 
 Why our loop and not `trainer.train()`: a cycle is T steps with a *different pool each cycle*
 and must resume bit-exactly from the previous cycle's files. Owning the ~30-line loop makes the
@@ -168,6 +170,10 @@ def _grpo_trainer_class() -> type:
             self.stash: list[tuple[Any, Any]] = []
             self.reused: set[int] = set()  # rows of the last generation served from `reuse_rows`
             self.reuse_mismatches = 0
+            #: HF path: reused row -> the per-token log-probs of the policy that sampled it
+            #: (`behaviour_logps`); consumed by `_generate_and_score_completions`
+            self.behaviour: dict[int, Sequence[float]] = {}
+            self._loss_inputs: dict[str, Any] | None = None
 
         #: row -> (prompt ids, completion ids, per-token sampling log-probs or None) sampled
         #: elsewhere with the current weights (the fast round, `fast.reuse_in_slow`): the next
@@ -209,6 +215,9 @@ def _grpo_trainer_class() -> type:
                     and (not self.use_vllm or (r[2] is not None and len(r[2]) == len(r[1])))}
             self.reuse_mismatches += len(reuse) - len(hits)
             self.reused = set(hits)
+            if not self.use_vllm:  # TRL's HF path has no sampling log-probs: `behaviour_logps`
+                self.behaviour = {i: r[2] for i, r in hits.items()
+                                  if r[2] is not None and len(r[2]) == len(r[1])}
             if not hits:
                 return self._generate_rows(prompt_ids, images, multimodal_fields, *args, **kwargs)
             if images or multimodal_fields:
@@ -299,6 +308,39 @@ def _grpo_trainer_class() -> type:
             finally:
                 del model.generate  # back to the class's method
 
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            """TRL's batch, plus ``behaviour_logps`` (B, completion width) when rows were reused
+            on the HF path with their sampling log-probs: those rows' per-token log-probs under
+            the policy that sampled them (the fast round's generator, bf16 on the CPU default,
+            while the step trains in the model's dtype), NaN on every other row. The loss then
+            takes them as those rows' old log-probs (`_compute_loss`), so CISPO's truncated
+            weight min(pi_theta / pi_behaviour, tau) corrects for the sampler, as TRL's own
+            importance-sampling correction does for vLLM's samples."""
+            import torch
+
+            out = super()._generate_and_score_completions(inputs)
+            behaviour, self.behaviour = self.behaviour, {}
+            if behaviour:
+                ids = out["completion_ids"]
+                logps = torch.full(ids.shape, float("nan"), dtype=torch.float32, device=ids.device)
+                for i, row in behaviour.items():
+                    n = min(len(row), ids.size(1))
+                    logps[i, :n] = torch.tensor(list(row[:n]), dtype=torch.float32)
+                out["behaviour_logps"] = logps
+            return out
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            """TRL's loss; a micro batch with ``behaviour_logps`` gets its old log-probs from the
+            loss forward's own (on-policy rows, as TRL does without them) and from the
+            behaviour policy's (reused rows), set while that forward runs."""
+            if "behaviour_logps" not in inputs:
+                return super()._compute_loss(model, inputs)
+            self._loss_inputs = inputs
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._loss_inputs = None
+
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             try:
@@ -313,6 +355,14 @@ def _grpo_trainer_class() -> type:
             # before this step's update, i.e. the sampling policy's (on-policy), for free.
             if kwargs.get("compute_entropy"):
                 self.stash.append((logps.detach(), entropies.detach()))
+                if self._loss_inputs is not None:  # TRL reads the old log-probs after this forward
+                    import torch
+
+                    behaviour = self._loss_inputs["behaviour_logps"]
+                    base = self._loss_inputs.get("old_per_token_logps")
+                    base = logps.detach() if base is None else base
+                    self._loss_inputs["old_per_token_logps"] = torch.where(
+                        torch.isnan(behaviour), base, behaviour.to(base.dtype))
             return logps, entropies, aux
 
         def _shared_prefix_forward(self, args: tuple, kwargs: dict[str, Any]) -> Any:
