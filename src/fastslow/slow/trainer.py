@@ -361,8 +361,8 @@ def _grpo_trainer_class() -> type:
                     behaviour = self._loss_inputs["behaviour_logps"]
                     base = self._loss_inputs.get("old_per_token_logps")
                     base = logps.detach() if base is None else base
-                    self._loss_inputs["old_per_token_logps"] = torch.where(
-                        torch.isnan(behaviour), base, behaviour.to(base.dtype))
+                    self._loss_inputs["old_per_token_logps"] = torch.where(  # fp32: no bf16 rounding
+                        torch.isnan(behaviour), base.float(), behaviour.float())
             return logps, entropies, aux
 
         def _shared_prefix_forward(self, args: tuple, kwargs: dict[str, Any]) -> Any:
