@@ -225,10 +225,11 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     """fast.reuse_in_slow, slow side: rollouts an HFGenerator sampled with the same weights for
     the first step's (problem, context) rows are trained on as given, not generated; the next
     step generates; rows whose prompt tokens differ from TRL's are generated (and reported).
-    The given per-token sampling log-probs are the behaviour policy's: here shifted by -0.3
-    (as if a sampler in another dtype found the tokens less likely), so CISPO's weight
-    pi_theta / pi_behaviour on every reused token is e^0.3 (`reused_is_weight`), and the
-    rollout records carry the sampler's log-prob sums."""
+    The given per-token sampling log-probs are the behaviour policy's: here shifted by -2 (as
+    if another sampler found the tokens less likely), so pi_theta / pi_behaviour on every reused
+    token is e^2 (`reused_is_weight`), above CISPO's cap tau = 4: the loss clips the reused
+    tokens of positive advantage (`clip_fraction`), and no token of the next, on-policy step.
+    The rollout records carry the sampler's log-prob sums."""
     import polars as pl
 
     from fastslow.model.convert import load_model, load_tokenizer
@@ -247,15 +248,16 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     given: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for key, g in zip(keys, gens, strict=True):
         given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
-                                          "logprobs": [lp - 0.3 for lp in g.token_logprobs]})
+                                          "logprobs": [lp - 2.0 for lp in g.token_logprobs]})
     bad = (context_hash(CONTEXTS[1][1]), step[1].id)  # other prompt tokens: must be generated
     given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
     with caplog.at_level(logging.WARNING, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
                            "toy/run", 0, progress=False, first_step_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
-    assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(0.3), rel=1e-3)
+    assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(2.0), rel=1e-3)
     assert math.isnan(result.metrics[1]["reused_is_weight"])
+    assert result.metrics[0]["clip_fraction"] > 0 and result.metrics[1]["clip_fraction"] == 0
     assert all(m["generation_seconds"] > 0 for m in result.metrics)  # 2 rows, then all 8
     assert "2 reused rollouts had other prompt tokens" in caplog.text
     first = pl.read_parquet(result.rollouts_path).filter(pl.col("step") == 0)
@@ -264,5 +266,5 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
         if key != bad:
             assert first["completion"][i] == g.text
             assert first["completion_tokens"][i] == g.completion_tokens
-            assert first["logprob_sum"][i] == pytest.approx(g.logprob_sum - 0.3 * g.completion_tokens,
+            assert first["logprob_sum"][i] == pytest.approx(g.logprob_sum - 2.0 * g.completion_tokens,
                                                             rel=1e-4, abs=1e-4)
