@@ -109,8 +109,8 @@ def prefix(tmp_path_factory):
 def _fork(prefix: Path, dest: Path) -> Path:
     """An independent copy of the prefix: files with their mtimes, its own MLflow database."""
     shutil.copytree(prefix, dest, symlinks=True)
-    info_file = dest / "results/mlflow/tracking.json"
-    info_file.write_text(info_file.read_text().replace(str(prefix), str(dest)))
+    for info_file in (dest / "results/mlflow").rglob("*.json"):  # the experiment's and each group's
+        info_file.write_text(info_file.read_text().replace(str(prefix), str(dest)))
     return dest
 
 
@@ -146,7 +146,7 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, ma
     # MLflow: the killed job's run was closed as KILLED by the rerun, which links to it.
     from mlflow.tracking import MlflowClient
 
-    info = json.loads((work / "results/mlflow/tracking.json").read_text())
+    info = json.loads((work / "results/mlflow/experiment.json").read_text())
     runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
     assert not [r for r in runs if r.info.status == "RUNNING"]
     job = "cycle/cycle=1/experiment=efficiency/method=fst/run=math-default-s0"

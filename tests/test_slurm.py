@@ -51,7 +51,7 @@ PARTITION = "fastslow"
 # Every variable the profile reads: cleared so the developer's own settings never leak in.
 PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
                "SBATCH_PARTITION")
-# The smoke DAG's SLURM jobs (init_tracking is a localrule; `all` has nothing to run).
+# The smoke DAG's SLURM jobs (init_mlflow and init_tracking are localrules; `all` has nothing to run).
 EXPECTED_JOBS = {("base_model", ""), ("task_data", "math"), ("task_data", "hover"),
                  ("task_data", "stargraph"), ("evaluate_base", "math"), ("evaluate_base", "hover"),
                  ("evaluate_base", "stargraph"), ("base_eval_table", "")}
@@ -315,7 +315,7 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
     # and every job's MLflow run closed FINISHED
     from mlflow.tracking import MlflowClient
 
-    info = json.loads((remote / "results/mlflow/tracking.json").read_text())
+    info = json.loads((remote / "results/mlflow/experiment.json").read_text())
     runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
     job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
     assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())

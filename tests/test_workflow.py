@@ -27,7 +27,7 @@ def test_dry_run_default_target(configs, tmp_path):
     out = snakemake("-n", "--quiet", "rules", *configs, "--directory", str(tmp_path), "--snakefile",
                     str(ROOT / "Snakefile"))
     assert out.returncode == 0, out.stderr[-3000:]
-    for rule in ("init_tracking", "base_model", "task_data", "evaluate_base", "base_eval_table"):
+    for rule in ("init_mlflow", "init_tracking", "base_model", "task_data", "evaluate_base", "base_eval_table"):
         assert rule in out.stdout
 
 
@@ -87,7 +87,7 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     assert samples.height == 4 * 2
     log = (smoke_workdir / "results/logs/base_eval_table.log").read_text()
     assert "mean@2" in log and "hover" in log
-    info = json.loads((smoke_workdir / "results/mlflow/tracking.json").read_text())
+    info = json.loads((smoke_workdir / "results/mlflow/experiment.json").read_text())
     from mlflow.tracking import MlflowClient
 
     runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
@@ -95,6 +95,28 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     # base_model + 2x task_data + 2x evaluate_base + base_eval_table, all closed FINISHED
     assert len(jobs) == 6
     assert {r.info.status for r in jobs} == {"FINISHED"}
+
+
+@pytest.mark.workflow
+def test_a_target_is_built_after_switching_config_overlays(smoke_workdir, tmp_path):
+    """One `snakemake TARGET` builds TARGET under an overlay with another set of experiments.
+    Before, the experiment set was a param of the one tracking rule, and Snakemake (9.27,
+    snakemake/snakemake#4166) drops every job downstream of an ancient() input whose producer
+    re-runs for a param while its output exists: this run executed init_tracking alone, exited 0
+    and left the table unbuilt. Now each MLflow parent group has its own file, made only when
+    missing, so nothing of tracking re-runs and the foundation group keeps its parent run."""
+    target = smoke_workdir / "results/tables/base_eval.parquet"
+    parents = smoke_workdir / "results/mlflow/parents/foundation.json"
+    before = json.loads(parents.read_text())
+    target.unlink()
+    overlay = tmp_path / "no_stargraph.yaml"
+    overlay.write_text("experiments:\n  stargraph: null\n")
+    out = snakemake("results/tables/base_eval.parquet", "--cores", "2", *SMOKE, str(overlay),
+                    "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert target.exists()
+    assert "rule init_" not in out.stdout + out.stderr
+    assert json.loads(parents.read_text()) == before
 
 
 @pytest.mark.workflow

@@ -43,7 +43,7 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
                        sorted((work / "results/runs/reuse/fst/math-reuse-s0").glob("cycle*/metrics.parquet"))])
     assert steps.filter(pl.col("step_in_cycle") == 0)["reused_rollouts"].min() > 0
     assert steps.filter(pl.col("step_in_cycle") > 0)["reused_rollouts"].max() == 0
-    info = json.loads((work / "results/mlflow/tracking.json").read_text())
+    info = json.loads((work / "results/mlflow/experiment.json").read_text())
     from mlflow.tracking import MlflowClient
 
     runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]], max_results=1000)

@@ -2,9 +2,10 @@
 
 - Tracking URI: `MLFLOW_TRACKING_URI` if set (a server for clusters), else the embedded default
   `sqlite:///<results>/mlflow.db`. Artifacts of the embedded default go to `<results>/mlartifacts`.
-- `init_tracking` (a local rule, before any fan-out) creates the database, the experiment and one
-  parent run per experiment group; jobs attach to those parents by id, so concurrent jobs never
-  race to create them.
+- The workflow's local rules create the database and the experiment (`init_experiment`, rule
+  `init_mlflow`) and one parent run per experiment group (`init_parents`, rule `init_tracking`,
+  one file per group), before any fan-out; jobs attach to those parents by id, so concurrent
+  jobs never race to create them.
 - `job_run` opens a child run tagged with rule, wildcards and git commit, logs the resolved config,
   and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT). A SIGKILL cannot be
   caught: the next run of the same job finds the stale RUNNING run, marks it KILLED and links to it.
@@ -67,9 +68,9 @@ def git_commit(cwd: str | Path | None = None) -> str:
         return "unknown"
 
 
-def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
-                  results_dir: str | Path = "results") -> dict[str, Any]:
-    """Create the experiment and one FINISHED parent run per name; write their ids to `out_json`."""
+def init_experiment(experiment: str, out_json: str | Path | None = None,
+                    results_dir: str | Path = "results") -> dict[str, Any]:
+    """Create (or find) the database and the experiment; write its URI and id to `out_json`."""
     uri = tracking_uri(results_dir)
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -80,18 +81,59 @@ def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
         exp_id = client.create_experiment(experiment, artifact_location=artifacts)
     else:
         exp_id = exp.experiment_id
+    info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id}
+    if out_json is not None:
+        write_json(info, out_json)  # atomically: every job reads it
+    return info
+
+
+def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
+                 out_json: str | Path) -> dict[str, Any]:
+    """One FINISHED parent run per name in the experiment of `experiment_info` (an existing one is
+    found by its tag, so this is idempotent); write the experiment's and their ids to `out_json`,
+    the file `job_run` reads."""
+    client = _client(experiment_info["tracking_uri"])
+    exp_id = experiment_info["experiment_id"]
     ids: dict[str, str] = {}
     for name in parents:
-        found = client.search_runs([exp_id], filter_string=f"tags.`fastslow.parent` = '{name}'", max_results=1)
+        found = _retry(client.search_runs, [exp_id], filter_string=f"tags.`fastslow.parent` = '{name}'",
+                       max_results=1)
         if found:
             ids[name] = found[0].info.run_id
             continue
-        run = client.create_run(exp_id, run_name=name, tags={"fastslow.parent": name})
-        client.set_terminated(run.info.run_id, "FINISHED")
+        run = _retry(client.create_run, exp_id, run_name=name, tags={"fastslow.parent": name})
+        _retry(client.set_terminated, run.info.run_id, "FINISHED")
         ids[name] = run.info.run_id
-    info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id, "parents": ids}
+    info = {key: experiment_info[key] for key in ("tracking_uri", "experiment", "experiment_id")}
+    info["parents"] = ids
     write_json(info, out_json)  # atomically: every job reads it
     return info
+
+
+def log_init(log_path: str | Path, *, out_json: str | Path, experiment: str | None = None,
+             experiment_json: str | Path | None = None, group: str | None = None) -> dict[str, Any]:
+    """The workflow's two local rules (their `run:` blocks call only this): with `experiment`,
+    `init_experiment`; with `experiment_json` (its output) and `group`, that group's parent run
+    (`init_parents`). One line to the rule's log either way."""
+    if experiment is not None:
+        info = init_experiment(experiment, out_json)
+        line = f"MLflow: {info['tracking_uri']} experiment {experiment!r} ({info['experiment_id']})"
+    elif experiment_json is not None and group is not None:
+        info = init_parents(json.loads(Path(experiment_json).read_text()), [group], out_json)
+        line = (f"MLflow: parent run of {group!r}: {info['parents'][group]} "
+                f"(experiment {info['experiment']!r}, {info['experiment_id']})")
+    else:
+        raise ValueError("log_init needs experiment, or experiment_json and group")
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+    return info
+
+
+def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
+                  results_dir: str | Path = "results") -> dict[str, Any]:
+    """Create the experiment and one FINISHED parent run per name; write their ids to `out_json`."""
+    return init_parents(init_experiment(experiment, results_dir=results_dir), parents, out_json)
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -170,7 +212,10 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     job_key = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))
     tags = {TAG_JOB: job_key, "fastslow.rule": rule, "mlflow.source.git.commit": git_commit(),
             **{f"wildcard.{k}": str(v) for k, v in wildcards.items()}, **(extra_tags or {})}
-    parent_id = info["parents"].get(parent or "") if parent else None
+    if parent and parent not in info["parents"]:
+        raise ValueError(f"{tracking_json} holds the parent runs of {sorted(info['parents'])}, "
+                         f"not of {parent!r}: the rule's tracking input is another group's")
+    parent_id = info["parents"][parent] if parent else None
     if parent_id:
         tags["mlflow.parentRunId"] = parent_id
     previous = _retry(client.search_runs, [exp_id], filter_string=f"tags.`{TAG_JOB}` = '{job_key}'",

@@ -16,16 +16,27 @@ except ConfigError as err:
     sys.exit(str(err))
 
 RESULTS = layout.RESULTS
-# Every job reads the MLflow ids from here. It is an ancient() input everywhere: adding an
-# experiment re-runs init_tracking (idempotent) but must not make finished jobs look outdated.
-TRACKING = f"{RESULTS}/mlflow/tracking.json"
+# MLflow: the experiment (init_mlflow), then one file per parent group (init_tracking): the
+# experiment's URI and id and that group's parent run id, which every job of the group reads
+# (`tracking(group)`, an ancient() input: a file made later must not make finished jobs look
+# outdated). Neither rule has params, and their run blocks only call the library: Snakemake 9
+# (issue snakemake/snakemake#4166) leaves every job downstream of an ancient() input out of a run
+# in which that input's producer re-runs for params or code while its output exists, the asked
+# target included (`snakemake fig2.pdf` after switching config overlays ran init_tracking alone
+# and exited 0). A new experiment's file is missing, so it is made, and that case is sound.
+MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
+
+
+def tracking(group):
+    """The tracking file of MLflow parent group `group` (foundation, figures, an experiment)."""
+    return f"{RESULTS}/mlflow/parents/{group}.json"
+
+
 MODEL = model_name(config)
 BASE_MODEL = f"{RESULTS}/models/{MODEL}"
 TASKS = config["data"]["tasks"]
 SPLITS = ("train", "val", "test")
 
-# One parent MLflow run per experiment group; jobs attach to their group's parent.
-PARENTS = ["foundation", "figures", *config["experiments"].keys()]
 RUNS = expand_runs(config)
 # A run's directory; its wildcards identify it: experiment, method, run (= tasks-variant-seed).
 RUN = f"{RESULTS}/runs/{{experiment}}/{{method}}/{{run}}"
@@ -84,7 +95,7 @@ def cycle_inputs(wc):
     spec, c = run_of(wc), int(wc.cycle)
     if c >= spec.cycles:
         raise ValueError(f"run {spec.key} has {spec.cycles} cycles; cycle{c} does not exist")
-    inputs = {"tracking": ancient(TRACKING), "base": BASE_MODEL, "init": init_model(spec),
+    inputs = {"tracking": ancient(tracking(wc.experiment)), "base": BASE_MODEL, "init": init_model(spec),
               "train": data_file(spec.schedule[c], "train")}
     if c > 0:
         prev = layout.cycle_dir(spec, c - 1)
@@ -99,7 +110,7 @@ def cycle_inputs(wc):
 def eval_inputs(wc):
     """Weights and pool of one evaluation point: cycle N of a run, or its initial weights."""
     spec = run_of(wc)
-    inputs = {"tracking": ancient(TRACKING), "base": BASE_MODEL, "val": data_file(wc.task, "val")}
+    inputs = {"tracking": ancient(tracking(wc.experiment)), "base": BASE_MODEL, "val": data_file(wc.task, "val")}
     if wc.point == "init":
         inputs["model"] = init_model(spec)
     else:
@@ -127,17 +138,31 @@ def default_targets():
 
 
 localrules:
+    init_mlflow,
     init_tracking,
 
 
-rule init_tracking:
+rule init_mlflow:
     output:
-        TRACKING,
+        MLFLOW_EXPERIMENT,
     log:
-        f"{RESULTS}/logs/init_tracking.log",
-    benchmark:
-        f"{RESULTS}/benchmarks/init_tracking.tsv",
-    params:
-        parents=PARENTS,
-    script:
-        "../scripts/init_tracking.py"
+        f"{RESULTS}/logs/init_mlflow.log",
+    run:
+        from fastslow.tracking import log_init
+
+        log_init(log[0], experiment=config["mlflow_experiment"], out_json=output[0])
+
+
+rule init_tracking:
+    input:
+        ancient(MLFLOW_EXPERIMENT),
+    output:
+        tracking("{group}"),
+    log:
+        f"{RESULTS}/logs/init_tracking/{{group}}.log",
+    wildcard_constraints:
+        group="[A-Za-z0-9_]+",
+    run:
+        from fastslow.tracking import log_init
+
+        log_init(log[0], experiment_json=input[0], group=wildcards.group, out_json=output[0])

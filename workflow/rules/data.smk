@@ -3,7 +3,7 @@
 
 rule base_model:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("foundation")),
     output:
         directory(BASE_MODEL),
     log:
@@ -20,7 +20,7 @@ rule base_model:
 
 rule task_data:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("foundation")),
     params:
         # a change of the task's generator options makes its splits out of date
         options=lambda wc: config["data"]["options"].get(wc.task, {}),

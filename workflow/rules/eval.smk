@@ -3,7 +3,7 @@
 
 rule evaluate_base:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("foundation")),
         model=BASE_MODEL,
         problems=data_file("{task}", "val"),
     params:
@@ -24,7 +24,7 @@ rule evaluate_base:
 
 rule base_eval_table:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("foundation")),
         summaries=expand(f"{RESULTS}/eval/base/{{task}}.json", task=TASKS),
     output:
         f"{RESULTS}/tables/base_eval.parquet",

@@ -3,7 +3,7 @@
 
 rule figure:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("figures")),
         tables=lambda wc: layout.figure_tables(RUNS, wc.fig),
     output:
         pdf=f"{RESULTS}/figures/{{fig}}.pdf",
@@ -20,7 +20,7 @@ rule figure:
 
 rule claims:
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("figures")),
         tables=[f"{RESULTS}/tables/curves/{e}.parquet" for e in CLAIM_EXPERIMENTS],
     output:
         report(f"{RESULTS}/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
@@ -35,7 +35,7 @@ rule claims:
 rule pool_evolution:
     # The best context of every cycle of every FST/GEPA run of an experiment, with diffs.
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("{experiment}")),
         pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json"
                           for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast
                           for c in range(s.cycles)],
@@ -53,7 +53,7 @@ rule pool_evolution:
 def channel_inputs(wc):
     spec = run_of(wc)
     last = layout.cycle_dir(spec, spec.cycles - 1)
-    return {"tracking": ancient(TRACKING), "base": BASE_MODEL, "val": data_file(wc.task, "val"),
+    return {"tracking": ancient(tracking(wc.experiment)), "base": BASE_MODEL, "val": data_file(wc.task, "val"),
             "pool": f"{last}/pool.json", "final": f"{layout.run_path(spec)}/final/model"}
 
 
@@ -77,7 +77,7 @@ rule channel_eval:
 
 
 def channel_table_inputs(wc):
-    files = {"tracking": ancient(TRACKING)}
+    files = {"tracking": ancient(tracking("figures"))}
     rows = []
     for spec in layout.experiment_runs(RUNS, "efficiency").values():
         if spec.method == "fst":

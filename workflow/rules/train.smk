@@ -63,7 +63,7 @@ rule cycle_frozen:
 rule final_weights:
     # A run's last weights, kept for runs that start from them (hard links: no extra disk).
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("{experiment}")),
         model=lambda wc: f"{layout.cycle_dir(run_of(wc), run_of(wc).cycles - 1)}/model",
     output:
         directory(f"{RUN}/final/model"),
@@ -100,7 +100,7 @@ rule evaluate_point:
 rule curves:
     # One tidy table per experiment: every evaluation point of every run.
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("{experiment}")),
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment),
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment),
     output:
@@ -117,7 +117,7 @@ rule curves_on_tasks:
     # An experiment's runs on some tasks only (layout.curves_table), for a figure that plots no
     # more (Fig 8, 9: efficiency on the ceiling's or the ablations' task).
     input:
-        tracking=ancient(TRACKING),
+        tracking=ancient(tracking("{experiment}")),
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
     output:
