@@ -6,6 +6,7 @@ import pytest
 from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
+    reward_onset_note,
     rolling_mean,
     running_max,
     sigmoid,
@@ -26,6 +27,16 @@ def test_steps_to_peak_ratio_hand_computed():
     assert np.isnan(steps_to_peak_ratio(steps, rl, steps, never))
     zeros = np.zeros_like(steps, dtype=float)  # no reward at all: no peak to reach, not "inf x"
     assert np.isnan(steps_to_peak_ratio(steps, zeros, steps, zeros))
+
+
+def test_reward_onset_note_only_when_rl_has_none_and_fst_has_some():
+    steps = np.array([0, 3, 6, 9])
+    zero, some = np.zeros(4), np.array([0.0, 0.0, 0.5, 0.4])
+    assert reward_onset_note(steps, zero, steps, some) == (
+        "RL earned no reward in any evaluation up to step 9; FST did from step 6")
+    assert reward_onset_note(steps, zero, steps, zero) is None  # neither: "no reward" instead
+    assert reward_onset_note(steps, some, steps, zero) is None  # RL has a peak: the ratio applies
+    assert reward_onset_note(steps, some, steps, some) is None
 
 
 def test_sigmoid_formula_by_hand():

@@ -112,6 +112,24 @@ def test_continual_stage_without_reward_is_undetermined(tmp_path):
     assert (tmp_path / "fig6.png").exists()
 
 
+def test_only_fst_earning_reward_is_said_in_the_claims_and_fig2(tmp_path, saved):
+    """The star-graph situation on an efficiency task (config/addition.yaml measured it): RL at 0
+    everywhere, FST rewarded from step 20. RL has no peak, so the ratio and the matched-reward KL
+    stay undetermined, with a note saying what happened instead; the asymptote gap is measured;
+    Fig 2 says the same instead of "FST never reaches RL's peak"."""
+    rows = _rows("efficiency", "rl", "math", [0.0] * 5, kl=[0] * 5)
+    rows += _rows("efficiency", "fst", "math", [0.0, 0.0, 0.7, 0.7, 0.6], kl=[0, .01, .02, .06, .07])
+    eff = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    claims = {r["claim"]: r for r in build_claims({"efficiency": eff})}
+    note = "RL earned no reward in any evaluation up to step 40; FST did from step 20"
+    for claim in ("sample_efficiency_ratio", "kl_reduction_at_matched_reward"):
+        assert claims[claim]["verdict"] == "undetermined" and claims[claim]["note"] == note
+    assert claims["asymptote_gap"]["verdict"] == "reproduced" and claims["asymptote_gap"]["note"] == ""
+    fig2({"efficiency": eff}, tmp_path / "fig2.pdf")
+    texts = [t.get_text() for t in saved[0].axes[0].texts]
+    assert texts == [note.replace("; ", ";\n")]
+
+
 def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
     abl = pl.DataFrame(_rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")).select(CURVE_COLUMNS)
     values = fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")

@@ -32,6 +32,20 @@ def no_reward(*series: Any) -> bool:
     return flat.size == 0 or bool(np.all(flat <= 0))
 
 
+def reward_onset_note(steps_rl: np.ndarray, rl: np.ndarray, steps_fst: np.ndarray,
+                      fst: np.ndarray) -> str | None:
+    """The star-graph situation (Fig 7): RL earned no reward in any evaluation while FST did.
+    RL then has no peak to reach, so the steps-to-peak ratio and the KL at matched reward are
+    undefined; this says what the curves do show instead (FST's first rewarded step, RL's last
+    step without any). None in every other case."""
+    if not no_reward(rl) or no_reward(fst):
+        return None
+    steps_fst, fst = np.asarray(steps_fst, dtype=float), np.asarray(fst, dtype=float)
+    first = steps_fst[np.nonzero(fst > 0)[0][0]]
+    return (f"RL earned no reward in any evaluation up to step {int(np.nanmax(steps_rl))}; "
+            f"FST did from step {int(first)}")
+
+
 def steps_to_peak_ratio(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.ndarray,
                         new: np.ndarray) -> float:
     """How many times fewer steps `new` needs to reach `ref`'s peak (the paper's 3.0× on CodeIO).

@@ -13,6 +13,7 @@ from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
     no_reward,
+    reward_onset_note,
     running_max,
     steps_to_peak_ratio,
 )
@@ -76,7 +77,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                 continue
             ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
-            rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0))
+            onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
+                                      fst["step"].to_numpy(), fst["mean_at_k"].to_numpy()) or ""
+            rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0, note=onset))
             gap = float("nan")
             try:
                 a = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
@@ -87,7 +90,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             rows.append(_row("asymptote_gap", task, gap, runs))
             kl = kl_at_matched_reward(fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                                       rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
-            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs))
+            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset))
     pla = tables.get("plasticity")
     if pla is not None:
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))

@@ -15,7 +15,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from fastslow.analysis import fit_sigmoid, no_reward, rolling_mean, running_max, steps_to_peak_ratio
+from fastslow.analysis import (
+    fit_sigmoid,
+    no_reward,
+    reward_onset_note,
+    rolling_mean,
+    running_max,
+    steps_to_peak_ratio,
+)
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 
@@ -82,10 +89,11 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     tasks = _tasks(df)
     radar = tables.get("radar")
     rows = 2 if radar is not None and radar.height else 1
-    fig = plt.figure(figsize=(3.8 * max(len(tasks), 2), 3.2 * rows))
+    ncols = max(len(tasks), 2 if rows == 2 else 1)  # the radar row needs two columns
+    fig = plt.figure(figsize=(3.8 * max(ncols, 1.5), 3.2 * rows))
     ratios = {}
     for i, task in enumerate(tasks):
-        ax = fig.add_subplot(rows, max(len(tasks), 2), i + 1)
+        ax = fig.add_subplot(rows, ncols, i + 1)
         curves = {}
         for method in ("rl", "fst"):
             c = _curve(df, eval_task=task, method=method)
@@ -99,15 +107,20 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             ratios[task] = ratio
             ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1)
+            onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
+                                      fst["step"].to_numpy(), fst["mean_at_k"].to_numpy())
             if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
                 txt = "no reward for either method (peak 0)"
+            elif onset is not None:  # RL has no peak to reach
+                txt = onset.replace("; ", ";\n")
             else:
                 txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"
-            ax.text(0.02, 0.95, txt, transform=ax.transAxes, va="top", fontsize=8)
+            where = dict(x=0.02, y=0.95, ha="left") if onset is None else dict(x=0.98, y=0.5, ha="right")
+            ax.text(s=txt, transform=ax.transAxes, va="top", fontsize=8, **where)
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
         ax.legend(loc="lower right", fontsize=8)
     if rows == 2:
-        _radars(fig, radar, ncols=max(len(tasks), 2))
+        _radars(fig, radar, ncols=ncols)
     fig.suptitle("Fig 2 — data efficiency: FST vs RL at matched steps")
     _footnote(fig, [df] + ([radar] if rows == 2 else []))
     _save(fig, out)
