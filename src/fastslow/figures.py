@@ -57,7 +57,7 @@ def _save(fig: Any, out: str | Path) -> None:
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     for path in (out, out.with_suffix(".png")):  # atomically: a killed job leaves no half a figure
         with atomic_path(path) as tmp:
-            fig.savefig(tmp)
+            fig.savefig(tmp, bbox_inches="tight")  # a title wider than a one-panel figure: not cut
     _plt().close(fig)
 
 
