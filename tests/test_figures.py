@@ -117,7 +117,7 @@ def test_only_fst_earning_reward_is_said_in_the_claims_and_fig2(tmp_path, saved)
     everywhere, FST rewarded from step 20. RL has no peak, so the ratio and the matched-reward KL
     stay undetermined, with a note saying what happened instead; the asymptote gap is measured;
     Fig 2 says the same instead of "FST never reaches RL's peak"."""
-    rows = _rows("efficiency", "rl", "math", [0.0] * 5, kl=[0] * 5)
+    rows = _rows("efficiency", "rl", "math", [0.0] * 5, kl=[.01, .02, .03, .04, .05])  # non-base start: KL > 0
     rows += _rows("efficiency", "fst", "math", [0.0, 0.0, 0.7, 0.7, 0.6], kl=[0, .01, .02, .06, .07])
     eff = pl.DataFrame(rows).select(CURVE_COLUMNS)
     claims = {r["claim"]: r for r in build_claims({"efficiency": eff})}

@@ -128,3 +128,31 @@ def test_tracking_leaves_the_environment_alone(tmp_path, tracking):
     with job_run(rule="r", wildcards={}, config={}, tracking_json=path, parent="foundation"):
         pass
     assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
+def test_the_workflow_rules_files_one_group_each(tmp_path, monkeypatch):
+    """What rules init_mlflow and init_tracking write (`log_init`): the experiment once, then one
+    file per parent group holding only that group's run, the same run on a second call; a job
+    given another group's file fails in one line naming both."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from fastslow.tracking import log_init
+
+    exp = log_init("logs/init_mlflow.log", experiment="exp", out_json="results/mlflow/experiment.json")
+    first = log_init("logs/foundation.log", experiment_json="results/mlflow/experiment.json",
+                     group="foundation", out_json="results/mlflow/parents/foundation.json")
+    other = log_init("logs/figures.log", experiment_json="results/mlflow/experiment.json",
+                     group="figures", out_json="results/mlflow/parents/figures.json")
+    again = log_init("logs/foundation.log", experiment_json="results/mlflow/experiment.json",
+                     group="foundation", out_json="results/mlflow/parents/foundation2.json")
+    assert first["experiment_id"] == other["experiment_id"] == exp["experiment_id"]
+    assert list(first["parents"]) == ["foundation"] and list(other["parents"]) == ["figures"]
+    assert again["parents"] == first["parents"] != other["parents"]
+    assert "parent run of 'foundation'" in (tmp_path / "logs/foundation.log").read_text()
+    with job_run(rule="r", wildcards={}, config={}, tracking_json="results/mlflow/parents/foundation.json",
+                 parent="foundation"):
+        pass
+    with pytest.raises(ValueError, match="holds the parent runs of \\['figures'\\], not of 'foundation'"), \
+            job_run(rule="r", wildcards={}, config={}, tracking_json="results/mlflow/parents/figures.json",
+                    parent="foundation"):
+        pass

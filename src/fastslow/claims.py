@@ -88,8 +88,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             except ValueError:
                 pass
             rows.append(_row("asymptote_gap", task, gap, runs))
-            kl = kl_at_matched_reward(fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
-                                      rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
+            kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
+                fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
+                rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
             rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset))
     pla = tables.get("plasticity")
     if pla is not None:
