@@ -525,6 +525,7 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
         assert asked == [[[7, 8, 9, 10]]] and trainer.reuse_mismatches == 0
         assert completions == [[11, 12], [13], [14, 15], [104]] and logprobs is None
         assert trainer.reused == {0, 1, 2}
+        assert set(trainer.behaviour) == {0, 2} and trainer.reuse_unweighted == 1  # row 1: no log-probs
     assert trainer.reuse_rows == {}  # consumed: the next generation is TRL's own
     asked.clear()
     trainer._generate_single_turn(prompts, None, {}, 4)

@@ -661,6 +661,10 @@ def run_cycle(
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
                             "generated instead", run_id, cycle, trainer.reuse_mismatches)
                 trainer.reuse_mismatches = 0
+            if trainer.reuse_unweighted:
+                log.warning("slow %s cycle %d: %d reused rollouts came without their sampling log-probs; "
+                            "trained as on-policy", run_id, cycle, trainer.reuse_unweighted)
+                trainer.reuse_unweighted = 0
             for rec in records:
                 rec.update(run=run_id, cycle=cycle, step=global_step,
                            context_hash=hashes[rec["context_id"]])

@@ -170,6 +170,8 @@ def _grpo_trainer_class() -> type:
             self.stash: list[tuple[Any, Any]] = []
             self.reused: set[int] = set()  # rows of the last generation served from `reuse_rows`
             self.reuse_mismatches = 0
+            #: HF path: reused rows without their sampler's per-token log-probs (trained as on-policy)
+            self.reuse_unweighted = 0
             #: HF path: reused row -> the per-token log-probs of the policy that sampled it
             #: (`behaviour_logps`); consumed by `_generate_and_score_completions`
             self.behaviour: dict[int, Sequence[float]] = {}
@@ -218,6 +220,7 @@ def _grpo_trainer_class() -> type:
             if not self.use_vllm:  # TRL's HF path has no sampling log-probs: `behaviour_logps`
                 self.behaviour = {i: r[2] for i, r in hits.items()
                                   if r[2] is not None and len(r[2]) == len(r[1])}
+                self.reuse_unweighted += len(hits) - len(self.behaviour)  # trained as on-policy
             if not hits:
                 return self._generate_rows(prompt_ids, images, multimodal_fields, *args, **kwargs)
             if images or multimodal_fields:
