@@ -212,14 +212,17 @@ def _grpo_trainer_class() -> type:
             if self.use_vllm:
                 self.sync_vllm_weights()
             reuse, self.reuse_rows = self.reuse_rows, {}
+
+            def has_logprobs(r: Any) -> bool:  # one sampling log-prob per completion token
+                return r[2] is not None and len(r[2]) == len(r[1])
+
             hits = {i: r for i, r in reuse.items()
                     if i < len(prompt_ids) and list(prompt_ids[i]) == list(r[0])
-                    and (not self.use_vllm or (r[2] is not None and len(r[2]) == len(r[1])))}
+                    and (not self.use_vllm or has_logprobs(r))}
             self.reuse_mismatches += len(reuse) - len(hits)
             self.reused = set(hits)
             if not self.use_vllm:  # TRL's HF path has no sampling log-probs: `behaviour_logps`
-                self.behaviour = {i: r[2] for i, r in hits.items()
-                                  if r[2] is not None and len(r[2]) == len(r[1])}
+                self.behaviour = {i: r[2] for i, r in hits.items() if has_logprobs(r)}
                 self.reuse_unweighted += len(hits) - len(self.behaviour)  # trained as on-policy
             if not hits:
                 return self._generate_rows(prompt_ids, images, multimodal_fields, *args, **kwargs)
