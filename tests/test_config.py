@@ -333,3 +333,69 @@ def test_reflection_settings_reach_the_reflection_model(monkeypatch):
     proposer = make_proposer(FastConfig(proposer="reflective", reflection=refl), [], lambda _m: None)
     assert proposer.reflector.reflection_prompt_template == "Improve <curr_param> given <side_info>"
     assert proposer.reflector.lm.model == "m"
+
+
+def test_a_task_of_your_own_from_a_file(tmp_path, monkeypatch):
+    """data.files.<name>: the config's task `name` is the user's file, under any data source, and
+    a built-in name it takes is replaced; the experiments and data.tasks accept it."""
+    from fastslow.config import make_task, task_spec
+    from fastslow.experiments import expand
+    from fastslow.tasks.loaders import LocalFileTask
+
+    monkeypatch.chdir(ROOT)
+    cfg = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "own_task.yaml")
+    assert task_spec(cfg, "parity") == ("file", {"path": "config/parity.jsonl", "name": "parity",
+                                                 "scorer": "label", "labels": ["EVEN", "ODD"]})
+    task = make_task(cfg, "parity")
+    assert isinstance(task, LocalFileTask) and task.name == "parity"
+    problem = task.problems("val", 1, seed=0)[0]
+    assert problem.task == "parity" and problem.metadata["split"] == "val"
+    wrong = "ODD" if problem.answer == "EVEN" else "EVEN"
+    assert task.reward(problem, f"<answer>{problem.answer.lower()}</answer>") == 1.0
+    assert task.reward(problem, f"<answer>{wrong}</answer>") == 0.0
+    assert {s.schedule for s in expand(cfg).values()} == {("parity",) * 4}
+    # the same file under a built-in name, with the Hugging Face source: the file wins
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"data": {
+        "source": "hf", "hf_datasets": {"hover": {"path": "hover-nlp/hover"}},
+        "files": {"hover": {"path": "config/parity.jsonl"}}}})
+    assert task_spec(cfg, "hover") == ("file", {"path": "config/parity.jsonl", "name": "hover", "scorer": "exact"})
+
+
+def test_the_shipped_example_file_is_right():
+    """config/parity.jsonl: every answer is its prompt's number's parity, splits 320/40/40."""
+    import re
+
+    from fastslow.tasks.loaders import load_task_file
+
+    task = load_task_file(ROOT / "config" / "parity.jsonl", scorer="label", labels=["EVEN", "ODD"])
+    rows = task.rows()
+    assert {s: len(ps) for s, ps in rows.items()} == {"train": 320, "val": 40, "test": 40}
+    for p in (p for ps in rows.values() for p in ps):
+        n = int(re.search(r"number (\d+) ", p.prompt).group(1))
+        assert p.answer == ("EVEN" if n % 2 == 0 else "ODD"), p.id
+        assert "<answer></answer>" in p.prompt
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"mine": {"path": "nowhere/mine.jsonl"}}, "data.files.mine.path: no such file 'nowhere/mine.jsonl'"),
+    ({"mine": {"path": "config/config.yaml"}}, "data.files.mine.path: expected a .parquet or .jsonl file"),
+    ({"my-task": {"path": "config/parity.jsonl"}}, "data.files: names use letters, digits and '_' only, got 'my-task'"),
+    ({"mine": {"path": "config/parity.jsonl", "labels": ["EVEN", "ODD"]}},
+     "data.files.mine.labels: only for scorer 'label', got scorer 'exact'"),
+    ({"mine": {"path": "config/parity.jsonl", "scorer": "fuzzy"}}, "data.files.mine.scorer: expected one of"),
+    ({"mine": {"file": "config/parity.jsonl"}}, "data.files.mine: unknown key 'file'"),
+])
+def test_a_bad_file_task_is_one_line_naming_the_key(files, expected, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"data": {"files": files}})
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=r"data\.tasks\[0\]: unknown task 'parity'"):
+        load_config(ROOT / "config" / "config.yaml", overrides={"data": {"tasks": ["parity"]}})
+    with pytest.raises(ConfigError, match=r"experiments\.efficiency: unknown task 'parity'"):
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {"efficiency": {"tasks": ["math", "parity"]}}})

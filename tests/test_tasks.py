@@ -486,3 +486,26 @@ def test_codeio_worked_examples_show_question_output_spec_and_input_without_the_
     assert len(demo.render()) <= ed.max_demo_chars and ContextDoc.parse(new.render()) == new
     again = ContextDoc.parse(ed.edit(new.render(), records([source.id])))  # its own problem still fails
     assert again.demos == [] and ed.edits[-1].startswith("drop-demo:")
+
+
+def test_a_label_file_task_scores_against_every_label_before_its_rows_are_read(tmp_path: Path) -> None:
+    """A job judges with a task whose rows it never asked for: the label set still comes from the
+    file, so naming the other label is a wrong answer with feedback listing both (not "must be
+    one of: <the expected label>")."""
+    from fastslow.tasks.loaders import LocalFileTask
+
+    rows = [{"id": i, "prompt": "Claim?", "answer": ["SUPPORTED", "NOT_SUPPORTED"][i % 2]} for i in range(10)]
+    task = LocalFileTask(_jsonl(tmp_path / "claims.jsonl", rows), scorer="label")
+    problem = Problem(id="x", task=task.name, prompt="Claim?", answer="SUPPORTED", metadata={"scorer": "label"})
+    assert task.reward(problem, "<answer>supported</answer>") == 1.0
+    assert task.reward(problem, "<answer>not supported</answer>") == 0.0
+    assert "must be one of: NOT_SUPPORTED, SUPPORTED" in task.feedback(problem, "<answer>maybe</answer>")
+
+
+def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Path) -> None:
+    rows = [{"id": i, "prompt": f"q{i}?", "answer": str(i), "split": "train"} for i in range(6)]
+    path = _jsonl(tmp_path / "train_only.jsonl", rows)
+    with pytest.raises(ValueError) as err:
+        write_splits("file", tmp_path / "out", {"train": 4, "val": 2, "test": 2}, 0, path=path, name="mine")
+    assert "mine: the val split is empty" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

@@ -127,3 +127,33 @@ def test_task_data_is_deterministic(smoke_workdir, tmp_path):
                     "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (smoke_workdir / "results/data/math/val.parquet").read_bytes() == first
+
+
+@pytest.mark.workflow
+def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
+    """config/own_task.yaml (the README's recipe): the task's splits come from the user's file,
+    FST trains and is evaluated on it, and a newer file makes its splits out of date."""
+    overlay = tmp_path / "one_cycle.yaml"
+    overlay.write_text("experiments: {efficiency: {methods: [fst], cycles: 1}}\n")
+    configs = [*SMOKE, "config/own_task.yaml", str(overlay)]
+    out = snakemake("results/tables/curves/efficiency.parquet", "--cores", "2", *configs,
+                    cwd=smoke_workdir, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    source = {r["id"]: r for r in map(json.loads, (smoke_workdir / "config/parity.jsonl").read_text().splitlines())}
+    for split, size in (("train", 16), ("val", 4), ("test", 4)):
+        table = pl.read_parquet(smoke_workdir / f"results/data/parity/{split}.parquet")
+        assert table.height == size
+        assert all(source[i]["split"] == split and source[i]["answer"] == a
+                   for i, a in zip(table["id"], table["answer"], strict=True))
+    curves = pl.read_parquet(smoke_workdir / "results/tables/curves/efficiency.parquet")
+    assert set(curves["eval_task"]) == {"parity"} and set(curves["method"]) == {"fst"}
+    assert sorted(set(curves["step"])) == [0, 2]
+    rollouts = pl.read_parquet(next((smoke_workdir / "results/runs/efficiency/fst").glob("*/cycle0/rollouts.parquet")))
+    assert rollouts.height > 0 and set(rollouts["problem_id"]) <= set(source)
+    # Snakemake (>= 9.18) compares an input's checksum, not only its mtime: change the content
+    with (smoke_workdir / "config/parity.jsonl").open("a") as fh:
+        fh.write(json.dumps({"id": "parity-new", "prompt": "Is the number 7 even or odd? <answer></answer>",
+                             "answer": "ODD", "split": "train"}) + "\n")
+    out = snakemake("-n", "results/tables/curves/efficiency.parquet", *configs, cwd=smoke_workdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rule task_data" in out.stdout and "Updated input files: config/parity.jsonl" in out.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,8 @@ def _expected(error: Any) -> str:
         return f"expected a non-empty string, got {error.instance!r}"
     if kw == "required":
         return f"missing required key; {error.message}"
+    if kw == "pattern" and v == "^[A-Za-z0-9_]+$":
+        return f"names use letters, digits and '_' only, got {error.instance!r}"
     return error.message
 
 
@@ -136,11 +139,23 @@ def _check_semantics(config: dict[str, Any]) -> None:
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
 
+    files = config["data"].get("files", {})
+    for name, entry in files.items():
+        if not Path(entry["path"]).is_file():
+            raise ConfigError(f"config error: data.files.{name}.path: no such file {entry['path']!r} "
+                              f"(relative paths are from the working directory {os.getcwd()})")
+        if Path(entry["path"]).suffix.lower() not in (".parquet", ".jsonl", ".ndjson"):
+            raise ConfigError(f"config error: data.files.{name}.path: expected a .parquet or .jsonl file, "
+                              f"got {entry['path']!r}")
+        if entry.get("labels") and entry.get("scorer", "exact") != "label":
+            raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "
+                              f"got scorer {entry.get('scorer', 'exact')!r}")
     if config["data"]["source"] == "offline":
+        known = (*TASK_NAMES, *files)
         for i, name in enumerate(config["data"]["tasks"]):
-            if name not in TASK_NAMES:
+            if name not in known:
                 raise ConfigError(
-                    f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(TASK_NAMES)}"
+                    f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(known)}"
                 )
     _check_task_options(config["data"]["options"])
     check_experiments(config)
@@ -235,10 +250,15 @@ def model_name(config: Mapping[str, Any]) -> str:
 def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]]:
     """Registry name and options of task `name` under this config's data source.
 
-    Offline: the registered generator itself. `data.source: hf`: the task's Hugging Face
+    A user's file (data.files.<name>, under any data source) first: the `file` loader, named
+    `name`. Offline: the registered generator itself. `data.source: hf`: the task's Hugging Face
     dataset (data.hf_datasets.<name>) through the generic loader; a task without an entry there
     falls back to its offline generator (e.g. physics and stargraph have no paper dataset id).
     """
+    own = config["data"].get("files", {}).get(name)
+    if own:
+        return "file", {"path": own["path"], "name": name, "scorer": own.get("scorer", "exact"),
+                        **({"labels": list(own["labels"])} if own.get("labels") else {})}
     hf = config["data"].get("hf_datasets", {}).get(name)
     if config["data"]["source"] != "hf" or not hf:
         return name, dict(config["data"].get("options", {}).get(name, {}))

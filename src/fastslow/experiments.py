@@ -175,7 +175,7 @@ def check_experiments(config: dict[str, Any]) -> None:
     from fastslow.config import validate_config
     from fastslow.tasks import TASK_NAMES
 
-    known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {}))
+    known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {})) | set(config["data"].get("files", {}))
     for key, run in expand(config).items():
         for task in (*run.schedule, *run.eval_tasks):
             if task not in known:

@@ -21,6 +21,8 @@ rule base_model:
 rule task_data:
     input:
         tracking=ancient(tracking("foundation")),
+        # a user's own task (data.files): a changed file rebuilds its splits
+        own=lambda wc: config["data"]["files"][wc.task]["path"] if wc.task in config["data"]["files"] else [],
     params:
         # a change of the task's generator options makes its splits out of date
         options=lambda wc: config["data"]["options"].get(wc.task, {}),
@@ -29,6 +31,7 @@ rule task_data:
         seed=config["data"]["seed"],
         sizes=config["data"]["sizes"],
         hf_dataset=lambda wc: config["data"]["hf_datasets"].get(wc.task, {}),
+        own=lambda wc: config["data"]["files"].get(wc.task, {}),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:

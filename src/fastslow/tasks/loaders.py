@@ -92,6 +92,8 @@ class TableTask(TaskBase):
             return Judgement(0.0, expected, None, [])
         scorer = str(problem.metadata.get("scorer", self.scorer))
         if scorer == "label":
+            if self.labels is None:
+                self.rows()  # the label set is every answer of the source: a wrong label is a wrong answer
             labels = self.labels or (expected.strip().upper(),)
             got = normalize_label(raw, labels)
             note = [] if got else [f"The answer must be one of: {', '.join(labels)}."]
