@@ -6,6 +6,7 @@ import pytest
 from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
+    noise_bound,
     reward_onset_note,
     rolling_mean,
     running_max,
@@ -71,3 +72,30 @@ def test_kl_at_matched_reward_by_hand():
     fst_kl, fst_r = np.array([0.0, 0.01, 0.03, 0.05]), np.array([0.1, 0.3, 0.5, 0.6])
     rl_kl, rl_r = np.array([0.0, 0.05, 0.10, 0.2]), np.array([0.1, 0.3, 0.5, 0.5])
     assert kl_at_matched_reward(fst_kl, fst_r, rl_kl, rl_r) == pytest.approx(0.7)
+
+
+def test_mean_at_k_standard_error_is_over_problems_and_the_noise_bound_adds_in_quadrature(tmp_path):
+    """Per-problem means 0.5, 0, 1: std (ddof 1) 0.5 over sqrt(3) problems. The curves table reads
+    the summary's value, or, for a summary from before it was recorded, the samples beside it."""
+    import json
+
+    import polars as pl
+
+    from fastslow.curves import _standard_error
+    from fastslow.evaluate import summarize
+
+    rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    rows = [{"problem_id": f"p{i}", "reward": r, "completion_tokens": 3}
+            for i, pair in enumerate(rewards) for r in pair]
+    summary = summarize(rows, k=2)
+    assert summary["mean@2"] == pytest.approx(0.5)
+    assert summary["mean@2_se"] == pytest.approx(0.5 / np.sqrt(3))
+    assert np.isnan(summarize(rows[:2], k=2)["mean@2_se"])  # one problem: unknown
+    assert noise_bound(0.03, 0.04) == pytest.approx(0.1)
+    assert np.isnan(noise_bound(0.03, float("nan")))
+    old = {k: v for k, v in summary.items() if k != "mean@2_se"}
+    (tmp_path / "math.json").write_text(json.dumps(old))
+    assert np.isnan(_standard_error(old, str(tmp_path / "math.json")))
+    pl.DataFrame(rows).write_parquet(tmp_path / "math.samples.parquet")
+    assert _standard_error(old, str(tmp_path / "math.json")) == pytest.approx(0.5 / np.sqrt(3))
+    assert _standard_error(summary, "unused") == summary["mean@2_se"]

@@ -13,13 +13,14 @@ from fastslow.figures import FIGURES, fig2, fig6, fig9, normalised_continual
 
 
 def _rows(experiment, method, task, values, *, variant="default", init="base", train_task=None, kl=None,
-          steps_per_cycle=10, eval_task=None):
+          steps_per_cycle=10, eval_task=None, se=float("nan")):
     rows = []
     for i, v in enumerate(values):
         rows.append({"experiment": experiment, "method": method, "run": f"{experiment}/{method}/{task}-{variant}-s0",
                      "variant": variant, "seed": 0, "init": init, "eval_task": eval_task or task,
                      "train_task": None if i == 0 else (train_task[i - 1] if train_task else task),
-                     "cycle": i - 1, "step": i * steps_per_cycle, "mean_at_k": v, "best_at_k": min(1.0, v + 0.2),
+                     "cycle": i - 1, "step": i * steps_per_cycle, "mean_at_k": v, "mean_at_k_se": se,
+                     "best_at_k": min(1.0, v + 0.2),
                      "k": 4, "kl_to_base": (kl[i] if kl else 0.01 * i), "entropy": 0.5, "cycle_seconds": 10.0,
                      "context_id": "seed"})
     return rows
@@ -416,3 +417,45 @@ def test_fig10_seconds_per_step_with_seeds_and_sparse_evaluation(tmp_path, saved
         rows = [r for r in rows if r["cycle"] in (-1, 1, 3)]
     figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
     assert _bar_heights(saved[0].axes[1]) == {"reuse": pytest.approx(15.0)}  # 30 s per 2-step cycle
+
+
+@pytest.mark.parametrize(("se", "verdict"), [(0.031, "undetermined"), (0.01, "reproduced"),
+                                             (float("nan"), "reproduced")])
+def test_a_gap_within_evaluation_noise_has_no_verdict(se, verdict):
+    """The own-task build's case: RL 0 everywhere, FST right on 1 sample of 32 at the end (mean@4
+    0.031, standard error 0.031 over 8 problems). Its fitted asymptote gap (~+0.03) is within 2
+    standard errors of the final evaluations' difference, so no verdict; with errors 3x smaller
+    it is one; without errors (older curve tables) the rule is not applied."""
+    rows = _rows("efficiency", "rl", "parity", [0.0] * 5, se=0.0 if se == se else se)
+    rows += _rows("efficiency", "fst", "parity", [0.0, 0.0, 0.0, 0.0, 0.03125], se=se)
+    claims = {r["claim"]: r for r in build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})}
+    gap = claims["asymptote_gap"]
+    assert gap["measured"] > 0 and gap["verdict"] == verdict
+    assert ("within evaluation noise" in gap["note"]) == (verdict == "undetermined")
+    if verdict == "undetermined":
+        assert f"({2 * se:.3f})" in gap["note"]
+
+
+def test_a_plasticity_gain_within_evaluation_noise_has_no_verdict():
+    pla = []
+    for init, final, se in (("base", 0.1, 0.05), ("efficiency/rl/math-default-s0", 0.2, 0.05),
+                            ("efficiency/fst/math-default-s0", 0.3, 0.05)):
+        rows = _rows("plasticity", "rl", "hover_hard", [0.0, final], init=init, se=se)
+        pla += [{**r, "run": f"{r['run']}@{init}"} for r in rows]
+    (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
+    # gap 0.1 against 2 * sqrt(0.05² + 0.05²) = 0.141
+    assert gain["measured"] == pytest.approx(0.1) and gain["verdict"] == "undetermined"
+    assert "(0.141)" in gain["note"]
+    pla = [{**r, "mean_at_k_se": 0.02} for r in pla]
+    (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
+    assert gain["verdict"] == "reproduced" and not gain["note"]
+
+
+def test_seeds_average_their_standard_errors_in_quadrature():
+    from fastslow.claims import _curve
+
+    rows = []
+    for seed, se in ((0, 0.03), (1, 0.04)):
+        rows += [{**r, "seed": seed, "run": f"{r['run']}{seed}"} for r in _rows("efficiency", "fst", "math", [0.1], se=se)]
+    curve = _curve(pl.DataFrame(rows).select(CURVE_COLUMNS), method="fst")
+    assert curve["mean_at_k_se"][0] == pytest.approx(0.05 / 2)

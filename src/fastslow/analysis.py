@@ -32,6 +32,14 @@ def no_reward(*series: Any) -> bool:
     return flat.size == 0 or bool(np.all(flat <= 0))
 
 
+def noise_bound(*standard_errors: float, z: float = 2.0) -> float:
+    """z standard errors of a difference of independent estimates (their errors added in
+    quadrature): a measured difference no larger than this is within evaluation noise. NaN when
+    any error is unknown (the rule is then not applied)."""
+    se = np.asarray(standard_errors, dtype=float)
+    return float(z * np.sqrt(np.sum(se ** 2))) if se.size and not np.any(np.isnan(se)) else float("nan")
+
+
 def reward_onset_note(steps_rl: np.ndarray, rl: np.ndarray, steps_fst: np.ndarray,
                       fst: np.ndarray) -> str | None:
     """The star-graph situation (Fig 7): RL earned no reward in any evaluation while FST did.

@@ -1,7 +1,8 @@
 """Evaluation: mean@k and best@k of a (weights, context) pair on a task split.
 
 mean@k = mean over problems of the mean reward of k samples (the paper's validation metric with
-k=4); best@k = mean over problems of the best of k samples (the radars use k=8).
+k=4); best@k = mean over problems of the best of k samples (the radars use k=8); mean@k_se =
+mean@k's standard error over problems (the claims table's noise rule, `fastslow.claims`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ def mean_at_k(rewards: np.ndarray) -> float:
 
 def best_at_k(rewards: np.ndarray) -> float:
     return float(np.mean(np.max(rewards, axis=1))) if rewards.size else float("nan")
+
+
+def mean_at_k_se(rewards: np.ndarray) -> float:
+    """Standard error of mean@k: the standard deviation of the per-problem mean rewards (ddof 1)
+    over the square root of the number of problems. Problems are the unit: a problem's k samples
+    are not independent of each other. NaN for fewer than two problems."""
+    n = rewards.shape[0] if rewards.ndim == 2 else 0
+    return float(np.std(rewards.mean(axis=1), ddof=1) / np.sqrt(n)) if n >= 2 else float("nan")
 
 
 def sample_and_score(generator: Generator, task: Task, problems: Sequence[Problem], context: str,
@@ -63,7 +72,8 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:
     if any(len(v) != k for v in by_problem.values()):
         raise ValueError(f"expected {k} samples per problem, got {sorted({len(v) for v in by_problem.values()})}")
     mat = np.array(list(by_problem.values()), dtype=float).reshape(len(by_problem), k)
-    return {f"mean@{k}": mean_at_k(mat), f"best@{k}": best_at_k(mat), "problems": len(by_problem),
+    return {f"mean@{k}": mean_at_k(mat), f"mean@{k}_se": mean_at_k_se(mat), f"best@{k}": best_at_k(mat),
+            "problems": len(by_problem),
             "k": k, "mean_completion_tokens": float(np.mean([r["completion_tokens"] for r in rows]))}
 
 
