@@ -6,7 +6,7 @@ import pytest
 from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
-    noise_bound,
+    paired_noise_bound,
     reward_onset_note,
     rolling_mean,
     running_max,
@@ -74,14 +74,14 @@ def test_kl_at_matched_reward_by_hand():
     assert kl_at_matched_reward(fst_kl, fst_r, rl_kl, rl_r) == pytest.approx(0.7)
 
 
-def test_mean_at_k_standard_error_is_over_problems_and_the_noise_bound_adds_in_quadrature(tmp_path):
+def test_mean_at_k_standard_error_is_over_problems_and_curves_read_the_per_problem_means(tmp_path):
     """Per-problem means 0.5, 0, 1: std (ddof 1) 0.5 over sqrt(3) problems. The curves table reads
     the summary's value, or, for a summary from before it was recorded, the samples beside it."""
     import json
 
     import polars as pl
 
-    from fastslow.curves import _standard_error
+    from fastslow.curves import _per_problem
     from fastslow.evaluate import summarize
 
     rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
@@ -91,11 +91,21 @@ def test_mean_at_k_standard_error_is_over_problems_and_the_noise_bound_adds_in_q
     assert summary["mean@2"] == pytest.approx(0.5)
     assert summary["mean@2_se"] == pytest.approx(0.5 / np.sqrt(3))
     assert np.isnan(summarize(rows[:2], k=2)["mean@2_se"])  # one problem: unknown
-    assert noise_bound(0.03, 0.04) == pytest.approx(0.1)
-    assert np.isnan(noise_bound(0.03, float("nan")))
     old = {k: v for k, v in summary.items() if k != "mean@2_se"}
     (tmp_path / "math.json").write_text(json.dumps(old))
-    assert np.isnan(_standard_error(old, str(tmp_path / "math.json")))
+    none = _per_problem(old, str(tmp_path / "math.json"))
+    assert np.isnan(none["mean_at_k_se"]) and none["problem_ids"] is None
     pl.DataFrame(rows).write_parquet(tmp_path / "math.samples.parquet")
-    assert _standard_error(old, str(tmp_path / "math.json")) == pytest.approx(0.5 / np.sqrt(3))
-    assert _standard_error(summary, "unused") == summary["mean@2_se"]
+    got = _per_problem(old, str(tmp_path / "math.json"))
+    assert got["mean_at_k_se"] == pytest.approx(0.5 / np.sqrt(3))
+    assert got["problem_ids"] == ["p0", "p1", "p2"] and got["problem_means"] == [0.5, 0.0, 1.0]
+    assert _per_problem(summary, str(tmp_path / "math.json"))["mean_at_k_se"] == summary["mean@2_se"]
+
+
+def test_the_paired_noise_bound_is_over_common_problems():
+    a = {"p0": 0.0, "p1": 0.5, "p2": 1.0, "p3": 0.25}
+    b = {"p0": 0.25, "p1": 0.5, "p2": 1.0, "p9": 1.0}  # p3 / p9 unpaired: left out
+    d = np.array([0.25, 0.0, 0.0])
+    assert paired_noise_bound(a, b) == pytest.approx(2 * d.std(ddof=1) / np.sqrt(3))
+    assert paired_noise_bound({k: v + 0.1 for k, v in a.items()}, {k: v + 0.3 for k, v in a.items()}) == pytest.approx(0.0)
+    assert np.isnan(paired_noise_bound({"p0": 0.0}, {"p0": 1.0}))

@@ -378,7 +378,7 @@ def test_the_shipped_example_file_is_right():
 
 @pytest.mark.parametrize(("files", "expected"), [
     ({"mine": {"path": "nowhere/mine.jsonl"}}, "data.files.mine.path: no such file 'nowhere/mine.jsonl'"),
-    ({"mine": {"path": "config/config.yaml"}}, "data.files.mine.path: expected a .parquet or .jsonl file"),
+    ({"mine": {"path": "config/config.yaml"}}, "data.files.mine.path: expected a .parquet, .jsonl or .ndjson file"),
     ({"my-task": {"path": "config/parity.jsonl"}}, "data.files: names use letters, digits and '_' only, got 'my-task'"),
     ({"mine": {"path": "config/parity.jsonl", "labels": ["EVEN", "ODD"]}},
      "data.files.mine.labels: only for scorer 'label', got scorer 'exact'"),

@@ -443,6 +443,14 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="missing column"):
         HFDatasetTask("parquet", data_files={"train": str(tmp_path / "hover.parquet")},
                       cache_dir=str(tmp_path / "cache")).problems("train", 1, seed=0)
+    # paper.yaml's map names only train (and val): the splits it leaves out are carved from the
+    # source split train reads, disjointly, instead of being written empty
+    mapped = get_task("hf", dataset="parquet", data_files={"train": str(tmp_path / "hover.parquet")},
+                      columns={"prompt": "claim", "answer": "label"}, id_column="uid", scorer="label",
+                      split_map={"train": "train"}, cache_dir=str(tmp_path / "cache"), name="hover_mapped")
+    parts = {s: {q.id for q in mapped.problems(s, 100, seed=0)} for s in SPLITS}
+    assert all(parts.values()) and sum(map(len, parts.values())) == 40
+    assert not (parts["train"] & parts["val"]) and not (parts["val"] & parts["test"])
 
 
 def test_codeio_worked_examples_show_question_output_spec_and_input_without_the_program(codeio_dir: Path) -> None:
@@ -500,6 +508,31 @@ def test_a_label_file_task_scores_against_every_label_before_its_rows_are_read(t
     assert task.reward(problem, "<answer>supported</answer>") == 1.0
     assert task.reward(problem, "<answer>not supported</answer>") == 0.0
     assert "must be one of: NOT_SUPPORTED, SUPPORTED" in task.feedback(problem, "<answer>maybe</answer>")
+
+
+def test_labels_with_spaces_or_hyphens_score_and_problems_carry_their_label_set(tmp_path: Path) -> None:
+    """A file's answers "Supported" / "Not supported": the right answer scores 1 however it is
+    spelled, the other label 0; each problem carries the label set into the split files, so a
+    job judges it without the source; an answer outside given labels stops in one line."""
+    rows = [{"id": i, "prompt": "Claim?", "answer": ["Supported", "Not supported"][i % 2]} for i in range(30)]
+    path = _jsonl(tmp_path / "claims.jsonl", rows)
+    task = load_task_file(path, scorer="label")
+    assert task.labels == ("NOT_SUPPORTED", "SUPPORTED")
+    (p,) = [q for q in task.problems("train", 30, seed=0) if q.answer == "Not supported"][:1]
+    assert p.metadata["labels"] == ["NOT_SUPPORTED", "SUPPORTED"]
+    for given in ("Not supported", "not-supported", "NOT_SUPPORTED"):
+        assert task.reward(p, f"<answer>{given}</answer>") == 1.0
+    assert task.reward(p, "<answer>Supported</answer>") == 0.0
+    write_problems([p], tmp_path / "split.parquet")
+    (back,) = load_problems(tmp_path / "split.parquet")
+    path.unlink()  # the judging job has only the split file
+    fresh = get_task("file", path=path, scorer="label", name=task.name)
+    assert fresh.reward(back, "<answer>not supported</answer>") == 1.0
+    assert "must be one of: NOT_SUPPORTED, SUPPORTED" in fresh.feedback(back, "<answer>maybe</answer>")
+    labelled = _jsonl(tmp_path / "three.jsonl", rows + [{"id": 99, "prompt": "Claim?", "answer": "Unclear"}])
+    with pytest.raises(ValueError) as err:
+        load_task_file(labelled, scorer="label", labels=["SUPPORTED", "NOT-SUPPORTED"])
+    assert "problem 99: answer 'Unclear' is not one of the labels SUPPORTED, NOT_SUPPORTED" in str(err.value)
 
 
 def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -150,10 +151,14 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
     assert sorted(set(curves["step"])) == [0, 2]
     rollouts = pl.read_parquet(next((smoke_workdir / "results/runs/efficiency/fst").glob("*/cycle0/rollouts.parquet")))
     assert rollouts.height > 0 and set(rollouts["problem_id"]) <= set(source)
-    # Snakemake (>= 9.18) compares an input's checksum, not only its mtime: change the content
+    # the file's content, not its mtime, says when its splits are out of date
+    own = smoke_workdir / "config/parity.jsonl"
+    os.utime(own, (own.stat().st_atime + 3600, own.stat().st_mtime + 3600 * 24 * 365))
+    out = snakemake("-n", "results/tables/curves/efficiency.parquet", *configs, cwd=smoke_workdir)
+    assert out.returncode == 0 and "Nothing to be done" in out.stdout, out.stdout[-3000:]
     with (smoke_workdir / "config/parity.jsonl").open("a") as fh:
         fh.write(json.dumps({"id": "parity-new", "prompt": "Is the number 7 even or odd? <answer></answer>",
                              "answer": "ODD", "split": "train"}) + "\n")
     out = snakemake("-n", "results/tables/curves/efficiency.parquet", *configs, cwd=smoke_workdir)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "rule task_data" in out.stdout and "Updated input files: config/parity.jsonl" in out.stdout
+    assert "rule task_data" in out.stdout and "sha256" in out.stdout

@@ -6,6 +6,7 @@ All functions are pure (NumPy in, numbers out) and unit-tested against hand-comp
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +33,16 @@ def no_reward(*series: Any) -> bool:
     return flat.size == 0 or bool(np.all(flat <= 0))
 
 
-def noise_bound(*standard_errors: float, z: float = 2.0) -> float:
-    """z standard errors of a difference of independent estimates (their errors added in
-    quadrature): a measured difference no larger than this is within evaluation noise. NaN when
-    any error is unknown (the rule is then not applied)."""
-    se = np.asarray(standard_errors, dtype=float)
-    return float(z * np.sqrt(np.sum(se ** 2))) if se.size and not np.any(np.isnan(se)) else float("nan")
+def paired_noise_bound(a: Mapping[str, float], b: Mapping[str, float], z: float = 2.0) -> float:
+    """z standard errors of the difference of two evaluations on the same problems: `a` and `b`
+    map problem id -> mean reward; the standard error is the spread (ddof 1) of the per-problem
+    differences over the square root of their number (problems are the unit, and pairing removes
+    what the two share: which problems are hard). NaN with fewer than two common problems."""
+    common = sorted(a.keys() & b.keys())
+    if len(common) < 2:
+        return float("nan")
+    d = np.array([b[i] - a[i] for i in common], dtype=float)
+    return float(z * np.std(d, ddof=1) / np.sqrt(len(d)))
 
 
 def reward_onset_note(steps_rl: np.ndarray, rl: np.ndarray, steps_fst: np.ndarray,

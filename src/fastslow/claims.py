@@ -1,11 +1,14 @@
 """The paper's headline claims, measured on our curves, side by side with the paper's numbers.
 
 A verdict needs the difference to stand out of evaluation noise: the asymptote gap and the
-plasticity gain are "undetermined" (with a note giving both numbers) when their magnitude is
-at most two standard errors of the difference of the two final evaluations (each one's mean@k
-standard error over problems, `fastslow.evaluate.mean_at_k_se`, added in quadrature; seeds
-averaged). A toy run where one sample of 32 is right is not a reproduction. The step ratio and
-the KL reduction have no such rule: they are read off the curves' shapes, not one difference.
+plasticity gain are "undetermined" (with a note giving both numbers) when the two methods'
+final evaluations differ by at most two standard errors of their paired difference: per val
+problem, the difference of the two mean rewards (each averaged over seeds: every run is scored
+on the same problems), its spread over the square root of the number of problems
+(`fastslow.analysis.paired_noise_bound`). A toy run where one sample of 32 is right is not a
+reproduction. The rule needs the curves' per-problem means (`problem_ids`, `problem_means`);
+without them it is not applied. The step ratio and the KL reduction have no such rule: they are
+read off the curves' shapes.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
     no_reward,
-    noise_bound,
+    paired_noise_bound,
     reward_onset_note,
     running_max,
     steps_to_peak_ratio,
@@ -44,28 +47,33 @@ CLAIM_TEXT = {
 
 
 def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """Mean@k, its standard error and KL by step, averaged over the matching runs (seeds)."""
+    """Mean@k and KL by step, averaged over the matching runs (seeds)."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
-    return df.group_by("step").agg(pl.col("mean_at_k").mean(), _mean_se(df),
-                                   pl.col("kl_to_base").mean()).sort("step")
+    return df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
 
 
-def _mean_se(df: pl.DataFrame) -> pl.Expr:
-    """The standard error of a mean of independent evaluations: sqrt(sum se²) / n (NaN when any
-    is unknown, or for curve tables without the column)."""
-    if "mean_at_k_se" not in df.columns:
-        return pl.lit(float("nan")).alias("mean_at_k_se")
-    se = pl.col("mean_at_k_se").cast(pl.Float64).fill_null(float("nan"))
-    return ((se ** 2).sum().sqrt() / pl.len()).alias("mean_at_k_se")
+def _final_problems(df: pl.DataFrame, **where: Any) -> dict[str, float]:
+    """Problem id -> mean reward at each matching run's last evaluation, averaged over the runs
+    (seeds); {} when a run has no per-problem means (curve tables from before they were kept)."""
+    for k, v in where.items():
+        df = df.filter(pl.col(k) == v)
+    if "problem_ids" not in df.columns or not df.height:
+        return {}
+    last = df.filter(pl.col("step") == pl.col("step").max().over("run"))
+    if last["problem_ids"].null_count():
+        return {}
+    per = (last.select("problem_ids", "problem_means").explode(["problem_ids", "problem_means"])
+           .group_by("problem_ids").agg(pl.col("problem_means").mean()))
+    return dict(zip(per["problem_ids"].to_list(), per["problem_means"].to_list(), strict=True))
 
 
-def _within_noise(measured: float, noise: float) -> str:
-    """The note of a difference too small to judge, or ""."""
-    if math.isnan(measured) or math.isnan(noise) or abs(measured) > noise:
+def _noise_note(observed: float, bound: float) -> str:
+    """The note of final evaluations too close to judge, or ""."""
+    if math.isnan(observed) or math.isnan(bound) or abs(observed) > bound:
         return ""
-    return (f"within evaluation noise: |{measured:+.3f}| is at most 2 standard errors of the final "
-            f"evaluations' difference ({noise:.3f})")
+    return (f"within evaluation noise: the final evaluations differ by {observed:+.3f}, at most 2 standard "
+            f"errors of their paired difference ({bound:.3f})")
 
 
 def _runs(df: pl.DataFrame, **where: Any) -> str:
@@ -79,11 +87,11 @@ NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to 
 
 
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
-         strict: bool = True, note: str = "", noise: float = float("nan")) -> dict[str, Any]:
+         strict: bool = True, note: str = "", noise: str = "") -> dict[str, Any]:
+    """One claim's row; a `noise` note (`_noise_note`) withholds the verdict."""
     paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
-    quiet = _within_noise(measured, noise)
-    note = "; ".join(n for n in (note, quiet) if n)
-    if math.isnan(measured) or quiet:
+    note = "; ".join(n for n in (note, noise) if n)
+    if math.isnan(measured) or noise:
         verdict = "undetermined"
     else:
         ok = measured > threshold if strict else measured >= threshold
@@ -117,8 +125,10 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                 gap = a["fst"] - a["rl"]
             except ValueError:
                 pass
-            rows.append(_row("asymptote_gap", task, gap, runs,
-                             noise=noise_bound(rl["mean_at_k_se"][-1], fst["mean_at_k_se"][-1])))
+            final = float(fst["mean_at_k"][-1] - rl["mean_at_k"][-1])
+            bound = paired_noise_bound(_final_problems(eff, eval_task=task, method="rl"),
+                                       _final_problems(eff, eval_task=task, method="fst"))
+            rows.append(_row("asymptote_gap", task, gap, runs, noise=_noise_note(final, bound)))
             kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
@@ -128,21 +138,24 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))
         by_init = {i: float(final.filter(pl.col("init") == i)["mean_at_k"].mean())
                    for i in final["init"].unique().to_list()}
-        se_init = {i: float(final.filter(pl.col("init") == i).select(_mean_se(final)).item())
-                   for i in by_init}
         sources = {i.split("/")[2].split("-")[0] for i in by_init if i != "base"}
         for src in sorted(sources):
             inits = [i for i in by_init if i != "base" and i.split("/")[2].startswith(src + "-")]
-            get = {i.split("/")[1]: by_init[i] for i in inits}
+            by_method: dict[str, list[str]] = {}  # several of efficiency's seeds: all of them
+            for i in inits:
+                by_method.setdefault(i.split("/")[1], []).append(i)
+            get = {m: float(np.mean([by_init[i] for i in found])) for m, found in by_method.items()}
             if {"rl", "fst"} <= get.keys():
                 runs = ";".join(sorted(pla["run"].unique().to_list()))
                 task = f"{src}→{pla['eval_task'][0]}"
                 if no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
                     rows.append(_row("plasticity_gain", task, float("nan"), runs, note=NO_REWARD))
                 else:
-                    se = {i.split("/")[1]: se_init[i] for i in inits}
-                    rows.append(_row("plasticity_gain", task, get["fst"] - get["rl"], runs,
-                                     noise=noise_bound(se["fst"], se["rl"])))
+                    probs = {m: _final_problems(pla.filter(pl.col("init").is_in(found)))
+                             for m, found in by_method.items()}
+                    gain = get["fst"] - get["rl"]
+                    rows.append(_row("plasticity_gain", task, gain, runs,
+                                     noise=_noise_note(gain, paired_noise_bound(probs["rl"], probs["fst"]))))
     con = tables.get("continual")
     if con is not None:
         from fastslow.figures import normalised_continual

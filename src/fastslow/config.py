@@ -145,7 +145,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: data.files.{name}.path: no such file {entry['path']!r} "
                               f"(relative paths are from the working directory {os.getcwd()})")
         if Path(entry["path"]).suffix.lower() not in (".parquet", ".jsonl", ".ndjson"):
-            raise ConfigError(f"config error: data.files.{name}.path: expected a .parquet or .jsonl file, "
+            raise ConfigError(f"config error: data.files.{name}.path: expected a .parquet, .jsonl or .ndjson file, "
                               f"got {entry['path']!r}")
         if entry.get("labels") and entry.get("scorer", "exact") != "label":
             raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "
@@ -268,6 +268,32 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
         if ours in hf:
             opts[theirs] = hf[ours]
     return "hf", opts
+
+
+def own_task_params(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The `task_data` params of a user's file task: its data.files entry and the file's sha256
+    (a changed file makes its splits out of date, whatever its size or mtime); {} for others."""
+    own = config["data"].get("files", {}).get(name)
+    if not own:
+        return {}
+    return {**own, "sha256": file_sha256(own["path"])}
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks; cached per (path, size, mtime)."""
+    st = Path(path).stat()
+    return _sha256(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def sample_dtype(config: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
-                 "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "kl_to_base", "entropy",
+                 "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids", "problem_means", "kl_to_base", "entropy",
                  "cycle_seconds", "context_id")
 
 
@@ -41,28 +41,33 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
                     "cycle": cycle, "step": (cycle + 1) * steps,
                     "mean_at_k": float(ev[f"mean@{k}"]), "best_at_k": float(ev[f"best@{k}"]), "k": k,
-                    "mean_at_k_se": _standard_error(ev, eval_point_file(spec, point, task, results)),
+                    **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": float(ev.get("kl_to_base", float("nan"))), "entropy": float(ev.get("entropy", float("nan"))),
                     "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
                 })
     return rows
 
 
-def _standard_error(summary: dict[str, Any], summary_file: str) -> float:
-    """mean@k's standard error over problems: the summary's, or, for a summary written before
-    evaluations recorded it, computed from the per-sample rewards the same job wrote beside it
-    (`<task>.samples.parquet`); NaN when neither exists."""
-    k = int(summary["k"])
-    if f"mean@{k}_se" in summary:
-        return float(summary[f"mean@{k}_se"])
-    samples = Path(summary_file).with_suffix(".samples.parquet")
-    if not samples.exists():
-        return float("nan")
+
+def _per_problem(summary: dict[str, Any], summary_file: str) -> dict[str, Any]:
+    """The point's per-problem mean rewards (ids sorted; from the samples the evaluation job
+    wrote beside its summary, None where there are none) and mean@k's standard error over
+    problems (the summary's; computed from those means for a summary written before
+    evaluations recorded it; NaN when neither exists)."""
     import numpy as np
     import polars as pl
 
     from fastslow.evaluate import mean_at_k_se
+    from fastslow.layout import samples_file
 
-    per_problem = pl.read_parquet(samples, columns=["problem_id", "reward"]).group_by("problem_id").agg(
-        pl.col("reward").mean())
-    return mean_at_k_se(np.asarray(per_problem["reward"], dtype=float).reshape(-1, 1))
+    k = int(summary["k"])
+    ids = means = None
+    samples = Path(samples_file(summary_file))
+    if samples.exists():
+        per = (pl.read_parquet(samples, columns=["problem_id", "reward"]).group_by("problem_id")
+               .agg(pl.col("reward").mean()).sort("problem_id"))
+        ids, means = per["problem_id"].to_list(), per["reward"].to_list()
+    se = summary.get(f"mean@{k}_se")
+    if se is None:
+        se = mean_at_k_se(np.asarray(means, dtype=float).reshape(-1, 1)) if means else float("nan")
+    return {"mean_at_k_se": float(se), "problem_ids": ids, "problem_means": means}

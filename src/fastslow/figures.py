@@ -65,8 +65,9 @@ def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
     """Rows matching `where`, averaged over seeds per step (sorted by step)."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
+    extra = [pl.col("mean_at_k_se").mean()] if "mean_at_k_se" in df.columns else []
     return (df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
-                                    pl.col("kl_to_base").mean(), pl.col("entropy").mean())
+                                    pl.col("kl_to_base").mean(), pl.col("entropy").mean(), *extra)
             .sort("step"))
 
 
@@ -162,6 +163,10 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
             r0 = float(y[0]) if r0 is None else r0
             ax.scatter(x, y, color=COLORS[method], s=12, label=f"{LABELS[method]} (val)")
+            se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
+            if np.isfinite(se).any():  # each evaluation's standard error over its problems
+                ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
+                            ecolor=COLORS[method], elinewidth=0.8, capsize=2, alpha=0.7)
             try:
                 fit = fit_sigmoid(x, y, r0=float(y[0]))
             except ValueError:
@@ -176,7 +181,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
-    _footnote(fig, [df], "Solid: fit window; dotted: extrapolation.")
+    _footnote(fig, [df], "Solid: fit window; dotted: extrapolation; bars: ±1 standard error over val problems.")
     _save(fig, out)
     return fits
 

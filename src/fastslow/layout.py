@@ -57,6 +57,11 @@ def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: st
             for t in s.eval_tasks if tasks is None or t in tasks for p in eval_points(s)]
 
 
+def samples_file(eval_file: str) -> str:
+    """The per-sample rewards the evaluation job of `eval_file` wrote beside its summary."""
+    return eval_file.removesuffix(".json") + ".samples.parquet"
+
+
 def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
                            tasks: Collection[str] | None = None) -> list[str]:
     """The cycle files of `experiment`'s runs (of those evaluated on one of `tasks`, if given)."""

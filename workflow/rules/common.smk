@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from fastslow.config import ConfigError, job_params, model_name, validate_config
+from fastslow.config import ConfigError, job_params, model_name, own_task_params, validate_config
 from fastslow import layout
 from fastslow.experiments import expand as expand_runs
 from fastslow.layout import FIGURE_EXPERIMENTS

@@ -21,17 +21,18 @@ rule base_model:
 rule task_data:
     input:
         tracking=ancient(tracking("foundation")),
-        # a user's own task (data.files): a changed file rebuilds its splits
-        own=lambda wc: config["data"]["files"][wc.task]["path"] if wc.task in config["data"]["files"] else [],
+        # a user's own task (data.files): its content (the sha256 in params), not its mtime, says
+        # when the splits are out of date (Snakemake checksums only inputs under 1 MB)
+        own=lambda wc: ancient(config["data"]["files"][wc.task]["path"]) if wc.task in config["data"]["files"] else [],
     params:
         # a change of the task's generator options makes its splits out of date
         options=lambda wc: config["data"]["options"].get(wc.task, {}),
         # and so does any other setting the splits are made from
-        source=config["data"]["source"],
+        source=lambda wc: None if wc.task in config["data"]["files"] else config["data"]["source"],
         seed=config["data"]["seed"],
         sizes=config["data"]["sizes"],
         hf_dataset=lambda wc: config["data"]["hf_datasets"].get(wc.task, {}),
-        own=lambda wc: config["data"]["files"].get(wc.task, {}),
+        own=lambda wc: own_task_params(config, wc.task),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:

@@ -102,6 +102,7 @@ rule curves:
     input:
         tracking=ancient(tracking("{experiment}")),
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment),
+        samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment)],
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment),
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.parquet",
@@ -119,6 +120,7 @@ rule curves_on_tasks:
     input:
         tracking=ancient(tracking("{experiment}")),
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
+        samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+"))],
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.parquet",

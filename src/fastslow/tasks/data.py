@@ -62,8 +62,9 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     result = many(dict(sizes), seed) if many else {s: task.problems(s, n, seed) for s, n in sizes.items()}
     for split, n in sizes.items():
         if n > 0 and not result[split]:
-            raise ValueError(f"{getattr(task, 'name', task_name)}: the {split} split is empty (a file task needs rows for every "
-                             f"split: a 'split' column, or enough rows for the id-hash partition)")
+            raise ValueError(f"{getattr(task, 'name', task_name)}: the {split} split is empty (its source gives "
+                             f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
+                             f"or too few rows for the id-hash partition)")
     seen_ids: dict[str, str] = {}
     seen_content: dict[str, str] = {}
     for split, problems in result.items():

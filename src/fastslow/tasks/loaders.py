@@ -21,6 +21,7 @@ import json
 import random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from fastslow.tasks.base import ANSWER_FORMAT, SPLITS, Judgement, Problem, TaskB
 from fastslow.tasks.generated import SPLIT_FRACTIONS, split_of, stable_int
 from fastslow.tasks.scoring import (
     extract_number,
+    label_form,
     normalize_label,
     normalize_text,
     numbers_close,
@@ -60,7 +62,7 @@ class TableTask(TaskBase):
         if scorer not in SCORERS:
             raise ValueError(f"{name}: unknown scorer {scorer!r}; expected one of {', '.join(SCORERS)}")
         self.name, self.scorer = name, scorer
-        self.labels = tuple(str(lab).strip().upper().replace(" ", "_") for lab in labels) if labels else None
+        self.labels = tuple(label_form(lab) for lab in labels) if labels else None
         self._rows: dict[str, list[Problem]] | None = None
 
     def load_rows(self) -> dict[str, list[Problem]]:  # pragma: no cover - abstract
@@ -69,9 +71,19 @@ class TableTask(TaskBase):
 
     def rows(self) -> dict[str, list[Problem]]:
         if self._rows is None:
-            self._rows = self.load_rows()
-            if self.scorer == "label" and self.labels is None:
-                self.labels = tuple(sorted({p.answer.strip().upper() for ps in self._rows.values() for p in ps}))
+            rows = self.load_rows()
+            if self.scorer == "label":
+                answers = {label_form(p.answer): p for ps in rows.values() for p in ps}
+                if self.labels is None:
+                    self.labels = tuple(sorted(answers))
+                stray = [a for a in answers if a not in self.labels]
+                if stray:
+                    raise ValueError(f"{self.name}: problem {answers[stray[0]].id}: answer {answers[stray[0]].answer!r} "
+                                     f"is not one of the labels {', '.join(self.labels)}")
+                # every problem carries the label set, so a job judging it needs no source
+                rows = {split: [replace(p, metadata={**p.metadata, "labels": list(self.labels)}) for p in ps]
+                        for split, ps in rows.items()}
+            self._rows = rows
         return self._rows
 
     def problems(self, split: str, n: int, seed: int) -> list[Problem]:
@@ -92,12 +104,14 @@ class TableTask(TaskBase):
             return Judgement(0.0, expected, None, [])
         scorer = str(problem.metadata.get("scorer", self.scorer))
         if scorer == "label":
-            if self.labels is None:
-                self.rows()  # the label set is every answer of the source: a wrong label is a wrong answer
-            labels = self.labels or (expected.strip().upper(),)
+            labels = problem.metadata.get("labels") or self.labels
+            if not labels:  # splits written before problems carried their label set
+                self.rows()
+                labels = self.labels
+            labels = tuple(labels)
             got = normalize_label(raw, labels)
             note = [] if got else [f"The answer must be one of: {', '.join(labels)}."]
-            return Judgement(float(got == expected.strip().upper()), expected, raw, note)
+            return Judgement(float(got == label_form(expected)), expected, raw, note)
         if scorer == "numeric" and parse_number(expected) is not None:
             got, how = extract_number(raw)
             if got is None:
@@ -252,7 +266,10 @@ class HFDatasetTask(TableTask):
         self.cache_dir = cache_dir
         self.columns = {"prompt": "prompt", "answer": "answer", **dict(columns or {})}
         self.id_column, self.filters = id_column, dict(filters or {})
-        self.split_map = dict(split_map or {s: "train" for s in SPLITS})
+        # our splits the map leaves out are carved from the source split our train split reads
+        # (hash partition of the row ids, `_share`), so every split has rows
+        given = dict(split_map or {})
+        self.split_map = {s: given.get(s, given.get("train", "train")) for s in SPLITS}
         self.prompt_template = prompt_template
         if "{prompt}" not in prompt_template:
             raise ValueError(f"{self.name}: prompt_template must contain '{{prompt}}'")

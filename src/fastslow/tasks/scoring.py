@@ -148,6 +148,13 @@ def format_number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def label_form(text: str) -> str:
+    """A label's canonical spelling: upper case, runs of spaces and hyphens as one '_'
+    ("Not supported", "not-supported" -> NOT_SUPPORTED). Labels, expected answers and given
+    answers are all compared in this form."""
+    return re.sub(r"[\s\-]+", "_", str(text).strip().upper())
+
+
 def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """Which of `labels` (upper-case, underscores) the text names; None if none or several.
 
@@ -156,8 +163,7 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    s = re.sub(r"[\s\-]+", "_", text.strip().upper()[:2000])
-    s = s.strip("_.*`'\"!:;()[]{}")
+    s = label_form(text[:2000]).strip("_.*`'\"!:;()[]{}")
     if s in labels:
         return s
     found = {lab for lab in labels if re.search(rf"(?<![A-Z0-9_]){re.escape(lab)}(?![A-Z0-9_])", s)}
