@@ -399,3 +399,12 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
     with pytest.raises(ConfigError, match=r"experiments\.efficiency: unknown task 'parity'"):
         load_config(ROOT / "config" / "config.yaml",
                     overrides={"experiments": {"efficiency": {"tasks": ["math", "parity"]}}})
+
+
+@pytest.mark.parametrize("name", ["foundation", "figures"])
+def test_an_experiment_cannot_take_a_parent_group_of_the_workflows_own_jobs(name):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {name: {"tasks": ["math"], "methods": ["rl"], "cycles": 1}}})
+    assert f"experiments.{name}: {name!r} is the MLflow parent group" in str(info.value)
+    assert "\n" not in str(info.value)

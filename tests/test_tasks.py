@@ -542,3 +542,13 @@ def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Pa
         write_splits("file", tmp_path / "out", {"train": 4, "val": 2, "test": 2}, 0, path=path, name="mine")
     assert "mine: the val split is empty" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_duplicate_row_of_a_file_task_is_named_with_its_twin(tmp_path: Path) -> None:
+    rows = [{"id": f"q{i}", "prompt": f"q{i}?", "answer": str(i), "split": SPLITS[i % 3]} for i in range(9)]
+    rows.append({"id": "q9", "prompt": "q0?", "answer": "0", "split": "train"})
+    with pytest.raises(RuntimeError) as err:
+        write_splits("file", tmp_path / "out", {"train": 4, "val": 3, "test": 3}, 0,
+                     path=_jsonl(tmp_path / "dup.jsonl", rows), name="mine")
+    assert "mine: problems q0 (train) and q9 (train) have the same prompt and answer" in str(err.value)
+    assert "\n" not in str(err.value)

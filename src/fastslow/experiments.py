@@ -115,6 +115,10 @@ def _share(spec: RunSpec, runs: dict[str, RunSpec], config: dict[str, Any]) -> R
     return spec
 
 
+#: MLflow parent groups of jobs outside any experiment (workflow/rules: `tracking(...)`).
+RESERVED_GROUPS = ("foundation", "figures")
+
+
 def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
     """All runs of all experiments, keyed by `RunSpec.key`. Validates as it goes. A run identical
     to an earlier experiment's run is marked `shared` with it (see the module docstring)."""
@@ -125,6 +129,10 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
         where = f"experiments.{exp_name}"
         if not _SAFE.match(exp_name):
             raise _err(f"{where}: experiment names use letters, digits and '_' only")
+        if exp_name in RESERVED_GROUPS:
+            raise _err(f"{where}: {exp_name!r} is the MLflow parent group of the workflow's own "
+                       f"{'base model, data and base evaluation' if exp_name == 'foundation' else 'figure and table'} "
+                       f"jobs; name the experiment differently")
         seq = exp.get("sequence")
         if seq is not None and not seq:
             raise _err(f"{where}.sequence: expected a non-empty list of tasks, got []")

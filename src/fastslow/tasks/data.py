@@ -66,14 +66,18 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                              f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
                              f"or too few rows for the id-hash partition)")
     seen_ids: dict[str, str] = {}
-    seen_content: dict[str, str] = {}
+    seen_content: dict[str, tuple[str, str]] = {}
+    name = getattr(task, "name", task_name)
     for split, problems in result.items():
         for p in problems:
             digest = content_digest(p.prompt, p.answer)
-            other = seen_ids.get(p.id) or seen_content.get(digest)
-            if other is not None:
-                raise RuntimeError(f"{task_name}: problem {p.id} appears in {other} and {split}")
-            seen_ids[p.id] = seen_content[digest] = split
+            if p.id in seen_ids:
+                raise RuntimeError(f"{name}: problem {p.id} appears in {seen_ids[p.id]} and {split}")
+            if digest in seen_content:
+                first, where = seen_content[digest]
+                raise RuntimeError(f"{name}: problems {first} ({where}) and {p.id} ({split}) have the same "
+                                   f"prompt and answer: drop one (a duplicate would be trained and evaluated on twice)")
+            seen_ids[p.id], seen_content[digest] = split, (p.id, split)
     out = Path(out_dir)
     return {split: write_problems(result[split], out / f"{split}.parquet") for split in sizes}
 
