@@ -46,18 +46,22 @@ CLAIM_TEXT = {
 }
 
 
-def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """Mean@k and KL by step, averaged over the matching runs (seeds)."""
+def _where(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    """The rows whose columns equal `where`'s values."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
-    return df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
+    return df
+
+
+def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    """Mean@k and KL by step, averaged over the matching runs (seeds)."""
+    return _where(df, **where).group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
 
 
 def _final_problems(df: pl.DataFrame, **where: Any) -> dict[str, float]:
     """Problem id -> mean reward at each matching run's last evaluation, averaged over the runs
     (seeds); {} when a run has no per-problem means (curve tables from before they were kept)."""
-    for k, v in where.items():
-        df = df.filter(pl.col(k) == v)
+    df = _where(df, **where)
     if "problem_ids" not in df.columns or not df.height:
         return {}
     last = df.filter(pl.col("step") == pl.col("step").max().over("run"))
@@ -77,8 +81,7 @@ def _noise_note(observed: float, bound: float) -> str:
 
 
 def _runs(df: pl.DataFrame, **where: Any) -> str:
-    for k, v in where.items():
-        df = df.filter(pl.col(k) == v)
+    df = _where(df, **where)
     return ";".join(sorted(df["run"].unique().to_list()))
 
 

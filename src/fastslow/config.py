@@ -138,14 +138,15 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(f"config error: fast.reflection.prompt_template: {err}") from None
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
+    from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES
 
     files = config["data"].get("files", {})
     for name, entry in files.items():
         if not Path(entry["path"]).is_file():
             raise ConfigError(f"config error: data.files.{name}.path: no such file {entry['path']!r} "
                               f"(relative paths are from the working directory {os.getcwd()})")
-        if Path(entry["path"]).suffix.lower() not in (".parquet", ".jsonl", ".ndjson"):
-            raise ConfigError(f"config error: data.files.{name}.path: expected a .parquet, .jsonl or .ndjson file, "
+        if Path(entry["path"]).suffix.lower() not in FILE_SUFFIXES:
+            raise ConfigError(f"config error: data.files.{name}.path: expected a {FILE_TYPES} file, "
                               f"got {entry['path']!r}")
         if entry.get("labels") and entry.get("scorer", "exact") != "label":
             raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "

@@ -12,8 +12,8 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
-                 "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids", "problem_means", "kl_to_base", "entropy",
-                 "cycle_seconds", "context_id")
+                 "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
+                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "context_id")
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
@@ -46,7 +46,6 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
                 })
     return rows
-
 
 
 def _per_problem(summary: dict[str, Any], summary_file: str) -> dict[str, Any]:

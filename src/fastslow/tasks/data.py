@@ -60,14 +60,14 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     task = get_task(task_name, **task_options)
     many = getattr(task, "problems_for_splits", None)
     result = many(dict(sizes), seed) if many else {s: task.problems(s, n, seed) for s, n in sizes.items()}
+    name = getattr(task, "name", task_name)
     for split, n in sizes.items():
         if n > 0 and not result[split]:
-            raise ValueError(f"{getattr(task, 'name', task_name)}: the {split} split is empty (its source gives "
+            raise ValueError(f"{name}: the {split} split is empty (its source gives "
                              f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
                              f"or too few rows for the id-hash partition)")
     seen_ids: dict[str, str] = {}
     seen_content: dict[str, tuple[str, str]] = {}
-    name = getattr(task, "name", task_name)
     for split, problems in result.items():
         for p in problems:
             digest = content_digest(p.prompt, p.answer)

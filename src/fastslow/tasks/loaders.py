@@ -37,6 +37,9 @@ from fastslow.tasks.scoring import (
 )
 
 SCORERS = ("exact", "numeric", "label")
+#: The file types `LocalFileTask` reads, and their names in messages.
+FILE_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
+FILE_TYPES = ".parquet, .jsonl or .ndjson"
 REQUIRED_COLUMNS = ("id", "prompt", "answer")
 
 #: Paper-scale presets: options for `HFDatasetTask` (need network access to the Hub).
@@ -248,7 +251,7 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
             if lacking:
                 raise ValueError(f"{path}: row {row['_row']}: missing {', '.join(lacking)}")
         return rows, columns, 1
-    raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use .parquet or .jsonl")
+    raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use {FILE_TYPES}")
 
 
 class HFDatasetTask(TableTask):
