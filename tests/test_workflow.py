@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/config.yaml", "config/smoke.yaml"]
 
 
-def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.parametrize("configs", [["--configfile", "config/config.yaml"],
@@ -96,6 +97,12 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     # base_model + 2x task_data + 2x evaluate_base + base_eval_table, all closed FINISHED
     assert len(jobs) == 6
     assert {r.info.status for r in jobs} == {"FINISHED"}
+    # each job names the library code it ran (its rule's `code` param, fastslow.provenance)
+    from fastslow.provenance import script_digest
+
+    codes = {r.data.tags["fastslow.rule"]: r.data.tags["fastslow.code"] for r in jobs}
+    assert codes["task_data"] == script_digest(ROOT / "workflow/scripts/task_data.py")
+    assert len(set(codes.values())) == 4  # four rules, four scripts reaching different modules
 
 
 @pytest.mark.workflow
@@ -128,6 +135,35 @@ def test_task_data_is_deterministic(smoke_workdir, tmp_path):
                     "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (smoke_workdir / "results/data/math/val.parquet").read_bytes() == first
+
+
+@pytest.mark.workflow
+def test_a_library_change_reruns_the_jobs_that_can_run_it(smoke_workdir, tmp_path):
+    """Snakemake's code trigger sees a rule's script only; the scripts call the library. Each
+    rule's `code` param (fastslow.provenance) makes an edit of the library's code re-run the jobs
+    whose script can import the edited module, and nothing else: not a comment, not a module
+    they cannot reach. `--touch` accepts an edit without re-running (README)."""
+    lib = smoke_workdir / "src"  # beside the copy's workflow/, where config.py finds the schema
+    shutil.copytree(ROOT / "src/fastslow", lib / "fastslow", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(lib), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = ["results/tables/base_eval.parquet", *SMOKE, "--config", "data={tasks: [math, hover]}"]
+
+    def dry_run() -> str:
+        out = snakemake("-n", *args, cwd=smoke_workdir, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    assert "Nothing to be done" in dry_run()  # the copy's code is the installed code
+    hover, figures = lib / "fastslow/tasks/hover.py", lib / "fastslow/figures.py"
+    hover.write_text(hover.read_text() + "\n# a comment changes no code\n")
+    figures.write_text(figures.read_text() + "\nEDITED = True  # no job of this target imports figures\n")
+    assert "Nothing to be done" in dry_run()
+    hover.write_text(hover.read_text() + "EDITED = True\n")
+    out = dry_run()
+    assert "rule task_data" in out and "Params have changed" in out, out[-3000:]
+    touched = snakemake("--touch", "--cores", "1", *args, cwd=smoke_workdir, env=env)
+    assert touched.returncode == 0, touched.stderr[-3000:]
+    assert "Nothing to be done" in dry_run()
 
 
 @pytest.mark.workflow

@@ -41,6 +41,7 @@ def snakemake_job(smk: Any, parent: str | None = None) -> Iterator[JobTracker]:
     """Logging + an MLflow child run for the job described by the `snakemake` object."""
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
-    with job_run(rule=smk.rule, wildcards=wildcards, config=smk.config,
-                 tracking_json=smk.input.tracking, parent=parent) as tracker:
+    code = dict(smk.params.items()).get("code")  # the library's digest (fastslow.provenance)
+    with job_run(rule=smk.rule, wildcards=wildcards, config=smk.config, tracking_json=smk.input.tracking,
+                 parent=parent, extra_tags={"fastslow.code": code} if code else None) as tracker:
         yield tracker

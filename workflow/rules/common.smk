@@ -7,6 +7,7 @@ from snakemake.exceptions import WorkflowError
 from fastslow.config import ConfigError, job_params, model_name, own_task_params, validate_config
 from fastslow import layout
 from fastslow.experiments import expand as expand_runs
+from fastslow.provenance import script_digest
 from fastslow.layout import FIGURE_EXPERIMENTS
 
 # Validate and fill defaults before any rule is defined: a bad key stops here, in one line.
@@ -66,6 +67,14 @@ def run_of(wc):
 # are inputs, so task_data's own params cover data.*.
 TRAINING_SETTINGS = ("model", "generation", "seed_context", "slow", "fast")
 EVALUATION_SETTINGS = ("model", "generation", "seed_context", "evaluation")
+
+
+def library_code(script):
+    """Param `code` of a rule that runs workflow/scripts/`script`: a digest of the fastslow modules
+    the script can run (fastslow.provenance). Snakemake re-runs a job whose script changed; with
+    this param also one whose library code changed (comments and docstrings aside): a fix in the
+    trainer retrains, one in figures.py only redraws. The init_* rules have none (see above)."""
+    return script_digest(Path(workflow.basedir) / "workflow" / "scripts" / script)
 
 
 def heavy_threads():

@@ -11,6 +11,7 @@ rule base_model:
     benchmark:
         f"{RESULTS}/benchmarks/base_model/{MODEL}.tsv",
     params:
+        code=library_code("base_model.py"),
         spec=config["model"]["base"],
     resources:
         mem_mb=8000,
@@ -25,6 +26,7 @@ rule task_data:
         # when the splits are out of date (Snakemake checksums only inputs under 1 MB)
         own=lambda wc: ancient(config["data"]["files"][wc.task]["path"]) if wc.task in config["data"]["files"] else [],
     params:
+        code=library_code("task_data.py"),
         # a change of the task's generator options makes its splits out of date
         options=lambda wc: config["data"]["options"].get(wc.task, {}),
         # and so does any other setting the splits are made from

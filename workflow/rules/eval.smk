@@ -7,6 +7,7 @@ rule evaluate_base:
         model=BASE_MODEL,
         problems=data_file("{task}", "val"),
     params:
+        code=library_code("evaluate_base.py"),
         settings=job_params(config, EVALUATION_SETTINGS),
     output:
         samples=f"{RESULTS}/eval/base/{{task}}.samples.parquet",
@@ -26,6 +27,8 @@ rule base_eval_table:
     input:
         tracking=ancient(tracking("foundation")),
         summaries=expand(f"{RESULTS}/eval/base/{{task}}.json", task=TASKS),
+    params:
+        code=library_code("base_eval_table.py"),
     output:
         f"{RESULTS}/tables/base_eval.parquet",
     log:

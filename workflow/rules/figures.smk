@@ -5,6 +5,8 @@ rule figure:
     input:
         tracking=ancient(tracking("figures")),
         tables=lambda wc: layout.figure_tables(RUNS, wc.fig),
+    params:
+        code=library_code("figure.py"),
     output:
         pdf=f"{RESULTS}/figures/{{fig}}.pdf",
         png=report(f"{RESULTS}/figures/{{fig}}.png", category="Figures", caption="../report/figure.rst"),
@@ -22,6 +24,8 @@ rule claims:
     input:
         tracking=ancient(tracking("figures")),
         tables=[f"{RESULTS}/tables/curves/{e}.parquet" for e in CLAIM_EXPERIMENTS],
+    params:
+        code=library_code("claims.py"),
     output:
         report(f"{RESULTS}/tables/claims.csv", category="Claims", caption="../report/claims.rst"),
     log:
@@ -39,6 +43,8 @@ rule pool_evolution:
         pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json"
                           for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast
                           for c in range(s.cycles)],
+    params:
+        code=library_code("pool_evolution.py"),
     output:
         report(f"{RESULTS}/reports/pools/{{experiment}}.html", category="Context pools",
                caption="../report/pools.rst"),
@@ -62,6 +68,7 @@ rule channel_eval:
     input:
         unpack(channel_inputs),
     params:
+        code=library_code("channel_eval.py"),
         settings=run_settings(EVALUATION_SETTINGS),
     output:
         f"{RUN}/channels/{{combo}}/{{task}}.json",
@@ -94,6 +101,8 @@ rule channels:
     # pass@1-style table: {base, FST} weights × {seed, FST} context, per efficiency task.
     input:
         unpack(channel_table_inputs),
+    params:
+        code=library_code("channels.py"),
     output:
         report(f"{RESULTS}/tables/channels.csv", category="Claims", caption="../report/channels.rst"),
     log:

@@ -9,6 +9,7 @@ rule cycle:
     input:
         unpack(cycle_inputs),
     params:
+        code=library_code("cycle.py"),
         settings=run_settings(TRAINING_SETTINGS),
     output:
         model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
@@ -42,6 +43,7 @@ rule cycle_frozen:
     input:
         unpack(cycle_inputs),
     params:
+        code=library_code("cycle.py"),
         settings=run_settings(TRAINING_SETTINGS),
     output:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
@@ -65,6 +67,8 @@ rule final_weights:
     input:
         tracking=ancient(tracking("{experiment}")),
         model=lambda wc: f"{layout.cycle_dir(run_of(wc), run_of(wc).cycles - 1)}/model",
+    params:
+        code=library_code("final_weights.py"),
     output:
         directory(f"{RUN}/final/model"),
     log:
@@ -80,6 +84,7 @@ rule evaluate_point:
     input:
         unpack(eval_inputs),
     params:
+        code=library_code("evaluate_point.py"),
         settings=run_settings(EVALUATION_SETTINGS),
     output:
         summary=f"{RUN}/eval/{{point}}/{{task}}.json",
@@ -104,6 +109,8 @@ rule curves:
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment),
         samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment)],
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment),
+    params:
+        code=library_code("curves.py"),
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.parquet",
     log:
@@ -122,6 +129,8 @@ rule curves_on_tasks:
         evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
         samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+"))],
         cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
+    params:
+        code=library_code("curves.py"),
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.parquet",
     log:
