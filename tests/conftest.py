@@ -7,7 +7,10 @@ parsing SmolLM2's GGUF tokenizer) under pytest's session temp directory.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,9 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# fastslow.provenance's cache of parsed modules: the session's own, not the developer's
+os.environ["FASTSLOW_CACHE_DIR"] = tempfile.mkdtemp(prefix="fastslow-test-cache-")
+atexit.register(shutil.rmtree, os.environ["FASTSLOW_CACHE_DIR"], True)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,22 +16,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PACKAGE = {
     "__init__.py": '"""The package."""\n',
-    "a.py": ('"""Module a."""\nimport pkg.b\n\n\ndef thing():\n    """Lazy imports count too."""\n'
+    "a.py": ('"""Module a."""\nfrom typing import TYPE_CHECKING\n\nimport pkg.b\n\nif TYPE_CHECKING:\n'
+             '    from pkg import hints\n\n\ndef thing():\n    """Lazy imports count too."""\n'
              '    from .c import f\n    return f() + pkg.b.VALUE\n\n\n'
              'PLUGINS = {"e": "pkg.sub.e"}  # named for importlib\n'),
-    "b.py": "VALUE = 1\n",
-    "c.py": "def f():\n    return 2\n",
+    "b.py": "import pkg.x as renamed\n\nVALUE = renamed.X\n",
+    "c.py": "from pkg import sub  # a subpackage, absolute\n\n\ndef f():\n    return 2\n",
+    "x.py": "X = 1\n",
+    "hints.py": "H = int\n",
     "unused.py": "X = 0\n",
     "sub/__init__.py": "from . import d\n",
     "sub/d.py": "from ..b import VALUE\nD = VALUE\n",
-    "sub/e.py": "E = 3\n",
+    "sub/e.py": "from .deep import G\nE = 3\n",
+    "sub/deep/__init__.py": "from .. import f2  # two levels up from a package: pkg.sub\nG = 1\n",
+    "sub/f2.py": "F2 = 2\n",
 }
+REACHED = ("pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.hints", "pkg.sub", "pkg.sub.d", "pkg.sub.deep",
+           "pkg.sub.e", "pkg.sub.f2", "pkg.x")
 
 
 @pytest.fixture
 def package(tmp_path, monkeypatch):
     """A package `pkg` in tmp_path, a script importing from it, and a fresh digest cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("FASTSLOW_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(provenance, "_CACHE", None)
     root = tmp_path / "pkg"
     for name, text in PACKAGE.items():
@@ -40,81 +49,116 @@ def package(tmp_path, monkeypatch):
     return root, script
 
 
-def edit(path: Path, text: str) -> None:
-    """Write `text` to `path` with a later mtime than before (the cache's key), however fast."""
-    before = path.stat().st_mtime_ns
-    path.write_text(text)
-    os.utime(path, ns=(before + 10**9, before + 10**9))
-
-
-def digest(package_and_script) -> str:
+def digest(package_and_script, **kwargs) -> str:
     root, script = package_and_script
-    return provenance.script_digest(script, root)
+    return provenance.script_digest(script, root, **kwargs)
 
 
-def test_modules_follow_imports_in_functions_relative_and_by_name(package):
+def cache_entries(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "cache/code-digests.json").read_text())
+
+
+def test_modules_follow_every_form_of_import(package):
+    """Top-level, inside functions and TYPE_CHECKING, `import a.b as c`, relative (one and two
+    levels, from modules and packages), `from package import subpackage`, and by name."""
     root, script = package
-    assert provenance.library_modules(script, root) == (
-        "pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.sub", "pkg.sub.d", "pkg.sub.e")
+    assert provenance.library_modules(script, root) == REACHED
 
 
 def test_comments_docstrings_and_layout_change_nothing(package):
     root, _ = package
     first = digest(package)
-    edit(root / "a.py", PACKAGE["a.py"].replace('"""Lazy imports count too."""', '"""Reworded."""')
-         .replace("# named for importlib", "# a comment\n\n"))
-    edit(root / "__init__.py", '"""Another docstring."""\n# and a comment\n')
-    edit(root / "c.py", "def f():\n\n    return (2)\n")
+    (root / "a.py").write_text(PACKAGE["a.py"].replace('"""Lazy imports count too."""', '"""Reworded."""')
+                               .replace("# named for importlib", "# a comment\n\n"))
+    (root / "__init__.py").write_text('"""Another docstring."""\n# and a comment\n')
+    (root / "c.py").write_text("from pkg import sub\n\ndef f():\n\n    return (2)\n")
     assert digest(package) == first
 
 
-@pytest.mark.parametrize("module", ["c.py", "sub/d.py", "sub/e.py", "__init__.py"])
+@pytest.mark.parametrize("module", ["c.py", "x.py", "hints.py", "sub/d.py", "sub/e.py", "sub/f2.py",
+                                    "sub/deep/__init__.py", "__init__.py"])
 def test_code_change_in_a_reachable_module_changes_the_digest(package, module):
     root, _ = package
     first = digest(package)
-    edit(root / module, (root / module).read_text() + "CHANGED = True\n")
+    (root / module).write_text((root / module).read_text() + "CHANGED = True\n")
+    assert digest(package) != first
+
+
+def test_a_same_size_edit_with_the_same_mtime_is_seen(package):
+    """The cache is keyed by content, not by size and mtime (which copies and installs keep)."""
+    root, _ = package
+    first = digest(package)
+    path = root / "x.py"
+    stat = path.stat()
+    path.write_text("X = 2\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert digest(package) != first
 
 
 def test_unreachable_module_changes_nothing(package):
     root, _ = package
     first = digest(package)
-    edit(root / "unused.py", "X = 1\n")
+    (root / "unused.py").write_text("X = 1\n")
     assert digest(package) == first
+
+
+def test_extra_files_count_by_content_not_place(package, tmp_path):
+    one, two = tmp_path / "one/fsdp2.yaml", tmp_path / "two/fsdp2.yaml"
+    for path in (one, two):
+        path.parent.mkdir()
+        path.write_text("mixed_precision: bf16\n")
+    assert digest(package, extra=[one]) == digest(package, extra=[two]) != digest(package)
+    two.write_text("mixed_precision: 'no'\n")
+    assert digest(package, extra=[two]) != digest(package, extra=[one])
+    with pytest.raises(FileNotFoundError, match="no file .*missing.yaml to digest"):
+        digest(package, extra=[tmp_path / "missing.yaml"])
 
 
 def test_the_cache_is_used_and_a_broken_one_ignored(package, tmp_path, monkeypatch):
     root, _ = package
     first = digest(package)
-    cache = tmp_path / "cache/fastslow/code-digests.json"
-    entries = json.loads(cache.read_text())
-    assert len(entries) == len(PACKAGE) - 1 + 1  # every module but unused.py, and the script
-    # a cached entry is trusted while the file's size and mtime are unchanged
-    key = next(k for k in entries if k.startswith("pkg.b|"))
+    entries = cache_entries(tmp_path)
+    assert len(entries) == len(REACHED) + 1  # and the script
+    # an entry is trusted for the same module name and bytes: a tampered one shows
+    key = next(k for k in entries if "|pkg.b|" in k)
     entries[key][0] = "0" * 64
-    cache.write_text(json.dumps(entries))
+    (tmp_path / "cache/code-digests.json").write_text(json.dumps(entries))
     monkeypatch.setattr(provenance, "_CACHE", None)
     assert digest(package) != first
-    cache.write_text("{not json")
-    monkeypatch.setattr(provenance, "_CACHE", None)
-    assert digest(package) == first
-    assert len(json.loads(cache.read_text())) == len(entries)  # rewritten whole
+    for broken in ("{not json", "[]", json.dumps({key: "not an entry"})):
+        (tmp_path / "cache/code-digests.json").write_text(broken)
+        monkeypatch.setattr(provenance, "_CACHE", None)
+        assert digest(package) == first
+    assert len(cache_entries(tmp_path)) == len(entries)  # rewritten whole, the bad entry replaced
 
 
-def test_an_edited_file_replaces_its_cache_entry(package, tmp_path):
-    root, _ = package
+def test_the_same_code_elsewhere_shares_entries_and_the_cache_is_bounded(package, tmp_path, monkeypatch):
+    root, script = package
+    first = digest(package)
+    copy = tmp_path / "copy/pkg"
+    copy.parent.mkdir()
+    shutil.copytree(root, copy)
+    assert provenance.script_digest(script, copy) == first
+    assert len(cache_entries(tmp_path)) == len(REACHED) + 1  # no entries for the copy's paths
+    monkeypatch.setattr(provenance, "CACHE_ENTRIES", 3)
+    (root / "x.py").write_text("X = 5\n")
     digest(package)
-    edit(root / "b.py", "VALUE = 2\n")
-    digest(package)
-    entries = json.loads((tmp_path / "cache/fastslow/code-digests.json").read_text())
-    assert sum(k.startswith("pkg.b|") for k in entries) == 1
+    entries = cache_entries(tmp_path)
+    assert len(entries) == 3 and any("|pkg.x|" in k for k in entries)  # the newest kept
 
 
-def test_a_module_that_does_not_parse_is_named(package):
+def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package):
+    """An edit in progress elsewhere must not stop the whole workflow from parsing."""
     root, _ = package
-    edit(root / "c.py", "def f(:\n")
-    with pytest.raises(ValueError, match=r"c\.py: cannot digest a module that does not parse"):
-        digest(package)
+    first = digest(package)
+    (root / "c.py").write_text("def f(:\n")
+    with pytest.warns(UserWarning, match=r"c\.py does not parse \(.*line 1\)"):
+        broken = digest(package)
+    assert broken != first
+    (root / "c.py").write_text(PACKAGE["c.py"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert digest(package) == first
 
 
 def test_a_missing_script_is_named(tmp_path):

@@ -7,10 +7,12 @@ worker while the other takes the rest of the suite.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import polars as pl
 import pytest
-from test_workflow import SMOKE, snakemake, workflow_copy
+from test_workflow import ROOT, SMOKE, snakemake, workflow_copy
 
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
@@ -71,3 +73,16 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     html = (work / "report.html").read_text(errors="replace")
     for name in ("fig6.png", "claims.csv", "channels.csv", "continual.html"):
         assert name in html, name
+
+    # the accelerate configs are part of the cycles' code (a multi-GPU cycle trains under one):
+    # the same files elsewhere change nothing, an edited one makes the cycles out of date
+    accelerate = tmp_path / "accelerate"
+    shutil.copytree(ROOT / "profiles/slurm/accelerate", accelerate)
+    env = {**os.environ, "FASTSLOW_ACCELERATE_CONFIG_DIR": str(accelerate)}
+    out = snakemake("-n", *SMOKE, cwd=work, env=env)
+    assert out.returncode == 0 and "Nothing to be done" in out.stdout, out.stdout[-3000:]
+    (accelerate / "fsdp2.yaml").write_text((accelerate / "fsdp2.yaml").read_text().replace("bf16", "fp16"))
+    out = snakemake("-n", *SMOKE, cwd=work, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rule cycle:" in out.stdout and "Params have changed" in out.stdout
+    assert "rule evaluate_base:" not in out.stdout

@@ -3,14 +3,18 @@
 Snakemake re-runs a job whose `script:` changed (its code trigger), but the scripts here are a
 few lines that call this library, so an edit of, say, the CISPO loss in `fastslow.slow.trainer`
 would leave every trained run looking up to date. `script_digest` closes that gap: every rule
-with a script gets ``params: code=script_digest(<script>)``, a digest of the library modules the
-script imports, directly or through other modules (imports inside functions too, and modules
-named in strings for `importlib`, as `fastslow.tasks` does), so a job re-runs exactly when code
-it can run changed.
+with a script gets ``params: code=library_code(<script>)`` (workflow/rules/common.smk), a digest
+of the library modules the script can import, directly or through other modules (imports inside
+functions too, and modules named in strings for `importlib`, as `fastslow.tasks` does), and of
+any data files the rule names (`extra`): a job re-runs when code it can import changed.
 
 What counts is each module's syntax tree without docstrings (`ast.unparse`): comments,
-docstrings, blank lines and formatting change nothing. Modules the script cannot reach change
-nothing either (an edit of `fastslow.figures` re-draws figures and trains nothing).
+docstrings, blank lines and formatting change nothing. Modules the script cannot import change
+nothing either (an edit of `fastslow.figures` redraws figures and trains nothing). A module
+counts whether or not the job calls it, so the digest errs towards re-running. Not covered: a
+module name built at run time (none today), and files the library reads that no rule names.
+`ast.unparse` prints some code differently in another Python minor version (f-strings since
+3.12), so a new Python changes the digests: the README says how `--touch` accepts that.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 #: The package whose modules are digested: this file's own.
@@ -29,6 +36,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 #: Characters of the digest kept: 64 bits, ample to tell versions of one code base apart.
 DIGEST_CHARS = 16
+#: Part of every cache key: a change of how files are read here, or of Python (whose
+#: `ast.unparse` may print the same code differently), invalidates what was cached.
+CACHE_VERSION = f"1-py{sys.version_info[0]}.{sys.version_info[1]}"
+#: Entries kept in the cache file, the most recently added last (about 100 bytes each).
+CACHE_ENTRIES = 4096
 
 
 def _normalise(tree: ast.Module, package: str, module: str, is_package: bool) -> tuple[str, list[str]]:
@@ -56,47 +68,58 @@ def _normalise(tree: ast.Module, package: str, module: str, is_package: bool) ->
     return ast.unparse(tree), [n for n in names if n == package or n.startswith(package + ".")]
 
 
+def _analyse(path: Path, source: bytes, package: str, module: str) -> list:
+    """[hash of the normalised code, module names it may import] of one file. A file that does
+    not parse (an edit in progress) is hashed as it is, with a warning: only the jobs that import
+    it fail, when they do, and the workflow itself still parses."""
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as err:
+        warnings.warn(f"{path} does not parse ({err.msg}, line {err.lineno}): its digest is of its "
+                      f"bytes, and the modules it imports are not followed", stacklevel=4)
+        return [hashlib.sha256(source).hexdigest(), []]
+    code, names = _normalise(tree, package, module, path.name == "__init__.py")
+    return [hashlib.sha256(code.encode()).hexdigest(), names]
+
+
 class _Cache:
-    """Each file's (code hash, imports) by (module, path, size, mtime): parsing the library takes
-    ~0.4 s on the project's CPU, and Snakemake computes the digests every time it starts. Kept in
-    ``$XDG_CACHE_HOME/fastslow/code-digests.json`` (else ``~/.cache/...``); a cache that cannot
-    be read or written is only slower."""
+    """Each file's analysis by (CACHE_VERSION, module name, sha256 of its bytes): reading and
+    hashing the library takes milliseconds, parsing it ~0.35 s on the project's CPU, and
+    Snakemake computes the digests every time it starts (on a cluster, in every job too). Kept in
+    ``code-digests.json`` under $FASTSLOW_CACHE_DIR, else ``$XDG_CACHE_HOME/fastslow`` (else
+    ``~/.cache/fastslow``); a cache that cannot be read or written is only slower."""
 
     def __init__(self) -> None:
-        root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        self.path = Path(root) / "fastslow" / "code-digests.json"
+        root = os.environ.get("FASTSLOW_CACHE_DIR") or \
+            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastslow"
+        self.path = Path(root) / "code-digests.json"
         try:
-            self.entries: dict[str, list] = json.loads(self.path.read_text())
+            entries = json.loads(self.path.read_text())
         except (OSError, ValueError):
-            self.entries = {}
+            entries = {}
+        self.entries: dict[str, list] = entries if isinstance(entries, dict) else {}
         self.dirty = False
 
     def read(self, path: Path, package: str, module: str) -> tuple[str, tuple[str, ...]]:
-        stat = path.stat()
-        key = f"{module}|{path}|{stat.st_size}|{stat.st_mtime_ns}"
-        if key not in self.entries:
-            try:
-                tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            except SyntaxError as err:
-                raise ValueError(f"{path}: cannot digest a module that does not parse "
-                                 f"({err.msg}, line {err.lineno})") from None
-            code, names = _normalise(tree, package, module, path.name == "__init__.py")
-            stale = [k for k in self.entries if k.startswith(f"{module}|{path}|")]
-            for k in stale:
-                del self.entries[k]
-            self.entries[key] = [hashlib.sha256(code.encode()).hexdigest(), names]
+        source = path.read_bytes()
+        key = f"{CACHE_VERSION}|{module}|{hashlib.sha256(source).hexdigest()}"
+        entry = self.entries.get(key)
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and isinstance(entry[1], list)):
+            entry = self.entries[key] = _analyse(path, source, package, module)
             self.dirty = True
-        code_hash, names = self.entries[key]
-        return code_hash, tuple(names)
+        return entry[0], tuple(entry[1])
 
     def save(self) -> None:
         if not self.dirty:
             return
+        entries = dict(list(self.entries.items())[-CACHE_ENTRIES:])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.entries))
-            tmp.replace(self.path)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(entries, fh)
+            os.replace(tmp, self.path)
             self.dirty = False
         except OSError:
             pass
@@ -114,14 +137,23 @@ def _read(path: Path, package: str, module: str) -> tuple[str, tuple[str, ...]]:
     return _CACHE.read(path, package, module)
 
 
-def _module_file(name: str, package_dir: Path) -> Path | None:
-    """The file of module `name` (dotted, starting with the package's name), None if not a module
-    (an attribute imported with ``from module import name``)."""
-    base = package_dir.joinpath(*name.split(".")[1:])
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
+def _package_modules(package_dir: Path) -> dict[str, Path]:
+    """Every module of the package by dotted name, as the file system spells it (so on a
+    case-insensitive one, ``from fastslow.fast import Pool`` is not ``fast/pool.py``)."""
+    package = package_dir.name
+    modules: dict[str, Path] = {}
+    for directory, subdirs, files in os.walk(package_dir):
+        subdirs[:] = [d for d in subdirs if d.isidentifier()]  # importable names; no __init__.py: no package
+        rel = Path(directory).relative_to(package_dir).parts
+        if "__init__.py" not in files:
+            subdirs[:] = []
+            continue
+        prefix = ".".join((package, *rel))
+        modules[prefix] = Path(directory) / "__init__.py"
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py" and name[:-3].isidentifier():
+                modules[f"{prefix}.{name[:-3]}"] = Path(directory) / name
+    return modules
 
 
 def _with_parents(name: str) -> Iterable[str]:
@@ -132,34 +164,43 @@ def _with_parents(name: str) -> Iterable[str]:
 
 def library_modules(script: str | Path, package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
     """Dotted names of the package's modules `script` can run, sorted."""
+    return tuple(sorted(_closure(script, package_dir)))
+
+
+def _closure(script: str | Path, package_dir: Path) -> dict[str, Path]:
+    """The package's modules `script` can run, by name (a name imported with ``from module import
+    name`` that is not a module, an attribute, is no module of the package and is skipped)."""
     package = package_dir.name
     script = Path(script)
     if not script.is_file():
         raise FileNotFoundError(f"no script {script} to digest")
+    modules = _package_modules(package_dir)
     _, todo = _read(script.resolve(), package, "__main__")
     seen: dict[str, Path] = {}
     stack = [parent for name in todo for parent in _with_parents(name)]
     while stack:
         name = stack.pop()
-        if name in seen:
+        if name in seen or name not in modules:
             continue
-        path = _module_file(name, package_dir)
-        if path is None:
-            continue
-        seen[name] = path
-        for imported in _read(path, package, name)[1]:
+        seen[name] = modules[name]
+        for imported in _read(seen[name], package, name)[1]:
             stack += [p for p in _with_parents(imported) if p not in seen]
-    return tuple(sorted(seen))
+    return seen
 
 
-def script_digest(script: str | Path, package_dir: Path = PACKAGE_DIR) -> str:
-    """A digest of the code of every package module `script` can run (`library_modules`), as
-    hex: equal exactly when none of them changed but for comments, docstrings and layout."""
+def script_digest(script: str | Path, package_dir: Path = PACKAGE_DIR, extra: Sequence[str | Path] = ()) -> str:
+    """A digest of the code of every package module `script` can run (`library_modules`) and of
+    the bytes of the `extra` files (data the library reads, e.g. accelerate configs), as hex:
+    equal exactly when none of them changed but for comments, docstrings and layout."""
     package = package_dir.name
     digest = hashlib.sha256()
-    for name in library_modules(script, package_dir):
-        code_hash, _ = _read(_module_file(name, package_dir), package, name)
+    for name, path in sorted(_closure(script, package_dir).items()):
+        code_hash, _ = _read(path, package, name)
         digest.update(f"{name}\0{code_hash}\0".encode())
+    for path in sorted(Path(p) for p in extra):
+        if not path.is_file():
+            raise FileNotFoundError(f"no file {path} to digest")
+        digest.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\0".encode())
     if _CACHE is not None:
         _CACHE.save()
     return digest.hexdigest()[:DIGEST_CHARS]

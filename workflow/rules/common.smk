@@ -4,8 +4,8 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from fastslow import launch, layout
 from fastslow.config import ConfigError, job_params, model_name, own_task_params, validate_config
-from fastslow import layout
 from fastslow.experiments import expand as expand_runs
 from fastslow.provenance import script_digest
 from fastslow.layout import FIGURE_EXPERIMENTS
@@ -69,12 +69,19 @@ TRAINING_SETTINGS = ("model", "generation", "seed_context", "slow", "fast")
 EVALUATION_SETTINGS = ("model", "generation", "seed_context", "evaluation")
 
 
-def library_code(script):
+try:  # the accelerate configs a multi-GPU cycle may train under (part of the cycle's `code`)
+    ACCELERATE_CONFIGS = sorted(str(p) for p in launch.config_dir().glob("*.yaml"))
+except FileNotFoundError:  # none here: a multi-GPU cycle would stop naming the directory it needs
+    ACCELERATE_CONFIGS = []
+
+
+def library_code(script, extra=()):
     """Param `code` of a rule that runs workflow/scripts/`script`: a digest of the fastslow modules
-    the script can run (fastslow.provenance). Snakemake re-runs a job whose script changed; with
-    this param also one whose library code changed (comments and docstrings aside): a fix in the
-    trainer retrains, one in figures.py only redraws. The init_* rules have none (see above)."""
-    return script_digest(Path(workflow.basedir) / "workflow" / "scripts" / script)
+    the script can import and of the `extra` files the library reads (fastslow.provenance).
+    Snakemake re-runs a job whose script changed; with this param also one whose library code
+    changed (comments and docstrings aside): a fix in the trainer retrains, one in figures.py
+    redraws. The init_* rules have none (see above)."""
+    return script_digest(Path(workflow.current_basedir).parent / "scripts" / script, extra=extra)
 
 
 def heavy_threads():

@@ -9,7 +9,8 @@ rule cycle:
     input:
         unpack(cycle_inputs),
     params:
-        code=library_code("cycle.py"),
+        # a multi-GPU cycle trains under accelerate's config (fastslow.launch): mixed precision, sharding
+        code=library_code("cycle.py", extra=ACCELERATE_CONFIGS),
         settings=run_settings(TRAINING_SETTINGS),
     output:
         model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
