@@ -5,8 +5,9 @@ plasticity gain are "undetermined" (with a note giving both numbers) when the tw
 final evaluations differ by at most two standard errors of their paired difference: per val
 problem, the difference of the two mean rewards (each averaged over seeds: every run is scored
 on the same problems), its spread over the square root of the number of problems
-(`fastslow.analysis.paired_noise_bound`). A toy run where one sample of 32 is right is not a
-reproduction. The rule needs the curves' per-problem means (`problem_ids`, `problem_means`);
+(`fastslow.analysis.paired_noise_bound`). A continual stage's recovery is judged the same way
+on the two methods' best evaluations in the stage. A toy run where one sample of 32 is right is
+not a reproduction. The rule needs the curves' per-problem means (`problem_ids`, `problem_means`);
 without them it is not applied. The step ratio and the KL reduction have no such rule: they are
 read off the curves' shapes.
 """
@@ -72,11 +73,23 @@ def _final_problems(df: pl.DataFrame, **where: Any) -> dict[str, float]:
     return dict(zip(per["problem_ids"].to_list(), per["problem_means"].to_list(), strict=True))
 
 
-def _noise_note(observed: float, bound: float) -> str:
-    """The note of final evaluations too close to judge, or ""."""
+def _best_problems(df: pl.DataFrame) -> tuple[float, float, dict[str, float]]:
+    """(normalised, mean@k, problem id -> mean reward) of the row of `df` (one method's
+    evaluations in a continual stage, `normalised_continual`) with the highest normalised
+    accuracy; NaNs when none has one, {} without per-problem means."""
+    df = df.drop_nulls("normalised")
+    if not df.height:
+        return float("nan"), float("nan"), {}
+    top = df.sort("normalised", descending=True).row(0, named=True)
+    problems = dict(zip(top.get("problem_ids") or [], top.get("problem_means") or [], strict=True))
+    return float(top["normalised"]), float(top["mean_at_k"]), problems
+
+
+def _noise_note(observed: float, bound: float, which: str = "final") -> str:
+    """The note of `which` evaluations too close to judge, or ""."""
     if math.isnan(observed) or math.isnan(bound) or abs(observed) > bound:
         return ""
-    return (f"within evaluation noise: the final evaluations differ by {observed:+.3f}, at most 2 standard "
+    return (f"within evaluation noise: the {which} evaluations differ by {observed:+.3f}, at most 2 standard "
             f"errors of their paired difference ({bound:.3f})")
 
 
@@ -165,12 +178,13 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
 
         norm = normalised_continual(con)
         for task in dict.fromkeys(con.filter(pl.col("cycle") >= 0).sort("cycle")["train_task"].to_list()):
-            best = {m: float(norm.filter((pl.col("method") == m) & (pl.col("train_task") == task))["normalised"].max() or np.nan)
-                    for m in ("rl", "fst")}
-            gap = best["fst"] - best["rl"]
+            best = {m: _best_problems(_where(norm, method=m, train_task=task)) for m in ("rl", "fst")}
+            gap = best["fst"][0] - best["rl"][0]
             rows.append(_row("continual_stage_recovery", task, gap,
                              ";".join(sorted(con["run"].unique().to_list())), strict=False,
                              note=NO_REWARD if math.isnan(gap) and no_reward(
                                  con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
-                             else ""))
+                             else "",
+                             noise=_noise_note(best["fst"][1] - best["rl"][1],
+                                               paired_noise_bound(best["rl"][2], best["fst"][2]), "best")))
     return rows
