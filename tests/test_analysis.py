@@ -11,6 +11,7 @@ from fastslow.analysis import (
     rolling_mean,
     running_max,
     sigmoid,
+    steps_to_peak_note,
     steps_to_peak_ratio,
 )
 
@@ -28,6 +29,15 @@ def test_steps_to_peak_ratio_hand_computed():
     assert np.isnan(steps_to_peak_ratio(steps, rl, steps, never))
     zeros = np.zeros_like(steps, dtype=float)  # no reward at all: no peak to reach, not "inf x"
     assert np.isnan(steps_to_peak_ratio(steps, zeros, steps, zeros))
+    # RL's best is its step-0 value (the base evaluation both share): no steps to compare, not inf
+    flat = np.array([0.3, 0.2, 0.25, 0.1, 0.1, 0.1, 0.1])
+    assert np.isnan(steps_to_peak_ratio(steps, flat, steps, flat))
+    assert steps_to_peak_note(steps, flat, steps, flat) == (
+        "RL's best (0.300) is its step-0 evaluation: it never improved, no steps to compare", False)
+    assert steps_to_peak_note(steps, rl, steps, never) == (
+        "FST never reaches RL's peak (0.400, step 50) by step 60", True)
+    assert steps_to_peak_note(steps, rl, steps, fst) == ("", False)
+    assert steps_to_peak_note(steps, zeros, steps, zeros) == ("", False)
 
 
 def test_reward_onset_note_only_when_rl_has_none_and_fst_has_some():
@@ -54,6 +64,21 @@ def test_fit_sigmoid_recovers_known_parameters():
     assert fit.c_mid == pytest.approx(120.0, rel=0.1)
     fixed = fit_sigmoid(c, r, r0=0.05)
     assert fixed.r0 == 0.05 and fixed.a == pytest.approx(0.7, abs=0.01)
+    assert fit.identified and fixed.identified
+
+
+def test_a_curve_still_rising_or_a_failed_fit_has_no_identified_asymptote(monkeypatch):
+    c = np.array([10.0, 20.0, 30.0, 40.0, 50.0])
+    rising = fit_sigmoid(c, c / 100, r0=0.0)  # linear: A runs to its bound, 1.5x the max
+    assert rising.ok and not rising.identified and rising.a >= 0.99 * 1.5 * 0.5
+    import scipy.optimize
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("Optimal parameters not found")
+
+    monkeypatch.setattr(scipy.optimize, "curve_fit", fail)
+    failed = fit_sigmoid(c, np.array([0.1, 0.3, 0.4, 0.4, 0.4]), r0=0.0)
+    assert not failed.ok and not failed.identified
 
 
 def test_fit_sigmoid_needs_three_points():
@@ -63,6 +88,10 @@ def test_fit_sigmoid_needs_three_points():
 
 def test_rolling_mean_by_hand():
     assert rolling_mean(np.array([1.0, 2.0, 3.0, 4.0]), 2).tolist() == [1.0, 1.5, 2.5, 3.5]
+    # a missing value shortens only the windows that hold it (it used to make every later one NaN)
+    got = rolling_mean(np.array([1.0, 2.0, np.nan, 4.0, 5.0, 6.0, 7.0]), 3)
+    assert got.tolist() == [1.0, 1.5, 1.5, 3.0, 4.5, 5.0, 6.0]
+    assert np.isnan(rolling_mean(np.array([np.nan, 1.0]), 1)[0])
     with pytest.raises(ValueError):
         rolling_mean(np.array([1.0]), 0)
 

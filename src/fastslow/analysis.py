@@ -64,24 +64,47 @@ def steps_to_peak_ratio(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.nd
     """How many times fewer steps `new` needs to reach `ref`'s peak (the paper's 3.0× on CodeIO).
 
     ratio = (first step at which ref reaches its own peak) / (first step at which new reaches it).
-    NaN if `new` never reaches ref's peak, or if ref never earns reward (peak <= 0: there is
-    no peak to reach, and "both at 0 from step 0" is no evidence of efficiency); inf if `new`
-    reaches the peak at step 0.
+    NaN if `new` never reaches ref's peak, if ref never earns reward (peak <= 0: there is no
+    peak to reach, and "both at 0 from step 0" is no evidence of efficiency), or if ref's peak is
+    its step-0 value (ref never improved: no steps to be faster at; `steps_to_peak_note` says
+    which); inf if `new` reaches the peak at step 0 while ref needs steps.
     """
     peak = float(np.max(ref))
     if peak <= 0:
         return float("nan")
     s_ref = first_step_reaching(steps_ref, ref, peak)
     s_new = first_step_reaching(steps_new, new, peak)
-    if np.isnan(s_new):
+    if np.isnan(s_new) or s_ref == 0:
         return float("nan")
     return float("inf") if s_new == 0 else s_ref / s_new
+
+
+def steps_to_peak_note(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.ndarray,
+                       new: np.ndarray) -> tuple[str, bool]:
+    """Why `steps_to_peak_ratio` has no value although ref earned reward, and whether that
+    refutes "new is faster": ("", False) when it has a value or ref has no peak. new never
+    reaching ref's peak within its steps refutes it; ref's peak at step 0 says nothing."""
+    peak = float(np.max(ref)) if np.size(ref) else 0.0
+    if not peak > 0:
+        return "", False
+    s_ref = first_step_reaching(steps_ref, ref, peak)
+    if s_ref == 0:
+        return f"RL's best ({peak:.3f}) is its step-0 evaluation: it never improved, no steps to compare", False
+    if np.isnan(first_step_reaching(steps_new, new, peak)):
+        return (f"FST never reaches RL's peak ({peak:.3f}, step {int(s_ref)}) by step "
+                f"{int(np.max(steps_new))}", True)
+    return "", False
 
 
 def sigmoid(c: np.ndarray, r0: float, a: float, c_mid: float, b: float) -> np.ndarray:
     """R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B), the paper's 4-parameter saturation curve."""
     c = np.maximum(np.asarray(c, dtype=float), 1e-12)
     return r0 + (a - r0) / (1.0 + (c_mid / c) ** b)
+
+
+#: Bounds of the sigmoid fit: A at most A_BOUND x the curve's max, C_mid at most C_MID_BOUND x
+#: its last C. A fit that ends at one of them has not found the curve's level.
+A_BOUND, C_MID_BOUND = 1.5, 100.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,10 @@ class SigmoidFit:
     c_mid: float
     b: float
     ok: bool  # the optimiser converged
+    #: converged with A and C_mid inside their bounds: the curve levelled off within reach of the
+    #: data. A curve still rising pins A to its bound (A_BOUND x the curve's max) or C_mid to its
+    #: own (C_MID_BOUND x the last step): its A is then the bound's, not the data's.
+    identified: bool = True
 
     def __call__(self, c: np.ndarray) -> np.ndarray:
         return sigmoid(c, self.r0, self.a, self.c_mid, self.b)
@@ -112,7 +139,7 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
     hi = max(float(np.max(r)), 1e-3)
     p0 = [float(r[0]) if r0 is None else r0, hi, float(np.median(c)), 2.0]
     lo_b = [-1.0, 0.0, float(np.min(c)) * 1e-3, 0.1]
-    hi_b = [1.5, 1.5 * hi + 1e-3, float(np.max(c)) * 100, 20.0]
+    hi_b = [1.5, A_BOUND * hi + 1e-3, float(np.max(c)) * C_MID_BOUND, 20.0]
     if r0 is not None:
         def f(x, a, c_mid, b):
             return sigmoid(x, r0, a, c_mid, b)
@@ -127,9 +154,10 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
             ok = True
         except RuntimeError:
             params, ok = np.array(p0), False
-    if r0 is not None:
-        return SigmoidFit(r0, *map(float, params), ok=ok)
-    return SigmoidFit(*map(float, params), ok=ok)
+    values = [r0, *map(float, params)] if r0 is not None else list(map(float, params))
+    # at (within 1% of) the bounds of A and C_mid, the fit says the curve has not levelled off
+    identified = ok and values[1] < 0.99 * A_BOUND * hi and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
+    return SigmoidFit(*values, ok=ok, identified=identified)
 
 
 def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -137,10 +165,14 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    csum = np.cumsum(np.insert(v, 0, 0.0))
+    finite = np.isfinite(v)  # a missing value leaves only the windows holding it short of it
+    csum = np.cumsum(np.insert(np.where(finite, v, 0.0), 0, 0.0))
+    count = np.cumsum(np.insert(finite, 0, False).astype(int))
     idx = np.arange(1, v.size + 1)
     lo = np.maximum(idx - window, 0)
-    return (csum[idx] - csum[lo]) / (idx - lo)
+    n = count[idx] - count[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, (csum[idx] - csum[lo]) / np.maximum(n, 1), np.nan)
 
 
 def kl_at_matched_reward(kl_a: np.ndarray, r_a: np.ndarray, kl_b: np.ndarray, r_b: np.ndarray) -> float:

@@ -28,6 +28,7 @@ from fastslow.analysis import (
     paired_noise_bound,
     reward_onset_note,
     running_max,
+    steps_to_peak_note,
     steps_to_peak_ratio,
 )
 
@@ -103,11 +104,14 @@ NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to 
 
 
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
-         strict: bool = True, note: str = "", noise: str = "") -> dict[str, Any]:
-    """One claim's row; a `noise` note (`_noise_note`) withholds the verdict."""
+         strict: bool = True, note: str = "", noise: str = "", refuted: bool = False) -> dict[str, Any]:
+    """One claim's row; a `noise` note (`_noise_note`) withholds the verdict; `refuted` (with a
+    `note` saying why) is "not reproduced" without a value (FST never reaches RL's peak)."""
     paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
     note = "; ".join(n for n in (note, noise) if n)
-    if math.isnan(measured) or noise:
+    if refuted:
+        verdict = "not reproduced"
+    elif math.isnan(measured) or noise:
         verdict = "undetermined"
     else:
         ok = measured > threshold if strict else measured >= threshold
@@ -133,18 +137,27 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
                                       fst["step"].to_numpy(), fst["mean_at_k"].to_numpy()) or ""
-            rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0, note=onset))
-            gap = float("nan")
+            why, refuted = ("", False) if onset else steps_to_peak_note(
+                rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
+                fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
+            rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0, note=onset or why,
+                             refuted=refuted))
+            gap, why = float("nan"), ""
             try:
-                a = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
-                                    r0=float(c["mean_at_k"][0])).a for m, c in (("rl", rl), ("fst", fst))}
-                gap = a["fst"] - a["rl"]
-            except ValueError:
-                pass
+                fits = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
+                                       r0=float(c["mean_at_k"][0])) for m, c in (("rl", rl), ("fst", fst))}
+                loose = [m.upper() for m, f in fits.items() if not f.identified]
+                if loose:  # a curve still rising: its A would be the fit's bound, not the data's
+                    why = (f"asymptote not identified for {' and '.join(loose)}: the fit did not converge "
+                           f"or ran to its bound (the curve has not levelled off)")
+                else:
+                    gap = fits["fst"].a - fits["rl"].a
+            except ValueError as err:
+                why = f"no fit: {err}"
             final = float(fst["mean_at_k"][-1] - rl["mean_at_k"][-1])
             bound = paired_noise_bound(_final_problems(eff, eval_task=task, method="rl"),
                                        _final_problems(eff, eval_task=task, method="fst"))
-            rows.append(_row("asymptote_gap", task, gap, runs, noise=_noise_note(final, bound)))
+            rows.append(_row("asymptote_gap", task, gap, runs, note=why, noise=_noise_note(final, bound)))
             kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())

@@ -21,6 +21,7 @@ from fastslow.analysis import (
     reward_onset_note,
     rolling_mean,
     running_max,
+    steps_to_peak_note,
     steps_to_peak_ratio,
 )
 from fastslow.io import atomic_path
@@ -115,7 +116,9 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
             elif onset is not None:  # RL has no peak to reach
                 txt = onset.replace("; ", ";\n")
             else:
-                txt = "FST never reaches RL's peak" if math.isnan(ratio) else f"steps to RL's peak: {ratio:.1f}×"
+                why, _ = steps_to_peak_note(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
+                                            fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
+                txt = why.replace(": ", ":\n", 1) if why else f"steps to RL's peak: {ratio:.1f}×"
             where = dict(x=0.02, y=0.95, ha="left") if onset is None else dict(x=0.98, y=0.5, ha="right")
             ax.text(s=txt, transform=ax.transAxes, va="top", fontsize=8, **where)
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
@@ -155,13 +158,11 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fig, axes = _axes(plt, len(tasks))
     fits: dict[str, dict[str, float]] = {}
     for ax, task in zip(axes, tasks, strict=False):
-        r0 = None
         for method in ("rl", "fst"):
             c = _curve(df, eval_task=task, method=method)
             if not c.height:
                 continue
             x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
-            r0 = float(y[0]) if r0 is None else r0
             ax.scatter(x, y, color=COLORS[method], s=12, label=f"{LABELS[method]} (val)")
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
             if np.isfinite(se).any():  # each evaluation's standard error over its problems
@@ -175,6 +176,11 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.plot(xs, fit(xs), color=COLORS[method])
             xe = np.linspace(x.max(), 2 * x.max(), 50)
             ax.plot(xe, fit(xe), color=COLORS[method], ls=":")
+            if not fit.identified:  # still rising (or no convergence): A is the fit's bound
+                ax.text(x.max() * 1.02, float(y.max()), "A not identified", color=COLORS[method], fontsize=8,
+                        va="bottom")
+                fits.setdefault(task, {})[method] = float("nan")
+                continue
             ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
             ax.text(x.max() * 1.02, fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, va="bottom")
             fits.setdefault(task, {})[method] = fit.a
