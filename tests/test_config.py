@@ -408,3 +408,23 @@ def test_an_experiment_cannot_take_a_parent_group_of_the_workflows_own_jobs(name
                     overrides={"experiments": {name: {"tasks": ["math"], "methods": ["rl"], "cycles": 1}}})
     assert f"experiments.{name}: {name!r} is the MLflow parent group" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_continual_sequence_lists_each_task_once():
+    """Stages are told apart by their task (run names, curves, Fig 6, the claims)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {"continual": {"sequence": ["hover", "codeio", "hover"]}}})
+    assert "experiments.continual.sequence: task 'hover' appears twice" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_every_stage_end_of_a_continual_run_is_evaluated():
+    """3 cycles a stage, a point every 2 cycles: the stages' last cycles (2, 5) are points too."""
+    from fastslow.experiments import expand
+    from fastslow.layout import eval_points
+
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"continual": {
+        "sequence": ["hover", "codeio", "physics"], "cycles_per_stage": 3, "eval_every": 2}}})
+    spec = next(s for s in expand(cfg).values() if s.experiment == "continual")
+    assert eval_points(spec)[1:] == ["cycle1", "cycle2", "cycle3", "cycle5", "cycle7", "cycle8"]

@@ -115,6 +115,27 @@ def test_continual_stage_without_reward_is_undetermined(tmp_path):
     assert (tmp_path / "fig6.png").exists()
 
 
+def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_path):
+    """FST's two seeds reach 0.5 on CodeIO; RL's seed 0 stays at 0 and seed 1 has one lucky 0.5.
+    Seed-averaged, RL recovers half of FST's level (the claim took the luckiest seed's 0.5 and
+    called it a tie). Fig 6's stage lines sit where a stage starts, not at its first point."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    rows = []
+    for method, seed, cod in (("fst", 0, [0.0, 0.0, 0.0, 0.5, 0.5]), ("fst", 1, [0.0, 0.0, 0.0, 0.5, 0.5]),
+                              ("rl", 0, [0.0] * 5), ("rl", 1, [0.0, 0.0, 0.0, 0.5, 0.0])):
+        for task, values in (("hover", [0.2, 0.4, 0.4, 0.3, 0.3]), ("codeio", cod)):
+            rows += [{**r, "seed": seed, "run": f"{r['run']}{seed}"}
+                     for r in _rows("continual", method, "hover.codeio", values, train_task=seq, eval_task=task)]
+    df = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    claims = {r["task"]: r for r in build_claims({"continual": df}) if r["claim"] == "continual_stage_recovery"}
+    assert claims["codeio"]["measured"] == pytest.approx(1.0 - 0.25 / 0.5)
+    assert claims["hover"]["measured"] == pytest.approx(0.0)
+    assert figures.stage_starts(df) == {"hover": 0, "codeio": 20}
+    mean = figures.continual_seed_mean(df)
+    assert mean.height == 2 * 2 * 5  # methods x eval tasks x points: one line per method and task
+    fig6({"continual": df}, tmp_path / "fig6.pdf")
+
+
 def test_a_ratio_rl_never_improving_on_or_fst_never_reaching():
     """RL's best at step 0 is no peak to be faster to (it read inf, "reproduced"); FST never
     reaching RL's peak refutes the claim (it read undetermined, with no note)."""

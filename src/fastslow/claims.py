@@ -6,7 +6,7 @@ final evaluations differ by at most two standard errors of their paired differen
 problem, the difference of the two mean rewards (each averaged over seeds: every run is scored
 on the same problems), its spread over the square root of the number of problems
 (`fastslow.analysis.paired_noise_bound`). A continual stage's recovery is judged the same way
-on the two methods' best evaluations in the stage. A toy run where one sample of 32 is right is
+on the two methods' best evaluations in the stage (seeds averaged per step). A toy run where one sample of 32 is right is
 not a reproduction. The rule needs the curves' per-problem means (`problem_ids`, `problem_means`);
 without them it is not applied. The step ratio and the KL reduction have no such rule: they are
 read off the curves' shapes.
@@ -60,30 +60,30 @@ def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
     return _where(df, **where).group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
 
 
-def _final_problems(df: pl.DataFrame, **where: Any) -> dict[str, float]:
-    """Problem id -> mean reward at each matching run's last evaluation, averaged over the runs
-    (seeds); {} when a run has no per-problem means (curve tables from before they were kept)."""
+def _final_problems(df: pl.DataFrame, step: int | None = None, **where: Any) -> dict[str, float]:
+    """Problem id -> mean reward at each matching run's last evaluation (or at `step`), averaged
+    over the runs (seeds); {} when a run has no per-problem means (curve tables from before they
+    were kept)."""
     df = _where(df, **where)
     if "problem_ids" not in df.columns or not df.height:
         return {}
-    last = df.filter(pl.col("step") == pl.col("step").max().over("run"))
-    if last["problem_ids"].null_count():
+    last = df.filter(pl.col("step") == (pl.col("step").max().over("run") if step is None else step))
+    if not last.height or last["problem_ids"].null_count():
         return {}
     per = (last.select("problem_ids", "problem_means").explode(["problem_ids", "problem_means"])
            .group_by("problem_ids").agg(pl.col("problem_means").mean()))
     return dict(zip(per["problem_ids"].to_list(), per["problem_means"].to_list(), strict=True))
 
 
-def _best_problems(df: pl.DataFrame) -> tuple[float, float, dict[str, float]]:
-    """(normalised, mean@k, problem id -> mean reward) of the row of `df` (one method's
-    evaluations in a continual stage, `normalised_continual`) with the highest normalised
-    accuracy; NaNs when none has one, {} without per-problem means."""
-    df = df.drop_nulls("normalised")
-    if not df.height:
-        return float("nan"), float("nan"), {}
-    top = df.sort("normalised", descending=True).row(0, named=True)
-    problems = dict(zip(top.get("problem_ids") or [], top.get("problem_means") or [], strict=True))
-    return float(top["normalised"]), float(top["mean_at_k"]), problems
+def _best_step(norm: pl.DataFrame) -> tuple[float, float, int | None]:
+    """(normalised, mean@k, step) of the best evaluation in `norm` (one method's seed-averaged
+    evaluations in a continual stage, `normalised_continual`); NaNs and None when none has a
+    normalised accuracy (no reward in the stage)."""
+    norm = norm.drop_nulls("normalised")
+    if not norm.height:
+        return float("nan"), float("nan"), None
+    top = norm.sort(["normalised", "step"], descending=[True, False]).row(0, named=True)
+    return float(top["normalised"]), float(top["mean_at_k"]), int(top["step"])
 
 
 def _noise_note(observed: float, bound: float, which: str = "final") -> str:
@@ -191,7 +191,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
 
         norm = normalised_continual(con)
         for task in dict.fromkeys(con.filter(pl.col("cycle") >= 0).sort("cycle")["train_task"].to_list()):
-            best = {m: _best_problems(_where(norm, method=m, train_task=task)) for m in ("rl", "fst")}
+            best = {m: _best_step(_where(norm, method=m, train_task=task)) for m in ("rl", "fst")}
+            problems = {m: _final_problems(con, step=b[2], method=m, train_task=task, eval_task=task)
+                        if b[2] is not None else {} for m, b in best.items()}
             gap = best["fst"][0] - best["rl"][0]
             rows.append(_row("continual_stage_recovery", task, gap,
                              ";".join(sorted(con["run"].unique().to_list())), strict=False,
@@ -199,5 +201,5 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                                  con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
                              else "",
                              noise=_noise_note(best["fst"][1] - best["rl"][1],
-                                               paired_noise_bound(best["rl"][2], best["fst"][2]), "best")))
+                                               paired_noise_bound(problems["rl"], problems["fst"]), "best")))
     return rows

@@ -136,6 +136,10 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
         seq = exp.get("sequence")
         if seq is not None and not seq:
             raise _err(f"{where}.sequence: expected a non-empty list of tasks, got []")
+        if seq is not None and len(set(seq)) < len(seq):
+            twice = next(t for t in seq if seq.count(t) > 1)
+            raise _err(f"{where}.sequence: task {twice!r} appears twice in {seq}; stages are told apart "
+                       f"by their task, so list each task once")
         if seq is None and not exp.get("tasks"):
             raise _err(f"{where}.tasks: expected a non-empty list of tasks (or a 'sequence'), got {exp.get('tasks')!r}")
 

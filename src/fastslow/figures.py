@@ -252,11 +252,29 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     _save(fig, out)
 
 
+def continual_seed_mean(df: pl.DataFrame) -> pl.DataFrame:
+    """The continual curves averaged over seeds: mean@k per method, step and (train, eval) task."""
+    keys = ["method", "step", "cycle", "train_task", "eval_task"]
+    return df.group_by(keys).agg(pl.col("mean_at_k").mean(), pl.col("k").first()).sort(["method", "step"])
+
+
+def stage_starts(df: pl.DataFrame) -> dict[str, int]:
+    """The RL step at which each stage of a continual curves table starts, in order: 0, then the
+    step of the previous stage's last evaluation (every stage's last cycle is evaluated,
+    `layout.eval_points`)."""
+    ends = (df.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").max().alias("end"))
+            .sort("end"))
+    tasks, ends_ = ends["train_task"].to_list(), ends["end"].to_list()
+    return {task: 0 if i == 0 else int(ends_[i - 1]) for i, task in enumerate(tasks)}
+
+
 def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
-    """Per-stage accuracy normalised by the peak reached across methods within the stage.
+    """Per-stage accuracy (seeds averaged) normalised by the peak reached across methods within
+    the stage.
 
     A stage where no method earned any reward (peak 0) has nothing to normalise by: its
     `normalised` is null, not 0, so neither the figure nor the claims read "0% of the peak"."""
+    df = continual_seed_mean(df)
     stage = df.filter(pl.col("eval_task") == pl.col("train_task"))
     peak = stage.group_by("train_task").agg(pl.col("mean_at_k").max().alias("peak"))
     return (stage.join(peak, on="train_task")
@@ -269,21 +287,23 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     plt = _plt()
     df = tables["continual"]
     norm = normalised_continual(df)
+    mean = continual_seed_mean(df)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
-    stages = [t for t in dict.fromkeys(df.sort("cycle").filter(pl.col("cycle") >= 0)["train_task"].to_list())]
+    starts = stage_starts(df)
+    stages = list(starts)
     for method in sorted(norm["method"].unique().to_list()):
-        sub = norm.filter(pl.col("method") == method).group_by("step", "train_task").agg(
-            pl.col("normalised").mean()).sort("step")
+        sub = norm.filter(pl.col("method") == method).sort("step")
         ax.plot(sub["step"], sub["normalised"], color=COLORS[method], ls="-" if method == "fst" else "--",
                 marker="o", ms=3, label=LABELS[method])
         for task in stages:
-            all_t = df.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
+            all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=COLORS[method], ls="-" if method == "fst" else "--",
                      alpha=0.4 + 0.6 * (stages.index(task) + 1) / len(stages), label=f"{LABELS[method]}: {task}")
-    bounds = df.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").min()).sort("step")
     for a in (ax, ax2):
-        for task, step in zip(bounds["train_task"], bounds["step"], strict=True):
-            a.axvline(step - 0.5, color="#bbbbbb", lw=0.8)
+        a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
+        for task, step in starts.items():
+            if step > 0:
+                a.axvline(step, color="#bbbbbb", lw=0.8)
             a.text(step, 1.02, task, transform=a.get_xaxis_transform(), fontsize=8)
     zero = norm.filter(pl.col("peak") <= 0).group_by("train_task").agg(pl.col("step").mean())
     for task, step in zip(zero["train_task"], zero["step"], strict=True):

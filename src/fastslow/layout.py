@@ -37,10 +37,13 @@ def eval_point_file(spec: RunSpec, point: str, task: str, results: str = RESULTS
 
 
 def eval_points(spec: RunSpec) -> list[str]:
-    """The run's evaluation points: 'init' (if asked), every `eval_every`-th cycle and the last."""
-    every = spec.eval_every
+    """The run's evaluation points: 'init' (if asked), every `eval_every`-th cycle, the last cycle
+    of each stage of a continual sequence (where forgetting is measured from, and where Fig 6
+    draws the stage's end) and the last."""
+    every, schedule = spec.eval_every, spec.schedule
     return ["init"] * spec.eval_init + [f"cycle{c}" for c in range(spec.cycles)
-                                        if (c + 1) % every == 0 or c == spec.cycles - 1]
+                                        if (c + 1) % every == 0 or c == spec.cycles - 1
+                                        or schedule[c] != schedule[c + 1]]
 
 
 def experiment_runs(runs: dict[str, RunSpec], experiment: str,
