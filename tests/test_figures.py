@@ -136,6 +136,35 @@ def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_
     fig6({"continual": df}, tmp_path / "fig6.pdf")
 
 
+@pytest.mark.parametrize(("rl", "fst", "measured", "verdict", "note"), [
+    # RL leaves zero at step 40, FST at 10: 4x
+    ([0, 0, 0, 0, .5], [0, .5, .5, .5, .5], 4.0, "reproduced", "RL left zero reward at step 40, FST at step 10"),
+    # RL never does: 40 / 10 is a lower bound, and FST was earlier
+    ([0] * 5, [0, .5, .5, .5, .5], 4.0, "reproduced", "a lower bound: RL never left zero reward by step 40"),
+    ([0, .5, .5, .5, .5], [0] * 5, None, "not reproduced", "FST never left zero reward by step 40; RL did at step 10"),
+    ([0] * 5, [0, 0, 0, 0, 0.03125], None, "undetermined", "neither method left zero reward"),  # 1 of 32: noise
+    ([.5] * 5, [.5] * 5, None, "undetermined", "FST's step-0 evaluation is already above zero"),
+])
+def test_fig7s_claim_leaving_zero_reward(rl, fst, measured, verdict, note):
+    """Fig 7: the first step whose mean@k stands above 2 standard errors over problems."""
+    def probs(v):  # 8 problems: v spread evenly, or one problem right once in 4 for 1 of 32
+        return _problems([0.25] + [0.0] * 7) if v == 0.03125 else _problems([v] * 8)
+
+    rows = []
+    for method, values in (("rl", rl), ("fst", fst)):
+        ses = [float(np.std(list(probs(v).values()), ddof=1) / np.sqrt(8)) for v in values]
+        for r, se in zip(_rows("stargraph", method, "stargraph", [float(v) for v in values],
+                               problems=[probs(v) for v in values]), ses, strict=True):
+            rows.append({**r, "mean_at_k_se": se})
+    (claim,) = build_claims({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)})
+    assert claim["claim"] == "zero_reward_escape" and claim["paper"] == 6.0
+    assert claim["verdict"] == verdict and note in claim["note"]
+    if measured is None:
+        assert np.isnan(claim["measured"])
+    else:
+        assert claim["measured"] == pytest.approx(measured)
+
+
 def test_a_ratio_rl_never_improving_on_or_fst_never_reaching():
     """RL's best at step 0 is no peak to be faster to (it read inf, "reproduced"); FST never
     reaching RL's peak refutes the claim (it read undetermined, with no note)."""
@@ -561,3 +590,12 @@ def test_the_plasticity_gain_averages_every_seed_of_a_source_method():
         pla += [{**r, "run": f"{r['run']}@{init}"} for r in rows]
     (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
     assert gain["task"] == "math→hover_hard" and gain["measured"] == pytest.approx(0.45 - 0.3)
+
+
+def test_the_standard_error_of_a_seed_mean_is_not_the_mean_standard_error():
+    """Two seeds, each evaluated with a standard error of 0.1: their mean's is 0.1/√2 (Fig 3's
+    error bars and the claims' escape rule read it); averaging the two overstated it."""
+    rows = [{**r, "seed": seed, "run": f"{r['run']}{seed}", "mean_at_k_se": 0.1}
+            for seed in (0, 1) for r in _rows("efficiency", "rl", "math", [0.2, 0.4])]
+    curve = figures._curve(pl.DataFrame(rows).select(CURVE_COLUMNS), method="rl")
+    assert curve["mean_at_k_se"].to_list() == pytest.approx([0.1 / np.sqrt(2)] * 2)

@@ -59,6 +59,17 @@ def reward_onset_note(steps_rl: np.ndarray, rl: np.ndarray, steps_fst: np.ndarra
             f"FST did from step {int(first)}")
 
 
+def escape_step(steps: np.ndarray, means: np.ndarray, ses: np.ndarray | None = None) -> float:
+    """The first step at which a curve leaves zero reward: its mean@k above 2 standard errors
+    over problems (one right sample among 32 on 8 problems is not), or above 0 where no standard
+    error was kept. NaN if it never does."""
+    steps, means = np.asarray(steps, dtype=float), np.asarray(means, dtype=float)
+    ses = np.full(means.shape, np.nan) if ses is None else np.asarray(ses, dtype=float)
+    bar = np.where(np.isfinite(ses), 2 * ses, 0.0)
+    hit = np.nonzero(means > bar)[0]
+    return float(steps[hit[0]]) if hit.size else float("nan")
+
+
 def steps_to_peak_ratio(steps_ref: np.ndarray, ref: np.ndarray, steps_new: np.ndarray,
                         new: np.ndarray) -> float:
     """How many times fewer steps `new` needs to reach `ref`'s peak (the paper's 3.0× on CodeIO).

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import (
+    escape_step,
     fit_sigmoid,
     kl_at_matched_reward,
     no_reward,
@@ -31,6 +32,7 @@ from fastslow.analysis import (
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
+from fastslow.figures import SEED_MEAN_SE
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
 PAPER = {
@@ -38,6 +40,7 @@ PAPER = {
     ("sample_efficiency_ratio", "math"): 1.4,
     ("sample_efficiency_ratio", "hover_hard"): 3.0,
     ("kl_reduction_at_matched_reward", "*"): 0.70,  # "up to 70% less KL"
+    ("zero_reward_escape", "*"): 6.0,  # Fig 7: FST leaves zero reward by about step 50, RL by about 300
 }
 CLAIM_TEXT = {
     "sample_efficiency_ratio": "FST reaches RL's peak in fewer steps (RL steps to peak / FST steps); > 1 reproduces",
@@ -45,6 +48,8 @@ CLAIM_TEXT = {
     "kl_reduction_at_matched_reward": "FST needs less KL to the base at matched reward (1 − KL_FST/KL_RL); > 0 reproduces",
     "plasticity_gain": "fresh RL from FST weights ends higher than from RL weights (final mean@k gap); > 0 reproduces",
     "continual_stage_recovery": "FST's best normalised accuracy in a stage minus RL's; ≥ 0 reproduces",
+    "zero_reward_escape": ("FST leaves zero reward in fewer steps (RL's first step with mean@k above 2 "
+                           "standard errors / FST's); > 1 reproduces"),
 }
 
 
@@ -56,8 +61,11 @@ def _where(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
 
 
 def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """Mean@k and KL by step, averaged over the matching runs (seeds)."""
-    return _where(df, **where).group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean()).sort("step")
+    """Mean@k (and its standard error, NaN in tables from before it was kept), and KL by step,
+    averaged over the matching runs (seeds)."""
+    se = SEED_MEAN_SE if "mean_at_k_se" in df.columns else pl.lit(float("nan")).alias("mean_at_k_se")
+    return _where(df, **where).group_by("step").agg(
+        pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean(), se).sort("step")
 
 
 def _final_problems(df: pl.DataFrame, step: int | None = None, **where: Any) -> dict[str, float]:
@@ -104,13 +112,17 @@ NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to 
 
 
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
-         strict: bool = True, note: str = "", noise: str = "", refuted: bool = False) -> dict[str, Any]:
+         strict: bool = True, note: str = "", noise: str = "", refuted: bool = False,
+         bound: bool = False) -> dict[str, Any]:
     """One claim's row; a `noise` note (`_noise_note`) withholds the verdict; `refuted` (with a
-    `note` saying why) is "not reproduced" without a value (FST never reaches RL's peak)."""
+    `note` saying why) is "not reproduced" without a value (FST never reaches RL's peak); `bound`
+    marks `measured` as a lower bound that already reproduces (RL never left zero reward)."""
     paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
     note = "; ".join(n for n in (note, noise) if n)
     if refuted:
         verdict = "not reproduced"
+    elif bound:
+        verdict = "reproduced"
     elif math.isnan(measured) or noise:
         verdict = "undetermined"
     else:
@@ -118,6 +130,29 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
         verdict = "reproduced" if ok else "not reproduced"
     return {"claim": claim, "task": task, "measured": measured, "paper": paper, "verdict": verdict,
             "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
+
+
+def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> dict[str, Any]:
+    """Fig 7's claim: how many times fewer steps FST takes to leave zero reward than RL."""
+    first = {m: escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), c["mean_at_k_se"].to_numpy())
+             for m, c in (("rl", rl), ("fst", fst))}
+    last = {m: int(c["step"].max()) for m, c in (("rl", rl), ("fst", fst))}
+    if math.isnan(first["fst"]):
+        if math.isnan(first["rl"]):
+            return _row("zero_reward_escape", task, float("nan"), runs, note=(
+                f"neither method left zero reward (mean@k above 2 standard errors) by step "
+                f"{max(last.values())}"))
+        return _row("zero_reward_escape", task, float("nan"), runs, refuted=True, note=(
+            f"FST never left zero reward by step {last['fst']}; RL did at step {int(first['rl'])}"))
+    if first["fst"] == 0:
+        return _row("zero_reward_escape", task, float("nan"), runs, note=(
+            "FST's step-0 evaluation is already above zero: there was no zero reward to leave"))
+    if math.isnan(first["rl"]):
+        return _row("zero_reward_escape", task, last["rl"] / first["fst"], runs, bound=True, note=(
+            f"a lower bound: RL never left zero reward by step {last['rl']}; FST did at step "
+            f"{int(first['fst'])}"))
+    return _row("zero_reward_escape", task, first["rl"] / first["fst"], runs, threshold=1.0,
+                note=f"RL left zero reward at step {int(first['rl'])}, FST at step {int(first['fst'])}")
 
 
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
@@ -185,6 +220,12 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                     gain = get["fst"] - get["rl"]
                     rows.append(_row("plasticity_gain", task, gain, runs,
                                      noise=_noise_note(gain, paired_noise_bound(probs["rl"], probs["fst"]))))
+    star = tables.get("stargraph")
+    if star is not None:
+        for task in sorted(star["eval_task"].unique().to_list()):
+            curves = {m: _curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
+            if all(c.height for c in curves.values()):
+                rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task)))
     con = tables.get("continual")
     if con is not None:
         from fastslow.figures import normalised_continual

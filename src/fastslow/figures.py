@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import (
+    escape_step,
     fit_sigmoid,
     no_reward,
     reward_onset_note,
@@ -62,11 +63,16 @@ def _save(fig: Any, out: str | Path) -> None:
     _plt().close(fig)
 
 
+#: The standard error of a mean over seeds of evaluations with standard errors se_i (their
+#: samples independent): sqrt(sum se_i^2) / n. Averaging the se_i instead overstates it by sqrt(n).
+SEED_MEAN_SE = (pl.col("mean_at_k_se").pow(2).sum().sqrt() / pl.col("mean_at_k_se").count()).alias("mean_at_k_se")
+
+
 def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
     """Rows matching `where`, averaged over seeds per step (sorted by step)."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
-    extra = [pl.col("mean_at_k_se").mean()] if "mean_at_k_se" in df.columns else []
+    extra = [SEED_MEAN_SE] if "mean_at_k_se" in df.columns else []
     return (df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
                                     pl.col("kl_to_base").mean(), pl.col("entropy").mean(), *extra)
             .sort("step"))
@@ -330,12 +336,13 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
         c = _curve(df, method=method)
         if c.height:
             ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], marker="o", ms=3, label=LABELS[method])
-            nz = c.filter(pl.col("mean_at_k") > 0)
-            if nz.height:
-                ax.axvline(int(nz["step"][0]), color=COLORS[method], ls=":", lw=1)
+            se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else None
+            first = escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), se)
+            if not math.isnan(first):
+                ax.axvline(first, color=COLORS[method], ls=":", lw=1)
     ax.set(title="Fig 7 — star-graph search", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax.legend()
-    _footnote(fig, [df], "Dotted: first step with non-zero reward.")
+    _footnote(fig, [df], "Dotted: first step whose mean@k is above 2 standard errors (leaving zero reward).")
     _save(fig, out)
 
 
