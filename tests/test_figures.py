@@ -599,3 +599,19 @@ def test_the_standard_error_of_a_seed_mean_is_not_the_mean_standard_error():
             for seed in (0, 1) for r in _rows("efficiency", "rl", "math", [0.2, 0.4])]
     curve = figures._curve(pl.DataFrame(rows).select(CURVE_COLUMNS), method="rl")
     assert curve["mean_at_k_se"].to_list() == pytest.approx([0.1 / np.sqrt(2)] * 2)
+
+
+def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
+    """Seconds per RL step (cycle seconds / T) without reuse over with it; the note gives the
+    final evaluations' difference, which reuse should leave within noise."""
+    rows = []
+    for variant, seconds in (("no_reuse", 20.0), ("reuse", 12.5)):
+        rows += [{**r, "cycle_seconds": seconds}
+                 for r in _rows("reuse", "fst", "hover_hard", [0.0, 0.25, 0.5], variant=variant)]
+    df = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    (claim,) = build_claims({"reuse": df})
+    assert claim["claim"] == "reuse_speedup" and claim["measured"] == pytest.approx(1.6)
+    assert claim["verdict"] == "reproduced" and claim["paper"] == pytest.approx(100 / 47)
+    assert claim["note"] == "2.0 against 1.2 s a step; final mean@k with reuse +0.000 against without"
+    assert figures.seconds_per_step(df) == {"no_reuse": 2.0, "reuse": 1.25}
+    figures.fig10({"reuse": df}, tmp_path / "fig10.pdf")

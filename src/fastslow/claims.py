@@ -32,7 +32,7 @@ from fastslow.analysis import (
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
-from fastslow.figures import SEED_MEAN_SE
+from fastslow.figures import SEED_MEAN_SE, seconds_per_step
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
 PAPER = {
@@ -41,6 +41,7 @@ PAPER = {
     ("sample_efficiency_ratio", "hover_hard"): 3.0,
     ("kl_reduction_at_matched_reward", "*"): 0.70,  # "up to 70% less KL"
     ("zero_reward_escape", "*"): 6.0,  # Fig 7: FST leaves zero reward by about step 50, RL by about 300
+    ("reuse_speedup", "*"): 100 / 47,  # Fig 10 / cost: FST ~100 s per RL step, with reuse ~47 (8xH100)
 }
 CLAIM_TEXT = {
     "sample_efficiency_ratio": "FST reaches RL's peak in fewer steps (RL steps to peak / FST steps); > 1 reproduces",
@@ -50,6 +51,8 @@ CLAIM_TEXT = {
     "continual_stage_recovery": "FST's best normalised accuracy in a stage minus RL's; ≥ 0 reproduces",
     "zero_reward_escape": ("FST leaves zero reward in fewer steps (RL's first step with mean@k above 2 "
                            "standard errors / FST's); > 1 reproduces"),
+    "reuse_speedup": ("rollout reuse makes FST's RL steps cheaper (wall seconds per RL step without reuse / "
+                      "with it, fast rounds included); > 1 reproduces"),
 }
 
 
@@ -155,6 +158,20 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
                 note=f"RL left zero reward at step {int(first['rl'])}, FST at step {int(first['fst'])}")
 
 
+def _reuse_row(df: pl.DataFrame) -> dict[str, Any]:
+    """Fig 10's cost: seconds per RL step of the no-reuse runs over the reuse runs'. Wall time is
+    one measurement per cycle on whatever machine ran it, with no noise rule; the note gives
+    the final evaluations' difference, which reuse should leave within noise."""
+    per_step = seconds_per_step(df)
+    speedup = per_step["no_reuse"] / per_step["reuse"] if per_step.get("reuse") else float("nan")
+    final = {v: float(_curve(df, variant=v)["mean_at_k"][-1]) for v in ("reuse", "no_reuse")}
+    bound = paired_noise_bound(_final_problems(df, variant="no_reuse"), _final_problems(df, variant="reuse"))
+    note = (f"{per_step['no_reuse']:.1f} against {per_step['reuse']:.1f} s a step; final mean@k with reuse "
+            f"{final['reuse'] - final['no_reuse']:+.3f} against without"
+            + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})"))
+    return _row("reuse_speedup", str(df["eval_task"][0]), speedup, _runs(df), threshold=1.0, note=note)
+
+
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     eff = tables.get("efficiency")
@@ -226,6 +243,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             curves = {m: _curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
             if all(c.height for c in curves.values()):
                 rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task)))
+    reuse = tables.get("reuse")
+    if reuse is not None and {"reuse", "no_reuse"} <= set(reuse["variant"].unique().to_list()):
+        rows.append(_reuse_row(reuse))
     con = tables.get("continual")
     if con is not None:
         from fastslow.figures import normalised_continual

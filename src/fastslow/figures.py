@@ -421,6 +421,16 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     return values
 
 
+def seconds_per_step(df: pl.DataFrame) -> dict[str, float]:
+    """Wall seconds per RL step by variant (fast rounds included): each evaluated cycle's
+    seconds over its T (step = (cycle + 1) x T), averaged over seeds' runs alike, and right when
+    only every n-th cycle is evaluated (eval_every)."""
+    per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"])
+                .with_columns((pl.col("cycle_seconds") * (pl.col("cycle") + 1) / pl.col("step")).alias("s"))
+                .group_by("variant", maintain_order=True).agg(pl.col("s").mean()))
+    return dict(zip(per_step["variant"].to_list(), per_step["s"].to_list(), strict=True))
+
+
 def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none."""
     plt = _plt()
@@ -430,12 +440,8 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     for i, v in enumerate(variants):
         c = _curve(df, variant=v)
         ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=plt.cm.Dark2(i))
-    # Seconds per RL step of each evaluated cycle (step = (cycle + 1) x T), averaged per variant:
-    # over seeds' runs alike, and right when only every n-th cycle is evaluated (eval_every).
-    per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"])
-                .with_columns((pl.col("cycle_seconds") * (pl.col("cycle") + 1) / pl.col("step")).alias("s"))
-                .group_by("variant", maintain_order=True).agg(pl.col("s").mean()))
-    ax2.bar(per_step["variant"], per_step["s"], color=[plt.cm.Dark2(variants.index(v)) for v in per_step["variant"]])
+    per_step = seconds_per_step(df)
+    ax2.bar(list(per_step), list(per_step.values()), color=[plt.cm.Dark2(variants.index(v)) for v in per_step])
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="wall time per RL step (cycle incl. fast round)", ylabel="seconds / step")
     ax.legend(fontsize=8)
