@@ -615,3 +615,31 @@ def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
     assert claim["note"] == "2.0 against 1.2 s a step; final mean@k with reuse +0.000 against without"
     assert figures.seconds_per_step(df) == {"no_reuse": 2.0, "reuse": 1.25}
     figures.fig10({"reuse": df}, tmp_path / "fig10.pdf")
+
+
+@pytest.mark.parametrize(("fst_final", "verdict"), [
+    ([0.5] * 8, "reproduced"),                      # FST keeps 0.5 of 0.6, RL falls to 0.2
+    ([0.25] + [0.2] * 7, "undetermined"),           # FST's drop is RL's but for one problem
+])
+def test_continual_forgetting_from_a_stages_end_to_the_last_evaluation(fst_final, verdict):
+    """"Less catastrophic forgetting": the drop on hover from the end of its stage (step 20) to
+    the last evaluation (step 40), RL's minus FST's, paired per problem for the noise rule. The
+    last stage (codeio) has nothing after it: no row."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    point = lambda v: _problems([v] * 8)  # noqa: E731
+    per_point = {("rl", "hover"): [point(0.2), point(0.5), point(0.6), point(0.3), point(0.2)],
+                 ("fst", "hover"): [point(0.2), point(0.5), point(0.6), point(0.55), _problems(fst_final)],
+                 ("rl", "codeio"): [point(0.0)] * 3 + [point(0.1)] * 2,
+                 ("fst", "codeio"): [point(0.0)] * 3 + [point(0.3)] * 2}
+    rows = []
+    for (method, task), probs in per_point.items():
+        rows += _rows("continual", method, "hover.codeio", [float(np.mean(list(p.values()))) for p in probs],
+                      train_task=seq, eval_task=task, problems=probs)
+    claims = [r for r in build_claims({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)})
+              if r["claim"] == "continual_forgetting"]
+    assert [r["task"] for r in claims] == ["hover"]
+    (row,) = claims
+    fst_drop = 0.6 - float(np.mean(fst_final))
+    assert row["measured"] == pytest.approx(0.4 - fst_drop) and row["verdict"] == verdict
+    assert row["note"].startswith(f"drop from step 20 to 40: RL +0.400, FST {fst_drop:+.3f}")
+    assert ("within evaluation noise: the two methods' drops differ" in row["note"]) == (verdict == "undetermined")

@@ -51,6 +51,8 @@ CLAIM_TEXT = {
     "continual_stage_recovery": "FST's best normalised accuracy in a stage minus RL's; ≥ 0 reproduces",
     "zero_reward_escape": ("FST leaves zero reward in fewer steps (RL's first step with mean@k above 2 "
                            "standard errors / FST's); > 1 reproduces"),
+    "continual_forgetting": ("RL's drop on an earlier stage's task, from the stage's end to the last "
+                             "evaluation, minus FST's (seeds averaged); > 0 reproduces"),
     "reuse_speedup": ("rollout reuse makes FST's RL steps cheaper (wall seconds per RL step without reuse / "
                       "with it, fast rounds included); > 1 reproduces"),
 }
@@ -97,11 +99,11 @@ def _best_step(norm: pl.DataFrame) -> tuple[float, float, int | None]:
     return float(top["normalised"]), float(top["mean_at_k"]), int(top["step"])
 
 
-def _noise_note(observed: float, bound: float, which: str = "final") -> str:
-    """The note of `which` evaluations too close to judge, or ""."""
+def _noise_note(observed: float, bound: float, which: str = "final evaluations") -> str:
+    """The note of two measurements (`which`) too close to judge, or ""."""
     if math.isnan(observed) or math.isnan(bound) or abs(observed) > bound:
         return ""
-    return (f"within evaluation noise: the {which} evaluations differ by {observed:+.3f}, at most 2 standard "
+    return (f"within evaluation noise: the {which} differ by {observed:+.3f}, at most 2 standard "
             f"errors of their paired difference ({bound:.3f})")
 
 
@@ -170,6 +172,37 @@ def _reuse_row(df: pl.DataFrame) -> dict[str, Any]:
             f"{final['reuse'] - final['no_reuse']:+.3f} against without"
             + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})"))
     return _row("reuse_speedup", str(df["eval_task"][0]), speedup, _runs(df), threshold=1.0, note=note)
+
+
+def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
+    """"Less catastrophic forgetting": for each stage but the last, how much each method's
+    accuracy on that stage's task drops from the stage's end (its last cycle, always evaluated)
+    to the run's last evaluation, RL's drop minus FST's; paired per problem for the noise rule."""
+    rows = []
+    ends = (con.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").max().alias("end"))
+            .sort("end"))
+    runs = ";".join(sorted(con["run"].unique().to_list()))
+    for task, end in zip(ends["train_task"].to_list(), ends["end"].to_list(), strict=True):
+        on_task = con.filter(pl.col("eval_task") == task)
+        last = int(on_task["step"].max())
+        if end >= last:  # the last stage: nothing after it to forget in
+            continue
+        if no_reward(on_task["mean_at_k"]):
+            rows.append(_row("continual_forgetting", task, float("nan"), runs, note=NO_REWARD))
+            continue
+        drop, per_problem = {}, {}
+        for m in ("rl", "fst"):
+            curve = _curve(on_task, method=m)
+            at = dict(zip(curve["step"].to_list(), curve["mean_at_k"].to_list(), strict=True))
+            drop[m] = at.get(end, float("nan")) - at.get(last, float("nan"))
+            before, after = (_final_problems(on_task, step=s, method=m) for s in (end, last))
+            per_problem[m] = {p: before[p] - after[p] for p in before.keys() & after.keys()}
+        measured = drop["rl"] - drop["fst"]
+        rows.append(_row("continual_forgetting", task, measured, runs,
+                         note=f"drop from step {end} to {last}: RL {drop['rl']:+.3f}, FST {drop['fst']:+.3f}",
+                         noise=_noise_note(measured, paired_noise_bound(per_problem["fst"], per_problem["rl"]),
+                                           "two methods' drops")))
+    return rows
 
 
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
@@ -262,5 +295,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                                  con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
                              else "",
                              noise=_noise_note(best["fst"][1] - best["rl"][1],
-                                               paired_noise_bound(problems["rl"], problems["fst"]), "best")))
+                                               paired_noise_bound(problems["rl"], problems["fst"]),
+                                               "best evaluations")))
+        rows += _forgetting_rows(con)
     return rows
