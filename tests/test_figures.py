@@ -144,6 +144,8 @@ def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_
     ([0, .5, .5, .5, .5], [0] * 5, None, "not reproduced", "FST never left zero reward by step 40; RL did at step 10"),
     ([0] * 5, [0, 0, 0, 0, 0.03125], None, "undetermined", "neither method left zero reward"),  # 1 of 32: noise
     ([.5] * 5, [.5] * 5, None, "undetermined", "FST's step-0 evaluation is already above zero"),
+    ([0, 0], [0, 0, .5, .5, .5], None, "undetermined", "RL's run ends at step 10, before FST left zero"),
+    ([0, 0, 0, 0, .5], [0, 0], None, "undetermined", "FST never left zero reward by step 10; RL did at step 40"),
 ])
 def test_fig7s_claim_leaving_zero_reward(rl, fst, measured, verdict, note):
     """Fig 7: the first step whose mean@k stands above 2 standard errors over problems."""
@@ -174,12 +176,24 @@ def test_a_ratio_rl_never_improving_on_or_fst_never_reaching():
     ratio = claims["sample_efficiency_ratio"]
     assert np.isnan(ratio["measured"]) and ratio["verdict"] == "undetermined"
     assert "RL's best (0.300) is its step-0 evaluation" in ratio["note"]
-    rows = _rows("efficiency", "rl", "math", [0.1, 0.3, 0.5, 0.5, 0.5, 0.5])
-    rows += _rows("efficiency", "fst", "math", [0.1, 0.2, 0.3, 0.35, 0.4, 0.4])
+    even = lambda values: [_problems([v] * 8) for v in values]  # noqa: E731 - every problem alike
+    rl, fst = [0.1, 0.3, 0.5, 0.5, 0.5, 0.5], [0.1, 0.2, 0.3, 0.35, 0.4, 0.4]
+    rows = _rows("efficiency", "rl", "math", rl, problems=even(rl))
+    rows += _rows("efficiency", "fst", "math", fst, problems=even(fst))
     claims = {r["claim"]: r for r in build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})}
     ratio = claims["sample_efficiency_ratio"]
     assert np.isnan(ratio["measured"]) and ratio["verdict"] == "not reproduced"
     assert ratio["note"] == "FST never reaches RL's peak (0.500, step 20) by step 50"
+    # without per-problem means, or when RL's peak is one lucky sample, that is no refutation
+    rows = _rows("efficiency", "rl", "math", rl) + _rows("efficiency", "fst", "math", fst)
+    ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
+    assert ratio["verdict"] == "undetermined" and "no per-problem means" in ratio["note"]
+    lucky = [_problems([0.0] * 8)] * 2 + [_problems([0.25] + [0.0] * 7)] + [_problems([0.0] * 8)] * 3
+    rows = _rows("efficiency", "rl", "math", [0, 0, 0.03125, 0, 0, 0], problems=lucky)
+    rows += _rows("efficiency", "fst", "math", [0.0] * 6, problems=[_problems([0.0] * 8)] * 6)
+    ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
+    assert ratio["verdict"] == "undetermined"
+    assert "within evaluation noise: the RL's peak and FST's best differ by +0.031" in ratio["note"]
 
 
 def test_an_asymptote_the_curve_has_not_reached_has_no_verdict():
@@ -592,13 +606,28 @@ def test_the_plasticity_gain_averages_every_seed_of_a_source_method():
     assert gain["task"] == "math→hover_hard" and gain["measured"] == pytest.approx(0.45 - 0.3)
 
 
-def test_the_standard_error_of_a_seed_mean_is_not_the_mean_standard_error():
-    """Two seeds, each evaluated with a standard error of 0.1: their mean's is 0.1/√2 (Fig 3's
-    error bars and the claims' escape rule read it); averaging the two overstated it."""
-    rows = [{**r, "seed": seed, "run": f"{r['run']}{seed}", "mean_at_k_se": 0.1}
-            for seed in (0, 1) for r in _rows("efficiency", "rl", "math", [0.2, 0.4])]
-    curve = figures._curve(pl.DataFrame(rows).select(CURVE_COLUMNS), method="rl")
-    assert curve["mean_at_k_se"].to_list() == pytest.approx([0.1 / np.sqrt(2)] * 2)
+def test_the_standard_error_of_a_seed_mean_is_over_problems_of_the_seed_averaged_means():
+    """Every seed is scored on the same problems: a duplicated seed is no new evidence, so the
+    seed mean's standard error is the spread of the seed-averaged per-problem means (sqrt(sum
+    se^2)/n would shrink it by √2 here); without per-problem means, the rows' mean error."""
+    one = {"p0": 0.25, "p1": 0.25, "p2": 0.0, "p3": 0.0}
+    other = {"p0": 0.5, "p1": 0.0, "p2": 0.0, "p3": 0.0}
+    def table(per_seed, problems=True):
+        rows = []
+        for seed, probs in enumerate(per_seed):
+            se = float(np.std(list(probs.values()), ddof=1) / 2)
+            rows += [{**r, "seed": seed, "run": f"{r['run']}{seed}", "mean_at_k_se": se}
+                     for r in _rows("efficiency", "rl", "math", [float(np.mean(list(probs.values())))] * 2,
+                                    problems=[probs] * 2 if problems else None)]
+        return pl.DataFrame(rows).select(CURVE_COLUMNS)
+    single = figures._curve(table([one]), method="rl")["mean_at_k_se"].to_list()
+    assert figures._curve(table([one, one]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(single)
+    averaged = [0.375, 0.125, 0.0, 0.0]
+    assert figures._curve(table([one, other]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(
+        [np.std(averaged, ddof=1) / 2] * 2)
+    old = table([one, other], problems=False)
+    assert figures._curve(old, method="rl")["mean_at_k_se"].to_list() == pytest.approx(
+        [(np.std(list(one.values()), ddof=1) + np.std(list(other.values()), ddof=1)) / 4] * 2)
 
 
 def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
@@ -612,9 +641,26 @@ def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
     (claim,) = build_claims({"reuse": df})
     assert claim["claim"] == "reuse_speedup" and claim["measured"] == pytest.approx(1.6)
     assert claim["verdict"] == "reproduced" and claim["paper"] == pytest.approx(100 / 47)
-    assert claim["note"] == "2.0 against 1.2 s a step; final mean@k with reuse +0.000 against without"
+    assert claim["note"] == "2.00 against 1.25 s a step; final mean@k with reuse +0.000 against without"
     assert figures.seconds_per_step(df) == {"no_reuse": 2.0, "reuse": 1.25}
     figures.fig10({"reuse": df}, tmp_path / "fig10.pdf")
+
+
+def test_less_forgetting_of_what_was_never_learned_is_no_evidence():
+    """RL learns hover (0.6 at the stage's end, 0.3 at the last evaluation); FST stays at 0.1:
+    its drop is smaller only because it had less to lose."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    point = lambda v: _problems([v] * 8)  # noqa: E731
+    rows = []
+    for (method, task), values in {("rl", "hover"): [0.1, 0.4, 0.6, 0.4, 0.3], ("fst", "hover"): [0.1] * 5,
+                                   ("rl", "codeio"): [0.0, 0.0, 0.0, 0.1, 0.1],
+                                   ("fst", "codeio"): [0.0, 0.0, 0.0, 0.2, 0.2]}.items():
+        rows += _rows("continual", method, "hover.codeio", values, train_task=seq, eval_task=task,
+                      problems=[point(v) for v in values])
+    (row,) = [r for r in build_claims({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)})
+              if r["claim"] == "continual_forgetting"]
+    assert row["verdict"] == "undetermined" and np.isnan(row["measured"])
+    assert "FST had learned less by the stage's end (0.100 against RL's 0.600)" in row["note"]
 
 
 @pytest.mark.parametrize(("fst_final", "verdict"), [

@@ -63,19 +63,28 @@ def _save(fig: Any, out: str | Path) -> None:
     _plt().close(fig)
 
 
-#: The standard error of a mean over seeds of evaluations with standard errors se_i (their
-#: samples independent): sqrt(sum se_i^2) / n. Averaging the se_i instead overstates it by sqrt(n).
-SEED_MEAN_SE = (pl.col("mean_at_k_se").pow(2).sum().sqrt() / pl.col("mean_at_k_se").count()).alias("mean_at_k_se")
+def seed_mean_se(df: pl.DataFrame) -> pl.DataFrame:
+    """Per step, the standard error over problems of mean@k averaged over the rows (seeds):
+    the spread of the seed-averaged per-problem means over the square root of their number. Every
+    seed is scored on the same problems, so their errors are not independent (sqrt(sum se^2)/n
+    would shrink the error bar as a seed is duplicated). Without per-problem means (tables from
+    before they were kept), the rows' mean standard error (conservative)."""
+    if "problem_ids" not in df.columns or df["problem_ids"].null_count():
+        se = pl.col("mean_at_k_se").mean() if "mean_at_k_se" in df.columns else pl.lit(float("nan"))
+        return df.group_by("step").agg(se.alias("mean_at_k_se"))
+    per = (df.select("step", "problem_ids", "problem_means").explode(["problem_ids", "problem_means"])
+           .group_by("step", "problem_ids").agg(pl.col("problem_means").mean()))
+    return per.group_by("step").agg((pl.col("problem_means").std(ddof=1) / pl.col("problem_means").count().sqrt())
+                                    .alias("mean_at_k_se"))
 
 
 def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
     """Rows matching `where`, averaged over seeds per step (sorted by step)."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
-    extra = [SEED_MEAN_SE] if "mean_at_k_se" in df.columns else []
-    return (df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
-                                    pl.col("kl_to_base").mean(), pl.col("entropy").mean(), *extra)
-            .sort("step"))
+    curve = df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
+                                    pl.col("kl_to_base").mean(), pl.col("entropy").mean())
+    return curve.join(seed_mean_se(df), on="step", how="left").sort("step")
 
 
 def _axes(plt: Any, n: int, size: tuple[float, float] = (3.6, 3.0), rows: int = 1):
