@@ -689,3 +689,22 @@ def test_continual_forgetting_from_a_stages_end_to_the_last_evaluation(fst_final
     assert row["measured"] == pytest.approx(0.4 - fst_drop) and row["verdict"] == verdict
     assert row["note"].startswith(f"drop from step 20 to 40: RL +0.400, FST {fst_drop:+.3f}")
     assert ("within evaluation noise: the two methods' drops differ" in row["note"]) == (verdict == "undetermined")
+
+
+@pytest.mark.parametrize(("fst_final", "verdict"), [
+    ([0.75] * 8, "reproduced"),
+    ([0.5] * 7 + [0.75], "undetermined"),  # one problem better: within noise
+    ([0.25] * 8, "not reproduced"),
+])
+def test_fig8s_claim_fst_above_the_prompt_only_ceiling(fst_final, verdict):
+    """FST's final evaluation (efficiency's hover run) against GEPA on frozen weights (ceiling)."""
+    half = _problems([0.5] * 8)
+    gepa = _rows("ceiling", "gepa", "hover", [0.1, 0.5, 0.5], problems=[half] * 3)
+    fst = _rows("efficiency", "fst", "hover", [0.1, 0.4, float(np.mean(fst_final))],
+                problems=[half, half, _problems(fst_final)])
+    fst += _rows("efficiency", "rl", "hover", [0.1, 0.2, 0.3])
+    tables = {"ceiling": pl.DataFrame(gepa).select(CURVE_COLUMNS), "efficiency": pl.DataFrame(fst).select(CURVE_COLUMNS)}
+    (row,) = [r for r in build_claims(tables) if r["claim"] == "ceiling_exceeded"]
+    assert row["task"] == "hover" and row["verdict"] == verdict
+    assert row["measured"] == pytest.approx(float(np.mean(fst_final)) - 0.5)
+    assert row["note"].startswith(f"FST {np.mean(fst_final):.3f} at step 20, GEPA only 0.500")

@@ -57,6 +57,8 @@ CLAIM_TEXT = {
                            "standard errors / FST's); > 1 reproduces"),
     "continual_forgetting": ("RL's drop on an earlier stage's task, from the stage's end to the last "
                              "evaluation, minus FST's (seeds averaged); > 0 reproduces"),
+    "ceiling_exceeded": ("FST's final val mean@k minus the prompt-only ceiling's (GEPA on frozen weights, "
+                         "Fig 8); > 0 reproduces"),
     "reuse_speedup": ("rollout reuse makes FST's RL steps cheaper (wall seconds per RL step without reuse / "
                       "with it, fast rounds included); > 1 reproduces"),
 }
@@ -169,6 +171,20 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
             f"{int(first['fst'])}" + plain))
     return _row("zero_reward_escape", task, first["rl"] / first["fst"], runs, threshold=1.0,
                 note=f"RL left zero reward at step {int(first['rl'])}, FST at step {int(first['fst'])}" + plain)
+
+
+def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, Any]:
+    """Fig 8: FST above the prompt-only ceiling (GEPA's fast loop on frozen weights), at each
+    method's last evaluation, seeds averaged, under the paired noise rule."""
+    runs = ";".join(sorted(set(fst["run"].to_list()) | set(gepa["run"].to_list())))
+    if no_reward(fst["mean_at_k"], gepa["mean_at_k"]):
+        return _row("ceiling_exceeded", task, float("nan"), runs, note=NO_REWARD)
+    final = {m: float(_curve(df)["mean_at_k"][-1]) for m, df in (("fst", fst), ("gepa", gepa))}
+    gap = final["fst"] - final["gepa"]
+    bound = paired_noise_bound(_final_problems(gepa), _final_problems(fst))
+    return _row("ceiling_exceeded", task, gap, runs,
+                note=f"FST {final['fst']:.3f} at step {int(fst['step'].max())}, GEPA only {final['gepa']:.3f}",
+                noise=_noise_note(gap, bound))
 
 
 def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
@@ -317,6 +333,13 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             curves = {m: _curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
             if all(c.height for c in curves.values()):
                 rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task)))
+    ceiling = tables.get("ceiling")
+    if ceiling is not None and eff is not None:
+        for task in sorted(ceiling.filter(pl.col("method") == "gepa")["eval_task"].unique().to_list()):
+            fst = _where(eff, eval_task=task, method="fst")
+            gepa = _where(ceiling, eval_task=task, method="gepa")
+            if fst.height:
+                rows.append(_ceiling_row(task, fst, gepa))
     reuse = tables.get("reuse")
     if reuse is not None:
         for task in sorted(reuse["eval_task"].unique().to_list()):

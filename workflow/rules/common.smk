@@ -138,7 +138,7 @@ def eval_inputs(wc):
 
 # Figures whose main experiment is configured; the claims table reads what exists of these.
 FIGURE_TARGETS = [f for f, exps in FIGURE_EXPERIMENTS.items() if exps[0] in config["experiments"]]
-CLAIM_EXPERIMENTS = [e for e in ("efficiency", "plasticity", "continual", "stargraph", "reuse")
+CLAIM_EXPERIMENTS = [e for e in ("efficiency", "plasticity", "continual", "stargraph", "reuse", "ceiling")
                      if e in config["experiments"]]
 POOL_EXPERIMENTS = sorted({s.experiment for s in RUNS.values() if s.fast})
 
