@@ -31,6 +31,8 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
         assert pdf.read_bytes()[:5] == b"%PDF-" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
     claims = pl.read_csv(work / "results/tables/claims.csv")
     assert claims.height >= 5 and {"claim", "measured", "paper", "runs"} <= set(claims.columns)
+    # Fig 7's, Fig 10's and forgetting's rows come from their own experiments' tables
+    assert {"zero_reward_escape", "reuse_speedup", "continual_forgetting"} <= set(claims["claim"])
     assert pl.read_csv(work / "results/tables/channels.csv").height >= 1
     assert sorted(p.name for p in (work / "results/reports/pools").glob("*.html"))
     # Fig 10's no-reuse run is efficiency's FST math run: trained once, read under its own labels
