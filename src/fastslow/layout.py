@@ -28,10 +28,26 @@ def init_model(spec: RunSpec, base_model: str, results: str = RESULTS) -> str:
     return base_model if spec.init is None else f"{results}/runs/{spec.init}/final/model"
 
 
+#: Evaluation settings that change only the KL/entropy pass, not mean@k or best@k.
+DIVERGENCE_ONLY = frozenset({"divergence", "divergence_tokens"})
+
+
+def shares_base_eval(spec: RunSpec) -> bool:
+    """Whether the run's initial point is the base model's evaluation: it starts from the base
+    model and overrides no evaluation setting its rewards depend on (k, the problems, the seed;
+    a run that does is evaluated at its own initial point, so its curve starts at its own k).
+    Variants override `evaluation`, `slow`, `fast` and `cycles` only; the other keys are checked
+    all the same."""
+    o = spec.overrides
+    return (spec.init is None and not any(k in o for k in ("model", "generation", "seed_context"))
+            and set(o.get("evaluation") or {}) <= DIVERGENCE_ONLY)
+
+
 def eval_point_file(spec: RunSpec, point: str, task: str, results: str = RESULTS) -> str:
     """Evaluation summary of a run at `point` ('init' or 'cycleN') on `task`. A run that starts
-    from the base model shares the base model's evaluation as its initial point."""
-    if point == "init" and spec.init is None:
+    from the base model with the global evaluation settings shares the base model's evaluation
+    as its initial point (`shares_base_eval`)."""
+    if point == "init" and shares_base_eval(spec):
         return f"{results}/eval/base/{task}.json"
     return f"{run_path(spec, results)}/eval/{point}/{task}.json"
 
