@@ -707,4 +707,4 @@ def test_fig8s_claim_fst_above_the_prompt_only_ceiling(fst_final, verdict):
     (row,) = [r for r in build_claims(tables) if r["claim"] == "ceiling_exceeded"]
     assert row["task"] == "hover" and row["verdict"] == verdict
     assert row["measured"] == pytest.approx(float(np.mean(fst_final)) - 0.5)
-    assert row["note"].startswith(f"FST {np.mean(fst_final):.3f} at step 20, GEPA only 0.500")
+    assert row["note"].startswith(f"FST {np.mean(fst_final):.3f} at step 20, GEPA only 0.500 at step 20")

@@ -7,13 +7,14 @@ problem, the difference of the two mean rewards (each averaged over seeds: every
 on the same problems), its spread over the square root of the number of problems
 (`fastslow.analysis.paired_noise_bound`). The same rule judges a continual stage's recovery (the
 two methods' best evaluations in the stage, seeds averaged per step), the forgetting of an
-earlier stage's task (the two methods' drops from the stage's end), and "FST never reaches RL's
-peak" (RL's peak against FST's best) before it refutes the step ratio. Fig 7's escape from zero
+earlier stage's task (the two methods' drops from the stage's end), Fig 8's ceiling (FST's final
+evaluation against GEPA-only's), and "FST never reaches RL's peak" (RL's peak against FST's best)
+before it refutes the step ratio. Fig 7's escape from zero
 reward is an evaluation's mean@k above 2 of its own standard errors. A toy run where one sample
 of 32 is right is not a reproduction. The rule needs the curves' per-problem means
 (`problem_ids`, `problem_means`); without them it is not applied (and the step ratio is not
 refuted). The step ratio and the KL reduction otherwise have no such rule: they are read off
-the curves' shapes.
+the curves' shapes; nor has Fig 10's wall-time ratio (its note gives the reward difference).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
          strict: bool = True, note: str = "", noise: str = "", refuted: bool = False,
          bound: bool = False) -> dict[str, Any]:
     """One claim's row; a `noise` note (`_noise_note`) withholds the verdict; `refuted` (with a
-    `note` saying why) is "not reproduced" without a value (FST never reaches RL's peak); `bound`
+    `note` saying why) is "not reproduced" without a value (FST never reaches RL's peak, or
+    never leaves zero reward); `bound`
     marks `measured` as a lower bound that already reproduces (RL never left zero reward)."""
     paper = PAPER.get((claim, task), PAPER.get((claim, "*")))
     note = "; ".join(n for n in (note, noise) if n)
@@ -175,7 +177,8 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
 
 def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, Any]:
     """Fig 8: FST above the prompt-only ceiling (GEPA's fast loop on frozen weights), at each
-    method's last evaluation, seeds averaged, under the paired noise rule."""
+    method's last evaluation (the ceiling is GEPA-only's final level, not its best point), seeds
+    averaged, under the paired noise rule."""
     runs = ";".join(sorted(set(fst["run"].to_list()) | set(gepa["run"].to_list())))
     if no_reward(fst["mean_at_k"], gepa["mean_at_k"]):
         return _row("ceiling_exceeded", task, float("nan"), runs, note=NO_REWARD)
@@ -183,7 +186,8 @@ def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, 
     gap = final["fst"] - final["gepa"]
     bound = paired_noise_bound(_final_problems(gepa), _final_problems(fst))
     return _row("ceiling_exceeded", task, gap, runs,
-                note=f"FST {final['fst']:.3f} at step {int(fst['step'].max())}, GEPA only {final['gepa']:.3f}",
+                note=(f"FST {final['fst']:.3f} at step {int(fst['step'].max())}, GEPA only {final['gepa']:.3f} "
+                      f"at step {int(gepa['step'].max())}"),
                 noise=_noise_note(gap, bound))
 
 

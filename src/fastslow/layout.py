@@ -34,9 +34,11 @@ DIVERGENCE_ONLY = frozenset({"divergence", "divergence_tokens"})
 
 def shares_base_eval(spec: RunSpec) -> bool:
     """Whether the run's initial point is the base model's evaluation: it starts from the base
-    model and overrides no evaluation setting its rewards depend on (k, the problems, the seed;
-    a run that does is evaluated at its own initial point, so its curve starts at its own k).
-    Variants override `evaluation`, `slow`, `fast` and `cycles` only; the other keys are checked
+    model and its overrides (the experiment's and its variant's) name no evaluation setting its
+    rewards depend on (k, the problems, the seed, the dtype; a run that does is evaluated at its
+    own initial point, so its curve starts at its own k). A key is judged by its presence, not
+    its value: an override that repeats the global value costs one redundant evaluation.
+    Overrides reach `evaluation`, `slow`, `fast` and `cycles` only; the other keys are checked
     all the same."""
     o = spec.overrides
     return (spec.init is None and not any(k in o for k in ("model", "generation", "seed_context"))
