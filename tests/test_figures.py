@@ -620,13 +620,13 @@ def test_the_standard_error_of_a_seed_mean_is_over_problems_of_the_seed_averaged
                      for r in _rows("efficiency", "rl", "math", [float(np.mean(list(probs.values())))] * 2,
                                     problems=[probs] * 2 if problems else None)]
         return pl.DataFrame(rows).select(CURVE_COLUMNS)
-    single = figures._curve(table([one]), method="rl")["mean_at_k_se"].to_list()
-    assert figures._curve(table([one, one]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(single)
+    single = figures.seed_curve(table([one]), method="rl")["mean_at_k_se"].to_list()
+    assert figures.seed_curve(table([one, one]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(single)
     averaged = [0.375, 0.125, 0.0, 0.0]
-    assert figures._curve(table([one, other]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(
+    assert figures.seed_curve(table([one, other]), method="rl")["mean_at_k_se"].to_list() == pytest.approx(
         [np.std(averaged, ddof=1) / 2] * 2)
     old = table([one, other], problems=False)
-    assert figures._curve(old, method="rl")["mean_at_k_se"].to_list() == pytest.approx(
+    assert figures.seed_curve(old, method="rl")["mean_at_k_se"].to_list() == pytest.approx(
         [(np.std(list(one.values()), ddof=1) + np.std(list(other.values()), ddof=1)) / 4] * 2)
 
 

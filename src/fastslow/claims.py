@@ -37,7 +37,13 @@ from fastslow.analysis import (
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
-from fastslow.figures import normalised_continual, seconds_per_step, seed_mean_se
+from fastslow.figures import (
+    normalised_continual,
+    rows_where,
+    seconds_per_step,
+    seed_curve,
+    stage_ends,
+)
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
 PAPER = {
@@ -65,26 +71,11 @@ CLAIM_TEXT = {
 }
 
 
-def _where(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """The rows whose columns equal `where`'s values."""
-    for k, v in where.items():
-        df = df.filter(pl.col(k) == v)
-    return df
-
-
-def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """Mean@k (and its standard error, NaN in tables from before it was kept), and KL by step,
-    averaged over the matching runs (seeds)."""
-    df = _where(df, **where)
-    curve = df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("kl_to_base").mean())
-    return curve.join(seed_mean_se(df), on="step", how="left").sort("step")
-
-
 def _final_problems(df: pl.DataFrame, step: int | None = None, **where: Any) -> dict[str, float]:
     """Problem id -> mean reward at each matching run's last evaluation (or at `step`), averaged
     over the runs (seeds); {} when a run has no per-problem means (curve tables from before they
     were kept)."""
-    df = _where(df, **where)
+    df = rows_where(df, **where)
     if "problem_ids" not in df.columns or not df.height:
         return {}
     last = df.filter(pl.col("step") == (pl.col("step").max().over("run") if step is None else step))
@@ -115,7 +106,7 @@ def _noise_note(observed: float, bound: float, which: str = "final evaluations")
 
 
 def _runs(df: pl.DataFrame, **where: Any) -> str:
-    df = _where(df, **where)
+    df = rows_where(df, **where)
     return ";".join(sorted(df["run"].unique().to_list()))
 
 
@@ -182,7 +173,7 @@ def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, 
     runs = ";".join(sorted(set(fst["run"].to_list()) | set(gepa["run"].to_list())))
     if no_reward(fst["mean_at_k"], gepa["mean_at_k"]):
         return _row("ceiling_exceeded", task, float("nan"), runs, note=NO_REWARD)
-    final = {m: float(_curve(df)["mean_at_k"][-1]) for m, df in (("fst", fst), ("gepa", gepa))}
+    final = {m: float(seed_curve(df)["mean_at_k"][-1]) for m, df in (("fst", fst), ("gepa", gepa))}
     gap = final["fst"] - final["gepa"]
     bound = paired_noise_bound(_final_problems(gepa), _final_problems(fst))
     return _row("ceiling_exceeded", task, gap, runs,
@@ -198,7 +189,7 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
     df = df.filter(pl.col("eval_task") == task)
     per_step = {v: (float("nan") if s is None else s) for v, s in seconds_per_step(df).items()}
     speedup = per_step["no_reuse"] / per_step["reuse"] if per_step.get("reuse") else float("nan")
-    final = {v: float(_curve(df, variant=v)["mean_at_k"][-1]) for v in ("reuse", "no_reuse")}
+    final = {v: float(seed_curve(df, variant=v)["mean_at_k"][-1]) for v in ("reuse", "no_reuse")}
     bound = paired_noise_bound(_final_problems(df, variant="no_reuse"), _final_problems(df, variant="reuse"))
     note = (f"{per_step['no_reuse']:.2f} against {per_step['reuse']:.2f} s a step; final mean@k with reuse "
             f"{final['reuse'] - final['no_reuse']:+.3f} against without"
@@ -211,10 +202,8 @@ def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
     accuracy on that stage's task drops from the stage's end (its last cycle, always evaluated)
     to the run's last evaluation, RL's drop minus FST's; paired per problem for the noise rule."""
     rows = []
-    ends = (con.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").max().alias("end"))
-            .sort("end"))
-    runs = ";".join(sorted(con["run"].unique().to_list()))
-    for task, end in zip(ends["train_task"].to_list(), ends["end"].to_list(), strict=True):
+    runs = _runs(con)
+    for task, end in stage_ends(con).items():
         on_task = con.filter(pl.col("eval_task") == task)
         last = int(on_task["step"].max())
         if end >= last:  # the last stage: nothing after it to forget in
@@ -222,19 +211,17 @@ def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
         if no_reward(on_task["mean_at_k"]):
             rows.append(_row("continual_forgetting", task, float("nan"), runs, note=NO_REWARD))
             continue
-        drop, per_problem = {}, {}
+        level, drop, at_end, per_problem = {}, {}, {}, {}
         for m in ("rl", "fst"):
-            curve = _curve(on_task, method=m)
+            curve = seed_curve(on_task, method=m)
             at = dict(zip(curve["step"].to_list(), curve["mean_at_k"].to_list(), strict=True))
-            drop[m] = at.get(end, float("nan")) - at.get(last, float("nan"))
-            before, after = (_final_problems(on_task, step=s, method=m) for s in (end, last))
-            per_problem[m] = {p: before[p] - after[p] for p in before.keys() & after.keys()}
+            level[m] = at.get(end, float("nan"))
+            drop[m] = level[m] - at.get(last, float("nan"))
+            at_end[m], after = (_final_problems(on_task, step=s, method=m) for s in (end, last))
+            per_problem[m] = {p: at_end[m][p] - after[p] for p in at_end[m].keys() & after.keys()}
         measured = drop["rl"] - drop["fst"]
         note = f"drop from step {end} to {last}: RL {drop['rl']:+.3f}, FST {drop['fst']:+.3f}"
-        level = {m: float(_curve(on_task, method=m).filter(pl.col("step") == end)["mean_at_k"].mean())
-                 for m in ("rl", "fst")}
-        level_bound = paired_noise_bound(_final_problems(on_task, step=end, method="fst"),
-                                         _final_problems(on_task, step=end, method="rl"))
+        level_bound = paired_noise_bound(at_end["fst"], at_end["rl"])
         learned_less = level["rl"] - level["fst"] > (0.0 if math.isnan(level_bound) else level_bound)
         if learned_less and measured > 0:  # less learned is less to forget: no evidence of retention
             note += (f"; FST had learned less by the stage's end ({level['fst']:.3f} against RL's "
@@ -269,7 +256,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     eff = tables.get("efficiency")
     if eff is not None:
         for task in sorted(eff["eval_task"].unique().to_list()):
-            rl, fst = _curve(eff, eval_task=task, method="rl"), _curve(eff, eval_task=task, method="fst")
+            rl, fst = seed_curve(eff, eval_task=task, method="rl"), seed_curve(eff, eval_task=task, method="fst")
             if not (rl.height and fst.height):
                 continue
             runs = _runs(eff, eval_task=task)
@@ -334,14 +321,14 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     star = tables.get("stargraph")
     if star is not None:
         for task in sorted(star["eval_task"].unique().to_list()):
-            curves = {m: _curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
+            curves = {m: seed_curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
             if all(c.height for c in curves.values()):
                 rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task)))
     ceiling = tables.get("ceiling")
     if ceiling is not None and eff is not None:
         for task in sorted(ceiling.filter(pl.col("method") == "gepa")["eval_task"].unique().to_list()):
-            fst = _where(eff, eval_task=task, method="fst")
-            gepa = _where(ceiling, eval_task=task, method="gepa")
+            fst = rows_where(eff, eval_task=task, method="fst")
+            gepa = rows_where(ceiling, eval_task=task, method="gepa")
             if fst.height:
                 rows.append(_ceiling_row(task, fst, gepa))
     reuse = tables.get("reuse")
@@ -353,12 +340,11 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     if con is not None:
         norm = normalised_continual(con)
         for task in dict.fromkeys(con.filter(pl.col("cycle") >= 0).sort("cycle")["train_task"].to_list()):
-            best = {m: _best_step(_where(norm, method=m, train_task=task)) for m in ("rl", "fst")}
+            best = {m: _best_step(rows_where(norm, method=m, train_task=task)) for m in ("rl", "fst")}
             problems = {m: _final_problems(con, step=b[2], method=m, train_task=task, eval_task=task)
                         if b[2] is not None else {} for m, b in best.items()}
             gap = best["fst"][0] - best["rl"][0]
-            rows.append(_row("continual_stage_recovery", task, gap,
-                             ";".join(sorted(con["run"].unique().to_list())), strict=False,
+            rows.append(_row("continual_stage_recovery", task, gap, _runs(con), strict=False,
                              note=NO_REWARD if math.isnan(gap) and no_reward(
                                  con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
                              else "",

@@ -78,10 +78,17 @@ def seed_mean_se(df: pl.DataFrame) -> pl.DataFrame:
                                     .alias("mean_at_k_se"))
 
 
-def _curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
-    """Rows matching `where`, averaged over seeds per step (sorted by step)."""
+def rows_where(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    """The rows whose columns equal `where`'s values."""
     for k, v in where.items():
         df = df.filter(pl.col(k) == v)
+    return df
+
+
+def seed_curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
+    """Rows matching `where`, averaged over seeds per step (sorted by step), with the seed
+    mean's standard error (`seed_mean_se`)."""
+    df = rows_where(df, **where)
     curve = df.group_by("step").agg(pl.col("mean_at_k").mean(), pl.col("best_at_k").mean(),
                                     pl.col("kl_to_base").mean(), pl.col("entropy").mean())
     return curve.join(seed_mean_se(df), on="step", how="left").sort("step")
@@ -113,7 +120,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
         ax = fig.add_subplot(rows, ncols, i + 1)
         curves = {}
         for method in ("rl", "fst"):
-            c = _curve(df, eval_task=task, method=method)
+            c = seed_curve(df, eval_task=task, method=method)
             if c.height:
                 curves[method] = c
                 ax.plot(c["step"], running_max(c["mean_at_k"].to_numpy()), color=COLORS[method],
@@ -174,7 +181,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fits: dict[str, dict[str, float]] = {}
     for ax, task in zip(axes, tasks, strict=False):
         for method in ("rl", "fst"):
-            c = _curve(df, eval_task=task, method=method)
+            c = seed_curve(df, eval_task=task, method=method)
             if not c.height:
                 continue
             x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
@@ -219,7 +226,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
                 continue
             ax.scatter(sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy(), color=COLORS[method],
                        alpha=0.35, s=14)  # every checkpoint of every seed
-            c = _curve(sub)  # the line: along the seed-averaged curve, step by step
+            c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
         ax.set(title=task, xlabel="token KL(π_train ‖ π_base)", ylabel=f"val mean@{int(df['k'][0])}")
@@ -253,8 +260,8 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     fig, axes = _axes(plt, max(len(sources), 1))
     for ax, src in zip(axes, sources or ["base"], strict=False):
         for method in sorted(df["init_method"].unique().to_list()):
-            c = (_curve(df, init_method="base") if method == "base"
-                 else _curve(df, init_method=method, init_task=src))
+            c = (seed_curve(df, init_method="base") if method == "base"
+                 else seed_curve(df, init_method=method, init_task=src))
             if not c.height:
                 continue
             ax.plot(c["step"], c["mean_at_k"], color=COLORS.get(method, "k"), ls=":" if method == "base" else "-",
@@ -273,14 +280,19 @@ def continual_seed_mean(df: pl.DataFrame) -> pl.DataFrame:
     return df.group_by(keys).agg(pl.col("mean_at_k").mean(), pl.col("k").first()).sort(["method", "step"])
 
 
-def stage_starts(df: pl.DataFrame) -> dict[str, int]:
-    """The RL step at which each stage of a continual curves table starts, in order: 0, then the
-    step of the previous stage's last evaluation (every stage's last cycle is evaluated,
-    `layout.eval_points`)."""
+def stage_ends(df: pl.DataFrame) -> dict[str, int]:
+    """The step of each stage's last evaluation in a continual curves table, in order: the
+    stage's end, since every stage's last cycle is evaluated (`layout.eval_points`)."""
     ends = (df.filter(pl.col("cycle") >= 0).group_by("train_task").agg(pl.col("step").max().alias("end"))
             .sort("end"))
-    tasks, ends_ = ends["train_task"].to_list(), ends["end"].to_list()
-    return {task: 0 if i == 0 else int(ends_[i - 1]) for i, task in enumerate(tasks)}
+    return dict(zip(ends["train_task"].to_list(), map(int, ends["end"].to_list()), strict=True))
+
+
+def stage_starts(df: pl.DataFrame) -> dict[str, int]:
+    """The RL step at which each stage of a continual curves table starts, in order: 0, then the
+    previous stage's end (`stage_ends`)."""
+    ends = stage_ends(df)
+    return dict(zip(ends, [0, *list(ends.values())[:-1]], strict=True))
 
 
 def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
@@ -342,7 +354,7 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     df = tables["stargraph"]
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for method in ("rl", "fst"):
-        c = _curve(df, method=method)
+        c = seed_curve(df, method=method)
         if c.height:
             ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], marker="o", ms=3, label=LABELS[method])
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else None
@@ -367,7 +379,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     df = pl.concat(frames, how="diagonal_relaxed")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     for method in ("rl", "fst", "fst_distill", "gepa"):
-        c = _curve(df, method=method, eval_task=task)
+        c = seed_curve(df, method=method, eval_task=task)
         if not c.height:
             continue
         ls = "--" if method == "gepa" else "-"
@@ -408,16 +420,16 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     if eff is not None:
         compared.append(eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["fst", "rl"])))
     step = common_step(pl.concat(compared, how="diagonal_relaxed"))
-    values = {v: value_at_step(_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
+    values = {v: value_at_step(seed_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
     frames = [abl]
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))
-        values.setdefault("default", value_at_step(_curve(eff, eval_task=task, method="fst"), step))
+        values.setdefault("default", value_at_step(seed_curve(eff, eval_task=task, method="fst"), step))
     fig, ax = plt.subplots(figsize=(1.1 * len(values) + 2.5, 3.4))
     names = list(values)
     ax.bar(names, [values[n] for n in names], color=["#8fbc8f" if n == "default" else "#b0b0b0" for n in names])
     if eff is not None:
-        rl = value_at_step(_curve(eff, eval_task=task, method="rl"), step)
+        rl = value_at_step(seed_curve(eff, eval_task=task, method="rl"), step)
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
             values["rl"] = rl
@@ -447,7 +459,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
     for i, v in enumerate(variants):
-        c = _curve(df, variant=v)
+        c = seed_curve(df, variant=v)
         ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=plt.cm.Dark2(i))
     per_step = seconds_per_step(df)
     ax2.bar(list(per_step), list(per_step.values()), color=[plt.cm.Dark2(variants.index(v)) for v in per_step])
