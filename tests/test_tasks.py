@@ -316,7 +316,8 @@ def test_generation_is_deterministic_and_split_disjoint(name: str) -> None:
     prompts = [p.prompt for ps in a.values() for p in ps]
     assert len(set(ids)) == len(ids) == 36 and len(set(prompts)) == 36
     for s, ps in a.items():  # each problem lies in the hash region its split owns
-        assert all(p.task == name and f"-{s}-" in p.id and split_of(p.prompt) == s for p in ps)
+        assert all(p.task == name and f"-{s}-" in p.id and split_of(p.metadata.get("split_key", p.prompt)) == s
+                   for p in ps)
 
 
 def test_write_splits_deterministic_atomic_and_roundtrip(tmp_path: Path) -> None:

@@ -1,11 +1,16 @@
 """Deterministic, split-disjoint problem generation shared by every procedural task.
 
 Splits are kept apart by *content*, not only by seed: each candidate problem has a partition key
-(by default its prompt; CodeIO uses the program) whose hash decides the one split it may ever
-belong to. Identical problems therefore can never land in two splits — for any seeds, any sizes —
-and a split can be regenerated alone. Each split also draws from its own seed stream, and a
-split never repeats a problem. The first `m` problems of `problems(split, n, seed)` do not
-depend on `n` (growing a split only appends).
+whose hash decides the one split it may ever belong to. The key is the problem's canonical
+identity when its generator provides one — physics: the generator and its givens in SI; math:
+the arithmetic expression or the equation — so the same problem worded differently ("1.7 kΩ" /
+"1700 Ω", "Calculate 7 - 5." / "7 - 5 =") still has one key; otherwise it is the prompt (CodeIO
+keys by its program). Problems with the same key therefore never land in two splits — for any
+seeds, any sizes, and across the difficulties of a task family — and a split can be regenerated
+alone. A key other than the prompt is kept in `metadata["split_key"]`. Each split also draws
+from its own seed stream, and a split never repeats a problem (same prompt and answer). The
+first `m` problems of `problems(split, n, seed)` do not depend on `n` (growing a split only
+appends).
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ class Candidate:
     prompt: str
     answer: str
     metadata: dict[str, Any] = field(default_factory=dict)
-    key: str | None = None  # partition key; None means the prompt
+    key: str | None = None  # partition key: the problem's canonical identity; None means the prompt
 
 
 class GeneratedTask(TaskBase):
@@ -106,6 +111,8 @@ class GeneratedTask(TaskBase):
                 continue
             seen.add(digest)
             meta = {**cand.metadata, "difficulty": self.difficulty}
+            if cand.key is not None:
+                meta["split_key"] = cand.key
             out.append(Problem(id=f"{self.name}-{split}-{len(out):05d}-{digest[:8]}", task=self.name,
                                prompt=cand.prompt, answer=cand.answer, metadata=meta))
         return out

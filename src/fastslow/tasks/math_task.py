@@ -3,12 +3,26 @@
 easy: short arithmetic chains; default: GSM-style word problems (gsm_symbolic) mixed with
 arithmetic expressions and linear equations; hard: longer expressions with bigger numbers, harder
 equations and word problems. Answers compare by value, so "42", "42.0", "$42", "4.2e1", "84/2",
-"\\boxed{42}" and "x = 42" are all right for 42. (Paper scale uses Polaris via `loaders`.)
+"\\boxed{42}" and "x = 42" are all right for 42, and scoring is exact: an integer answer must be
+that integer (176204233 is wrong for 176204232); only a non-integer gold (a decimal such as 2.35)
+is matched within a relative 1e-6, see `scoring.numbers_close`. (Paper scale uses Polaris via
+`loaders`.)
+
+Checked golds: reasoning-gym's `basic_arithmetic` without parentheses computes its answer left to
+right and may swap a divisor without showing it ("Calculate 5 / 9." with answer 10), so an item
+whose answer is not the exact value of its own expression is dropped.
+
+Splits: a problem's identity is its expression (basic_arithmetic and chain_sum word the same
+"7 - 5" differently) or its equation up to the variable's name; other items are keyed by prompt.
 """
 
 from __future__ import annotations
 
+import ast
+import operator
+import re
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from fastslow.tasks.base import Judgement, Problem, extract_answer
@@ -20,7 +34,7 @@ _ARITH = "basic_arithmetic"
 
 
 class MathTask(ReasoningGymTask):
-    """Numeric math problems (reasoning-gym mixture), exact numeric scoring."""
+    """Numeric math problems (reasoning-gym mixture), exact numeric scoring (see the module)."""
 
     family = "math"
     instruction = "Give the final result as a single number."
@@ -49,8 +63,13 @@ class MathTask(ReasoningGymTask):
         if cand is None or parse_number(cand.answer) is None:
             return None  # only numeric answers belong to this task
         rg_meta = item.get("metadata", {}) or {}
+        expression = str(rg_meta.get("expression", ""))
+        if expression and not _gold_matches(expression, cand.answer):
+            return None  # a wrong reference answer (see the module docstring)
         cand.metadata = {"source": source.dataset, "solution": str(rg_meta.get("answer_cot", "")),
-                         "expression": str(rg_meta.get("expression", ""))}
+                         "expression": expression}
+        cand.key = problem_identity(expression, str(rg_meta.get("equation", "")),
+                                    str(rg_meta.get("variable", "")))
         return cand
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -75,6 +94,51 @@ class MathTask(ReasoningGymTask):
         elif how != "read as a number":
             notes.insert(0, f"Accepted ({how}), but answer with the number alone.")
         return Judgement(float(ok), problem.answer, raw, notes)
+
+
+def problem_identity(expression: str, equation: str = "", variable: str = "") -> str | None:
+    """What makes two math problems the same however worded: the expression without spaces
+    ("7-5"), or the equation with its variable renamed x; None (key by prompt) for neither."""
+    if expression.strip():
+        return "math|expression|" + re.sub(r"\s+", "", expression)
+    if equation.strip():
+        if re.fullmatch(r"[A-Za-z]", variable):
+            equation = re.sub(rf"(?<![A-Za-z]){variable}(?![A-Za-z])", "x", equation)
+        return "math|equation|" + re.sub(r"\s+", "", equation)
+    return None
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _exact_value(node: ast.AST) -> Fraction:
+    """The exact value of an arithmetic syntax tree (integers, + - * /, unary minus)."""
+    if isinstance(node, ast.Expression):
+        return _exact_value(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _exact_value(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_exact_value(node.left), _exact_value(node.right))
+    raise ValueError("not plain arithmetic")
+
+
+def _gold_matches(expression: str, answer: str) -> bool:
+    """Whether `answer` is the exact value of a generator's `expression` (True when the
+    expression is not plain arithmetic we can check; False when it divides by zero)."""
+    try:
+        gold = Fraction(answer.strip())
+    except (ValueError, ZeroDivisionError):
+        return False
+    try:
+        value = _exact_value(ast.parse(expression[:2000], mode="eval"))
+    except ZeroDivisionError:
+        return False
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return value == gold
 
 
 def _miss(got: float, expected: float) -> str:

@@ -5,9 +5,15 @@ collisions, forces. Given quantities may be stated in non-SI units (km/h, g, kΩ
 problems chain two or three formulas and may ask for the answer in a non-SI unit (kJ, mA, km/h).
 
 Scoring: the answer's number is compared with relative tolerance (2% by default). A unit is
-optional; when given and known it is converted to the requested unit (so "0.25 km" is right for
-"250 m"), and a unit of the wrong dimension scores 0. Feedback names the expected value and unit,
-the formula with the SI values, and how far off (or unreadable) the answer was.
+optional; when given and readable (`units`: symbols with SI prefixes, names, "per", products and
+exponents, so "0.25 km", "250 metres" and "12.5 m s^-1" all read) it is converted to the requested
+unit (so "0.25 km" is right for "250 m"), and a unit of the wrong dimension scores 0. Feedback
+names the expected value and unit, the formula with the SI values, and how far off (or unreadable)
+the answer was.
+
+Splits: a problem's identity is its generator and its givens in SI (`problem_identity`), so "a
+1.7 kΩ heater" and "a 1700 Ω heater" at the same voltage, or the same question asked in J and in
+kJ, are one problem and always fall in the same split.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from fastslow.tasks.base import ANSWER_FORMAT, Judgement, Problem, extract_answer
 from fastslow.tasks.generated import Candidate, GeneratedTask
 from fastslow.tasks.scoring import relative_error
-from fastslow.tasks.units import SI, UNITS, convert, parse_quantity
+from fastslow.tasks.units import SI, UNITS, case_hint, convert, dimension_name, parse_quantity
 
 G = 9.8  # m/s², stated in every prompt that needs it
 #: Non-SI units a hard problem may ask its answer in.
@@ -268,6 +274,12 @@ _DEFAULT = _EASY + (_distance, _stopping, _fall_time, _fall_speed, _series, _par
 _HARD = (_braking_force, _series_power, _fall_momentum, _collision_loss, _slide, _horizontal_launch)
 
 
+def problem_identity(generator: str, values: dict[str, str]) -> str:
+    """What makes two physics problems the same, however worded: the generator (one template
+    each) and its givens in SI, each already rounded to 4 significant digits ("R = 1700 Ω")."""
+    return "physics|" + generator + "|" + "|".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
 class PhysicsTask(GeneratedTask):
     """Numeric physics word problems with units, scored with a relative tolerance."""
 
@@ -299,7 +311,8 @@ class PhysicsTask(GeneratedTask):
         meta = {"topic": spec.topic, "generator": topic.__name__.strip("_"), "value": value,
                 "unit": unit, "dimension": spec.dim, "formula": spec.formula, "values": spec.values,
                 "value_si": spec.value, "rel_tol": self.rel_tol}
-        return Candidate(prompt=prompt, answer=f"{sig(value)} {unit}", metadata=meta)
+        return Candidate(prompt=prompt, answer=f"{sig(value)} {unit}", metadata=meta,
+                         key=problem_identity(meta["generator"], spec.values))
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
         m = problem.metadata
@@ -324,13 +337,14 @@ class PhysicsTask(GeneratedTask):
         if got_unit is not None and got_unit != unit:
             converted = convert(value, got_unit, unit)
             if converted is None:
-                notes.insert(0, f"Wrong kind of unit: {got_unit} measures {UNITS[got_unit][0]}, but the "
+                notes.insert(0, f"Wrong kind of unit: {got_unit} measures {dimension_name(got_unit)}, but the "
                              f"question asks for {m.get('dimension', 'another quantity')} in {unit}.")
                 return Judgement(0.0, problem.answer, raw, notes)
             compared = converted
             notes.insert(0, f"Your {sig(value)} {got_unit} is {sig(converted)} {unit}.")
         elif got_unit is None and raw_unit:
-            notes.insert(0, f"Unit {raw_unit[:30]!r} was not recognised; the number was read as {unit}.")
+            notes.insert(0, f"Unit {raw_unit[:30]!r} was not recognised; the number was read as {unit}."
+                         + case_hint(raw_unit))
         err = relative_error(compared, expected_value)
         ok = err <= tol
         if not ok:

@@ -128,10 +128,23 @@ def extract_number(text: Any) -> tuple[float | None, str]:
 
 
 def numbers_close(got: float, expected: float, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
-    """`math.isclose` that is False (not an error) for non-finite inputs."""
+    """Whether `got` is the number `expected`; the rule of the numeric answers (math task, the
+    loaders' "numeric" scorer):
+
+    - an integer-valued `expected` (42, -3, 176204232, 1e6) must be matched exactly — no relative
+      tolerance, so 176204233 is wrong for 176204232 however large the gold;
+    - a non-integer `expected` (2.35, 1/3) is matched within `rel_tol` (or `abs_tol`), which only
+      absorbs decimal/float rounding ("0.333333" for 1/3, 0.1 + 0.2 for 0.3).
+
+    Integers beyond 2**53 compare as the floats they parse to. False (not an error) for
+    non-finite inputs.
+    """
     try:
-        return math.isfinite(got) and math.isfinite(expected) and math.isclose(
-            got, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+        if not (math.isfinite(got) and math.isfinite(expected)):
+            return False
+        if float(expected).is_integer():
+            return got == expected
+        return math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol)
     except TypeError:
         return False
 
@@ -155,18 +168,44 @@ def label_form(text: str) -> str:
     return re.sub(r"[\s\-]+", "_", str(text).strip().upper())
 
 
+#: Words that negate a label named after them in the same clause ("isn't supported").
+_NEGATIONS = frozenset({"NOT", "NO", "NEVER", "NOR", "NEITHER", "CANNOT", "HARDLY"})
+_CLAUSE_END = re.compile(r"[.,;:!?()\[\]{}<>\n]")
+
+
+def _negated(before: str) -> bool:
+    clause = _CLAUSE_END.split(before)[-1]
+    words = re.findall(r"[A-Z]+(?:['’][A-Z]+)?", clause)
+    return any(w in _NEGATIONS or w.endswith(("N'T", "N’T")) for w in words)
+
+
 def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """Which of `labels` (upper-case, underscores) the text names; None if none or several.
 
-    "not supported", "Not-Supported.", "**NOT_SUPPORTED**" all give NOT_SUPPORTED. A longer label
-    containing a shorter one ("NOT_SUPPORTED" ⊃ "SUPPORTED") never counts as both.
+    "not supported", "Not-Supported.", "**NOT_SUPPORTED**" all give NOT_SUPPORTED, and so does a
+    label inside a sentence: "The claim is NOT_SUPPORTED", "Answer: not supported (doc 3)". A
+    label's words may be joined by spaces, hyphens or underscores; a longer label containing a
+    shorter one ("NOT_SUPPORTED" ⊃ "SUPPORTED") never counts as both. Text naming two labels
+    ("SUPPORTED or NOT_SUPPORTED"), or negating the one it names in the same clause ("isn't
+    supported", "not fully supported"), is ambiguous: None.
     """
     if not isinstance(text, str):
         return None
-    s = label_form(text[:2000]).strip("_.*`'\"!:;()[]{}")
-    if s in labels:
-        return s
-    found = {lab for lab in labels if re.search(rf"(?<![A-Z0-9_]){re.escape(lab)}(?![A-Z0-9_])", s)}
+    s = text[:2000].upper()
+    whole = label_form(s).strip("_.*`'\"!:;()[]{}")
+    if whole in labels:
+        return whole
+    # Longest label first, so the alternation reads NOT_SUPPORTED before SUPPORTED at one spot.
+    spelled = sorted(labels, key=len, reverse=True)
+    parts = "|".join(r"[\s_\-]+".join(map(re.escape, filter(None, lab.split("_")))) for lab in spelled)
+    if not parts:
+        return None
+    found = set()
+    for m in re.finditer(rf"(?<![A-Z0-9_\-])(?:{parts})(?![A-Z0-9_\-])", s):
+        if _negated(s[:m.start()]):
+            return None
+        found.add(label_form(m.group(0)))
+    found &= set(labels)
     return found.pop() if len(found) == 1 else None
 
 
@@ -217,7 +256,8 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True
-        return numbers_close(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12)
+        x, y = float(a), float(b)  # CodeIO compares every number with a relative tolerance
+        return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rel_tol, abs_tol=1e-12)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k], rel_tol) for k in a)
     if isinstance(a, list) and isinstance(b, list):

@@ -1,88 +1,294 @@
-"""A small unit table for the physics task: symbols, spoken aliases, dimensions, SI factors.
+"""Units for the physics task: unit text -> (dimension vector, factor to SI).
 
-Only what the physics generator asks about is covered; an unknown unit is reported back (the
-number is then compared as if it were in the requested unit, and feedback says so).
+A unit is read as a product of terms, each a unit token with an optional exponent, so one small
+grammar covers what a model may write: "m/s", "m s^-1", "m·s⁻¹", "meters per second", "kg m/s",
+"N·s", "newton seconds", "\\text{kg} \\cdot \\text{m/s}". Terms after "/" or "per" are divided
+("J/kg K" is J/(kg·K)); "squared" / "square" square a term. A token is
+
+- a symbol with an optional SI prefix (G M k c m μ/u n), read case-sensitively as SI requires:
+  mJ is millijoules and MJ megajoules, mW / MW, mA / MA, ms / Ms are different units;
+- a spoken name in any case, plural or prefixed: "metres", "Kilometers", "milliamps", "kohm";
+- a few glued spellings: "Nm", "Ns", "kgm", "kph", "kmh", "mps", "kWh", "ms^-2" (m·s⁻²).
+
+Only when the case-sensitive reading fails is a token's case ignored, and only where that is
+unambiguous: "KJ" and "kw" are kilo-units, but "mj" (mJ or MJ?) and "mw" are not read.
+Dimensions are exponent vectors over (m, kg, s, A); the named ones are those of `SI`. A unit the
+grammar cannot read is reported back (the number is then compared as if it were in the requested
+unit, and feedback says so) — it is never guessed from its first word.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from functools import lru_cache
+from typing import NamedTuple
 
 from fastslow.tasks.scoring import parse_number
 
-# symbol -> (dimension, factor to the SI unit of that dimension)
-UNITS: dict[str, tuple[str, float]] = {
-    "m": ("length", 1.0), "km": ("length", 1000.0), "cm": ("length", 0.01), "mm": ("length", 0.001),
-    "s": ("time", 1.0), "min": ("time", 60.0), "h": ("time", 3600.0), "ms": ("time", 0.001),
-    "kg": ("mass", 1.0), "g": ("mass", 0.001), "t": ("mass", 1000.0),
-    "m/s": ("speed", 1.0), "km/h": ("speed", 1 / 3.6),
-    "m/s²": ("acceleration", 1.0),
-    "N": ("force", 1.0), "kN": ("force", 1000.0),
-    "J": ("energy", 1.0), "kJ": ("energy", 1000.0), "MJ": ("energy", 1e6),
-    "W": ("power", 1.0), "kW": ("power", 1000.0),
-    "V": ("voltage", 1.0), "mV": ("voltage", 0.001), "kV": ("voltage", 1000.0),
-    "A": ("current", 1.0), "mA": ("current", 0.001),
-    "Ω": ("resistance", 1.0), "kΩ": ("resistance", 1000.0),
-    "kg·m/s": ("momentum", 1.0),
+Dims = tuple[int, int, int, int]  # exponents of m, kg, s, A
+
+
+class Unit(NamedTuple):
+    """A parsed unit: its dimension vector and the factor that takes it to SI."""
+
+    dims: Dims
+    scale: float
+
+
+_BASE: dict[str, Unit] = {  # symbols that take SI prefixes
+    "m": Unit((1, 0, 0, 0), 1.0), "g": Unit((0, 1, 0, 0), 1e-3), "s": Unit((0, 0, 1, 0), 1.0),
+    "A": Unit((0, 0, 0, 1), 1.0), "N": Unit((1, 1, -2, 0), 1.0), "J": Unit((2, 1, -2, 0), 1.0),
+    "W": Unit((2, 1, -3, 0), 1.0), "V": Unit((2, 1, -3, -1), 1.0), "Ω": Unit((2, 1, -3, -2), 1.0),
 }
+_PREFIXES = {"G": 1e9, "M": 1e6, "k": 1e3, "c": 1e-2, "m": 1e-3, "μ": 1e-6, "u": 1e-6, "n": 1e-9}
+#: Case-exact symbols: every base symbol bare and prefixed, and the units that take no prefix.
+_SYMBOLS: dict[str, Unit] = {p + b: Unit(u.dims, f * u.scale) for b, u in _BASE.items()
+                             for p, f in {"": 1.0, **_PREFIXES}.items()}
+_SYMBOLS.update({"min": Unit((0, 0, 1, 0), 60.0), "h": Unit((0, 0, 1, 0), 3600.0),
+                 "t": Unit((0, 1, 0, 0), 1000.0)})
+_by_lower: dict[str, set[str]] = {}
+for _symbol in _SYMBOLS:
+    _by_lower.setdefault(_symbol.lower(), set()).add(_symbol)
+#: Case-insensitive fallback: only spellings that name one unit whatever their case.
+_SYMBOLS_ANYCASE = {low: next(iter(syms)) for low, syms in _by_lower.items() if len(syms) == 1}
+#: Lower-case spellings that name two units ("mj": mJ or MJ), for feedback.
+CASE_AMBIGUOUS = {low: tuple(sorted(syms)) for low, syms in _by_lower.items() if len(syms) > 1}
+
+#: Spoken names (lower case, singular) -> symbol. Names of `_BASE` units also take word prefixes.
+_NAMES = {
+    "meter": "m", "metre": "m", "gram": "g", "gramme": "g", "second": "s", "sec": "s",
+    "ampere": "A", "amp": "A", "newton": "N", "joule": "J", "watt": "W", "volt": "V", "ohm": "Ω",
+    "minute": "min", "min": "min", "hour": "h", "hr": "h", "tonne": "t", "kilo": "kg",
+    "kilohm": "kΩ", "megohm": "MΩ",
+}
+_WORD_PREFIXES = {"giga": "G", "mega": "M", "kilo": "k", "centi": "c", "milli": "m", "micro": "μ",
+                  "nano": "n"}
+#: Glued products, case-exact ("nm" is a nanometre, "Nm" a newton metre) and any-case.
+_GLUED = {"Nm": "N·m", "Ns": "N·s", "Wh": "W·h", "kWh": "kW·h"}
+_GLUED_ANYCASE = {"kph": "km/h", "kmh": "km/h", "kmph": "km/h", "mps": "m/s", "kwh": "kW·h",
+                  "kgm": "kg·m"}
+#: "ms^-1", "kgms-1": with a negative exponent the trailing s is its own term (m·s⁻¹).
+_GLUED_PER_SECOND = {"ms": "m", "kgms": "kg·m"}
+
+#: Units the physics generator states or asks in: symbol -> (dimension, factor to SI).
+_TABLE = ("m", "km", "cm", "mm", "s", "min", "h", "ms", "kg", "g", "t", "m/s", "km/h", "m/s²", "N",
+          "kN", "J", "kJ", "MJ", "W", "kW", "V", "mV", "kV", "A", "mA", "Ω", "kΩ", "kg·m/s")
 #: The SI unit of each dimension (what formulas compute in).
 SI: dict[str, str] = {"length": "m", "time": "s", "mass": "kg", "speed": "m/s",
                       "acceleration": "m/s²", "force": "N", "energy": "J", "power": "W",
                       "voltage": "V", "current": "A", "resistance": "Ω", "momentum": "kg·m/s"}
-#: Spoken names and spellings (matched case-insensitively, after squeezing spaces and dots).
-_ALIASES = {
-    "meter": "m", "meters": "m", "metre": "m", "metres": "m", "kilometer": "km", "kilometers": "km",
-    "kilometre": "km", "kilometres": "km", "centimeters": "cm", "centimetres": "cm", "millimeters": "mm",
-    "sec": "s", "secs": "s", "second": "s", "seconds": "s", "mins": "min", "minute": "min",
-    "minutes": "min", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "milliseconds": "ms",
-    "kgs": "kg", "kilogram": "kg", "kilograms": "kg", "gram": "g", "grams": "g", "tonnes": "t",
-    "m/sec": "m/s", "mps": "m/s", "meterspersecond": "m/s", "metrespersecond": "m/s",
-    "kmh": "km/h", "kph": "km/h", "km/hr": "km/h", "kilometersperhour": "km/h",
-    "kilometresperhour": "km/h", "m/s2": "m/s²", "m/s^2": "m/s²", "m/s**2": "m/s²", "ms-2": "m/s²",
-    "ms^-2": "m/s²", "newton": "N", "newtons": "N", "n": "N", "kn": "kN", "kilonewtons": "kN",
-    "joule": "J", "joules": "J", "j": "J", "kj": "kJ", "kilojoules": "kJ", "mj": "MJ",
-    "megajoules": "MJ", "watt": "W", "watts": "W", "w": "W", "kw": "kW", "kilowatts": "kW",
-    "volt": "V", "volts": "V", "v": "V", "mv": "mV", "millivolts": "mV", "kv": "kV",
-    "kilovolts": "kV", "amp": "A", "amps": "A", "ampere": "A", "amperes": "A", "a": "A",
-    "ma": "mA", "milliamps": "mA", "milliamperes": "mA", "ohm": "Ω", "ohms": "Ω", "omega": "Ω",
-    "\\omega": "Ω", "kohm": "kΩ", "kohms": "kΩ", "kiloohms": "kΩ", "k\\omega": "kΩ",
-    "kgm/s": "kg·m/s", "kg*m/s": "kg·m/s", "kg.m/s": "kg·m/s", "n·s": "kg·m/s",
-    "n*s": "kg·m/s", "kgms-1": "kg·m/s", "ω": "Ω", "kω": "kΩ",
-}
+
+_TERM_RE = re.compile(r"^([^\W\d_]+)(?:\^?([+-]?\d))?$")
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
+_LATEX_FRAC_RE = re.compile(r"\\[dt]?frac\s*\{([^\W\d_\\][^{}]*)\}\s*\{([^{}]*)\}")
+_LATEX_WRAP_RE = re.compile(r"\\(?:text|mathrm|textrm|rm|mbox|operatorname|mathit)\s*\{([^{}]*)\}")
+
+
+def tidy_unit_text(text: str) -> str:
+    """LaTeX and typography reduced to the plain grammar: "\\text{kg}\\cdot\\text{m/s}" ->
+    "kg·m/s", "m·s⁻¹" -> "m·s^-1", "s^{-2}" -> "s^-2", "kΩ" (U+2126) -> "kΩ"."""
+    s = re.sub(r"\^\s*\{([^{}]*)\}", r"^\1", text)  # s^{-1} -> s^-1
+    for _ in range(2):
+        s = _LATEX_WRAP_RE.sub(r"\1", s)
+    s = _LATEX_FRAC_RE.sub(r"\1/(\2)", s)  # \frac{m}{s} -> m/(s)
+    s = re.sub(r"\\[dt]?frac\s*\{\s*([+-]?[\d.]+)\s*\}\s*\{\s*([\d.]+)\s*\}", r"\1/\2", s)  # \frac{3}{4} -> 3/4
+    for old, new in (("\\cdot", "·"), ("\\times", "·"), ("\\Omega", "Ω"), ("\\omega", "Ω"),
+                     ("\\mu", "μ"), ("\\,", " "), ("\\;", " "), ("\\:", " "), ("\\!", ""), ("\\ ", " "),
+                     ("$", ""), ("{", ""), ("}", ""), ("~", " "), ("**", "^"), ("\u2126", "Ω"), ("\u00b5", "μ"),
+                     ("−", "-"), ("⋅", "·"), ("∙", "·"), ("•", "·"), ("×", "·"), ("*", "·")):
+        s = s.replace(old, new)
+    s = re.sub(r"[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+", lambda m: "^" + m.group(0).translate(_SUPERSCRIPTS), s)
+    return re.sub(r"\s*\^\s*", "^", s)
+
+
+def _tokens(text: str) -> list[str] | None:
+    s = tidy_unit_text(text).strip().strip(" .,;:`'\"")
+    if not s or len(s) > 60:
+        return None
+    s = re.sub(r"(?<=[^\W\d_])[.\-](?=[^\W\d_])", "·", s)  # kg.m/s, newton-seconds
+    s = re.sub(r"[()\[\]]", " ", s).replace("/", " / ").replace("·", " ")
+    return ["/" if t.lower() == "per" else t for t in s.split()]
+
+
+def _name(word: str) -> tuple[str, Unit] | None:
+    """A spoken unit name ("kilometres", "Milliamps", "kohm", "msec") as (symbol, unit)."""
+    low = word.lower()
+
+    def singular(w: str) -> tuple[str, ...]:
+        return (w, w[:-1]) if w.endswith("s") else (w,)
+
+    for w in singular(low):
+        if w in _NAMES:
+            return _NAMES[w], _SYMBOLS[_NAMES[w]]
+    splits = [(p, low[len(w):]) for w, p in _WORD_PREFIXES.items() if low.startswith(w)]
+    if len(word) > 3 and word[0] in _PREFIXES:  # a prefix symbol on a name: "kohm", "MOhm"
+        splits.append((word[0], low[1:]))
+    for prefix, rest in splits:
+        for r in singular(rest):
+            if _NAMES.get(r) in _BASE:
+                sym = prefix + _NAMES[r]
+                return sym, _SYMBOLS[sym]
+    return None
+
+
+def _term(body: str, exp: int, alone: bool) -> list[tuple[str, int, Unit]] | None:
+    """One token as [(symbol, exponent, unit)] (a glued token gives several)."""
+    if exp < 0 and body in _GLUED_PER_SECOND:
+        head = _parse(_GLUED_PER_SECOND[body])
+        return None if head is None else [*head[1], ("s", exp, _SYMBOLS["s"])]
+    if body in _SYMBOLS:
+        return [(body, exp, _SYMBOLS[body])]
+    glued = _GLUED.get(body) or _GLUED_ANYCASE.get(body.lower())
+    if glued is not None:
+        inner = _parse(glued)
+        return None if inner is None else [(s, e * exp, u) for s, e, u in inner[1]]
+    named = _name(body)
+    if named is not None:
+        return [(named[0], exp, named[1])]
+    sym = _SYMBOLS_ANYCASE.get(body.lower())
+    if sym is not None and (len(body) > 1 or alone):  # a lone "a" in a sentence is no ampere
+        return [(sym, exp, _SYMBOLS[sym])]
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[Unit, tuple[tuple[str, int, Unit], ...]] | None:
+    tokens = _tokens(text)
+    if not tokens:
+        return None
+    terms: list[tuple[str, int, Unit]] = []
+    sign, power, pending = 1, 1, False  # pending: a "/" that still needs its term
+    for tok in tokens:
+        low = tok.lower()
+        if tok == "/":
+            if pending:  # "m//s", "m per / s"
+                return None
+            sign, pending = -1, True
+            continue
+        if low in ("square", "sq", "cubic"):
+            power = 3 if low == "cubic" else 2
+            continue
+        if low in ("squared", "cubed"):
+            if not terms or pending:
+                return None
+            s, e, u = terms[-1]
+            terms[-1] = (s, e * (3 if low == "cubed" else 2), u)
+            continue
+        m = _TERM_RE.match(tok)
+        got = _term(m.group(1), int(m.group(2) or 1), len(tokens) == 1) if m else None
+        if got is None:
+            return None
+        terms.extend((s, e * power * sign, u) for s, e, u in got)
+        power, pending = 1, False
+    if pending or power != 1 or not terms or any(abs(e) > 4 for _, e, _ in terms):
+        return None
+    dims = [0, 0, 0, 0]
+    scale = 1.0
+    for _, e, u in terms:
+        dims = [d + e * x for d, x in zip(dims, u.dims, strict=True)]
+        scale *= u.scale**e
+    return Unit((dims[0], dims[1], dims[2], dims[3]), scale), tuple(terms)
+
+
+def parse_unit(text: str) -> Unit | None:
+    """The unit `text` names, or None if the grammar above cannot read it."""
+    if not isinstance(text, str):
+        return None
+    got = _parse(text)
+    return None if got is None else got[0]
+
+
+def _compose(terms: tuple[tuple[str, int, Unit], ...]) -> str:
+    def power(s: str, e: int) -> str:
+        return s if e == 1 else f"{s}^{e}"
+
+    num = [power(s, e) for s, e, _ in terms if e > 0]
+    den = [power(s, -e) for s, e, _ in terms if e < 0]
+    if not num:
+        return "·".join(power(s, e) for s, e, _ in terms)
+    return "·".join(num) + ("/" + "·".join(den) if den else "")
+
+
+def _same(a: Unit, b: Unit) -> bool:
+    return a.dims == b.dims and math.isclose(a.scale, b.scale, rel_tol=1e-9)
 
 
 def canonical_unit(text: str) -> str | None:
-    """The table symbol for a unit as a model may write it ("km/h", "kph", "ohms"), else None."""
-    if not isinstance(text, str):
+    """A symbol for the unit `text` names: the table symbol when it is one of the table's units
+    ("meters per second" and "m s^-1" -> "m/s", "N s" -> "kg·m/s"), else the symbols read, joined
+    ("354 mW" -> "mW", "g cm/s" -> "g·cm/s"); None if it cannot be read."""
+    got = _parse(text) if isinstance(text, str) else None
+    if got is None:
         return None
-    s = text.strip()
-    s = re.sub(r"\\(?:text|mathrm|rm)\s*\{([^{}]*)\}", r"\1", s)  # \text{m/s} -> m/s
-    s = s.replace("\\,", "").replace("\\ ", "").replace("$", "").replace("{", "").replace("}", "")
-    s = s.strip(" .,;:()[]*`")
-    if not s or len(s) > 40:
-        return None
-    s = s.replace("⋅", "·").replace("²", "^2").replace(" per ", "/")
-    squeezed = re.sub(r"\s+", "", s)
-    if squeezed in UNITS:
-        return squeezed
-    low = squeezed.lower()
-    if low in _ALIASES:
-        return _ALIASES[low]
-    return _ALIASES.get(low.replace("·", "").replace(".", ""))
+    unit, terms = got
+    return next((sym for sym, u in _TABLE_UNITS.items() if _same(u, unit)), None) or _compose(terms)
+
+
+def _dims_text(dims: Dims) -> str:
+    parts = [(b, e) for b, e in zip(("m", "kg", "s", "A"), dims, strict=True) if e]
+    return "·".join(b if e == 1 else f"{b}^{e}" for b, e in parts) or "no dimension"
+
+
+def dimension_name(unit: str) -> str:
+    """What `unit` measures ("length", "speed", or its SI base units, e.g. "m^2·s^-1")."""
+    u = parse_unit(unit)
+    if u is None:
+        return "an unknown quantity"
+    return _DIMENSIONS.get(u.dims) or _dims_text(u.dims)
 
 
 def convert(value: float, from_unit: str, to_unit: str) -> float | None:
-    """`value` in `from_unit` expressed in `to_unit`; None if the dimensions differ."""
-    a, b = UNITS.get(from_unit), UNITS.get(to_unit)
-    if a is None or b is None or a[0] != b[0]:
+    """`value` in `from_unit` expressed in `to_unit`; None if either is unreadable or the
+    dimensions differ."""
+    a, b = parse_unit(from_unit), parse_unit(to_unit)
+    if a is None or b is None or a.dims != b.dims:
         return None
-    return value * a[1] / b[1]
+    return value * a.scale / b.scale
 
+
+def case_hint(raw: str) -> str:
+    """For an unread unit whose case decides its meaning ("mj"), which symbols it could be."""
+    options = CASE_AMBIGUOUS.get(tidy_unit_text(raw).strip(" .,;:").lower())
+    if not options:
+        return ""
+    return f" Unit symbols are case-sensitive: {' and '.join(options)} are different units."
+
+
+def _known(sym: str) -> Unit:
+    unit = parse_unit(sym)
+    if unit is None:
+        raise AssertionError(f"units: the table's own symbol {sym!r} does not parse")
+    return unit
+
+
+_TABLE_UNITS = {sym: _known(sym) for sym in _TABLE}
+_DIMENSIONS: dict[Dims, str] = {_known(sym).dims: dim for dim, sym in SI.items()}
+#: symbol -> (dimension, factor to the SI unit of that dimension), for the units the generator uses.
+UNITS: dict[str, tuple[str, float]] = {sym: (dimension_name(sym), u.scale) for sym, u in _TABLE_UNITS.items()}
 
 _QUANTITY_RE = re.compile(
-    r"([+\-−]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?"
+    r"([+\-−]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
     r"(?:\s*(?:×|x|\*|·|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{?[+-]?\d+\}?)?)"
-    r"\s*([^\d\s=,;](?:[^\d=,;]|(?<=[\^\-])\d){0,30})?")
+    r"\s*([^\d\s=,;](?:[^\d=,;]|(?<=[\^\-+A-Za-z])\d){0,45})?")
+
+
+def _read_unit(raw: str) -> str | None:
+    """The unit of `raw`, or of its longest leading words that end cleanly ("m/s approx" -> m/s;
+    "meters per secnd" -> None, never "meters")."""
+    unit = canonical_unit(raw)
+    if unit is not None:
+        return unit
+    words = raw.split()
+    for k in range(len(words) - 1, 0, -1):
+        head, nxt = words[:k], words[k]
+        if head[-1].lower() in ("per", "/", "square", "sq", "cubic") or head[-1].endswith("/") \
+                or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")):
+            continue  # the words dropped would be part of the unit
+        unit = canonical_unit(" ".join(head))
+        if unit is not None:
+            return unit
+    return None
 
 
 def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
@@ -96,25 +302,21 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
     s = text.rsplit("=", 1)[-1].strip()[:400]
     for junk in ("$", "\\,", "\\ ", "\\!", "~"):
         s = s.replace(junk, " " if junk != "$" else "")
-    s = re.sub(r"(?<=[A-Za-z])\s*(?:\^\{?2\}?|\*\*\s*2)", "²", s).strip()  # m/s^2 -> m/s²
-    whole = parse_number(s)
+    whole = parse_number(s.strip())
     if whole is not None:
         return whole, None, ""
-    matches = list(_QUANTITY_RE.finditer(s))
+    s = tidy_unit_text(s).strip()
     readings = []
-    for m in matches:
+    for m in _QUANTITY_RE.finditer(s):
         value = parse_number(m.group(1).replace(" ", ""))
         if value is None:
             continue
         raw = (m.group(2) or "").strip()
-        unit = canonical_unit(raw) if raw else None
-        if unit is None and raw:  # "12 m/s approx": try the first word(s) only
-            unit = canonical_unit(raw.split()[0])
-        readings.append((value, unit, raw))
+        readings.append((value, _read_unit(raw) if raw else None, raw))
     with_unit = [r for r in readings if r[1] is not None]
     if with_unit:
         # "12 m/s (43.2 km/h)" restates one value; "250 m or 300 m" hedges between two: refuse.
-        si = [v * UNITS[u][1] for v, u, _ in with_unit]
+        si = [v * _known(u).scale for v, u, _ in with_unit]
         if any(abs(x - si[0]) > 0.01 * max(abs(x), abs(si[0])) for x in si[1:]):
             return None, None, ""
         return with_unit[0]
