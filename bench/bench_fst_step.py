@@ -179,9 +179,12 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         parts = {k: float(metrics[f"{k}_seconds"].sum()) for k in ("generation", "scoring", "training")}
         parts["fast_round"] = float(fast.get("seconds", 0.0))
         parts["other"] = wall - sum(parts.values())
-        # The round's own split: the seeds' evaluation call, the search's evaluations, the rest.
+        # The round's own split: the seeds' evaluation call, the search's evaluations, the samples
+        # drawn only for the next RL step (reuse_in_slow at G/K > 1), the rest.
         seeds, search = float(fast.get("seed_eval_seconds", 0.0)), float(fast.get("search_eval_seconds", 0.0))
-        fast_split = {"seeds": seeds / t, "search": search / t, "rest": (parts["fast_round"] - seeds - search) / t}
+        slow = float(fast.get("slow_sample_seconds", 0.0))
+        fast_split = {"seeds": seeds / t, "search": search / t, "slow_samples": slow / t,
+                      "rest": (parts["fast_round"] - seeds - search - slow) / t}
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
                      "fast_round_per_step": fast_split,
                      "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
@@ -212,7 +215,7 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False, label:
     import matplotlib.pyplot as plt
 
     parts = ["generation", "scoring", "training", "fast round: seeds", "fast round: search",
-             "fast round: rest", "other"]
+             "fast round: slow_samples", "fast round: rest", "other"]
     methods = [r["method"] for r in results]
     fig, ax = plt.subplots(figsize=(8, 3.8))
     bottom = [0.0] * len(results)
@@ -221,7 +224,7 @@ def plot(results: list[dict[str, Any]], out: Path, partial: bool = False, label:
         if not part.startswith("fast round: "):
             return cycle["per_step"][part]
         split = cycle.get("fast_round_per_step") or {"seeds": 0.0, "search": 0.0, "rest": cycle["per_step"]["fast_round"]}
-        return split[part.removeprefix("fast round: ")]
+        return split.get(part.removeprefix("fast round: "), 0.0)  # slow_samples: not in files before s20
 
     for i, part in enumerate(parts):
         vals = [value(r["cycles"][-1], part) for r in results]
@@ -391,7 +394,8 @@ def main() -> None:
                 print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "
                       f"({', '.join(f'{k} {v:.1f}' for k, v in last['per_step'].items())}"
                       + (f"; the round: seeds {split['seeds']:.1f}, search {split['search']:.1f}, "
-                         f"rest {split['rest']:.1f}" if method != "rl" and split else "") + "), "
+                         f"samples for the RL step {split['slow_samples']:.1f}, rest {split['rest']:.1f}"
+                         if method != "rl" and split else "") + "), "
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     print(json.dumps(report["summary"], indent=2))
 

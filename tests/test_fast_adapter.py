@@ -11,7 +11,7 @@ import pytest
 
 from fastslow.fast import FastAdapter, RolloutCache, read_rollouts
 from fastslow.fast.adapter import BudgetExceeded
-from fastslow.fast.testing import ScriptedGenerator, ToyTask
+from fastslow.fast.testing import LongTraceGenerator, ScriptedGenerator, ToyTask
 from fastslow.model.generation import SamplingParams
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 
@@ -199,3 +199,35 @@ def test_format_credit_shapes_the_search_score() -> None:
     tagged = plain.evaluate(probs, {"context": "Use <answer>1</answer>."}, capture_traces=True)
     for s, t in zip(tagged.scores, tagged.trajectories, strict=True):
         assert s == pytest.approx(0.2 + 0.8 * t["reward"]) and t["parsed_answer"] is not None
+
+
+def test_reflective_record_keeps_the_head_and_the_tail_of_a_long_completion() -> None:
+    """A 6000-character trace ending in its answer: the record shows its start, its end with
+    "<answer>42</answer>", and how much was left out in between; the full completion's parsed
+    answer comes along."""
+    from fastslow.fast.adapter import MAX_RECORD_COMPLETION_CHARS
+    from fastslow.tasks.base import ANSWER_FORMAT, Problem
+
+    task = ToyTask()
+    problem = Problem(id="p", task="toy", prompt=f"What is 40 + 2?\n{ANSWER_FORMAT}", answer="42")
+    adapter = FastAdapter(LongTraceGenerator(6000), task, SamplingParams(8))
+    eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
+    assert len(eb.trajectories[0]["completion"]) == 6000 and eb.scores == [1.0]
+    shown = adapter.make_reflective_dataset({"context": "Solve."}, eb, ["context"])["context"][0]
+    out = shown["Generated Outputs"]
+    assert out.endswith("So the sum is final. <answer>42</answer>")
+    assert out.startswith("Let me think step by step.")
+    assert "characters omitted" in out and len(out) <= MAX_RECORD_COMPLETION_CHARS + 60
+    assert shown["parsed_answer"] == "42"
+
+
+def test_clip_middle_keeps_a_long_final_answer_block_whole() -> None:
+    from fastslow.fast.adapter import clip_middle
+
+    assert clip_middle("short", 100) == "short"
+    text = "a" * 5000 + "<answer>" + "b" * 60 + "</answer>"
+    clipped = clip_middle(text, 100)
+    assert clipped.startswith("a") and clipped.endswith("<answer>" + "b" * 60 + "</answer>")
+    assert "[… " in clipped and len(clipped.split("\n")[0]) + len(clipped.split("\n")[-1]) <= 100
+    plain = clip_middle("x" * 1000 + "y" * 1000, 100)
+    assert plain == "x" * 40 + "\n[… 1900 characters omitted …]\n" + "y" * 60

@@ -117,9 +117,21 @@ def test_fast_config_budget_and_schema_shape() -> None:
     ({"max_metric_calls": {"huge": 5}}, "fast.max_metric_calls.huge"),
     ({"proposer": "reflective", "reflection": {"kind": "openai", "model": "m"}}, "fast.reflection.base_url"),
     ({"proposer": "reflective", "reflection": {"kind": "carrier-pigeon"}}, "fast.reflection.kind"),
+    ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Improve: <curr_param>"}},
+     "fast.reflection.prompt_template: Missing placeholder(s) in prompt template: <side_info>"),
+    ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Do better."}},
+     "Missing placeholder(s) in prompt template: <curr_param>, <side_info>"),
+    ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": ["<curr_param>"]}},
+     "fast.reflection.prompt_template must be a string"),
 ])
 def test_fast_config_errors_name_the_field(data: dict, field: str) -> None:
     with pytest.raises(ValueError) as err:
         FastConfig.from_dict(data)
     msg = str(err.value)
     assert field in msg and "\n" not in msg
+
+
+def test_fast_config_accepts_a_template_with_both_placeholders() -> None:
+    cfg = FastConfig(proposer="reflective", reflection={
+        "kind": "hf", "path": "m", "prompt_template": "Improve <curr_param> given <side_info>"})
+    assert cfg.reflection["prompt_template"].startswith("Improve")

@@ -31,7 +31,7 @@ from fastslow.fast.proposers import (
     mine_rules,
     near_miss_working,
 )
-from fastslow.fast.testing import ScriptedGenerator, ToyTask
+from fastslow.fast.testing import LongTraceGenerator, ScriptedGenerator, ToyTask
 
 TASK = ToyTask()
 TRAIN = TASK.problems("train", 12, 0)
@@ -367,3 +367,22 @@ def test_condensed_demo_needs_a_gist_and_the_working_lines_named_that_fit() -> N
     assert FeedbackEditor(long, gist=claim).condensed_demo(long["p"], "Incorrect.") == Demo("[...]\n\nClaim: c is d.", "SUPPORTED")
     too_long = FeedbackEditor(long, gist=lambda p: "c " * 300)
     assert too_long.condensed_demo(long["p"], "") is None
+
+
+@pytest.mark.parametrize("formatted", [True, False])
+def test_long_formatted_failures_are_not_format_failures(formatted: bool) -> None:
+    """Paper-scale traces (6000 characters) with a wrong but tagged answer at the end are not
+    parse failures, though their records show them clipped; the same traces without the tags
+    are, and get the format rule."""
+    from fastslow.fast import FastAdapter
+    from fastslow.model.generation import SamplingParams
+
+    gen = LongTraceGenerator(6000, offset=1, tagged=formatted)
+    adapter = FastAdapter(gen, TASK, SamplingParams(8))
+    cand = {"context": "Solve the problem."}
+    eb = adapter.evaluate(TRAIN[:4], cand, capture_traces=True)
+    assert eb.scores == [0.0] * 4
+    records = adapter.make_reflective_dataset(cand, eb, ["context"])["context"]
+    editor = FeedbackEditor(BY_ID, seed=0, logger=lambda s: None)
+    editor.edit(cand["context"], records)
+    assert ("add-format-rule" in editor.edits) is not formatted

@@ -342,3 +342,101 @@ def test_round_reports_where_its_evaluation_time_went(tmp_path: Path, monkeypatc
     _, summary = run_round(Pool.seed(SEEDS[1], 1), Clocked(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet)
     assert summary["seed_eval_seconds"] == len(VAL) + 9  # the seeds' call: 6 val + 9 prefetched
     assert summary["search_eval_seconds"] == 3 * 3  # one iteration: 3 children on 3 problems
+
+
+def test_a_problem_the_rl_step_draws_twice_is_sampled_for_both_draws(tmp_path: Path) -> None:
+    """A step crossing an epoch boundary of the data stream draws a problem twice: it is one
+    validation problem (gepa's loader needs distinct ids), sampled 2 x G/K times per pool
+    context, since the step has two groups of G/K rows per context for it."""
+    from fastslow.fast import RolloutCache
+
+    p, q = TASK.problems("step", 2, 5)
+    cache = RolloutCache()
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
+    new, s = run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path,
+                       log=quiet, cache=cache, slow_problems=[p, q, p], slow_samples=2)
+    assert s["val_problems"] == [p.id, q.id] + [x.id for x in VAL[:4]]
+    sampled = cache.sampled(SEEDS[:2], [p, q], "base")
+    assert {key: len(r) for key, r in sampled.items()} == {
+        (context_hash(text), x.id): 4 if x is p else 2 for text in SEEDS[:2] for x in (p, q)}
+    again = run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "pp",
+                      log=quiet, cache=RolloutCache(), slow_problems=[p, p], slow_samples=2)[1]
+    assert again["val_problems"][0] == p.id and again["val_problems"].count(p.id) == 1
+
+
+def test_search_time_excludes_the_samples_for_the_rl_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """reuse_in_slow with G/K = 2: every candidate scored on validation also gets a second
+    sample of each step problem, for the slow loop. Their time is booked apart
+    (`slow_sample_seconds`), not as the search's or the seeds' evaluation time. A clock that
+    advances one second per prompt makes each part the prompts of each."""
+    import types
+
+    import fastslow.fast.adapter as adapter_module
+
+    clock = [0.0]
+
+    class Clocked(ScriptedGenerator):
+        def generate(self, conversations: list[Any], params: Any) -> list[Generation]:
+            clock[0] += len(conversations)
+            return super().generate(conversations, params)
+
+    monkeypatch.setattr(adapter_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    step = TASK.problems("train", 18, 0)[16:]
+    gen = Clocked()
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
+    _, s = run_round(Pool.seed(SEEDS[:2], 2), gen, TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                     slow_problems=step, slow_samples=2)
+    assert s["slow_rollouts"] > 2 * len(step)  # accepted children were sampled for the step too
+    assert s["slow_sample_seconds"] == s["slow_rollouts"]
+    assert s["seed_eval_seconds"] == s["seed_generations"] + s["prefetched"]
+    assert s["search_eval_seconds"] == s["generations"] - s["seed_generations"] - s["prefetched"]
+    assert s["seed_eval_seconds"] + s["search_eval_seconds"] + s["slow_sample_seconds"] == gen.prompts
+
+
+def test_several_proposals_take_fresh_minibatches_each_iteration(tmp_path: Path) -> None:
+    """n = 2 proposals per iteration over 2 iterations: the 4 tasks take 4 distinct minibatches
+    (gepa's sampler alone would give the second iteration the first one's second minibatch
+    again), so the prefetched train subset, sized for 4 tasks, is used whole."""
+    seen: list[list[str]] = []
+
+    def proposer(candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
+        seen.append(sorted(r["problem_id"] for r in dataset["context"]))
+        return {"context": candidate["context"] + f" Attempt {len(seen)}."}
+
+    cfg = FastConfig(pool_size=1, max_metric_calls=28, minibatch_size=2, proposals_per_iteration=2)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                     proposer=proposer)
+    assert s["proposals"] == [2, 2] and s["train_problems"] == 8 and len(seen) == 4
+    assert len({tuple(mb) for mb in seen}) == 4 and len({pid for mb in seen for pid in mb}) == 8
+    assert s["prefetch_used"] == s["prefetched"] == 8
+
+
+def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pool stays as it was (the round goes on), but the failure is logged once at ERROR
+    level with the last error, and the summary counts the calls and the failed ones."""
+    import logging
+
+    from fastslow.fast import ReflectiveProposer
+
+    def broken(prompt: Any) -> str:
+        raise ConnectionError("reflection server unreachable")
+
+    pool = Pool.seed(SEEDS[:2], 2)
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
+    with caplog.at_level(logging.ERROR, logger="fastslow.fast.round"):
+        new, s = run_round(pool, ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                           proposer=ReflectiveProposer(broken, logger=quiet))
+    assert sorted(new.texts) == sorted(pool.texts)
+    assert s["reflection_calls"] >= 2 and s["reflection_failed_calls"] == s["reflection_calls"]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "reflection server unreachable" in errors[0].getMessage()
+
+    def fine(prompt: Any) -> str:
+        return "```\nSolve the problem. Give the final answer as <answer>N</answer>.\n```"
+
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="fastslow.fast.round"):
+        _, s = run_round(pool, ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "ok", log=quiet,
+                         proposer=ReflectiveProposer(fine, logger=quiet))
+    assert s["reflection_calls"] >= 1 and s["reflection_failed_calls"] < s["reflection_calls"]
+    assert not [r for r in caplog.records if r.levelno == logging.ERROR]

@@ -65,9 +65,10 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     # every fast round's cycle job logged where the round's sampling time went
     rounds = [r for r in runs if "fast/seconds" in r.data.metrics]
     split = [(r.data.metrics["fast/seed_eval_seconds"], r.data.metrics["fast/search_eval_seconds"],
-              r.data.metrics["fast/seconds"]) for r in rounds]
-    assert split and all(0 <= seeds and 0 <= search and seeds + search <= total for seeds, search, total in split)
-    assert max(seeds for seeds, _, _ in split) > 0
+              r.data.metrics["fast/slow_sample_seconds"], r.data.metrics["fast/seconds"]) for r in rounds]
+    assert split and all(0 <= seeds and 0 <= search and 0 <= slow and seeds + search + slow <= total
+                         for seeds, search, slow, total in split)
+    assert max(seeds for seeds, _, _, _ in split) > 0
 
     # snakemake --report: one self-contained HTML page with the figures, claims and pool pages
     out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600)

@@ -144,7 +144,11 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                                  "fast/generations": fast_summary["generations"],
                                  "fast/seconds": fast_summary["seconds"],
                                  "fast/seed_eval_seconds": fast_summary["seed_eval_seconds"],
-                                 "fast/search_eval_seconds": fast_summary["search_eval_seconds"]}, step=cycle)
+                                 "fast/search_eval_seconds": fast_summary["search_eval_seconds"],
+                                 "fast/slow_sample_seconds": fast_summary["slow_sample_seconds"],
+                                 **{f"fast/{key}": fast_summary[key] for key in
+                                    ("reflection_calls", "reflection_failed_calls") if key in fast_summary}},
+                                step=cycle)
 
     steps = cfg["slow"]["steps_per_cycle"]
     slow_metrics: list[dict[str, Any]] = []

@@ -35,11 +35,31 @@ log = logging.getLogger(__name__)
 
 #: The single text component GEPA evolves.
 COMPONENT = "context"
-#: Completions are cut to this many characters in reflective records (reflection prompts stay
-#: within a small reflection model's context window).
-MAX_RECORD_COMPLETION_CHARS = 600
+#: Completions longer than this many characters are shown in reflective records by their head
+#: and their tail (`clip_middle`): reflection prompts stay bounded (a minibatch of 8 paper-scale
+#: traces of 4096 tokens would be ~130k characters), while the start of the reasoning and its end,
+#: with the final tagged answer, are always seen.
+MAX_RECORD_COMPLETION_CHARS = 4000
+#: Share of that budget kept from the head of a long completion (the rest is its tail).
+RECORD_HEAD_SHARE = 0.4
 #: Columns a rollouts.parquet must have to be reused.
 REUSE_COLUMNS = ("problem_id", "context_hash", "prompt", "completion", "reward", "feedback")
+
+
+def clip_middle(text: str, max_chars: int = MAX_RECORD_COMPLETION_CHARS,
+                head_share: float = RECORD_HEAD_SHARE) -> str:
+    """`text` if it has at most `max_chars` characters, else its head and its tail (at most
+    `max_chars` together) around a marker naming how many characters were left out, so the end
+    of a long completion (its conclusion and final `<answer>`) is never lost. The tail reaches
+    back to the last `<answer>` tag when that fits in the budget (a long answer block)."""
+    if len(text) <= max_chars:
+        return text
+    head = int(max_chars * head_share)
+    start = len(text) - (max_chars - head)
+    tag = text.lower().rfind("<answer>")
+    if head <= tag < start and len(text) - tag <= max_chars - head // 2:
+        head, start = min(head, max_chars - (len(text) - tag)), tag
+    return f"{text[:head]}\n[… {start - head} characters omitted …]\n{text[start:]}"
 
 
 class BudgetExceeded(RuntimeError):
@@ -105,7 +125,8 @@ class FastAdapter:
                  weights_id: str = "base", cache: RolloutCache | None = None,
                  max_metric_calls: int | None = None, batch_size: int = 16,
                  on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 record_chars: int = MAX_RECORD_COMPLETION_CHARS) -> None:
         self.generator = generator
         self.task = task
         self.sampling = sampling
@@ -116,12 +137,16 @@ class FastAdapter:
         self.on_generate = on_generate
         self.progress = progress  # one line before a sampling pass and after each of its calls
         self.format_credit = format_credit
+        self.record_chars = record_chars  # completion characters shown in a reflective record
         self.generations = 0
         self.prefetched = 0
         self.generate_seconds = 0.0  # wall time of `_generate` (sampling and scoring) so far
+        # of that, the share of the sequences sampled only for the slow loop (`feed_slow`'s samples
+        # beyond the search's one per pair), apportioned by sequence count within each pass
+        self.slow_seconds = 0.0
         self.slow_pairs = 0
         self.slow_rollouts = 0
-        self._slow: tuple[list[Problem], int, frozenset[str], dict[str, int]] | None = None
+        self._slow: tuple[list[Problem], int, frozenset[str], dict[str, int], dict[str, int]] | None = None
         self.cache_hits = 0
         self.reused_hits = 0
         # (context hash, problem id) -> "reused" | "prefetched", for rollouts first served
@@ -221,17 +246,29 @@ class FastAdapter:
                                      "logprobs": r[3].token_logprobs, "reward": r[1]} for r in rollouts]
             self.cache.put(h, p.id, self.weights_id,
                            Scored(sum(r[0] for r in rollouts) / len(rollouts), traj))
-        self.generate_seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.generate_seconds += elapsed
+        if seqs:  # sequences only the slow loop asked for: all of a slow-only pair's, the extras of others
+            extra = sum(len(samples[(h, p.id)]) - ((h, p.id) not in slow_only) for h, _, p in pairs)
+            self.slow_seconds += elapsed * extra / len(seqs)
 
     def feed_slow(self, problems: Sequence[Problem], samples: int, val_ids: Iterable[str],
                   per_context: Mapping[str, int] | None = None) -> None:
         """Sample `samples` rollouts of (candidate, problem) for each of `problems` (the next
         RL step's) whenever a candidate is evaluated on the validation set (`val_ids`): the
         candidates that can enter the pool. `per_context` (context hash -> n) overrides the
-        count, for a context that fills several pool slots. They join the evaluation's generate
-        calls (more sequences, no more calls), are uncounted unless the search uses them, and
-        the slow loop trains on them instead of generating (`RolloutCache.sampled`)."""
-        self._slow = (list(problems), int(samples), frozenset(val_ids), dict(per_context or {}))
+        count, for a context that fills several pool slots. A problem listed m times (a step
+        crossing an epoch boundary of the data stream draws it twice) gets m times the count:
+        the step has m groups of rows for it, each filled by samples of its own. They join the
+        evaluation's generate calls (more sequences, no more calls), are uncounted unless the
+        search uses them, and the slow loop trains on them instead of generating
+        (`RolloutCache.sampled`)."""
+        draws: dict[str, int] = {}
+        distinct: dict[str, Problem] = {}
+        for p in problems:
+            draws[p.id] = draws.get(p.id, 0) + 1
+            distinct.setdefault(p.id, p)
+        self._slow = (list(distinct.values()), int(samples), frozenset(val_ids), dict(per_context or {}), draws)
 
     def evaluate(self, batch: list[Problem], candidate: dict[str, str],
                  capture_traces: bool = False) -> EvaluationBatch:
@@ -266,11 +303,11 @@ class FastAdapter:
         prefetch = set(todo) - requested
         for_slow: dict[tuple[str, str], int] = {}
         if self._slow is not None:  # candidates scored on val: also sampled on the next RL step
-            problems, samples, val_ids, per_context = self._slow
+            problems, samples, val_ids, per_context, draws = self._slow
             slow_items = [(c, problems) for c, batch in items if {p.id for p in batch} == val_ids]
             add_missing(slow_items)
             wanted = {(context_hash(c[COMPONENT]), p.id) for c, _ in slow_items for p in problems}
-            for_slow = {key: per_context.get(key[0], samples) for key in todo if key in wanted}
+            for_slow = {key: per_context.get(key[0], samples) * draws[key[1]] for key in todo if key in wanted}
         if todo:
             self._generate(list(todo.values()), frozenset(prefetch), for_slow,
                            frozenset(set(todo) - requested - prefetch))
@@ -333,7 +370,11 @@ class FastAdapter:
                                 components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
         """One record per distinct problem: inputs, output, feedback (GEPA's schema), plus the
         score and problem id that the offline proposer reads. Failures come first, since they
-        carry what the context should fix."""
+        carry what the context should fix.
+
+        A long completion is shown by its head and tail (`clip_middle`), so its final answer is
+        always there; `parsed_answer` is the answer read from the full completion (None: a
+        parse failure), which the offline proposer's format checks use."""
         trajs = eval_batch.trajectories or []
         seen: set[str] = set()
         records = []
@@ -341,15 +382,13 @@ class FastAdapter:
             if t["problem_id"] in seen:
                 continue
             seen.add(t["problem_id"])
-            completion = t["completion"]
-            if len(completion) > MAX_RECORD_COMPLETION_CHARS:
-                completion = completion[:MAX_RECORD_COMPLETION_CHARS] + " …[truncated]"
             records.append({
                 "Inputs": t["problem"],
-                "Generated Outputs": completion,
+                "Generated Outputs": clip_middle(t["completion"], self.record_chars),
                 "Feedback": t["feedback"],
                 "Score": t["reward"],
                 "problem_id": t["problem_id"],
+                "parsed_answer": t.get("parsed_answer", extract_answer(t["completion"])),
             })
         records.sort(key=lambda r: r["Score"])  # stable: failures first, original order kept
         return {name: records for name in components_to_update}

@@ -20,7 +20,8 @@ class PoolEntry:
 
     `parent` is the hash of the context it was evolved from (None for a seed prompt);
     `val_scores` maps validation problem id to the score measured in the round that last
-    evaluated it (with that round's weights); `born_round` is the round that created it
+    evaluated it (with that round's weights, or, under `reuse_rollouts`, the last cycle's RL
+    rollouts' weights, 1 to T steps older); `born_round` is the round that created it
     (-1 for the seed prompt given by the user).
     """
 

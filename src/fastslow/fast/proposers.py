@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
-from fastslow.tasks.base import ANSWER_FORMAT, Problem
+from fastslow.tasks.base import ANSWER_FORMAT, Problem, extract_answer
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,15 @@ class ContextDoc:
 
     def has_format_rule(self) -> bool:
         return any(r.startswith(FORMAT_RULE_PREFIX) for r in self.rules)
+
+
+def answer_read(record: Mapping[str, Any]) -> bool:
+    """Whether an answer could be read from a record's completion: its `parsed_answer` (the
+    adapter parses the full completion; a long one is shown clipped in "Generated Outputs"),
+    else the shown completion parsed as the tasks do."""
+    if "parsed_answer" in record:
+        return record["parsed_answer"] is not None
+    return extract_answer(str(record.get("Generated Outputs", ""))) is not None
 
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -306,7 +315,8 @@ class FeedbackEditor:
             problem = self.problems[pid]
             if len(self.demo_text(problem)) <= self.max_demo_chars:
                 self.bank.setdefault(pid, None)
-                working = near_miss_working(str(r.get("Generated Outputs", "")), problem.answer)
+                working = None if answer_read(r) else near_miss_working(str(r.get("Generated Outputs", "")),
+                                                                        problem.answer)
                 if working is not None:
                     self.near_misses.setdefault(pid, working)
             elif pid not in self.condensed:
@@ -349,7 +359,7 @@ class FeedbackEditor:
     def _edits(self, doc: ContextDoc, records: list[Mapping[str, Any]], failed: list[Mapping[str, Any]],
                batch: set[str], failed_ids: set[str]) -> list[tuple[str, Callable[[], ContextDoc | None]]]:
         edits: list[tuple[str, Callable[[], ContextDoc | None]]] = []
-        unparsed = sum(1 for r in failed if "<answer>" not in str(r.get("Generated Outputs", "")).lower())
+        unparsed = sum(1 for r in failed if not answer_read(r))
         if not doc.has_format_rule() and unparsed * 2 >= len(failed) and self.max_rules > 0:
             edits.append(("add-format-rule", lambda: self._with_format_rule(doc, batch)))
         for q in (d.problem for d in doc.demos):
@@ -531,7 +541,8 @@ class ReflectiveProposer:
     """GEPA's LLM reflection (its default prompt and extraction, `StatelessReflectionLM`) with
     a guard: a reflection call that raises (HTTP error, timeout) or yields junk (`junk_reason`)
     proposes nothing for that component, which GEPA treats as "no proposal" (no metric calls
-    spent). `failures` lists what went wrong, for the round summary."""
+    spent). `failures` lists what went wrong, for the round summary; `calls` counts the calls
+    and `failed_calls` those that proposed nothing because of such a failure."""
 
     def __init__(self, lm: LanguageModel, prompt_template: str | None = None,
                  logger: Callable[[str], None] | None = None, max_chars: int = 8000) -> None:
@@ -542,14 +553,18 @@ class ReflectiveProposer:
         self.max_chars = max_chars
         self.failures: list[str] = []
         self.accepted = 0
+        self.calls = 0
+        self.failed_calls = 0
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                  components_to_update: list[str]) -> dict[str, str]:
+        self.calls += 1
         try:
             proposal, _ = self.reflector.reflect(candidate, reflective_dataset, components_to_update)
         except Exception as e:  # any failure of the reflection model leaves the parent as it is
             reason = f"{type(e).__name__}: {str(e)[:200]}"
             self.failures.append(reason)
+            self.failed_calls += 1
             self.log(f"reflective: reflection call failed ({reason}); no proposal")
             return {}
         out = {}
@@ -562,4 +577,6 @@ class ReflectiveProposer:
                 continue
             out[name] = text.strip()
             self.accepted += 1
+        if proposal.new_texts and not out:  # the model answered, with nothing usable
+            self.failed_calls += 1
         return out

@@ -36,11 +36,13 @@ count as metric calls when gepa first uses them; those never used are reported
 (`prefetched` − `prefetch_used`), costing compute but no extra generate call.
 
 Several proposals per iteration. With `proposals_per_iteration` n > 1, gepa's own multi-proposal
-path runs: each iteration samples n (parent, minibatch) tasks (`IndependentSampling`: each
-parent drawn by the Pareto selector), evaluates the parents in one batched call and the n
-children in another, and accepts the best improving child (`BestImprovement`), which alone is
-scored on the validation set. `BudgetedSampling` lowers n when the budget left cannot pay for
-n children, so a round makes the same number of metric calls in fewer, fuller generate calls.
+path runs: each iteration samples n (parent, minibatch) tasks (`BudgetedSampling`: each parent
+drawn by the Pareto selector, as gepa's `IndependentSampling` does, and each minibatch the
+sampler's next one, so an iteration never takes the previous one's minibatches again within an
+epoch of the train problems), evaluates the parents in one batched call and the n children in
+another, and accepts the best improving child (`BestImprovement`), which alone is scored on the
+validation set. `BudgetedSampling` lowers n when the budget left cannot pay for n children, so
+a round makes the same number of metric calls in fewer, fuller generate calls.
 
 Rollout reuse. With `reuse_rollouts`, the problems the last cycle's RL steps rolled out with
 every pool context become the round's Pareto validation set and minibatch pool, so the seeds'
@@ -48,7 +50,9 @@ validation scores and the parents' minibatch scores come from those rollouts. Th
 direction (`reuse_in_slow`, driven by the cycle through `slow_problems`): the next RL step's
 problems lead the validation set and each candidate's validation call samples it G/K times on
 them, so GEPA's validation rollouts of the pool's contexts are that step's samples: the step,
-whose weights are these, trains on them instead of generating them.
+whose weights are these, trains on them instead of generating them. A problem the step draws
+twice (its problems cross an epoch boundary of the data stream) is one validation problem,
+sampled twice as often.
 """
 
 from __future__ import annotations
@@ -111,22 +115,49 @@ class BudgetGuard:
             self.log(f"fast round stops ({reason})")
 
 
+class _AtChunk:
+    """gepa's state as a batch sampler sees it, with `i` (the iteration, which gepa's
+    EpochShuffledBatchSampler turns into the minibatch position) replaced by a chunk index."""
+
+    def __init__(self, state: Any, i: int) -> None:
+        self._state, self.i = state, i
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
+
+
 class BudgetedSampling:
     """gepa SamplingStrategy: up to `n` independent (parent, minibatch) tasks per iteration, as
     many as the budget left pays for (`2 x minibatch` a task, plus `n_val` for the accepted
-    child). The guard starts an iteration only if one task fits, so there is always one."""
+    child). The guard starts an iteration only if one task fits, so there is always one.
+
+    Each parent is drawn by the candidate selector, as in gepa's `IndependentSampling`, but each
+    task takes the sampler's next minibatch: gepa's sampler positions an iteration's first
+    minibatch at the iteration number, so with n tasks per iteration iteration i would take
+    chunks i..i+n-1 and iteration i+1 chunks i+1..i+n, n-1 of them again. Here the tasks of a
+    round take chunks one after the other (the first iteration's first one is gepa's own), so
+    minibatches repeat only when an epoch of the train problems is used up."""
 
     def __init__(self, n: int, minibatch: int, n_val: int, budget: int, used: Callable[[], int]) -> None:
         self.n, self.minibatch, self.n_val, self.budget, self.used = n, minibatch, n_val, budget, used
         self.sizes: list[int] = []
+        self._chunk: int | None = None
 
     def sample_tasks(self, state: Any, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list[Any]:
-        from gepa.strategies.proposal_sampling import IndependentSampling
+        from gepa.strategies.proposal_sampling import ProposalTask
 
         left = self.budget - max(self.used(), int(state.total_num_evals)) - self.n_val
         n = max(1, min(self.n, left // (2 * self.minibatch)))
         self.sizes.append(n)
-        return IndependentSampling(n).sample_tasks(state, candidate_selector, batch_sampler, trainset)
+        if self._chunk is None:
+            self._chunk = int(state.i)
+        tasks = []
+        for _ in range(n):
+            parent = candidate_selector.select_candidate_idx(state)
+            ids = batch_sampler.next_minibatch_ids(trainset, _AtChunk(state, self._chunk))
+            self._chunk += 1
+            tasks.append(ProposalTask(parent, state.program_candidates[parent], ids, trainset.fetch(ids)))
+        return tasks
 
 
 class _GepaLog:
@@ -275,10 +306,12 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     if slow_problems and slow_samples > 0:
         # The next RL step's problems lead the Pareto validation set (same size): each pool
         # candidate's validation rollouts on them are then that step's samples as well. A seed
-        # filling m pool slots may keep its samples on them: m x G/K.
-        ids = {p.id for p in slow_problems}
+        # filling m pool slots may keep its samples on them: m x G/K. A problem the step draws
+        # twice is validated once and sampled twice as often (`feed_slow` counts the draws).
+        step = list({p.id: p for p in slow_problems}.values())
+        ids = {p.id for p in step}
         rest = [p for p in val_problems if p.id not in ids]
-        val_problems = [*slow_problems, *rest][:max(len(val_problems), 1)]
+        val_problems = [*step, *rest][:max(len(val_problems), 1)]
         adapter.feed_slow(slow_problems, slow_samples, [p.id for p in val_problems],
                           {e.hash: slow_samples * sum(x.hash == e.hash for x in pool.contexts()) for e in seeds})
 
@@ -313,6 +346,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     evaluations = adapter.evaluate_many([({COMPONENT: e.text}, val) for e in seeds], ahead=ahead)
     seed_generations = adapter.generations - adapter.prefetched  # the seeds' val rollouts
     seed_seconds = adapter.generate_seconds  # that call's wall time (with what it generated ahead)
+    seed_slow_seconds = adapter.slow_seconds  # of which, the share of the samples only the slow loop uses
     state = build_seeded_state([e.text for e in seeds], evaluations, val_loader.all_ids())
     state.total_num_evals = adapter.metric_calls
     state.save(str(gepa_dir))
@@ -358,11 +392,14 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         "proposals": sampling.sizes,  # children proposed in each iteration ([] when n = 1: gepa's default)
         "seed_generations": seed_generations,
         # Where the round's time went: the seeds' evaluation call (validation, prefetched
-        # minibatches, the next RL step's samples), the search's evaluations (parents not
-        # prefetched, children, accepted children on validation), and the rest (proposals,
-        # gepa's state) is `seconds` (set by the cycle) minus both.
-        "seed_eval_seconds": seed_seconds,
-        "search_eval_seconds": adapter.generate_seconds - seed_seconds,
+        # minibatches), the search's evaluations (parents not prefetched, children, accepted
+        # children on validation), the samples drawn for the next RL step beyond the search's
+        # own (reuse_in_slow with G/K > 1, in either; apportioned by sequence count within each
+        # generate pass), and the rest (proposals, gepa's state) is `seconds` (set by the
+        # cycle) minus the three.
+        "seed_eval_seconds": seed_seconds - seed_slow_seconds,
+        "search_eval_seconds": adapter.generate_seconds - seed_seconds - (adapter.slow_seconds - seed_slow_seconds),
+        "slow_sample_seconds": adapter.slow_seconds,
         "val_problems": [p.id for p in val_problems],
         "gepa_metric_calls": result.total_metric_calls,
         "cache_hits": adapter.cache_hits,
@@ -379,6 +416,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     if isinstance(proposer_fn, ReflectiveProposer):
         summary["reflection_failures"] = list(proposer_fn.failures)
         summary["reflection_accepted"] = proposer_fn.accepted
+        summary["reflection_calls"] = proposer_fn.calls
+        summary["reflection_failed_calls"] = proposer_fn.failed_calls
+        if proposer_fn.calls and proposer_fn.failed_calls == proposer_fn.calls:
+            # The round goes on (the pool stays as it was), but a reflection setup that never
+            # works must not pass for a search that found nothing better.
+            logger.error("fast round %d: all %d reflection calls failed, nothing was proposed (last error: %s); "
+                         "check fast.reflection", round_index, proposer_fn.calls, proposer_fn.failures[-1])
     if isinstance(proposer_fn, FeedbackEditor):
         summary["edits"] = list(proposer_fn.edits)
     new_pool.meta = {"summary": summary}

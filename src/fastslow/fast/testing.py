@@ -1,4 +1,5 @@
-"""Test doubles for the fast loop: a toy task and a scripted generator that reacts to context.
+"""Test doubles for the fast loop: a toy task, a scripted generator that reacts to context, and
+a generator of long (paper-scale) traces.
 
 `ScriptedGenerator` answers in the `<answer>` format only when the context states the format
 rule or shows worked examples, and then answers correctly a fixed fraction of problems, more
@@ -67,4 +68,27 @@ class ScriptedGenerator:
             # Stand-in token ids (one per character): enough to follow a rollout around.
             out.append(Generation(text=text, prompt_tokens=len(user) // 4, completion_tokens=len(text) // 4,
                                   prompt_ids=tuple(map(ord, system + user)), completion_ids=tuple(map(ord, text))))
+        return out
+
+
+class LongTraceGenerator:
+    """A fake `Generator` writing paper-scale traces: `length` characters of working that end
+    in the sum (`offset` off the right one; 0: correct), in `<answer>` tags when `tagged`,
+    whatever the context."""
+
+    def __init__(self, length: int = 6000, offset: int = 0, tagged: bool = True) -> None:
+        self.length, self.offset, self.tagged = length, offset, tagged
+        self.prompts = 0
+
+    def generate(self, conversations: list[list[dict[str, str]]], params: SamplingParams) -> list[Generation]:
+        self.prompts += len(conversations)
+        out = []
+        for conv in conversations:
+            nums = [int(t) for t in conv[-1]["content"].replace("?", " ").split() if t.isdigit()]
+            answer = sum(nums[:2]) + self.offset
+            end = " So the sum is final. " + (f"<answer>{answer}</answer>" if self.tagged else f"It is {answer}.")
+            text = "Let me think step by step. " + "Adding the digits carefully. " * (self.length // 29 + 1)
+            text = text[:self.length - len(end)] + end
+            out.append(Generation(text=text, prompt_tokens=len(conv[-1]["content"]) // 4,
+                                  completion_tokens=len(text) // 4))
         return out
