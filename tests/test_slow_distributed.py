@@ -48,6 +48,30 @@ def test_rows_split_over_ranks_or_a_one_line_error() -> None:
     assert [rank_slice(8, r, 2) for r in range(2)] == [slice(0, 4), slice(4, 8)]
 
 
+
+def test_reused_rollouts_are_dealt_once_over_all_ranks() -> None:
+    """A (problem, context) pair whose rows straddle two ranks (P*G/N not a multiple of G/K):
+    each rank gets other given rollouts of it, none is trained twice, none is dropped."""
+    from fastslow.slow.loop import reuse_plan
+    from fastslow.slow.trainer import expand_rows
+    from fastslow.tasks.base import Problem
+
+    problems = [Problem(f"p{i}", "length", f"Say {i}.", str(i)) for i in range(3)]
+    contexts = [("c0", "Be brief.")]
+    rows = expand_rows(problems, contexts, 4)  # P*G = 12 rows, 6 a rank: p1's 4 rows straddle
+    hashes = {"c0": "h0"}
+    given = {("h0", p.id): [{"prompt_ids": [0], "completion_ids": [100 * i + j]} for j in range(4)]
+             for i, p in enumerate(problems)}
+    used = []
+    for rank in range(2):
+        share = rank_slice(len(rows), rank, 2)
+        plan = reuse_plan(rows, given, hashes, share)
+        assert sorted(plan) == list(range(6))  # indices within the rank's share, all filled
+        used += [(rows[share][i]["problem_id"], plan[i][1][0]) for i in plan]
+    assert sorted(used) == sorted((p.id, 100 * i + j) for i, p in enumerate(problems) for j in range(4))
+    # one process: the whole step, the same dealing
+    assert reuse_plan(rows, given, hashes) == {i: ([0], [100 * (i // 4) + i % 4], None) for i in range(12)}
+
 def test_cycle_refuses_a_world_size_that_does_not_split_the_step(tmp_path, monkeypatch) -> None:
     from fastslow.slow import run_cycle
     from fastslow.slow.distill import run_distill_cycle

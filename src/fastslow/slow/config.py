@@ -87,7 +87,9 @@ class SlowConfig:
         "mode samples a whole group from its first prompt).", default="colocate")
     vllm_gpu_memory_utilization: float = _help("GPU memory fraction vLLM may take (colocate).",
                                                default=0.3)
-    seed: int = _help("Seed of sampling, data order and everything random in the run.", default=0)
+    seed: int = _help("Seed of sampling, data order and everything random in the run; with "
+                      "use_vllm, vLLM's sampler is seeded by TRL (the process index), not by this.",
+                      default=0)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:

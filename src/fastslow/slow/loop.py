@@ -161,17 +161,25 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
 
 
 def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
-               hashes: Mapping[str, str]) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
-    """Row index -> (prompt ids, completion ids, per-token sampling log-probs or None) for the
-    step's rows that a given rollout of their (context, problem) pair can fill, each rollout
-    used once, in row order."""
+               hashes: Mapping[str, str], part: slice = slice(None),
+               ) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
+    """Row index within `rows[part]` -> (prompt ids, completion ids, per-token sampling log-probs
+    or None) for those of the step's rows that a given rollout of their (context, problem) pair
+    can fill, each rollout used once, in row order.
+
+    `rows` is the whole step (every rank's rows) and `part` one rank's share: the rollouts are
+    dealt over all rows first, so a pair whose rows straddle two ranks gives each rank other
+    rollouts, never the same one twice.
+    """
     left = {key: list(value) for key, value in rollouts.items()}
+    start, stop, _ = part.indices(len(rows))
     plan = {}
     for i, row in enumerate(rows):
         queue = left.get((hashes[row["context_id"]], row["problem_id"]))
         if queue:
             r = queue.pop(0)
-            plan[i] = (r["prompt_ids"], r["completion_ids"], r.get("logprobs") or None)
+            if start <= i < stop:
+                plan[i - start] = (r["prompt_ids"], r["completion_ids"], r.get("logprobs") or None)
     return plan
 
 
@@ -648,14 +656,15 @@ def run_cycle(
             picked = [problems[i] for i in take_problems(len(problems), cfg.seed, cursor,
                                                          cfg.problems_per_step)]
             cursor += cfg.problems_per_step
-            rows = expand_rows(picked, contexts, cfg.num_generations)
-            if distributed:  # this rank's contiguous share; TRL gathers the rewards of all
-                rows = rows[rank_slice(len(rows), rank, num_processes)]
+            step_rows = expand_rows(picked, contexts, cfg.num_generations)
+            # this rank's contiguous share; TRL gathers the rewards of all
+            share = rank_slice(len(step_rows), rank, num_processes) if distributed else slice(None)
+            rows = step_rows[share]
             for key in {(r["problem_id"], r["context_id"]) for r in rows} - prompt_texts.keys():
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
             if t == 0 and first_step_rollouts:
-                trainer.reuse_rows = reuse_plan(rows, first_step_rollouts, hashes)
+                trainer.reuse_rows = reuse_plan(step_rows, first_step_rollouts, hashes, share)
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts)
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
