@@ -446,3 +446,210 @@ def test_a_run_evaluated_otherwise_starts_from_its_own_initial_evaluation():
         assert eval_points(runs[variant])[0] == "init"
         assert eval_point_file(runs[variant], "init", "stargraph") == \
             f"results/runs/stargraph/rl/stargraph-{variant}-s0/eval/init/stargraph.json"
+
+
+# --- data.hf_datasets presets (paper scale) ---------------------------------------------------------
+
+def _hf(entries: dict) -> dict:
+    return load_config(ROOT / "config" / "config.yaml", overrides={"data": {"source": "hf", "hf_datasets": entries}})
+
+
+def test_an_hf_entry_names_a_preset_whose_keys_it_can_override():
+    from fastslow.config import task_spec
+    from fastslow.tasks.loaders import HF_PRESETS
+
+    cfg = _hf({"hover": {"preset": "hover_real"},
+               "hover_hard": {"preset": "hover_hard_real", "revision": "main", "splits": {"train": "train"}}})
+    registry, opts = task_spec(cfg, "hover")
+    assert registry == "hf" and opts == {**HF_PRESETS["hover_real"], "name": "hover"}
+    assert opts["revision"] == "refs/convert/parquet"  # hover-nlp/hover is a loading script
+    assert "SUPPORTED or NOT_SUPPORTED" in opts["prompt_template"]
+    _, hard = task_spec(cfg, "hover_hard")
+    assert hard["filters"] == {"num_hops": [3, 4]} and hard["name"] == "hover_hard"
+    assert hard["revision"] == "main" and hard["split_map"] == {"train": "train"}  # the entry's keys win
+    assert hard["dataset"] == "hover-nlp/hover" and hard["scorer"] == "label"
+
+
+def test_paper_scale_hover_asks_whether_the_claim_is_supported():
+    """paper.yaml: hover and hover_hard go through the HoVer presets (HoVer-hard: 3-4 hops), not
+    the generic loader's bare claim, and not hover_hard's offline generator; math is Polaris."""
+    from fastslow.config import task_spec
+    from fastslow.tasks.loaders import HF_PRESETS
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    for task, preset in (("hover", "hover_real"), ("hover_hard", "hover_hard_real"), ("math", "polaris")):
+        assert task_spec(cfg, task) == ("hf", {**HF_PRESETS[preset], "name": task}), task
+    assert task_spec(cfg, "hover_hard")[1]["filters"] == {"num_hops": [3, 4]}
+    # the tasks without a paper dataset keep their offline generators, and paper.yaml says so
+    text = (ROOT / "config" / "paper.yaml").read_text()
+    for task in ("physics", "stargraph", "math_hard"):
+        assert task_spec(cfg, task)[0] == task
+        assert task in text.split("hf_datasets:", 1)[1].split("math:", 1)[0], task
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ({"preset": "hover_rea"}, "data.hf_datasets.hover.preset: unknown preset 'hover_rea'; expected one of "
+                              "hover_hard_real, hover_real, polaris"),
+    ({"splits": {"train": "train"}}, "data.hf_datasets.hover: missing required key 'path' (a dataset id) or 'preset'"),
+    ({"preset": "hover_real", "revison": "main"}, "data.hf_datasets.hover: unknown key 'revison'"),
+])
+def test_a_bad_hf_entry_is_one_line_naming_the_key(entry, expected):
+    with pytest.raises(ConfigError) as info:
+        _hf({"hover": entry})
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_the_hover_preset_loads_the_parquet_conversion(tmp_path, monkeypatch):
+    """Through the config, hover_hard_real asks `datasets` for hover-nlp/hover at the Hub's
+    Parquet revision (served here from local files with HoVer's schema), keeps the 3-4 hop
+    claims, asks whether each is supported and takes test from the labelled validation split."""
+    datasets = pytest.importorskip("datasets")
+    from fastslow.config import make_task
+    from fastslow.tasks import SPLITS
+
+    features = datasets.Features({"uid": datasets.Value("string"), "claim": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["NOT_SUPPORTED", "SUPPORTED"]),
+                                  "num_hops": datasets.Value("int32")})
+    for split, n in (("train", 60), ("validation", 12)):
+        datasets.Dataset.from_dict({"uid": [f"{split}{i}" for i in range(n)],
+                                    "claim": [f"Claim {split} {i}." for i in range(n)],
+                                    "label": [i % 2 for i in range(n)], "num_hops": [2 + i % 3 for i in range(n)]},
+                                   features=features).to_parquet(str(tmp_path / f"{split}.parquet"))
+    real, calls = datasets.load_dataset, []
+
+    def hub(path, name=None, *, split, revision=None, **_):
+        calls.append((path, name, split, revision))
+        return real("parquet", data_files={split: str(tmp_path / f"{split}.parquet")}, split=split,
+                    cache_dir=str(tmp_path / "cache"))
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    task = make_task(load_config(ROOT / "config" / "paper.yaml"), "hover_hard")
+    rows = {s: task.problems(s, 100, seed=0) for s in SPLITS}
+    assert sorted(calls) == [("hover-nlp/hover", None, "train", "refs/convert/parquet"),
+                             ("hover-nlp/hover", None, "validation", "refs/convert/parquet")]
+    assert all(rows.values())
+    assert {p.id.split("-", 1)[1].rstrip("0123456789") for p in rows["test"]} == {"validation"}
+    assert sum(map(len, rows.values())) == sum(1 for n in (60, 12) for i in range(n) if 2 + i % 3 >= 3)
+    p = rows["train"][0]
+    assert p.task == "hover_hard" and p.prompt.startswith("Is the following claim supported")
+    assert "SUPPORTED or NOT_SUPPORTED" in p.prompt and "<answer></answer>" in p.prompt
+    assert task.reward(p, f"<answer>{p.answer}</answer>") == 1.0
+
+
+# --- every run's effective settings are a valid config --------------------------------------------
+
+@pytest.mark.parametrize(("experiments", "expected"), [
+    ({"continual": {"overrides": {"slow": {"stesp_per_cycle": 5}}}},
+     "experiments.continual.overrides: slow: unknown key 'stesp_per_cycle'"),
+    ({"continual": {"overrides": {"slow": {"steps_per_cycle": 0}}}},
+     "experiments.continual.overrides: slow.steps_per_cycle: expected an integer >= 1, got 0"),
+    ({"stargraph": {"overrides": {"fast": {"pool_size": 3}}}},
+     "experiments.stargraph.overrides: fast.pool_size: K=3 must divide slow.num_generations G=4"),
+    ({"radar": {"overrides": {"evaluation": {"K": 8}}}}, "experiments.radar.overrides: evaluation: unknown key 'K'"),
+    # an experiment with variants: the variant, or the experiment's overrides, whichever is wrong
+    ({"ablations": {"variants": {"k3": {"fast": {"pool_size": 3}}}}},
+     "experiments.ablations.variants.k3: fast.pool_size: K=3 must divide"),
+    ({"reuse": {"overrides": {"slow": {"lrr": 1.0}}}}, "experiments.reuse.overrides: slow: unknown key 'lrr'"),
+])
+def test_bad_experiment_overrides_are_one_line_naming_the_experiment(experiments, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiments})
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_overrides_are_validated_per_method():
+    """RL runs take K = 1 whatever the overrides say, so a K that only FST cannot use names FST's runs' config."""
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {
+        "stargraph": {"methods": ["rl"], "overrides": {"fast": {"pool_size": 3}}}}})
+    assert cfg["experiments"]["stargraph"]["overrides"]["fast"]["pool_size"] == 3
+
+
+# --- the slow loop's keys: what SlowConfig reads ----------------------------------------------------
+
+NEW_SLOW = {"top_p": 0.95, "scale_rewards": "batch", "max_grad_norm": 1.0, "weight_decay": 0.01,
+            "adam_beta1": 0.8, "adam_beta2": 0.99, "activation_checkpointing": True, "vllm_mode": "colocate"}
+
+
+def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
+    from dataclasses import fields
+
+    from fastslow.config import load_schema
+    from fastslow.slow.config import SlowConfig
+
+    schema_keys = set(load_schema()["properties"]["slow"]["properties"])
+    assert schema_keys == {f.name for f in fields(SlowConfig)} - {"seed"}  # seed: each run's own
+    # (Fig 10's reuse variant samples RL rows in the fast round: both loops' top_p alike)
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"slow": NEW_SLOW, "generation": {"top_p": 0.95}})
+    slow = SlowConfig.from_dict({**cfg["slow"], "bf16": False, "seed": 0})
+    assert {k: getattr(slow, k) for k in NEW_SLOW} == NEW_SLOW
+    # left out, they take SlowConfig's defaults (the filled-in config, so the jobs' params, unchanged)
+    assert not set(NEW_SLOW) & set(load_config(ROOT / "config" / "config.yaml")["slow"])
+    rows = {key: cell for key, cell, _ in _readme_keys()}
+    for f in fields(SlowConfig):
+        if f.name in NEW_SLOW:
+            assert f"SlowConfig's `{yaml.safe_dump(f.default).splitlines()[0]}`" in rows[f"slow.{f.name}"], f.name
+
+
+@pytest.mark.parametrize(("slow", "expected"), [
+    ({"activation_checkpointing": "yes"}, "slow.activation_checkpointing: expected a boolean"),
+    ({"top_p": 1.5}, "slow.top_p: expected a number <= 1, got 1.5"),
+    ({"top_p": 0}, "slow.top_p: expected a number > 0"),
+    ({"scale_rewards": "std"}, "slow.scale_rewards: expected one of 'group', 'batch', 'none'"),
+    ({"max_grad_norm": 0}, "slow.max_grad_norm: expected a number > 0"),
+    ({"weight_decay": -0.1}, "slow.weight_decay: expected a number >= 0"),
+    ({"adam_beta2": 1.0}, "slow.adam_beta2: expected a number < 1"),
+    ({"vllm_mode": "server"}, "slow.vllm_mode: expected one of 'colocate'"),
+    ({"seed": 3}, "slow: unknown key 'seed'"),
+])
+def test_bad_slow_loop_keys_are_one_line(slow, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"slow": slow})
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_reuse_in_slow_compares_the_slow_loops_top_p():
+    reuse = {"fast": {"reuse_in_slow": True}, "generation": {"max_new_tokens": 64}}
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "slow": {"top_p": 0.9},
+                                                                  "generation": {"max_new_tokens": 64, "top_p": 0.9}})
+    assert cfg["slow"]["top_p"] == cfg["generation"]["top_p"] == 0.9
+    with pytest.raises(ConfigError, match=r"generation\.top_p=1\.0 must equal the slow loop's top_p 0\.9"):
+        load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "slow": {"top_p": 0.9}})
+    with pytest.raises(ConfigError, match=r"generation\.top_p=0\.9 must equal the slow loop's top_p 1\.0"):
+        load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "generation": {"max_new_tokens": 64,
+                                                                                         "top_p": 0.9}})
+
+
+# --- paper.yaml's figures and docs --------------------------------------------------------------------
+
+def test_fig9_compares_paper_scale_variants_at_the_step_paper_yaml_states():
+    """figures.common_step over the curves Fig 9 reads (the ablations and efficiency's codeio RL
+    and FST runs), from paper.yaml's settings: the step its comment names."""
+    import re
+
+    import polars as pl
+
+    from fastslow.experiments import expand
+    from fastslow.figures import common_step
+    from fastslow.layout import eval_points
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    rows = []
+    for spec in expand(cfg).values():
+        if spec.experiment == "ablations" or (spec.experiment == "efficiency" and spec.schedule[0] == "codeio"):
+            steps = spec.settings(cfg)["slow"]["steps_per_cycle"]
+            for point in eval_points(spec):
+                cycle = -1 if point == "init" else int(point.removeprefix("cycle"))
+                rows.append({"run": spec.source, "step": (cycle + 1) * steps})
+    step = common_step(pl.DataFrame(rows))
+    assert step == 120
+    text = (ROOT / "config" / "paper.yaml").read_text().split("  ablations:", 1)[1].split("variants:", 1)[0]
+    assert re.findall(r"at step (\d+) \(figures\.common_step\)", text) == [str(step)], text
+
+
+def test_config_docs_name_every_shipped_config():
+    text = (ROOT / "config" / "README.md").read_text().split("## Keys", 1)[0]
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        assert f"| `{path.name}` |" in text, path.name
+    paper = (ROOT / "config" / "paper.yaml").read_text()
+    assert "no schema key" not in paper and "slow.vllm_gpu_memory_utilization" in paper

@@ -142,6 +142,45 @@ def test_profile_runtime_grows_with_attempt(monkeypatch):
         assert minutes[0] > 0 and minutes == sorted(set(minutes)), (key, minutes)
 
 
+def test_profile_passes_node_constraints_as_the_plugins_resource(monkeypatch):
+    """sbatch -C goes through the plugin's `constraint` resource: the plugin refuses it (and every
+    flag it sets itself) in `slurm_extra`, so the documented FASTSLOW_SLURM_EXTRA examples must be
+    flags it leaves alone."""
+    validation = pytest.importorskip("snakemake_executor_plugin_slurm.validation")
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    prof = render_profile(monkeypatch, FASTSLOW_SLURM_CONSTRAINT="ib", FASTSLOW_SLURM_EXTRA="--exclusive")
+    default = resources(prof["default-resources"])
+    assert default["constraint"] == "'ib'" and default["slurm_extra"] == "'--exclusive'"
+
+    def check(extra: str) -> None:
+        validation.validate_slurm_extra(SimpleNamespace(resources=SimpleNamespace(slurm_extra=extra)))
+
+    docs = {"profile.yaml": PROFILE.read_text(), "README.md": (PROFILE.parent / "README.md").read_text()}
+    examples = {}
+    for name, text in docs.items():
+        line = next(ln for ln in text.splitlines() if "FASTSLOW_SLURM_EXTRA" in ln and "e.g." in ln)
+        following = text[text.index(line):].split("\n", 2)[:2]  # an example may wrap to the next line
+        examples[name] = re.findall(r"[\"`](--[^\"`]+)[\"`]", " ".join(following))
+        assert examples[name], (name, line)
+        for extra in examples[name]:
+            check(extra)
+    with pytest.raises(WorkflowError, match="node constraints"):
+        check("--constraint=ib")  # what the docs used to suggest
+
+
+def test_fsdp2_config_points_at_a_config_key_that_exists():
+    """The FSDP2 config leaves activation checkpointing to the trainer: the key it names is one
+    the config schema takes."""
+    from fastslow.config import load_schema
+
+    text = (PROFILE.parent / "accelerate" / "fsdp2.yaml").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("fsdp_activation_checkpointing"))
+    key = re.search(r"slow\.(\w+)", line).group(1)
+    assert key == "activation_checkpointing"
+    assert key in load_schema()["properties"]["slow"]["properties"]
+
+
 @pytest.mark.workflow
 def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install snakemake-executor-plugin-slurm")

@@ -444,8 +444,8 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="missing column"):
         HFDatasetTask("parquet", data_files={"train": str(tmp_path / "hover.parquet")},
                       cache_dir=str(tmp_path / "cache")).problems("train", 1, seed=0)
-    # paper.yaml's map names only train (and val): the splits it leaves out are carved from the
-    # source split train reads, disjointly, instead of being written empty
+    # a map naming only train (as paper.yaml's codeio entry): the splits it leaves out are carved
+    # from the source split train reads, disjointly, instead of being written empty
     mapped = get_task("hf", dataset="parquet", data_files={"train": str(tmp_path / "hover.parquet")},
                       columns={"prompt": "claim", "answer": "label"}, id_column="uid", scorer="label",
                       split_map={"train": "train"}, cache_dir=str(tmp_path / "cache"), name="hover_mapped")

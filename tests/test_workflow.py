@@ -59,6 +59,27 @@ def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
     assert "runs/ceiling/gepa/hover-default-s0" in out.stdout
 
 
+def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
+    """Snakemake (9.27) hands a nested `--config` value over as text ('8'): read back as YAML,
+    it is checked like a config file's (the README's example error), a valid one runs, a text
+    key keeps its text ('007'), and a config file's quoted number is still an error."""
+    args = ["--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")]
+    # the README's command as it stands (stops while the Snakefile is read: nothing is written)
+    bad = snakemake("-n", "--config", "slow={num_generations: -3}", timeout=120)
+    assert bad.returncode != 0
+    assert "config error: slow.num_generations: expected an integer >= 2, got -3" in bad.stderr, bad.stderr[-2000:]
+    good = snakemake("results/data/math/train.parquet", "-n", "--quiet", "rules", *args, "--configfile", str(ROOT / "config/config.yaml"), "--config",
+                     "evaluation={k: 2}", 'slow={"num_generations": 8}', "fast={pool_size: 4}",
+                     "model={name: '007'}", "experiments={continual: {overrides: {slow: {steps_per_cycle: 1}}}}",
+                     timeout=120)
+    assert good.returncode == 0, good.stderr[-3000:]
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text('slow:\n  num_generations: "8"\n')
+    out = snakemake("-n", *args, "--configfile", str(quoted), "--config", "evaluation={k: 2}", timeout=120)
+    assert out.returncode != 0
+    assert "config error: slow.num_generations: expected an integer, got str '8'" in out.stderr, out.stderr[-2000:]
+
+
 def workflow_copy(work: Path) -> Path:
     """A copy of the workflow in `work`, so tests never touch the developer's results/."""
     work.mkdir(parents=True, exist_ok=True)

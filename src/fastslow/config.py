@@ -5,6 +5,10 @@ and defaults. `validate_config` fills defaults in place and raises `ConfigError`
 one line naming the key and what is expected, e.g.::
 
     config error: slow.num_generations: expected an integer >= 2, got -3
+
+Nested values given with Snakemake's `--config` are read back as YAML (`command_line`, see
+`_from_command_line`), so `--config slow='{num_generations: 8}'` sets an integer, as a config
+file does.
 """
 
 from __future__ import annotations
@@ -89,13 +93,18 @@ def _fill_defaults(instance: Any, schema: Mapping[str, Any]) -> None:
                 _fill_defaults(value, extra)
 
 
-def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Fill defaults into `config` (in place), validate it, and return it."""
+def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = None,
+                    command_line: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Fill defaults into `config` (in place), validate it, and return it. `command_line`: the
+    run's `--config` entries as Snakemake parsed them (`workflow.config_settings.config`), whose
+    nested values arrive as text."""
     import jsonschema
 
     schema = schema or load_schema()
     if not isinstance(config, dict):
         raise ConfigError(f"config error: expected a mapping at the top level, got {type(config).__name__}")
+    if command_line:
+        _from_command_line(config, command_line, schema)
     experiments = config.get("experiments")
     if isinstance(experiments, dict):  # an overlay drops an experiment with `name: null`
         for name in [n for n, v in experiments.items() if v is None]:
@@ -108,6 +117,66 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
         raise ConfigError(f"config error: {_key(err.absolute_path)}: {_expected(err)}")
     _check_semantics(config)
     return config
+
+
+def _schema_at(schema: Mapping[str, Any] | None, path: Sequence[Any]) -> Mapping[str, Any] | None:
+    """The sub-schema at `path` (keys and list indices); None where the schema does not say."""
+    for part in path:
+        if not isinstance(schema, Mapping):
+            return None
+        if isinstance(part, int):
+            schema = schema.get("items")
+        elif part in schema.get("properties", {}):
+            schema = schema["properties"][part]
+        else:
+            extra = schema.get("additionalProperties")
+            schema = extra if isinstance(extra, Mapping) else None
+    return schema
+
+
+def _takes_text(schema: Mapping[str, Any] | None, value: str) -> bool:
+    """Whether the schema at a key takes `value` as the string it is (a string key, an enum entry)."""
+    if not isinstance(schema, Mapping):
+        return False
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    return "string" in kinds or value in schema.get("enum", [])
+
+
+def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
+    """Read back as YAML the nested values Snakemake's `--config` gave as text.
+
+    Snakemake parses `--config key=value` itself: a top-level value becomes an int, float, bool or
+    string, but a nested one (`slow='{num_generations: 8}'`) goes through YAML's BaseLoader, which
+    makes every scalar a string ('8'), so the schema would reject every number and flag given this
+    way. Such a string is parsed as YAML where the schema does not take it as text (a name, a
+    prompt, an enum's 'auto' stay as written); only values that came from the command line are
+    touched, so a config file's `num_generations: "8"` is still an error."""
+
+    def parse(path: tuple[Any, ...], value: Any) -> Any:
+        if isinstance(value, str):
+            if _takes_text(_schema_at(schema, path), value):
+                return value
+            try:
+                return yaml.safe_load(value)
+            except yaml.YAMLError:
+                return value
+        if isinstance(value, list):
+            return [parse((*path, i), v) for i, v in enumerate(value)]
+        if isinstance(value, Mapping):
+            return {k: parse((*path, k), v) for k, v in value.items()}
+        return value
+
+    def walk(node: dict[str, Any], cli: Mapping[str, Any], path: tuple[Any, ...]) -> None:
+        for key, value in cli.items():
+            if key not in node:
+                continue
+            if isinstance(value, Mapping) and isinstance(node[key], dict):
+                walk(node[key], value, (*path, key))
+            elif path and isinstance(value, (str, list)) and node[key] == value:
+                node[key] = parse((*path, key), value)  # nested: only those went through BaseLoader
+
+    walk(config, given, ())
 
 
 def _check_semantics(config: dict[str, Any]) -> None:
@@ -159,15 +228,33 @@ def _check_semantics(config: dict[str, Any]) -> None:
                     f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(known)}"
                 )
     _check_task_options(config["data"]["options"])
+    _check_hf_datasets(config["data"].get("hf_datasets", {}))
     check_experiments(config)
+
+
+def _check_hf_datasets(entries: Mapping[str, Any]) -> None:
+    """data.hf_datasets: each entry names a dataset (`path`) or a known `preset`."""
+    from fastslow.tasks.loaders import HF_PRESETS
+
+    for name, entry in entries.items():
+        preset = entry.get("preset")
+        if preset is not None and preset not in HF_PRESETS:
+            raise ConfigError(f"config error: data.hf_datasets.{name}.preset: unknown preset {preset!r}; "
+                              f"expected one of {', '.join(sorted(HF_PRESETS))}")
+        if preset is None and not entry.get("path"):
+            raise ConfigError(f"config error: data.hf_datasets.{name}: missing required key 'path' (a dataset "
+                              f"id) or 'preset' (one of {', '.join(sorted(HF_PRESETS))})")
 
 
 def _check_reuse_in_slow(config: dict[str, Any]) -> None:
     """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
     alike (see slow.trainer for how they enter TRL's generation)."""
+    from fastslow.slow.config import SlowConfig
+
     gen, slow = config["generation"], config["slow"]
+    # slow.top_p has no schema default: left out, the RL rollouts sample with SlowConfig's
     for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
-                            ("top_p", slow.get("top_p", 1.0))):
+                            ("top_p", slow.get("top_p", SlowConfig.top_p))):
         if gen[key] != slow_value:
             raise ConfigError(f"config error: fast.reuse_in_slow: generation.{key}={gen[key]!r} must equal "
                               f"the slow loop's {key} {slow_value!r} (the RL step trains on the fast "
@@ -253,8 +340,10 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
 
     A user's file (data.files.<name>, under any data source) first: the `file` loader, named
     `name`. Offline: the registered generator itself. `data.source: hf`: the task's Hugging Face
-    dataset (data.hf_datasets.<name>) through the generic loader; a task without an entry there
-    falls back to its offline generator (e.g. physics and stargraph have no paper dataset id).
+    dataset (data.hf_datasets.<name>) through the generic loader, starting from the options of its
+    `preset` (loaders.HF_PRESETS: prompt, labels, filters, revision) if it names one, each key the
+    entry sets replacing the preset's; a task without an entry there falls back to its offline
+    generator (e.g. physics and stargraph have no paper dataset id).
     """
     own = config["data"].get("files", {}).get(name)
     if own:
@@ -263,11 +352,16 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     hf = config["data"].get("hf_datasets", {}).get(name)
     if config["data"]["source"] != "hf" or not hf:
         return name, dict(config["data"].get("options", {}).get(name, {}))
-    opts: dict[str, Any] = {"dataset": hf["path"], "name": name}
-    for ours, theirs in (("name", "config"), ("splits", "split_map"), ("columns", "columns"),
-                         ("scorer", "scorer")):
+    opts: dict[str, Any] = {}
+    if hf.get("preset"):
+        from fastslow.tasks.loaders import HF_PRESETS
+
+        opts.update(copy.deepcopy(HF_PRESETS[hf["preset"]]))
+    opts["name"] = name
+    for ours, theirs in (("path", "dataset"), ("name", "config"), ("splits", "split_map"), ("columns", "columns"),
+                         ("scorer", "scorer"), ("revision", "revision")):
         if ours in hf:
-            opts[theirs] = hf[ours]
+            opts[theirs] = copy.deepcopy(hf[ours])
     return "hf", opts
 
 

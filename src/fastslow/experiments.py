@@ -183,21 +183,40 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
 
 
 def check_experiments(config: dict[str, Any]) -> None:
-    """Cross-field checks of the experiments (called by config validation)."""
-    from fastslow.config import validate_config
+    """Cross-field checks of the experiments (called by config validation): known tasks, and every
+    run's effective settings (the config with its experiment's `overrides` and its variant's) a
+    valid config, with the same one-line errors, whether the experiment has variants or not."""
     from fastslow.tasks import TASK_NAMES
 
     known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {})) | set(config["data"].get("files", {}))
+    checked: set[tuple[str, str, str]] = set()
     for key, run in expand(config).items():
         for task in (*run.schedule, *run.eval_tasks):
             if task not in known:
                 raise _err(f"experiments.{run.experiment}: unknown task {task!r} in run {key}; "
                            f"expected one of {', '.join(sorted(known))}")
-        if run.variant != "default":  # a variant's overrides must make a valid config too
-            cfg = run.settings(config)
-            cfg["experiments"] = {}
-            try:
-                validate_config(cfg)
-            except ValueError as exc:
-                detail = str(exc).removeprefix("config error: ")
-                raise _err(f"experiments.{run.experiment}.variants.{run.variant}: {detail}") from None
+        # the settings depend on the experiment, variant and method only (rl: K = 1)
+        if not run.overrides or (run.experiment, run.variant, run.method) in checked:
+            continue
+        checked.add((run.experiment, run.variant, run.method))
+        detail = _invalid(run.settings(config))
+        if detail is None:
+            continue
+        exp = config["experiments"][run.experiment]
+        where = "overrides"
+        if (exp.get("variants") or {}).get(run.variant):  # the variant overrides something itself
+            alone = _invalid(replace(run, overrides=copy.deepcopy(exp.get("overrides", {}))).settings(config))
+            where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
+        raise _err(f"experiments.{run.experiment}.{where}: {detail}")
+
+
+def _invalid(settings: dict[str, Any]) -> str | None:
+    """What is wrong with a run's effective settings as a config (None: nothing)."""
+    from fastslow.config import validate_config
+
+    settings["experiments"] = {}
+    try:
+        validate_config(settings)
+    except ValueError as exc:
+        return str(exc).removeprefix("config error: ")
+    return None

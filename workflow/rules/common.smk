@@ -12,7 +12,8 @@ from fastslow.layout import FIGURE_EXPERIMENTS
 
 # Validate and fill defaults before any rule is defined: a bad key stops here, in one line.
 try:
-    validate_config(config)
+    # --config's nested values arrive as text; validate_config reads them back as YAML
+    validate_config(config, command_line=workflow.config_settings.config)
 except ConfigError as err:
     sys.exit(str(err))
 
