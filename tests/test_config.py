@@ -618,6 +618,10 @@ def test_reuse_in_slow_compares_the_slow_loops_top_p():
     with pytest.raises(ConfigError, match=r"generation\.top_p=0\.9 must equal the slow loop's top_p 1\.0"):
         load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "generation": {"max_new_tokens": 64,
                                                                                          "top_p": 0.9}})
+    # left out, slow.top_p is SlowConfig's default, which config.py states as a literal
+    from fastslow.slow.config import SlowConfig
+
+    assert SlowConfig().top_p == 1.0
 
 
 # --- paper.yaml's figures and docs --------------------------------------------------------------------

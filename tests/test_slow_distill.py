@@ -73,6 +73,27 @@ def test_reverse_kl_matches_hand_computation() -> None:
     assert float(reverse_kl_loss(same, same + 4.0)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_rounding_warning_names_bf16_weights_whose_updates_round_away() -> None:
+    """Paper scale: bf16 weights of typical magnitude (~0.02) at lr 1e-6 lose almost every update
+    (bf16's spacing there is ~1.2e-4); fp32 weights, or an lr above half the spacing, do not."""
+    import torch
+
+    from fastslow.slow.distill import rounding_warning
+
+    layer = torch.nn.Linear(64, 64)
+    torch.nn.init.normal_(layer.weight, std=0.02)
+    assert rounding_warning(layer, 1e-6) is None  # fp32
+    layer = layer.to(torch.bfloat16)
+    warning = rounding_warning(layer, 1e-6)
+    assert warning is not None and "torch.bfloat16" in warning and "lr = 1e-06" in warning
+    share = int(warning.split(" of them")[0].rsplit(" ", 1)[1].rstrip("%"))
+    assert share >= 95
+    # what the warning claims, on the real dtype: an update of lr leaves bf16 weights as they were
+    w = layer.weight.detach()
+    assert (w + torch.full_like(w, 1e-6) == w).float().mean() >= share / 100 - 0.01
+    assert rounding_warning(layer, 1e-3) is None  # above half the spacing of most weights
+
+
 def test_completion_logits_are_each_rollouts_own_next_token_log_probs(tiny_model_dir: Path) -> None:
     """Rows of `completion_logits` = log_softmax of one unpadded forward of prompt + completion,
     at the positions predicting the completion's tokens, rollout by rollout (uneven lengths, so

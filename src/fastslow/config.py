@@ -249,12 +249,12 @@ def _check_hf_datasets(entries: Mapping[str, Any]) -> None:
 def _check_reuse_in_slow(config: dict[str, Any]) -> None:
     """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
     alike (see slow.trainer for how they enter TRL's generation)."""
-    from fastslow.slow.config import SlowConfig
-
     gen, slow = config["generation"], config["slow"]
-    # slow.top_p has no schema default: left out, the RL rollouts sample with SlowConfig's
+    # slow.top_p has no schema default: left out, the RL rollouts sample with SlowConfig's, 1.0
+    # (a literal: importing fastslow.slow here would make every script that validates a config,
+    # the figures' too, reach the trainer's code; tests/test_config.py checks the two agree)
     for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
-                            ("top_p", slow.get("top_p", SlowConfig.top_p))):
+                            ("top_p", slow.get("top_p", 1.0))):
         if gen[key] != slow_value:
             raise ConfigError(f"config error: fast.reuse_in_slow: generation.{key}={gen[key]!r} must equal "
                               f"the slow loop's {key} {slow_value!r} (the RL step trains on the fast "

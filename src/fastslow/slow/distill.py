@@ -208,6 +208,32 @@ def make_optimizer(model: Any, cfg: SlowConfig) -> tuple[Any, Any]:
     return optimizer, get_constant_schedule_with_warmup(optimizer, cfg.warmup_steps)
 
 
+def rounding_warning(model: Any, lr: float) -> str | None:
+    """Why `model`'s updates at learning rate `lr` mostly round away, or None: trained in place
+    in bf16/fp16 (no fp32 master copy, see run_distill_cycle), an AdamW step moves a weight by
+    about `lr`, and the update is lost where that is below half the dtype's spacing at the
+    weight. Reports the share of weights for which it is (from the matrices' magnitudes)."""
+    import torch
+
+    total = lost = 0
+    dtype = None
+    for p in model.parameters():
+        if p.dtype not in (torch.bfloat16, torch.float16):
+            continue
+        dtype = p.dtype
+        w = p.detach().float().abs()
+        # spacing of a float with m explicit mantissa bits at |w|: 2^(floor(log2|w|) - m)
+        bits = 7 if p.dtype == torch.bfloat16 else 10
+        spacing = torch.exp2(torch.floor(torch.log2(w.clamp_min(torch.finfo(p.dtype).tiny))) - bits)
+        lost += int((lr < spacing / 2).sum())
+        total += w.numel()
+    if not total or lost * 2 < total:
+        return None
+    return (f"{dtype} weights trained in place: an AdamW step (~lr = {lr:g}) is below half the "
+            f"dtype's spacing for {lost / total:.0%} of them, so those updates round away "
+            f"(README: 'Known gap at paper scale')")
+
+
 def _disable_dropout(model: Any) -> None:
     import torch
 
@@ -283,6 +309,9 @@ def run_distill_cycle(
         # runs in one process, where an 8B policy with fp32 weights and AdamW state (~96 GB) and
         # its teacher would not fit one GPU. bf16 weights round very small updates away.
         model = load_model(policy_dir, dtype="auto", device=device)
+        warning = rounding_warning(model, cfg.lr)
+        if warning:
+            log.warning("FST-distill %s cycle %d: %s", run_id, cycle, warning)
         _disable_dropout(model)
         teacher = copy.deepcopy(model).eval().requires_grad_(False)  # θ_c, frozen for the cycle
         if cfg.activation_checkpointing:
