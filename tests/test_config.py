@@ -384,6 +384,9 @@ def test_the_shipped_example_file_is_right():
      "data.files.mine.labels: only for scorer 'label', got scorer 'exact'"),
     ({"mine": {"path": "config/parity.jsonl", "scorer": "fuzzy"}}, "data.files.mine.scorer: expected one of"),
     ({"mine": {"file": "config/parity.jsonl"}}, "data.files.mine: unknown key 'file'"),
+    # hf_datasets' preset and revision are no keys of a file task, which needs its path
+    ({"mine": {"scorer": "exact"}}, "data.files.mine: missing required key; 'path' is a required property"),
+    ({"mine": {"path": "config/parity.jsonl", "preset": "polaris"}}, "data.files.mine: unknown key 'preset'"),
 ])
 def test_a_bad_file_task_is_one_line_naming_the_key(files, expected, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -622,6 +625,23 @@ def test_reuse_in_slow_compares_the_slow_loops_top_p():
     from fastslow.slow.config import SlowConfig
 
     assert SlowConfig().top_p == 1.0
+
+
+def test_config_readme_states_slowconfigs_own_defaults():
+    """The slow keys without a schema default take SlowConfig's: config/README.md says which, and
+    says it right (the twin of the schema descriptions; a changed SlowConfig default must show)."""
+    import re
+
+    from fastslow.slow.config import SlowConfig
+
+    text = (ROOT / "config" / "README.md").read_text(encoding="utf-8")
+    stated = dict(re.findall(r"^\| `slow\.(\w+)` \| SlowConfig's `([^`]*)` \|", text, flags=re.M))
+    from fastslow.config import load_schema
+
+    schema = load_schema()["properties"]["slow"]["properties"]
+    assert set(stated) == {k for k, v in schema.items() if "default" not in v}
+    for key, value in stated.items():
+        assert yaml.safe_load(value) == getattr(SlowConfig(), key), key
 
 
 # --- paper.yaml's figures and docs --------------------------------------------------------------------

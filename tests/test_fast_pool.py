@@ -122,7 +122,7 @@ def test_fast_config_budget_and_schema_shape() -> None:
     ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Do better."}},
      "Missing placeholder(s) in prompt template: <curr_param>, <side_info>"),
     ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": ["<curr_param>"]}},
-     "fast.reflection.prompt_template must be a string"),
+     "fast.reflection.prompt_template: expected a string with the placeholders"),
 ])
 def test_fast_config_errors_name_the_field(data: dict, field: str) -> None:
     with pytest.raises(ValueError) as err:

@@ -41,7 +41,7 @@ def load_schema(path: str | Path | None = None) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def _parsed_schema(path: str) -> dict[str, Any]:
-    # Parsed once per process: validation runs once per experiment variant (paper: 10 times).
+    # Parsed once per process: validation runs once per run settings an experiment's overrides make.
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
@@ -179,6 +179,23 @@ def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema:
     walk(config, given, ())
 
 
+def prompt_template_error(template: Any) -> str | None:
+    """What is wrong with a `fast.reflection.prompt_template` (None: nothing, or no template):
+    it must be a string with gepa's placeholders, or every reflection call would fail."""
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        return ("fast.reflection.prompt_template: expected a string with the placeholders <curr_param> "
+                f"and <side_info>, got {type(template).__name__}")
+    from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+    try:
+        InstructionProposalSignature.validate_prompt_template(template)
+    except ValueError as err:
+        return f"fast.reflection.prompt_template: {err}"
+    return None
+
+
 def _check_semantics(config: dict[str, Any]) -> None:
     """Cross-field rules a JSON schema cannot state."""
     slow, fast = config["slow"], config["fast"]
@@ -198,13 +215,9 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: fast.reflection.{key}: required for reflection kind {refl['kind']!r}"
                 )
-        if refl.get("prompt_template") is not None:
-            from gepa.strategies.instruction_proposal import InstructionProposalSignature
-
-            try:
-                InstructionProposalSignature.validate_prompt_template(refl["prompt_template"])
-            except ValueError as err:
-                raise ConfigError(f"config error: fast.reflection.prompt_template: {err}") from None
+        problem = prompt_template_error(refl.get("prompt_template"))
+        if problem:
+            raise ConfigError(f"config error: {problem}")
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES

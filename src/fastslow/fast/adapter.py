@@ -196,7 +196,7 @@ class FastAdapter:
         n_calls = -(-len(seqs) // self.batch_size)
         size = -(-len(seqs) // max(n_calls, 1))
         samples: dict[tuple[str, str], list[tuple[Generation, str]]] = {}
-        started = time.perf_counter()
+        started, slow_before = time.perf_counter(), self.slow_rollouts
         if self.progress is not None:
             self.progress(f"sampling {len(seqs)} sequences ({len(pairs)} (context, problem) pairs) "
                           f"in {n_calls} generate call{'s' * (n_calls != 1)}")
@@ -249,8 +249,7 @@ class FastAdapter:
         elapsed = time.perf_counter() - started
         self.generate_seconds += elapsed
         if seqs:  # sequences only the slow loop asked for: all of a slow-only pair's, the extras of others
-            extra = sum(len(samples[(h, p.id)]) - ((h, p.id) not in slow_only) for h, _, p in pairs)
-            self.slow_seconds += elapsed * extra / len(seqs)
+            self.slow_seconds += elapsed * (self.slow_rollouts - slow_before) / len(seqs)
 
     def feed_slow(self, problems: Sequence[Problem], samples: int, val_ids: Iterable[str],
                   per_context: Mapping[str, int] | None = None) -> None:
@@ -388,7 +387,7 @@ class FastAdapter:
                 "Feedback": t["feedback"],
                 "Score": t["reward"],
                 "problem_id": t["problem_id"],
-                "parsed_answer": t.get("parsed_answer", extract_answer(t["completion"])),
+                "parsed_answer": t["parsed_answer"] if "parsed_answer" in t else extract_answer(t["completion"]),
             })
         records.sort(key=lambda r: r["Score"])  # stable: failures first, original order kept
         return {name: records for name in components_to_update}

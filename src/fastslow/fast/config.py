@@ -118,17 +118,11 @@ class FastConfig:
             for key in need:
                 if not self.reflection.get(key):
                     raise ValueError(f"fast.reflection.{key} is required when fast.reflection.kind={kind!r}")
-            template = self.reflection.get("prompt_template")
-            if template is not None:  # else every reflection call would fail, one by one
-                from gepa.strategies.instruction_proposal import InstructionProposalSignature
+            from fastslow.config import prompt_template_error
 
-                if not isinstance(template, str):
-                    raise ValueError("fast.reflection.prompt_template must be a string with the placeholders "
-                                     f"<curr_param> and <side_info>, got {type(template).__name__}")
-                try:
-                    InstructionProposalSignature.validate_prompt_template(template)
-                except ValueError as err:
-                    raise ValueError(f"fast.reflection.prompt_template: {err}") from None
+            problem = prompt_template_error(self.reflection.get("prompt_template"))
+            if problem:  # else every reflection call would fail, one by one
+                raise ValueError(problem)
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise bad("temperature", "a number >= 0")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:

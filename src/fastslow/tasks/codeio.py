@@ -125,7 +125,7 @@ class CodeIOTask(ReasoningGymTask):
         cand.answer = answer
         cand.metadata = {"source": source.dataset, "input": given_input,
                          "program_id": f"{stable_int('program', item['program']):016x}"}
-        cand.key = str(item["program"])
+        cand.key = cand.metadata["program_id"]  # the program's identity, short (kept as metadata["split_key"])
         return cand
 
     # --- worked examples --------------------------------------------------------------------
