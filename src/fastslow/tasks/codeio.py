@@ -38,6 +38,11 @@ _LAYOUT = re.compile(r"as follows:\n\n(?P<question>.+?)\n\nThe input and output 
                      r"\n\nCan you predict the output", re.DOTALL)
 
 
+def program_id(program: str) -> str:
+    """A program's identity: 16 hex digits of a hash of its source; splits are keyed by it."""
+    return f"{stable_int('program', program):016x}"
+
+
 class CodeIOTask(ReasoningGymTask):
     """Output prediction for CodeI/O programs; JSON-normalised comparison, no code execution."""
 
@@ -99,7 +104,7 @@ class CodeIOTask(ReasoningGymTask):
         # Mirror the first draw of CodeIODataset.__getitem__ to learn the program before running it:
         # programs owned by another split are skipped without executing anything.
         program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)
-        if split_of(program["task_description"]) != split:
+        if split_of(program_id(program["task_description"])) != split:  # the key `convert` gives it
             return None
         item = _run_item(ds, idx, stable_int("codeio-globals", ds_seed, idx, bits=32), self.item_timeout)
         if item is None:
@@ -124,7 +129,7 @@ class CodeIOTask(ReasoningGymTask):
         cand = super().convert(item, source)
         cand.answer = answer
         cand.metadata = {"source": source.dataset, "input": given_input,
-                         "program_id": f"{stable_int('program', item['program']):016x}"}
+                         "program_id": program_id(str(item["program"]))}
         cand.key = cand.metadata["program_id"]  # the program's identity, short (kept as metadata["split_key"])
         return cand
 
