@@ -191,6 +191,10 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                      "mean_completion_tokens": float(metrics["mean_completion_tokens"].mean())
                      if "mean_completion_tokens" in metrics.columns else None,
                      "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs"),
+                     # the search's size against the slow loop's: the round's metric calls and the
+                     # cycle's RL rollouts (the paper's proportion: 960 calls per 6 x 256 rollouts)
+                     "fast_metric_calls": fast.get("metric_calls"),
+                     "rl_rollouts": pl.scan_parquet(out / "rollouts.parquet").select(pl.len()).collect().item(),
                      "slow_rollouts_sampled_in_fast_round": fast.get("slow_rollouts"),
                      "slow_reused_rollouts": int(metrics["reused_rollouts"].sum())
                      if "reused_rollouts" in metrics.columns else None})
@@ -279,6 +283,21 @@ def search_floor(run: dict[str, Any], rl_s_per_step: float | None) -> float | No
     return 1 + split["search"] / rl_s_per_step
 
 
+PAPER_CALLS_PER_ROLLOUT = 960 / (6 * 32 * 8)  # FST.md: ~960 metric calls a round, T = 6 steps of 256 rollouts
+
+
+def calls_per_rollout(run: dict[str, Any]) -> float | None:
+    """The last cycle's fast-round metric calls per RL rollout of the cycle: how large the search
+    is against the slow loop's work (the paper: 960 / 1536 = 0.625; a ratio to RL-only's step time
+    can only be compared with the paper's at the same proportion). None for RL-only or a report
+    from before the count."""
+    last = run["cycles"][-1]
+    calls, rollouts = last.get("fast_metric_calls"), last.get("rl_rollouts")
+    if run["method"] == "rl" or calls is None or not rollouts:
+        return None
+    return calls / rollouts
+
+
 def plot_label(settings: dict[str, Any]) -> str:
     """The plot's second title line: the task and the `--set` overrides, e.g.
     "hover_hard, slow.steps_per_cycle=6"."""
@@ -308,6 +327,7 @@ def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[di
                                         "mean_s_per_step": means[r["method"]],
                                         "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
                                         "search_floor_ratio": search_floor(r, rl),
+                                        "calls_per_rl_rollout": calls_per_rollout(r),
                                         } for r in best}}
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(report, indent=2) + "\n")
@@ -396,6 +416,8 @@ def main() -> None:
                       + (f"; the round: seeds {split['seeds']:.1f}, search {split['search']:.1f}, "
                          f"samples for the RL step {split['slow_samples']:.1f}, rest {split['rest']:.1f}"
                          if method != "rl" and split else "") + "), "
+                      + (f"{last['fast_metric_calls']} metric calls for {last['rl_rollouts']} RL rollouts, "
+                         if method != "rl" else "") +
                       f"peak RSS {res['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     print(json.dumps(report["summary"], indent=2))
 

@@ -20,12 +20,19 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
-# Runs a script as __main__ with child processes and model loading refused.
+# Runs a script as __main__ with child processes and model loading refused. matplotlib's first
+# import on a machine (no font cache yet, as on a fresh CI machine) lists the fonts with `fc-list`:
+# that one command may run.
 GUARD = """
 import runpy, subprocess, sys
+run = subprocess.run
 def refuse(*args, **kwargs):
     raise RuntimeError("GUARD: the script went on to start a child process or load a model")
-subprocess.run = refuse
+def guarded_run(cmd, *args, **kwargs):
+    if isinstance(cmd, (list, tuple)) and cmd and cmd[0] == "fc-list":
+        return run(cmd, *args, **kwargs)
+    refuse()
+subprocess.run = guarded_run
 import fastslow.model.convert, fastslow.model.generation
 fastslow.model.convert.prepare_base_model = refuse
 fastslow.model.generation.make_generator = refuse
@@ -182,3 +189,20 @@ def test_plot_label_names_the_task_and_overrides(bench: ModuleType) -> None:
     assert bench.plot_label({"task": "hover_hard", "overrides": {"slow": {"steps_per_cycle": 6},
                                                                  "fast": {"max_metric_calls": {"light": 18}}}}) == \
         "hover_hard, slow.steps_per_cycle=6, fast.max_metric_calls.light=18"
+
+
+def test_report_gives_the_search_size_per_rl_rollout(bench: ModuleType, tmp_path: Path) -> None:
+    """calls_per_rl_rollout = the last cycle's fast-round metric calls / its RL rollouts (the
+    paper's 960 / (6 x 256)); none for RL-only or a run recorded without the counts."""
+    out = tmp_path / "fst_step.json"
+    fst = fake_run("fst", 0, 6.0)
+    fst["cycles"].append({**fst["cycles"][0], "cycle": 1, "fast_metric_calls": 30, "rl_rollouts": 48})
+    fst["cycles"][0].update(fast_metric_calls=12, rl_rollouts=48)  # cycle 0 is not the one reported
+    rl = fake_run("rl", 0, 4.0)
+    rl["cycles"][0].update(fast_metric_calls=None, rl_rollouts=48)
+    bench.write_report(out, {"task": "math"}, {"rl": [rl], "fst": [fst], "fst_reuse": [fake_run("fst_reuse", 0, 5.0)]},
+                       planned=3)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst"]["calls_per_rl_rollout"] == pytest.approx(30 / 48)
+    assert summary["rl"]["calls_per_rl_rollout"] is None and summary["fst_reuse"]["calls_per_rl_rollout"] is None
+    assert bench.PAPER_CALLS_PER_ROLLOUT == pytest.approx(0.625)
