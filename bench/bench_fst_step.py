@@ -333,7 +333,11 @@ def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[di
         tmp.write_text(json.dumps(report, indent=2) + "\n")
     if best:
         with atomic_path(out.with_suffix(".png")) as tmp:
-            plot(best, tmp, partial=done < planned, label=plot_label(settings))
+            calls = next((v["calls_per_rl_rollout"] for v in report["summary"].values()
+                          if v["calls_per_rl_rollout"] is not None), None)
+            label = plot_label(settings) + (f"\n{calls:.2f} GEPA metric calls per RL rollout (paper "
+                                             f"{PAPER_CALLS_PER_ROLLOUT:.3f})" if calls is not None else "")
+            plot(best, tmp, partial=done < planned, label=label)
     return report
 
 
