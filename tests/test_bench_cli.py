@@ -42,7 +42,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def run_script(name: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # matplotlib without a font cache, as on a fresh machine: its first import runs `fc-list`
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLCONFIGDIR": str(cwd / ".matplotlib")}
     return subprocess.run([sys.executable, "-c", GUARD, str(BENCH / name), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 
