@@ -298,13 +298,17 @@ def calls_per_rollout(run: dict[str, Any]) -> float | None:
     return calls / rollouts
 
 
-def plot_label(settings: dict[str, Any]) -> str:
-    """The plot's second title line: the task and the `--set` overrides, e.g.
-    "hover_hard, slow.steps_per_cycle=6"."""
+def plot_label(settings: dict[str, Any], calls: float | None = None) -> str:
+    """The plot's title lines after the first: the task and the `--set` overrides, e.g.
+    "hover_hard, slow.steps_per_cycle=6", and with `calls` (a fast method's
+    `calls_per_rl_rollout`) a line naming it against the paper's."""
     from fastslow.tracking import flatten
 
     overrides = [f"{k}={v}" for k, v in flatten(settings.get("overrides") or {}).items()]
-    return ", ".join([str(settings.get("task", "")), *overrides]).strip(", ")
+    label = ", ".join([str(settings.get("task", "")), *overrides]).strip(", ")
+    if calls is not None:
+        label += f"\n{calls:.2f} GEPA metric calls per RL rollout (paper {PAPER_CALLS_PER_ROLLOUT:.3f})"
+    return label
 
 
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
@@ -335,9 +339,7 @@ def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[di
         with atomic_path(out.with_suffix(".png")) as tmp:
             calls = next((v["calls_per_rl_rollout"] for v in report["summary"].values()
                           if v["calls_per_rl_rollout"] is not None), None)
-            label = plot_label(settings) + (f"\n{calls:.2f} GEPA metric calls per RL rollout (paper "
-                                             f"{PAPER_CALLS_PER_ROLLOUT:.3f})" if calls is not None else "")
-            plot(best, tmp, partial=done < planned, label=label)
+            plot(best, tmp, partial=done < planned, label=plot_label(settings, calls))
     return report
 
 

@@ -190,6 +190,8 @@ def test_plot_label_names_the_task_and_overrides(bench: ModuleType) -> None:
     assert bench.plot_label({"task": "hover_hard", "overrides": {"slow": {"steps_per_cycle": 6},
                                                                  "fast": {"max_metric_calls": {"light": 18}}}}) == \
         "hover_hard, slow.steps_per_cycle=6, fast.max_metric_calls.light=18"
+    assert bench.plot_label({"task": "math", "overrides": {}}, 0.5) == \
+        "math\n0.50 GEPA metric calls per RL rollout (paper 0.625)"
 
 
 def test_report_gives_the_search_size_per_rl_rollout(bench: ModuleType, tmp_path: Path) -> None:
