@@ -36,17 +36,23 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ.get("FASTSLOW_TEST_THREADS", "1")))
 
 
-#: Under `pytest -n 2 --dist loadfile` (pyproject's addopts) each file runs on one worker and the
-#: suite ends when its last file does, so the longest files start first. pytest-xdist hands each
-#: worker one file, then a second to a worker with <= 2 tests pending: the every-figure file (one
-#: ~8-minute test) gets a short file queued behind it, and the other worker starts on SLURM.
-LONGEST_FIRST = ("test_workflow_figures.py", "test_config.py", "test_slurm.py", "test_resume.py",
-                 "test_workflow.py", "test_mlflow_server.py", "test_slow_distributed.py",
-                 "test_fast_llama_server.py")
+#: Scheduling (pyproject's addopts, `-n 2 --dist loadfile`): each test file runs on one worker.
+#: pytest-xdist starts files in order of their test count, largest first (its default
+#: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (one test: a
+#: ~110-job Snakemake DAG on `--cores 2`) starts among the last, after the SLURM and workflow
+#: DAGs, and has both cores mostly to itself. Measured on this 2-core machine (2026-11-26, one
+#: run each): 15 min 7 s that way; 16 min 4 s with the longest files started first
+#: (`--no-loadscope-reorder`), the every-figure DAG taking 890 s instead of 485 s beside the SLURM
+#: and workflow DAGs; 16 min 55 s with it started last of all (no tie order). Most of a smoke
+#: DAG's time is its jobs' start-up: an evaluation job takes ~10 s, ~80% of it (under cProfile)
+#: importing torch, transformers and MLflow, so the suite is bound by CPU.
+TIE_ORDER = ("test_workflow_figures.py", "test_config.py", "test_slurm.py", "test_resume.py",
+             "test_workflow.py", "test_mlflow_server.py", "test_slow_distributed.py",
+             "test_fast_llama_server.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    rank = {name: i for i, name in enumerate(TIE_ORDER)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
 
 

@@ -1,7 +1,7 @@
 """The whole smoke DAG: every figure, table and report from a tiny random model.
 
 In its own file so that, under `pytest -n 2 --dist loadfile`, this ~8-minute test runs on one
-worker while the other takes the rest of the suite.
+worker; xdist starts it among the last files, when the rest is nearly done (tests/conftest.py).
 """
 
 from __future__ import annotations
