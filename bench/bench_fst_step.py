@@ -14,16 +14,20 @@ split into
     fast round                        (GEPA: evaluations + proposals; 0 for RL-only)
     other                             (model loading, saving weights and state, tables: I/O)
 
-and divided by T: seconds per RL step. Runs alternate methods across repetitions so load from
-other processes hits all alike. `fst_reuse` reuses both ways (fast.reuse_rollouts: the last
-cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's first RL step trains on rollouts
-the fast round sampled with the same weights).
+and divided by T: seconds per RL step. Process start-up (the interpreter, importing torch,
+transformers and MLflow) is left out of that; with `--process cycle` each cycle's `job_wall_s`,
+and the summary's `job_s_per_step` and `job_ratio_to_rl`, include it. Runs alternate methods
+across repetitions so load from other processes hits all alike. `fst_reuse` reuses both ways
+(fast.reuse_rollouts: the last cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's
+first RL step trains on rollouts the fast round sampled with the same weights).
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--seeds 0,1,2]
         [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...] [--process cycle|run]
         -> results/bench/fst_step.json, .png
 
-The summary holds each method's fastest run and the mean over all runs (repetitions x seeds).
+The summary holds each method's seconds a step, the mean over seeds of each seed's fastest
+repetition, and its ratio to RL-only's over the same seeds (and per seed); the mean over all runs
+(repetitions x seeds); the highest peak RSS of any run.
 The report (and plot) is rewritten after every finished run, so a failing run keeps the earlier
 ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
 `--set` values are checked against the config schema (`validate_config`) before any run starts.
@@ -204,12 +208,15 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
 
 
 def run_child(cmd: list[str], method: str) -> dict[str, Any]:
-    """Run one child process of the benchmark; its RESULT line, parsed."""
+    """Run one child process of the benchmark; its RESULT line, parsed, with `job_wall_s`: the
+    process's wall time from start to exit (the interpreter, imports and config load included)."""
+    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    job_wall = time.perf_counter() - start
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not line:
         raise SystemExit(f"{method} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(line[0][7:])
+    return {**json.loads(line[0][7:]), "job_wall_s": job_wall}
 
 
 def plot(results: list[dict[str, Any]], out: Path, partial: bool = False, label: str = "") -> None:
@@ -271,16 +278,17 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[l
     return methods, seeds
 
 
-def search_floor(run: dict[str, Any], rl_s_per_step: float | None) -> float | None:
-    """The ratio to RL-only that `run`'s method would reach if its fast round cost only the
-    search's evaluations (the children's rollouts, which no other part of a cycle generates and
-    no reuse can serve) and its slow steps cost RL-only's: 1 + search seconds a step / RL's
-    seconds a step, from the last cycle. A lower bound for any rollout reuse at this budget and
-    T. None for RL-only, without RL-only in the report, or for a report without the split."""
+def search_seconds(run: dict[str, Any]) -> float | None:
+    """The last cycle's search evaluations a step (the children's rollouts, which no other part
+    of a cycle generates and no reuse can serve); None for RL-only or a run without the split."""
     split = run["cycles"][-1].get("fast_round_per_step")
-    if run["method"] == "rl" or not rl_s_per_step or not split:
-        return None
-    return 1 + split["search"] / rl_s_per_step
+    return None if run["method"] == "rl" or not split else split["search"]
+
+
+def job_per_step(run: dict[str, Any]) -> float | None:
+    """The last cycle's job wall time a step (None where not measured: --process run, old reports)."""
+    last = run["cycles"][-1]
+    return last["job_wall_s"] / last["steps"] if last.get("job_wall_s") is not None else None
 
 
 PAPER_CALLS_PER_ROLLOUT = 960 / (6 * 32 * 8)  # FST.md: ~960 metric calls a round, T = 6 steps of 256 rollouts
@@ -311,35 +319,98 @@ def plot_label(settings: dict[str, Any], calls: float | None = None) -> str:
     return label
 
 
+def seed_runs(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each seed's fastest repetition (repetitions of a seed sample the same rollouts, so their
+    spread is timing noise; other seeds also sample other completions)."""
+    best: dict[int, dict[str, Any]] = {}
+    for r in runs:
+        if r["seed"] not in best or r["cycles"][-1]["wall_per_step_s"] < best[r["seed"]]["cycles"][-1]["wall_per_step_s"]:
+            best[r["seed"]] = r
+    return best
+
+
+def mean_run(method: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run whose last cycle's parts are the means of `runs`' (the plot's bar for several seeds)."""
+    lasts = [r["cycles"][-1] for r in runs]
+
+    def mean(key: str) -> dict[str, float] | None:
+        if any(c.get(key) is None for c in lasts):
+            return None
+        return {k: sum(c[key].get(k, 0.0) for c in lasts) / len(lasts) for k in lasts[0][key]}
+
+    cycle = {"per_step": mean("per_step"), "fast_round_per_step": mean("fast_round_per_step"),
+             "wall_per_step_s": sum(c["wall_per_step_s"] for c in lasts) / len(lasts)}
+    return {"method": method, "seeds": [r["seed"] for r in runs], "cycles": [cycle]}
+
+
+def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each method's seconds a step: the mean over seeds of each seed's fastest repetition, over
+    the seeds RL-only ran too (every seed of a finished report), so a ratio to RL-only pairs the
+    same seeds' rollouts; `ratio_by_seed` gives each seed's own ratio. `peak_rss_mb` is the
+    highest of all runs; `mean_*` are over every repetition and seed."""
+    by_seed = {m: seed_runs(runs) for m, runs in results.items() if runs}
+    rl = by_seed.get("rl", {})
+    means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs)
+             for m, runs in results.items() if runs}
+    summary = {}
+    for method, runs in by_seed.items():
+        seeds = sorted(s for s in runs if s in rl) or sorted(runs)
+        paired = bool(rl) and all(s in rl for s in seeds)
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values)
+
+        s_per_step = mean([runs[s]["cycles"][-1]["wall_per_step_s"] for s in seeds])
+        rl_s = mean([rl[s]["cycles"][-1]["wall_per_step_s"] for s in seeds]) if paired else None
+        searches = [search_seconds(runs[s]) for s in seeds]
+        jobs = [job_per_step(runs[s]) for s in seeds]
+        rl_jobs = [job_per_step(rl[s]) for s in seeds] if paired else [None]
+        calls = [calls_per_rollout(runs[s]) for s in seeds]
+        summary[method] = {
+            "seeds": seeds,
+            "s_per_step": s_per_step,
+            "ratio_to_rl": s_per_step / rl_s if rl_s else None,
+            "ratio_by_seed": {str(s): runs[s]["cycles"][-1]["wall_per_step_s"] / rl[s]["cycles"][-1]["wall_per_step_s"]
+                              for s in seeds if paired},
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in results[method]),
+            "mean_s_per_step": means[method],
+            "mean_ratio_to_rl": means[method] / means["rl"] if "rl" in means else None,
+            # the ratio the method would reach if its round cost only the search's evaluations and
+            # its slow steps cost RL-only's: a lower bound for any rollout reuse at this budget and T
+            "search_floor_ratio": 1 + mean(searches) / rl_s if rl_s and None not in searches else None,
+            "calls_per_rl_rollout": mean(calls) if None not in calls else None,
+            # the last cycle's whole job a step (--process cycle): what the workflow's `cycle` job
+            # costs, process start-up (interpreter, imports) included, which s_per_step leaves out
+            "job_s_per_step": mean(jobs) if None not in jobs else None,
+            "job_ratio_to_rl": mean(jobs) / mean(rl_jobs) if None not in jobs + rl_jobs else None,
+        }
+    return summary
+
+
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
                  planned: int) -> dict[str, Any]:
     """Write the report of the runs finished so far to `out` (JSON) and its plot (`.png`), each
-    atomically; `complete` is false until all `planned` runs are in. Returns the report."""
+    atomically; `complete` is false until all `planned` runs are in. Returns the report. The
+    plot's bars are each method's summary runs (a seed's fastest repetition; with several seeds,
+    the mean of their parts)."""
     from fastslow.io import atomic_path
 
     done = sum(map(len, results.values()))
-    best = [min(runs, key=lambda r: r["cycles"][-1]["wall_per_step_s"]) for runs in results.values() if runs]
-    rl = next((r["cycles"][-1]["wall_per_step_s"] for r in best if r["method"] == "rl"), None)
-    means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs)
-             for m, runs in results.items() if runs}
+    summary = summarize(results)
     report = {**settings, "complete": done >= planned, "runs_done": done, "runs_planned": planned,
-              "runs": results,
-              "summary": {r["method"]: {"s_per_step": r["cycles"][-1]["wall_per_step_s"],
-                                        "ratio_to_rl": r["cycles"][-1]["wall_per_step_s"] / rl if rl else None,
-                                        "peak_rss_mb": r["peak_rss_mb"],
-                                        # over every repetition and seed (best: the fastest one above)
-                                        "mean_s_per_step": means[r["method"]],
-                                        "mean_ratio_to_rl": means[r["method"]] / means["rl"] if "rl" in means else None,
-                                        "search_floor_ratio": search_floor(r, rl),
-                                        "calls_per_rl_rollout": calls_per_rollout(r),
-                                        } for r in best}}
+              "runs": results, "summary": summary}
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(report, indent=2) + "\n")
-    if best:
+    if summary:
+        bars = [mean_run(m, [seed_runs(results[m])[s] for s in v["seeds"]]) for m, v in summary.items()]
+        seeds = sorted({s for v in summary.values() for s in v["seeds"]})
         with atomic_path(out.with_suffix(".png")) as tmp:
-            calls = next((v["calls_per_rl_rollout"] for v in report["summary"].values()
+            calls = next((v["calls_per_rl_rollout"] for v in summary.values()
                           if v["calls_per_rl_rollout"] is not None), None)
-            plot(best, tmp, partial=done < planned, label=plot_label(settings, calls))
+            label = plot_label(settings, calls)
+            if len(seeds) > 1:
+                label += f"\nmean of seeds {', '.join(map(str, seeds))}"
+            plot(bars, tmp, partial=done < planned, label=label)
     return report
 
 
@@ -409,8 +480,9 @@ def main() -> None:
                             print(f"{args.out}: partial report of the {done} of {planned} runs finished",
                                   file=sys.stderr, flush=True)
                         raise
-                    if args.process == "cycle":  # each cycle job's own peak
+                    if args.process == "cycle":  # each cycle job's own peak and wall time
                         part["cycles"][0]["peak_rss_mb"] = part["peak_rss_mb"]
+                        part["cycles"][0]["job_wall_s"] = part["job_wall_s"]
                     res["cycles"] += part["cycles"]
                     res["peak_rss_mb"] = max(res["peak_rss_mb"], part["peak_rss_mb"])
                 results[method].append(res)

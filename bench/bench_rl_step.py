@@ -3,7 +3,8 @@
 Part 1 runs `run_cycle` (the real code path) for a few steps on `math` with K=2 contexts and
 reports each step's time split into generation (TRL's `_generate`: chat template, tokenise,
 `model.generate`, decode), scoring (`task.reward` + `task.feedback` via TRL's reward call) and
-training (reference-model forward, policy forward/backward, optimiser step).
+training (reference-model forward, policy forward/backward, optimiser step), as the workflow's
+steps run: under bf16 autocast where `slow.bf16: auto` (config.yaml) resolves to on.
 
 Part 2 compares generation throughput on one step's batch (P*G prompts): our rollout path
 (`PoolGRPOTrainer._generate`, as called inside the step) against a bare `model.generate` on the
@@ -95,7 +96,8 @@ def main() -> None:
     problems = task.problems("train", 32, seed=0)
     cfg = SlowConfig(lr=1e-5, warmup_steps=0, num_generations=args.generations,
                      problems_per_step=args.problems, steps_per_cycle=max(args.steps, 1),
-                     max_new_tokens=args.max_new_tokens, micro_batch_size=4)
+                     max_new_tokens=args.max_new_tokens, micro_batch_size=4,
+                     bf16="auto")  # as config.yaml's slow.bf16 (SlowConfig's own default is off)
 
     # Part 1: the real cycle, per-step split (--steps 0 keeps the previous report's part 1).
     keys = ("step_seconds", "generation_seconds", "scoring_seconds", "training_seconds",
@@ -110,7 +112,8 @@ def main() -> None:
         previous = json.loads(args.out.read_text())
         steps, step_load = previous["steps"], previous.get("step_load_avg_1m")
     timed = steps[1:] or steps  # step 0 pays one-off costs (allocator, kernels)
-    split = {k: statistics.median(s[k] for s in timed) for k in keys}
+    # the median step, whole: its parts add up to its total (medians taken part by part need not)
+    split = sorted(timed, key=lambda s: s["step_seconds"])[(len(timed) - 1) // 2]
 
     # Part 2: rollout path vs bare generate, same batch, same seed.
     tokenizer = load_tokenizer(MODEL_DIR)
@@ -145,7 +148,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
         "step_load_avg_1m": step_load,
-        "steps": steps, "median_step_split": split,
+        "bf16": cfg.bf16, "steps": steps, "median_step_split": split,
         "generation": {"ours_tokens_per_s": rate["ours"], "bare_tokens_per_s": rate["bare"],
                        "ratio": rate["ours"] / rate["bare"], "runs": runs,
                        "same_token_counts": same_tokens},
@@ -153,7 +156,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     s = split
-    print(f"RL step (median of {len(timed)}, P={args.problems} G={args.generations} K=2, "
+    print(f"RL step (the median of {len(timed)}{', bf16 autocast' if cfg.bf16 else ''}, P={args.problems} G={args.generations} K=2, "
           f"{args.max_new_tokens} new tokens, SmolLM2-135M, CPU):")
     print(f"  total {s['step_seconds']:.1f}s = generation {s['generation_seconds']:.1f}s "
           f"+ scoring {s['scoring_seconds']:.3f}s + training {s['training_seconds']:.1f}s; "

@@ -185,6 +185,50 @@ def test_report_gives_the_search_floor_of_each_fast_method(bench: ModuleType, tm
     assert (tmp_path / "fst_step.png").stat().st_size > 0
 
 
+def test_summary_pairs_each_method_with_rl_on_the_same_seeds(bench: ModuleType, tmp_path: Path) -> None:
+    """Seconds a step: the mean over seeds of each seed's fastest repetition; the ratio divides by
+    RL-only's over the same seeds (never one method's fastest seed by another's); peak RSS is the
+    highest of all runs, not the fastest run's."""
+    out = tmp_path / "fst_step.json"
+    rl = [fake_run("rl", 0, 10.0), fake_run("rl", 1, 6.0), fake_run("rl", 1, 7.0)]  # seed 1 twice (reps)
+    fst = [fake_run("fst", 0, 11.0), fake_run("fst", 1, 9.0)]
+    fst[0]["peak_rss_mb"] = 300.0  # the slower seed's run peaked higher
+    for run, search in zip(fst, (1.0, 3.0), strict=True):
+        run["cycles"][0]["fast_round_per_step"] = {"seeds": 0.0, "search": search, "rest": 0.0}
+    bench.write_report(out, {"task": "math"}, {"rl": rl, "fst": fst}, planned=5)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["rl"]["s_per_step"] == pytest.approx(8.0) and summary["rl"]["seeds"] == [0, 1]
+    assert summary["fst"]["s_per_step"] == pytest.approx(10.0)
+    assert summary["fst"]["ratio_to_rl"] == pytest.approx(10.0 / 8.0)  # not 9 / 6 (fastest of each)
+    assert summary["fst"]["ratio_by_seed"] == {"0": pytest.approx(1.1), "1": pytest.approx(1.5)}
+    assert summary["fst"]["search_floor_ratio"] == pytest.approx(1 + 2.0 / 8.0)
+    assert summary["fst"]["peak_rss_mb"] == 300.0
+    assert summary["rl"]["mean_s_per_step"] == pytest.approx(23.0 / 3)
+    assert summary["fst"]["job_s_per_step"] is None  # --process run, or a report from before it
+    for run, job in zip(rl + fst, (24.0, 16.0, 18.0, 26.0, 22.0), strict=True):
+        run["cycles"][0]["job_wall_s"] = job  # the cycle job, start-up included (2 steps a cycle)
+    bench.write_report(out, {"task": "math"}, {"rl": rl, "fst": fst}, planned=5)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst"]["job_s_per_step"] == pytest.approx(12.0)  # (26 + 22) / 2 / 2 steps
+    assert summary["fst"]["job_ratio_to_rl"] == pytest.approx(12.0 / 10.0)  # RL: (24 + 16) / 2 / 2
+    # a partial report: fst has a seed RL-only has not finished; only the shared seed is compared
+    bench.write_report(out, {"task": "math"}, {"rl": rl[:1], "fst": fst}, planned=5)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst"]["seeds"] == [0] and summary["fst"]["ratio_to_rl"] == pytest.approx(1.1)
+    bench.write_report(out, {"task": "math"}, {"rl": rl[1:], "fst": fst[:1]}, planned=5)  # no seed shared
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst"]["ratio_to_rl"] is None and summary["fst"]["ratio_by_seed"] == {}
+
+
+def test_run_child_times_the_whole_process(bench: ModuleType) -> None:
+    """job_wall_s: the child's wall time from start to exit, start-up included."""
+    code = 'import json, time; time.sleep(0.2); print("RESULT " + json.dumps({"a": 1}))'
+    res = bench.run_child([sys.executable, "-c", code], "rl")
+    assert res["a"] == 1 and res["job_wall_s"] >= 0.2
+    with pytest.raises(SystemExit, match="rl failed"):
+        bench.run_child([sys.executable, "-c", "raise SystemExit(3)"], "rl")
+
+
 def test_plot_label_names_the_task_and_overrides(bench: ModuleType) -> None:
     assert bench.plot_label({"task": "hover_hard", "overrides": {}}) == "hover_hard"
     assert bench.plot_label({"task": "hover_hard", "overrides": {"slow": {"steps_per_cycle": 6},
