@@ -156,3 +156,176 @@ def test_the_workflow_rules_files_one_group_each(tmp_path, monkeypatch):
             job_run(rule="r", wildcards={}, config={}, tracking_json="results/mlflow/parents/figures.json",
                     parent="foundation"):
         pass
+
+
+LAUNCHED = textwrap.dedent("""
+    import sys
+    from fastslow.launch import run
+    from fastslow.tracking import job_run
+    ranks = "import os, time; open(sys.argv[1], 'w').write(str(os.getpid())); print('started', flush=True); time.sleep(60)"
+    with job_run(rule="multi_gpu", wildcards={}, config={}, tracking_json=sys.argv[1]):
+        run([sys.executable, "-c", "import sys; " + ranks, sys.argv[2]])
+""")
+
+
+def test_sigterm_while_ranks_run_marks_run_killed_and_stops_them(tmp_path, tracking):
+    """A multi-GPU cycle's slow steps run under `launch.run`, which forwards SIGTERM to the ranks.
+    The job then stops as SIGTERM's own handler says: its MLflow run KILLED (it was FAILED, the
+    ranks' exit raised as CalledProcessError), the job itself ended by the signal, no rank left."""
+    path, info = tracking
+    pid_file = tmp_path / "rank.pid"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHED, str(path), str(pid_file)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().strip() == "started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM, proc.stderr.read()[-2000:]
+    (run,) = _runs(info, "multi_gpu")
+    assert run.info.status == "KILLED"
+    assert "fastslow.error" not in run.data.tags
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, monkeypatch):
+    """The tracking files pin the store and experiment they were made for: a job asked for another
+    stops before it logs anything, in one line naming both and what to delete."""
+    path, info = tracking
+    made = info["tracking_uri"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.cluster:5000")
+    with pytest.raises(RuntimeError, match=f"made for MLflow store {made}, experiment 'exp', but this run asks "
+                                           "for MLFLOW_TRACKING_URI=http://mlflow.cluster:5000: `python -m "
+                                           "fastslow.tracking .*/results/mlflow --experiment exp` remakes them"), \
+            job_run(rule="r", wildcards={}, config={}, tracking_json=path):
+        pass
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", made)  # the same store, named by the variable
+    with job_run(rule="r", wildcards={}, config={"mlflow_experiment": "exp"}, tracking_json=path):
+        pass
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    with pytest.raises(RuntimeError, match="asks for mlflow_experiment 'fastslow-paper'"), \
+            job_run(rule="r", wildcards={}, config={"mlflow_experiment": "fastslow-paper"}, tracking_json=path):
+        pass
+    server = dict(info, tracking_uri="http://mlflow.cluster:5000")
+    from fastslow.tracking import check_store
+
+    with pytest.raises(RuntimeError, match="asks for the embedded sqlite store"):
+        check_store(server, {}, "results/mlflow/parents/fig.json")
+    assert [r.info.status for r in _runs(info)] == ["FINISHED"] * 3  # two parents and the one job
+
+
+def test_retarget_remakes_the_tracking_files_for_the_current_store(tmp_path, monkeypatch):
+    """`python -m fastslow.tracking FOLDER` (what the mismatch error says to run): the same files,
+    now naming the experiment and each group's parent run in the store this process logs to."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    from fastslow.tracking import log_init, main
+
+    log_init("logs/e.log", experiment="exp", out_json="results/mlflow/experiment.json")
+    for group in ("foundation", "efficiency"):
+        log_init("logs/g.log", experiment_json="results/mlflow/experiment.json", group=group,
+                 out_json=f"results/mlflow/parents/{group}.json")
+    store = f"sqlite:///{tmp_path / 'cluster.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    with pytest.raises(RuntimeError, match="remakes them"), \
+            job_run(rule="r", wildcards={}, config={}, tracking_json="results/mlflow/parents/efficiency.json",
+                    parent="efficiency"):
+        pass
+    assert main(["results/mlflow", "--experiment", "exp-paper"]) == 0
+    for group in ("foundation", "efficiency"):
+        info = json.loads((tmp_path / f"results/mlflow/parents/{group}.json").read_text())
+        assert info["tracking_uri"] == store and info["experiment"] == "exp-paper"
+    with job_run(rule="r", wildcards={}, config={"mlflow_experiment": "exp-paper"},
+                 tracking_json="results/mlflow/parents/efficiency.json", parent="efficiency"):
+        pass
+    (run,) = _runs(info, "r")
+    assert run.data.tags["mlflow.parentRunId"] == info["parents"]["efficiency"]
+    assert MlflowClient(store).get_experiment(info["experiment_id"]).name == "exp-paper"
+    with pytest.raises(SystemExit):
+        main(["elsewhere/mlflow"])
+
+
+def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
+    """A job of one run logs the run's effective settings (the variant's overrides applied), not
+    the global config every job is given, and is tagged with the run; other jobs log the global
+    config. fastslow.jobs does not import fastslow.experiments (every job's code would reach every
+    task module, fastslow.provenance): the script passes its RunSpec."""
+    from types import SimpleNamespace
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand
+    from fastslow.jobs import run_settings, snakemake_job
+    from fastslow.provenance import library_modules
+
+    path, info = tracking
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    config["mlflow_experiment"] = info["experiment"]
+    runs = expand(config)
+    settings, tags = run_settings(runs["ablations/fst/math-k4-s0"], config)
+    assert config["fast"]["pool_size"] == 2 and settings["fast"]["pool_size"] == 4
+    assert "experiments" not in settings and settings["mlflow_experiment"] == config["mlflow_experiment"]
+    assert settings["run"]["variant"] == "k4" and settings["run"]["overrides"]["fast"] == {"pool_size": 4}
+    assert tags == {"fastslow.variant": "k4"}
+    reuse, _ = run_settings(runs["reuse/fst/math-reuse-s0"], config)
+    assert reuse["fast"]["reuse_rollouts"] is True and config["fast"]["reuse_rollouts"] is False
+    assert run_settings(runs["efficiency/rl/math-default-s0"], config)[0]["fast"]["pool_size"] == 1
+
+    def job(wildcards):
+        return SimpleNamespace(log=[], wildcards=wildcards, params={},
+                               config=config, input=SimpleNamespace(tracking=str(path)), rule="cycle")
+
+    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path: None)  # the test's own logging stays
+    wildcards = {"experiment": "ablations", "method": "fst", "run": "math-k4-s0", "cycle": "0"}
+    with snakemake_job(job(wildcards), run=runs["ablations/fst/math-k4-s0"]):
+        pass
+    (run,) = _runs(info, "cycle/cycle=0/experiment=ablations/method=fst/run=math-k4-s0")
+    assert run.data.params["fast.pool_size"] == "4" and run.data.params["run.variant"] == "k4"
+    assert not [k for k in run.data.params if k.startswith("experiments.")]
+    assert (run.data.tags["fastslow.run"], run.data.tags["fastslow.variant"]) == ("ablations/fst/math-k4-s0", "k4")
+    with pytest.raises(ValueError, match="snakemake_job of run 'ablations/fst/math-k4-s0' was given run "
+                                         "'ablations/fst/math-k1-s0'"), \
+            snakemake_job(job(wildcards), run=runs["ablations/fst/math-k1-s0"]):
+        pass
+    with snakemake_job(job({"task": "math"})):
+        pass
+    (other,) = _runs(info, "cycle/task=math")
+    assert other.data.params["fast.pool_size"] == "2" and "fastslow.run" not in other.data.tags
+    # a job that only links files (final_weights) reaches no task module through fastslow.jobs
+    assert not [m for m in library_modules("workflow/scripts/final_weights.py")
+                if m.startswith(("fastslow.experiments", "fastslow.tasks"))]
+
+
+def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, tracking, monkeypatch, caplog):
+    """Once a job's run is open its outputs are the result: a logging call the store refuses (here
+    every artifact upload) was raised, failing the job after its work, and Snakemake deleted the
+    finished outputs. Now it is logged as an error, named in a tag, and the job ends normally."""
+    path, info = tracking
+    table = tmp_path / "t.parquet"
+    pl.DataFrame({"a": [1]}).write_parquet(table)
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("mlflow.cluster:5000 refused the connection")
+
+    with job_run(rule="cycle", wildcards={"cycle": "0"}, config={}, tracking_json=path) as tr:
+        monkeypatch.setattr(tr.client, "log_artifact", refused)
+        tr.log_metrics({"reward": 0.5})
+        tr.log_table(table, "rollouts")  # its dataset input is logged, its artifact upload refused
+        tr.log_artifact(table)
+    (run,) = _runs(info, "cycle/cycle=0")
+    assert run.info.status == "FINISHED" and run.data.metrics == {"reward": 0.5}
+    assert [d.dataset.name for d in run.inputs.dataset_inputs] == ["rollouts"]
+    assert run.data.tags["fastslow.logging_failures"].count("log_artifact: ConnectionError: mlflow.cluster") == 2
+    assert "log_artifact failed, not logged (the job goes on)" in caplog.text
+    # a store gone altogether: the job still ends normally, the run stays RUNNING, and says so in the log
+    with job_run(rule="cycle", wildcards={"cycle": "1"}, config={}, tracking_json=path) as tr:
+        monkeypatch.setattr(tr.client, "log_batch", refused)
+        monkeypatch.setattr(tr.client, "set_terminated", refused)
+        tr.log_metrics({"reward": 0.7})
+    (run,) = _runs(info, "cycle/cycle=1")
+    assert run.info.status == "RUNNING" and "could not be closed, it stays RUNNING" in caplog.text
+    # an error of the job's own is still raised, and its run still FAILED
+    with pytest.raises(ValueError, match="bad"), job_run(rule="cycle", wildcards={"cycle": "2"}, config={},
+                                                           tracking_json=path) as tr:
+        monkeypatch.setattr(tr.client, "log_artifact", refused)
+        tr.log_artifact(table)
+        raise ValueError("bad")
+    (run,) = _runs(info, "cycle/cycle=2")
+    assert run.info.status == "FAILED" and run.data.tags["fastslow.error"] == "ValueError: bad"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -220,3 +221,47 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
     out = snakemake("-n", "results/tables/curves/efficiency.parquet", *configs, cwd=smoke_workdir)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rule task_data" in out.stdout and "sha256" in out.stdout
+
+
+@pytest.mark.workflow
+def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(smoke_workdir, tmp_path):
+    """results/mlflow/ pins the store the workflow logs to. Pointing MLFLOW_TRACKING_URI elsewhere
+    stopped nothing: every job read the old store's URI from those files and logged there. Now a
+    run stops before any job in one line naming the command that remakes them for the new store;
+    after it, only the missing target is built (deleting the files would re-run every job)."""
+    target = "results/tables/base_eval.parquet"
+    args = [target, "--cores", "1", *SMOKE, "--config", "data={tasks: [math, hover]}"]
+    store = f"sqlite:///{tmp_path / 'cluster.db'}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
+    tracking_files = smoke_workdir / "results/mlflow"
+    shutil.copytree(tracking_files, tmp_path / "saved")
+    (smoke_workdir / target).unlink()
+    jobs = re.compile(r"^(?:local)?rule (\w+):", re.M)
+    before = snakemake("-n", *args, cwd=smoke_workdir)  # what the old store's run would do (other
+    assert before.returncode == 0, before.stderr[-3000:]  # tests of this module may leave more than the target)
+    try:
+        out = snakemake(*args, cwd=smoke_workdir, env=env)
+        assert out.returncode != 0
+        command = "python -m fastslow.tracking results/mlflow --experiment fastslow"
+        assert f"but this run asks for MLFLOW_TRACKING_URI={store}: `{command}` remakes them" in out.stderr, \
+            out.stderr[-3000:]
+        assert "rule " not in out.stdout + out.stderr and not (smoke_workdir / target).exists()
+        dry = snakemake("-n", *args, cwd=smoke_workdir, env=env)  # a dry run logs nothing: not stopped
+        assert dry.returncode == 0 and "base_eval_table" in dry.stdout, dry.stderr[-3000:]
+        remade = subprocess.run([sys.executable, *command.split()[1:]], cwd=smoke_workdir, env=env,
+                                capture_output=True, text=True)
+        assert remade.returncode == 0 and store in remade.stdout, remade.stderr[-3000:]
+        out = snakemake(*args, cwd=smoke_workdir, env=env)
+        assert out.returncode == 0, out.stderr[-4000:]
+        ran = jobs.findall(out.stdout + out.stderr)
+        assert "base_eval_table" in ran and sorted(ran) == sorted(jobs.findall(before.stdout)), ran
+        info = json.loads((tracking_files / "experiment.json").read_text())
+        assert info["tracking_uri"] == store
+        from mlflow.tracking import MlflowClient
+
+        jobs = [r for r in MlflowClient(store).search_runs([info["experiment_id"]]) if "fastslow.job" in r.data.tags]
+        assert sorted((r.data.tags["fastslow.rule"], r.info.status) for r in jobs) == sorted(
+            (rule, "FINISHED") for rule in ran)  # every job it ran logged to the new store
+    finally:
+        shutil.rmtree(tracking_files, ignore_errors=True)
+        shutil.copytree(tmp_path / "saved", tracking_files)

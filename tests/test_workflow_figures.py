@@ -62,6 +62,20 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert on_math.sort(["run", "step"]).equals(
         pl.read_parquet(work / "results/tables/curves/efficiency.parquet").sort(["run", "step"]))
     assert not [r for r in runs if r.info.status == "RUNNING"]
+    # a run's jobs log that run's own settings (its variant's), not the global config they are given
+    def of_run(key: str, rule: str) -> list:
+        return [r for r in runs if r.data.tags.get("fastslow.run") == key and r.data.tags.get("fastslow.rule") == rule]
+
+    k4, reused = of_run("ablations/fst/math-k4-s0", "cycle"), of_run("reuse/fst/math-reuse-s0", "cycle")
+    assert k4 and {r.data.params["fast.pool_size"] for r in k4} == {"4"}
+    assert reused and {r.data.params["fast.reuse_rollouts"] for r in reused} == {"true"}
+    radar = of_run("radar/gepa/from_efficiency_fst_math-default-s0-hover-default-s0", "evaluate_point")
+    assert radar and {r.data.params["evaluation.k"] for r in radar} == {"8"}
+    # ...so the runs a figure names are found by that tag: every plotted run's jobs carry it
+    plotted = {r for f in figure_runs for r in f.data.tags["fastslow.input_runs"].split(",") if "/" in r}
+    assert plotted and plotted <= {r.data.tags.get("fastslow.run") for r in runs}, plotted
+    # ...and every evaluation its samples table, as an MLflow dataset
+    assert all(len(r.inputs.dataset_inputs) == 1 for r in runs if r.data.tags.get("fastslow.rule") == "evaluate_point")
     # every fast round's cycle job logged where the round's sampling time went
     rounds = [r for r in runs if "fast/seconds" in r.data.metrics]
     split = [(r.data.metrics["fast/seed_eval_seconds"], r.data.metrics["fast/search_eval_seconds"],

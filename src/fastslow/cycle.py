@@ -148,7 +148,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                                  "fast/slow_sample_seconds": fast_summary["slow_sample_seconds"],
                                  **{f"fast/{key}": fast_summary[key] for key in
                                     ("reflection_calls", "reflection_failed_calls") if key in fast_summary}},
-                                step=cycle)
+                                step=cycle * cfg["slow"]["steps_per_cycle"])  # the slow step it precedes
 
     steps = cfg["slow"]["steps_per_cycle"]
     slow_metrics: list[dict[str, Any]] = []

@@ -5,6 +5,9 @@ Scripts stay thin::
     from fastslow.jobs import snakemake_job
     with snakemake_job(snakemake) as tracker:
         ...  # call the library, write snakemake.output, tracker.log_*(...)
+
+A job of one run passes its `RunSpec` (`snakemake_job(snakemake, run=spec)`) and logs that run's own
+settings as its MLflow params (`run_settings`), not the global config every job receives.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.tracking import JobTracker, job_run
+
+RUN_WILDCARDS = ("experiment", "method", "run")
 
 
 def setup_logging(log_path: str | Path | None) -> None:
@@ -36,12 +41,38 @@ def setup_logging(log_path: str | Path | None) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def run_settings(run: Any, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the MLflow run of a job of `run` (a `fastslow.experiments.RunSpec`) logs as its config,
+    and its tags: the run's effective settings (`RunSpec.settings`: an ablation's k4 cycle logs
+    fast.pool_size 4, a reuse run fast.reuse_rollouts true), its own definition under `run.*` in
+    place of every experiment's, and tags naming the run. (Not imported here: a module this
+    imports is part of every job's code, fastslow.provenance.)"""
+    settings = run.settings(config)
+    settings.pop("experiments", None)
+    settings["run"] = {"key": run.key, "method": run.method, "variant": run.variant, "seed": run.seed,
+                       "schedule": list(run.schedule), "init": run.init, "overrides": run.overrides}
+    return settings, {"fastslow.variant": run.variant}
+
+
 @contextlib.contextmanager
-def snakemake_job(smk: Any, parent: str | None = None) -> Iterator[JobTracker]:
-    """Logging + an MLflow child run for the job described by the `snakemake` object."""
+def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Iterator[JobTracker]:
+    """Logging + an MLflow child run for the job described by the `snakemake` object. A job of one
+    run (wildcards experiment, method and run) is tagged with it (`fastslow.run`, `fastslow.method`);
+    given that run's `RunSpec` as `run`, it logs the run's settings (`run_settings`), else the
+    global config (final_weights, which only links files)."""
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
+    config, tags = dict(smk.config), {}
+    if all(k in wildcards for k in RUN_WILDCARDS):
+        tags = {"fastslow.run": "/".join(wildcards[k] for k in RUN_WILDCARDS), "fastslow.method": wildcards["method"]}
+    if run is not None:
+        if tags and tags["fastslow.run"] != run.key:
+            raise ValueError(f"snakemake_job of run {tags['fastslow.run']!r} was given run {run.key!r}")
+        config, run_tags = run_settings(run, smk.config)
+        tags.update(run_tags)
     code = dict(smk.params.items()).get("code")  # the library's digest (fastslow.provenance)
-    with job_run(rule=smk.rule, wildcards=wildcards, config=smk.config, tracking_json=smk.input.tracking,
-                 parent=parent, extra_tags={"fastslow.code": code} if code else None) as tracker:
+    if code:
+        tags["fastslow.code"] = code
+    with job_run(rule=smk.rule, wildcards=wildcards, config=config, tracking_json=smk.input.tracking,
+                 parent=parent, extra_tags=tags or None) as tracker:
         yield tracker

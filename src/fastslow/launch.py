@@ -152,14 +152,19 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None) -> None:
     """Run `command`, forwarding SIGTERM/SIGINT (SLURM's time limit, scancel) to its whole process
     group so no rank outlives the job; raise CalledProcessError on a non-zero exit. `stdout` and
-    `stderr` are Popen's (e.g. the rule's log file; default: inherited)."""
+    `stderr` are Popen's (e.g. the rule's log file; default: inherited). A forwarded signal is then
+    passed on to the handler this replaced (the MLflow run's, which ends it KILLED), not reported
+    as the ranks' non-zero exit."""
     if stdout is not None or stderr is not None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # our own lines before the ranks'
     proc = subprocess.Popen(list(command), env=None if env is None else dict(env), cwd=cwd,
                             start_new_session=True, stdout=stdout, stderr=stderr)
 
+    received: list[int] = []
+
     def forward(signum, frame):  # noqa: ARG001
+        received.append(signum)
         try:
             os.killpg(proc.pid, signum)
         except ProcessLookupError:
@@ -172,6 +177,13 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         for s, h in old.items():
             signal.signal(s, h)
         stop_process_group(proc)  # interrupted while waiting: do not leave the ranks behind
+    if received:  # the job was told to stop: stop it as the replaced handler would have
+        signum = received[0]
+        handler = old[signum]
+        if callable(handler):
+            handler(signum, None)  # job_run's: KILLED, then the default action; SIGINT's: KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(signum)
     if rc != 0:
         raise subprocess.CalledProcessError(rc, list(command))
 

@@ -5,10 +5,13 @@
 - The workflow's local rules create the database and the experiment (`init_experiment`, rule
   `init_mlflow`) and one parent run per experiment group (`init_parents`, rule `init_tracking`,
   one file per group), before any fan-out; jobs attach to those parents by id, so concurrent
-  jobs never race to create them.
+  jobs never race to create them. Those files pin the store and experiment: a job asked for another
+  (`MLFLOW_TRACKING_URI`, `mlflow_experiment`) stops in one line (`check_store`) naming the command
+  that remakes them for it (`python -m fastslow.tracking`, `retarget`).
 - `job_run` opens a child run tagged with rule, wildcards and git commit, logs the resolved config,
   and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT). A SIGKILL cannot be
   caught: the next run of the same job finds the stale RUNNING run, marks it KILLED and links to it.
+- Once the run is open, logging never fails the job (`_best_effort`): the outputs are the result.
 """
 
 from __future__ import annotations
@@ -153,12 +156,35 @@ def metric_key(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
 
 
+def _best_effort(method):
+    """A JobTracker method that never fails the job: once the run is open, the job's outputs are the
+    result and MLflow their index, so a store that stops answering (after MLflow's own HTTP retries
+    and our 'database is locked' ones) costs log lines, not the outputs Snakemake deletes when a job
+    fails. The failure is logged as an error and counted in `failures`."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - whatever the store raised
+            self.failures.append(f"{method.__name__}: {type(exc).__name__}: {exc}"[:500])
+            log.error("MLflow run %s: %s failed, not logged (the job goes on): %s: %s",
+                      self.run_id, method.__name__, type(exc).__name__, str(exc)[:300])
+            return None
+
+    return wrapper
+
+
 class JobTracker:
-    """What a job logs to its MLflow run. Every method is a no-op-free thin wrapper over mlflow."""
+    """What a job logs to its MLflow run: thin wrappers over mlflow that log a failure instead of
+    raising it (`_best_effort`)."""
 
     def __init__(self, client, run_id: str):
         self.client, self.run_id = client, run_id
+        self.failures: list[str] = []
 
+    @_best_effort
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import math
 
@@ -170,14 +196,17 @@ class JobTracker:
         if items:
             _retry(self.client.log_batch, self.run_id, metrics=items)
 
+    @_best_effort
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         _retry(self.client.log_batch, self.run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
 
+    @_best_effort
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         _retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
 
+    @_best_effort
     def log_table(self, path: str | Path, name: str, context: str = "output") -> None:
         """A Parquet table: as an MLflow dataset input (schema, digest, source) and an artifact."""
         import mlflow
@@ -191,6 +220,7 @@ class JobTracker:
         _retry(self.client.log_inputs, self.run_id, [inp])
         self.log_artifact(path, "tables")
 
+    @_best_effort
     def log_checkpoint(self, path: str | Path, name: str = "checkpoint") -> None:
         """A model directory by reference (its path, size and files), never copied: no doubled disk use."""
         path = Path(path).resolve()
@@ -201,12 +231,66 @@ class JobTracker:
         _retry(self.client.log_dict, self.run_id, info, f"{name}.json")
 
 
+def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_json: str | Path) -> None:
+    """The tracking files pin the store and experiment they were made for (rules init_mlflow and
+    init_tracking have no params: see workflow/rules/common.smk). A job asked to log elsewhere, by
+    `MLFLOW_TRACKING_URI` or the config's `mlflow_experiment`, stops here in one line rather than
+    log silently to the old store."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    made, exp = info["tracking_uri"], info["experiment"]
+    want = config.get("mlflow_experiment") or exp
+    if env and env != made:
+        asked = f"MLFLOW_TRACKING_URI={env}"
+    elif not env and not made.startswith("sqlite:"):
+        asked = "the embedded sqlite store (MLFLOW_TRACKING_URI is unset)"
+    elif want != exp:
+        asked = f"mlflow_experiment {want!r}"
+    else:
+        return
+    folder = Path(tracking_json).parent  # <results>/mlflow/parents/<group>.json: <results>/mlflow
+    folder = folder.parent if folder.name == "parents" else folder
+    raise RuntimeError(f"{tracking_json} was made for MLflow store {made}, experiment {exp!r}, but this run "
+                       f"asks for {asked}: `python -m fastslow.tracking {folder} --experiment {want}` "
+                       f"remakes them for it (finished jobs stay up to date)")
+
+
+def retarget(folder: str | Path, experiment: str | None = None) -> dict[str, Any]:
+    """Remake the tracking files in `folder` (`<results>/mlflow`, made by rules init_mlflow and
+    init_tracking) for the store this process would log to (`MLFLOW_TRACKING_URI`, else the
+    embedded default of `<results>`) and `experiment` (default: theirs): the experiment and each
+    group's parent run there, found or created. The files stay where they are, and jobs read them
+    as ancient inputs, so nothing finished re-runs; deleting them instead re-runs every job."""
+    folder = Path(folder)
+    made = json.loads((folder / "experiment.json").read_text())
+    info = init_experiment(experiment or made["experiment"], folder / "experiment.json", folder.parent)
+    for group_file in sorted((folder / "parents").glob("*.json")):
+        init_parents(info, [group_file.stem], group_file)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fastslow.tracking", description=retarget.__doc__)
+    ap.add_argument("folder", nargs="?", default="results/mlflow", help="the tracking files' folder")
+    ap.add_argument("--experiment", help="MLflow experiment (default: the files' own)")
+    args = ap.parse_args(argv)
+    if not (Path(args.folder) / "experiment.json").exists():
+        ap.error(f"{args.folder}/experiment.json does not exist: the workflow makes it on its next run")
+    info = retarget(args.folder, args.experiment)
+    groups = sorted(p.stem for p in (Path(args.folder) / "parents").glob("*.json"))
+    print(f"{args.folder}: MLflow store {info['tracking_uri']}, experiment {info['experiment']!r} "
+          f"({info['experiment_id']}), parent runs of {', '.join(groups) or 'no group yet'}")
+    return 0
+
+
 @contextlib.contextmanager
 def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any],
             tracking_json: str | Path, parent: str | None = None,
             extra_tags: Mapping[str, str] | None = None) -> Iterator[JobTracker]:
     """A child MLflow run for one workflow job; see the module docstring for its lifecycle."""
     info = json.loads(Path(tracking_json).read_text())
+    check_store(info, config, tracking_json)
     client = _client(info["tracking_uri"])
     exp_id = info["experiment_id"]
     job_key = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))
@@ -246,13 +330,25 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
         yield tracker
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-        with contextlib.suppress(Exception):
-            tracker.set_tags({"fastslow.error": f"{type(exc).__name__}: {exc}"[:4000]})
-        _retry(client.set_terminated, run_id, status)
+        tracker.set_tags({"fastslow.error": f"{type(exc).__name__}: {exc}"[:4000]})
+        with contextlib.suppress(Exception):  # the job's own error is the one to raise
+            _retry(client.set_terminated, run_id, status)
         raise
     else:
-        _retry(client.set_terminated, run_id, "FINISHED")
-        log.info("MLflow run %s finished (%s)", run_id, job_key)
+        if tracker.failures:
+            tracker.set_tags({"fastslow.logging_failures": "; ".join(tracker.failures)})
+        try:  # the outputs are written: a store that does not answer must not fail the job
+            _retry(client.set_terminated, run_id, "FINISHED")
+        except Exception as exc:  # noqa: BLE001
+            log.error("MLflow run %s (%s) could not be closed, it stays RUNNING in the store: %s: %s",
+                      run_id, job_key, type(exc).__name__, str(exc)[:300])
+        else:
+            log.info("MLflow run %s finished (%s)%s", run_id, job_key,
+                     f", {len(tracker.failures)} logging calls failed" if tracker.failures else "")
     finally:
         for s, h in old_handlers.items():
             signal.signal(s, h)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

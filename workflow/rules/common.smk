@@ -29,6 +29,21 @@ RESULTS = layout.RESULTS
 MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 
 
+# Made for another store or experiment (MLFLOW_TRACKING_URI, mlflow_experiment): a run stops before
+# any job, in one line naming the command that remakes the files for it (a dry run logs nothing,
+# so it is not stopped); every job checks it again (fastslow.tracking.check_store).
+onstart:
+    if Path(MLFLOW_EXPERIMENT).exists():
+        import json
+
+        from fastslow.tracking import check_store
+
+        try:
+            check_store(json.loads(Path(MLFLOW_EXPERIMENT).read_text()), config, MLFLOW_EXPERIMENT)
+        except RuntimeError as err:
+            sys.exit(str(err))
+
+
 def tracking(group):
     """The tracking file of MLflow parent group `group` (foundation, figures, an experiment)."""
     return f"{RESULTS}/mlflow/parents/{group}.json"

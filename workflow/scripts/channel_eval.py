@@ -13,9 +13,9 @@ from fastslow.tasks.data import load_problems
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 wc = smk.wildcards
-with snakemake_job(smk, parent=wc.experiment) as tracker:
+spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
+with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     torch.set_num_threads(smk.threads)
-    spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
     cfg = spec.settings(smk.config)
     gen, ev = cfg["generation"], cfg["evaluation"]
     if wc.combo == "base_weights_fst_context":

@@ -6,16 +6,15 @@ from pathlib import Path
 import torch
 
 from fastslow.cycle import run_cycle
+from fastslow.experiments import expand
 from fastslow.jobs import snakemake_job
 from fastslow.launch import gpus_requested
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 wc = smk.wildcards
-with snakemake_job(smk, parent=wc.experiment) as tracker:
-    from fastslow.experiments import expand
-
+spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
+with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     torch.set_num_threads(smk.threads)
-    spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
     cycle = int(wc.cycle)
     prev = Path(smk.input.pool).parent if cycle > 0 else None
     out_dir = Path(smk.output.summary).parent
@@ -27,4 +26,4 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     if "rollouts" in smk.output.keys():
         tracker.log_table(smk.output.rollouts, f"{spec.key}/cycle{cycle}/rollouts")
         tracker.log_checkpoint(smk.output.model, "weights")
-    tracker.set_tags({"fastslow.run": spec.key, "fastslow.method": spec.method, "fastslow.task": summary["task"]})
+    tracker.set_tags({"fastslow.task": summary["task"]})  # run and method: snakemake_job's tags

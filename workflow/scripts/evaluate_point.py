@@ -16,9 +16,9 @@ from fastslow.tasks.data import load_problems
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 wc = smk.wildcards
-with snakemake_job(smk, parent=wc.experiment) as tracker:
+spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
+with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     torch.set_num_threads(smk.threads)
-    spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
     cfg = spec.settings(smk.config)  # the run's effective config (variant overrides applied)
     gen, ev = cfg["generation"], cfg["evaluation"]
     pool = Path(smk.input.pool) if "pool" in smk.input.keys() else None
@@ -32,4 +32,5 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     write_json(summary, smk.output.summary)
     step = 0 if wc.point == "init" else (int(wc.point[5:]) + 1) * cfg["slow"]["steps_per_cycle"]
     tracker.log_metrics({f"eval/{wc.task}/{k}": v for k, v in summary.items() if isinstance(v, float)}, step=step)
+    tracker.log_table(smk.output.samples, f"eval/{spec.key}/{wc.point}/{wc.task}")
     logging.getLogger("evaluate").info("\n%s", format_table([summary], list(summary)))

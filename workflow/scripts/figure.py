@@ -14,7 +14,8 @@ with snakemake_job(smk, parent="figures") as tracker:
     tables = {table_experiment(p): pl.read_parquet(p) for p in smk.input.tables}
     result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf)
     runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})
-    # The figure's MLflow run names every run it plotted, and the job runs that produced them.
+    # The figure's MLflow run names every run it plotted by its key; each job of such a run carries
+    # it as tag fastslow.run (fastslow.jobs.run_settings), so `tags.`fastslow.run` = '<key>'` finds them.
     tracker.set_tags({"fastslow.figure": smk.wildcards.fig, "fastslow.input_runs": ",".join(runs)})
     tracker.log_artifact(smk.output.pdf, "figures")
     tracker.log_artifact(smk.output.png, "figures")
