@@ -440,3 +440,35 @@ def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog:
                          proposer=ReflectiveProposer(fine, logger=quiet))
     assert s["reflection_calls"] >= 1 and s["reflection_failed_calls"] < s["reflection_calls"]
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
+
+
+def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_evaluations(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A GEPA-only run trains nothing, so its weights are the same in every cycle; each cycle is a
+    job of its own. Each cycle's round re-generated the pool it was seeded with on the validation
+    set (a weights id per cycle, a fresh cache per job) and charged it to its budget: 12 of 32 calls
+    at toy scale, about half the paper's. Now the round's evaluations go to `fast_cache.json`,
+    and the next cycle's round serves them free: no seed generations, the whole budget for search."""
+    from fastslow.config import load_config, task_spec
+    from fastslow.cycle import FROZEN_CACHE, run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import RolloutCache
+    from fastslow.tasks.data import write_splits
+
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    registry, options = task_spec(config, "math")
+    train = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)["train"]
+    spec = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math", "math"), seed=0)
+    first = run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
+    carried = RolloutCache.from_json(tmp_path / "cycle0" / FROZEN_CACHE)
+    pool0 = json.loads((tmp_path / "cycle0" / "pool.json").read_text())
+    val_ids = set(pool0["entries"][0]["val_scores"])
+    # every pool context's validation evaluations are carried, with the scores the pool holds
+    for entry in pool0["entries"]:
+        for pid, score in entry["val_scores"].items():
+            assert carried.get(context_hash(entry["text"]), pid, "e/gepa/math-default-s0/frozen").score == score
+    second = run_cycle(spec, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "cycle1")
+    fast0, fast1 = (json.loads((tmp_path / f"cycle{c}" / "fast.json").read_text()) for c in (0, 1))
+    assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
+    assert fast1["cached_evaluations"] >= fast0["cached_evaluations"] > 0
+    assert first["weights"] == second["weights"] == str(tiny_model_dir)

@@ -9,7 +9,8 @@ steps by reverse-KL distillation of the pool's best context into the weights.
 
 Everything a cycle writes lands in its own directory `out_dir` (the previous cycle's directory is
 only read): `model/` and `trainer_state/` (slow), `rollouts.parquet`, `metrics.parquet`,
-`pool.json`, `fast.json` (the round's summary) and `cycle.json` (what happened, written last).
+`pool.json`, `fast.json` (the round's summary), `fast_cache.json` (gepa: the round's evaluations of the
+frozen weights, which the next cycle's round serves free) and `cycle.json` (what happened, written last).
 
 Where the slow steps run: in this process when the job has at most one GPU; with more
 (`gpus`, from `fastslow.launch.gpus_requested(snakemake.resources)`) in N ranks started by
@@ -42,6 +43,7 @@ from fastslow.tasks.data import load_problems
 log = logging.getLogger("fastslow.cycle")
 
 CYCLE_FILE = "cycle.json"
+FROZEN_CACHE = "fast_cache.json"  # gepa: the round's evaluations, served free to the next cycle's round
 ENV_TRAIN_PROCESSES = "FASTSLOW_TRAIN_PROCESSES"
 
 
@@ -82,7 +84,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
               gpus: int = 0) -> dict[str, Any]:
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
     steps run in `slow_processes(gpus)` processes (see the module docstring)."""
-    from fastslow.fast import FastConfig, Pool, run_round
+    from fastslow.fast import FastConfig, Pool, RolloutCache, run_round
     from fastslow.memory import limit_heap_fragmentation, release_free_memory, release_gpu_memory
     from fastslow.model.generation import make_generator
 
@@ -101,7 +103,8 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     weights = weights_of(spec, prev_dir, init_model)
     fast_summary: dict[str, Any] = {}
     scratch = out_dir.with_name(out_dir.name + ".fast")
-    weights_id = f"{spec.key}/cycle{cycle}"
+    frozen = spec.fast and not spec.trains  # gepa: every round samples the same weights
+    weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL step's, sampled by the fast round (reuse_in_slow)
     cache = None
 
@@ -115,13 +118,18 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
-            from fastslow.fast import RolloutCache
             from fastslow.slow.config import SlowConfig
             from fastslow.slow.loop import first_step_problems
 
             slow_problems = first_step_problems(prev_dir, train, SlowConfig.from_dict(
                 {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
             cache = RolloutCache()
+        if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
+            carried = prev_dir / FROZEN_CACHE if prev_dir is not None else None
+            cache = RolloutCache.from_json(carried) if carried is not None else RolloutCache()
+            if carried is not None:
+                log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle %d",
+                         cycle, spec.key, len(cache), cycle - 1)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
         generator = make_generator(gen["backend"], weights,
@@ -181,6 +189,8 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         rows = [{"run": spec.key, "cycle": cycle, "step": (cycle + 1) * steps - 1,
                  "fast_seconds": fast_summary.get("seconds", 0.0)}]
         write_parquet(rows, out_dir / "metrics.parquet")
+        if frozen and cache is not None:
+            fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id)
     if scratch.exists():
         shutil.rmtree(out_dir / "fast", ignore_errors=True)
         scratch.rename(out_dir / "fast")

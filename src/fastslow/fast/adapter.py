@@ -77,7 +77,8 @@ class Scored:
 @dataclass
 class RolloutCache:
     """(context hash, problem id, weights id) -> Scored. Share one across rounds with frozen
-    weights (GEPA-only); a new weights id makes every entry stale without clearing anything."""
+    weights (GEPA-only: in one process, or from job to job through `to_json`/`from_json`); a new
+    weights id makes every entry stale without clearing anything."""
 
     entries: dict[tuple[str, str, str], Scored] = field(default_factory=dict)
 
@@ -89,6 +90,29 @@ class RolloutCache:
 
     def __len__(self) -> int:
         return len(self.entries)
+
+    def to_json(self, path: str | Path, weights_id: str) -> int:
+        """Write the entries of `weights_id` to `path` as plain evaluations (score and trajectory;
+        no token ids, no reuse/prefetch/slow-loop flags), so that the next round on the same frozen
+        weights, in another job (a GEPA-only run's next cycle), serves them as free cache hits
+        (`from_json`) instead of re-generating its carried-over contexts. Returns the count."""
+        from fastslow.io import write_json
+
+        plain = {"reused": False, "prefetched": False, "for_slow": False}
+        rows = [{"context_hash": h, "problem_id": pid, "score": v.score,
+                 "trajectory": {**{k: x for k, x in v.trajectory.items() if k != "rollouts"}, **plain}}
+                for (h, pid, wid), v in self.entries.items() if wid == weights_id]
+        write_json({"weights_id": weights_id, "entries": rows}, path)
+        return len(rows)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> RolloutCache:
+        """A cache holding what `to_json` wrote (under the weights id it was written with)."""
+        import json
+
+        data = json.loads(Path(path).read_text())
+        return cls({(e["context_hash"], e["problem_id"], data["weights_id"]): Scored(float(e["score"]), e["trajectory"])
+                    for e in data["entries"]})
 
     def sampled(self, contexts: Sequence[str], problems: Sequence[Problem],
                 weights_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
