@@ -6,6 +6,7 @@ import pytest
 from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
+    kl_to_reach,
     paired_noise_bound,
     reward_onset_note,
     rolling_mean,
@@ -101,6 +102,12 @@ def test_kl_at_matched_reward_by_hand():
     fst_kl, fst_r = np.array([0.0, 0.01, 0.03, 0.05]), np.array([0.1, 0.3, 0.5, 0.6])
     rl_kl, rl_r = np.array([0.0, 0.05, 0.10, 0.2]), np.array([0.1, 0.3, 0.5, 0.5])
     assert kl_at_matched_reward(fst_kl, fst_r, rl_kl, rl_r) == pytest.approx(0.7)
+    # an evaluation without a reward (NaN) is skipped: it raised IndexError
+    nan_r = np.array([0.1, np.nan, 0.5, 0.6])
+    assert kl_at_matched_reward(fst_kl, nan_r, rl_kl, rl_r) == pytest.approx(0.7)
+    assert kl_to_reach(fst_kl, nan_r, 0.55) == (0.05, 3)
+    assert kl_to_reach(fst_kl, nan_r, 0.7) == (pytest.approx(float("nan"), nan_ok=True), -1)
+    assert np.isnan(kl_at_matched_reward(fst_kl, np.full(4, np.nan), rl_kl, rl_r))
 
 
 def test_mean_at_k_standard_error_is_over_problems_and_curves_read_the_per_problem_means(tmp_path):

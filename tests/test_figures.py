@@ -708,3 +708,48 @@ def test_fig8s_claim_fst_above_the_prompt_only_ceiling(fst_final, verdict):
     assert row["task"] == "hover" and row["verdict"] == verdict
     assert row["measured"] == pytest.approx(float(np.mean(fst_final)) - 0.5)
     assert row["note"].startswith(f"FST {np.mean(fst_final):.3f} at step 20, GEPA only 0.500 at step 20")
+
+
+def _per_problem(means_by_step, spread):
+    """Per-step problem id -> mean reward: 8 problems around each step's mean, alternately
+    `spread` above and below it (paired differences between two such evaluations are then as
+    noisy as `spread` says)."""
+    return [{f"p{j}": m + (spread if j % 2 else -spread) * (1 if (j // 2 + i) % 2 else -1) for j in range(8)}
+            for i, m in enumerate(means_by_step)]
+
+
+@pytest.mark.parametrize("spread, verdict", [(0.3, "undetermined"), (0.0, "reproduced")])
+def test_step_ratio_and_kl_reduction_must_stand_out_of_evaluation_noise(spread, verdict):
+    """Two claims had no noise rule: any ratio above 1 and any KL reduction above 0 reproduced
+    (two runs of one method did in 26% and 43% of simulated noisy pairs). Here FST reaches RL's
+    peak (0.4) at step 10, RL at step 30 (3.0x), and at KL 0.03 against 0.06 (0.5). With problems
+    whose paired differences spread by 0.3 (2 standard errors about 0.44), FST's 0.4 at step 10
+    against RL's 0.3 is noise, and so is the matched reward: no verdict, and the notes say why.
+    With no spread the same curves reproduce both."""
+    rl_means, fst_means = [0.1, 0.3, 0.35, 0.4, 0.38], [0.1, 0.4, 0.36, 0.38, 0.4]
+    rows = _rows("efficiency", "rl", "math", rl_means, kl=[0, .02, .04, .06, .08],
+                 problems=_per_problem(rl_means, spread))
+    rows += _rows("efficiency", "fst", "math", fst_means, kl=[0, .03, .05, .07, .09],
+                  problems=_per_problem(fst_means, spread if spread == 0 else -spread))
+    claims = {r["claim"]: r for r in build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})}
+    ratio, kl = claims["sample_efficiency_ratio"], claims["kl_reduction_at_matched_reward"]
+    assert ratio["measured"] == pytest.approx(3.0) and kl["measured"] == pytest.approx(0.5)
+    assert ratio["verdict"] == kl["verdict"] == verdict
+    if verdict == "undetermined":
+        assert ("within evaluation noise: the evaluations of FST at step 10, where it reaches RL's peak, and "
+                "of RL at its best by then (step 10) differ by +0.100") in ratio["note"]
+        assert "with the matched reward (0.400) lowered by 2 standard errors" in kl["note"]
+        assert "for RL, it reaches it at KL 0" in kl["note"]
+
+
+def test_a_radar_axis_without_an_evaluation_is_a_gap_not_a_zero():
+    """Fig 2's radar: a starting point with no evaluation on an axis's task was drawn at 0 there
+    (`mean() or 0.0`), which reads as a measured zero; now it is NaN (a gap) and named."""
+    rows = _rows("radar", "gepa", "math", [0.1, 0.5], init="base")
+    rows += _rows("radar", "gepa", "physics", [0.2, 0.0], init="efficiency/fst/math-default-s0")
+    rows += _rows("radar", "gepa", "math", [0.1, 0.6], init="efficiency/fst/math-default-s0")
+    last = pl.DataFrame(rows).select(CURVE_COLUMNS).filter(pl.col("cycle") == 0)
+    vals, missing = figures.radar_values(last, "base", "mean_at_k", ["math", "physics"])
+    assert vals[0] == 0.5 and np.isnan(vals[1]) and missing == ["physics"]
+    assert figures.radar_values(last, "efficiency/fst/math-default-s0", "mean_at_k", ["math", "physics"]) == (
+        [0.6, 0.0], [])

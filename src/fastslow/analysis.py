@@ -5,6 +5,7 @@ All functions are pure (NumPy in, numbers out) and unit-tested against hand-comp
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,19 +187,34 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
         return np.where(n > 0, (csum[idx] - csum[lo]) / np.maximum(n, 1), np.nan)
 
 
+def kl_to_reach(kl: np.ndarray, r: np.ndarray, level: float) -> tuple[float, int]:
+    """The smallest KL at which a curve's reward reaches `level` (running max along increasing
+    KL) and the index of that evaluation (whose own reward reaches it); (NaN, -1) if it never
+    does. Evaluations with a NaN reward or KL are skipped."""
+    kl, r = np.asarray(kl, dtype=float), np.asarray(r, dtype=float)
+    idx = np.nonzero(np.isfinite(kl) & np.isfinite(r))[0]
+    order = idx[np.argsort(kl[idx], kind="stable")]
+    hit = np.nonzero(running_max(r[order]) >= level - 1e-12)[0] if order.size else order
+    if not hit.size:
+        return float("nan"), -1
+    i = int(order[hit[0]])
+    return float(kl[i]), i
+
+
+def matched_reward(r_a: np.ndarray, r_b: np.ndarray) -> float:
+    """The highest reward both curves reach (NaN evaluations skipped)."""
+    tops = [float(np.nanmax(np.asarray(r, dtype=float))) if np.isfinite(np.asarray(r, dtype=float)).any()
+            else float("nan") for r in (r_a, r_b)]
+    return min(tops)
+
+
 def kl_at_matched_reward(kl_a: np.ndarray, r_a: np.ndarray, kl_b: np.ndarray, r_b: np.ndarray) -> float:
     """Relative KL reduction of A vs B at the highest reward both reach: 1 − KL_A / KL_B.
 
     For each curve take the smallest KL at which its (running-max) reward reaches the matched
-    level; the paper reports FST up to 70% below RL.
+    level (`kl_to_reach`); the paper reports FST up to 70% below RL. NaN when a curve has no
+    finite evaluation or B reaches the level at KL 0.
     """
-    level = min(float(np.max(r_a)), float(np.max(r_b)))
-
-    def kl_at(kl, r):
-        order = np.argsort(kl)
-        kl, r = np.asarray(kl, dtype=float)[order], np.asarray(r, dtype=float)[order]
-        hit = np.nonzero(running_max(r) >= level - 1e-12)[0]
-        return float(kl[hit[0]])
-
-    ka, kb = kl_at(kl_a, r_a), kl_at(kl_b, r_b)
-    return float("nan") if kb <= 0 else 1.0 - ka / kb
+    level = matched_reward(r_a, r_b)
+    (ka, _), (kb, _) = kl_to_reach(kl_a, r_a, level), kl_to_reach(kl_b, r_b, level)
+    return float("nan") if math.isnan(ka) or math.isnan(kb) or kb <= 0 else 1.0 - ka / kb

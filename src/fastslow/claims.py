@@ -13,8 +13,15 @@ before it refutes the step ratio. Fig 7's escape from zero
 reward is an evaluation's mean@k above 2 of its own standard errors. A toy run where one sample
 of 32 is right is not a reproduction. The rule needs the curves' per-problem means
 (`problem_ids`, `problem_means`); without them it is not applied (and the step ratio is not
-refuted). The step ratio and the KL reduction otherwise have no such rule: they are read off
-the curves' shapes; nor has Fig 10's wall-time ratio (its note gives the reward difference).
+refuted). The step ratio is judged at the step where the first method reaches RL's peak: that
+evaluation against the other method's best by then. The KL reduction must keep its sign when
+the other side is credited with noise: the matched reward lowered, for it, by 2 standard errors
+of the paired difference of the two matched evaluations. (Before, two runs of one method gave
+"reproduced" for the step ratio in 30% and for the KL reduction in 50% of simulated pairs, now in
+2.2% and 1.8%: bench/claims_noise.py.)
+Fig 10's wall-time ratio has no noise rule (its note gives the reward difference). Every rule
+is over evaluation noise only: with one training seed (the paper config's), run-to-run variance
+is not in it.
 """
 
 from __future__ import annotations
@@ -28,8 +35,11 @@ import polars as pl
 
 from fastslow.analysis import (
     escape_step,
+    first_step_reaching,
     fit_sigmoid,
     kl_at_matched_reward,
+    kl_to_reach,
+    matched_reward,
     no_reward,
     paired_noise_bound,
     reward_onset_note,
@@ -251,6 +261,63 @@ def _never_reaches(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataF
     return (f"{why}; {noise}", False) if noise else (why, True)
 
 
+def _ratio_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame, ratio: float) -> str:
+    """The noise note of the steps-to-peak ratio, or "": the method that reaches RL's peak first
+    (FST when the ratio is above 1) must, at that step, stand out of noise against the other's
+    best evaluation by then; two runs of one method differ in who gets there first by luck."""
+    if math.isnan(ratio) or ratio == 1:
+        return ""
+    peak = float(rl["mean_at_k"].max())
+    curves = {"rl": rl, "fst": fst}
+    hit = {m: first_step_reaching(c["step"].to_numpy(), running_max(c["mean_at_k"].to_numpy()), peak)
+           for m, c in curves.items()}
+    lead = "fst" if hit["fst"] < hit["rl"] else "rl"
+    other, at = "rl" if lead == "fst" else "fst", hit[lead]
+    upto = curves[other].filter(pl.col("step") <= at)
+    if math.isnan(at) or not upto.height:
+        return ""
+    best = upto.sort(["mean_at_k", "step"], descending=[True, False]).row(0, named=True)
+    value = float(curves[lead].filter(pl.col("step") == at)["mean_at_k"][0])
+    bound = paired_noise_bound(_final_problems(eff, step=int(best["step"]), eval_task=task, method=other),
+                               _final_problems(eff, step=int(at), eval_task=task, method=lead))
+    return _noise_note(value - float(best["mean_at_k"]), bound,
+                       f"evaluations of {lead.upper()} at step {int(at)}, where it reaches RL's peak, and "
+                       f"of {other.upper()} at its best by then (step {int(best['step'])})")
+
+
+def _kl_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame, measured: float) -> str:
+    """The noise note of the KL reduction at matched reward, or "": the verdict must survive
+    crediting the other side with evaluation noise. The matched reward is lowered by 2 standard
+    errors of the paired difference of the two matched evaluations for RL when FST needs less KL
+    (for FST when it needs more); if the reduction's sign then flips, it is noise (matching at a
+    noisy peak picks a checkpoint by luck)."""
+    if math.isnan(measured):
+        return ""
+    r = {"rl": rl["mean_at_k"].to_numpy(), "fst": fst["mean_at_k"].to_numpy()}
+    kl = {"rl": rl["kl_to_base"].to_numpy(), "fst": fst["kl_to_base"].to_numpy()}
+    level = matched_reward(r["fst"], r["rl"])
+    at = {m: kl_to_reach(kl[m], r[m], level) for m in r}
+    steps = {"rl": rl["step"].to_numpy(), "fst": fst["step"].to_numpy()}
+    bound = paired_noise_bound(*(_final_problems(eff, step=int(steps[m][at[m][1]]), eval_task=task, method=m)
+                                 for m in ("rl", "fst")))
+    if math.isnan(bound):
+        return ""
+    credited = "rl" if measured > 0 else "fst"
+    lenient = {**{m: at[m][0] for m in at}, credited: kl_to_reach(kl[credited], r[credited], level - bound)[0]}
+    if math.isnan(lenient[credited]):
+        return ""
+    if lenient["rl"] > 0:
+        alt = 1.0 - lenient["fst"] / lenient["rl"]
+    else:  # RL reaches the lowered level at KL 0 (its step-0 evaluation): nothing is less than that
+        alt = 0.0 if lenient["fst"] <= 0 else -math.inf
+    if (alt > 0) == (measured > 0):
+        return ""
+    reduction = f"{alt:+.2f}" if math.isfinite(alt) else "below any (RL needs no KL)"
+    return (f"within evaluation noise: with the matched reward ({level:.3f}) lowered by 2 standard errors of "
+            f"the matched evaluations' paired difference ({bound:.3f}) for {credited.upper()}, it reaches it at "
+            f"KL {lenient[credited]:.4g} and the reduction is {reduction}")
+
+
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     eff = tables.get("efficiency")
@@ -274,7 +341,7 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             if refuted:
                 why, refuted = _never_reaches(eff, task, rl, fst, why)
             rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0, note=onset or why,
-                             refuted=refuted))
+                             refuted=refuted, noise="" if refuted else _ratio_noise(eff, task, rl, fst, ratio)))
             gap, why = float("nan"), ""
             try:
                 fits = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
@@ -294,7 +361,8 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
-            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset))
+            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset,
+                             noise=_kl_noise(eff, task, rl, fst, kl)))
     pla = tables.get("plasticity")
     if pla is not None:
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))

@@ -153,6 +153,16 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     return ratios
 
 
+def radar_values(last: pl.DataFrame, init: str, metric: str, axes_tasks: list[str]) -> tuple[list[float], list[str]]:
+    """One starting point's `metric` on each radar axis (its runs' last evaluations, averaged), NaN
+    where it has none, and the axes it has none on (drawn as a gap, named in the legend: a 0
+    there would read as a measured zero)."""
+    sub = last.filter(pl.col("init") == init)
+    means = {t: sub.filter(pl.col("eval_task") == t)[metric].mean() for t in axes_tasks}
+    return ([float("nan") if v is None else float(v) for v in means.values()],
+            [t for t, v in means.items() if v is None])
+
+
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
     last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
@@ -161,11 +171,10 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
         for init in sorted(last["init"].unique().to_list()):
-            sub = last.filter(pl.col("init") == init)
-            vals = [float(sub.filter(pl.col("eval_task") == t)[metric].mean() or 0.0) for t in axes_tasks]
+            vals, missing = radar_values(last, init, metric, axes_tasks)
             method = "base" if init == "base" else init.split("/")[1]
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
-                    label=f"{LABELS.get(method, method)}→GEPA")
+                    label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
         ax.set_xticks(angles, axes_tasks, fontsize=7)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
