@@ -229,7 +229,7 @@ def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(
     stopped nothing: every job read the old store's URI from those files and logged there. Now a
     run stops before any job in one line naming the command that remakes them for the new store;
     after it, only the missing target is built (deleting the files would re-run every job)."""
-    target = "results/tables/base_eval.parquet"
+    target = "results/data/math/val.parquet"  # one cheap job (task_data) with an MLflow run
     args = [target, "--cores", "1", *SMOKE, "--config", "data={tasks: [math, hover]}"]
     store = f"sqlite:///{tmp_path / 'cluster.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
@@ -247,14 +247,14 @@ def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(
             out.stderr[-3000:]
         assert "rule " not in out.stdout + out.stderr and not (smoke_workdir / target).exists()
         dry = snakemake("-n", *args, cwd=smoke_workdir, env=env)  # a dry run logs nothing: not stopped
-        assert dry.returncode == 0 and "base_eval_table" in dry.stdout, dry.stderr[-3000:]
+        assert dry.returncode == 0 and "task_data" in dry.stdout, dry.stderr[-3000:]
         remade = subprocess.run([sys.executable, *command.split()[1:]], cwd=smoke_workdir, env=env,
                                 capture_output=True, text=True)
         assert remade.returncode == 0 and store in remade.stdout, remade.stderr[-3000:]
         out = snakemake(*args, cwd=smoke_workdir, env=env)
         assert out.returncode == 0, out.stderr[-4000:]
         ran = jobs.findall(out.stdout + out.stderr)
-        assert "base_eval_table" in ran and sorted(ran) == sorted(jobs.findall(before.stdout)), ran
+        assert "task_data" in ran and sorted(ran) == sorted(jobs.findall(before.stdout)), ran
         info = json.loads((tracking_files / "experiment.json").read_text())
         assert info["tracking_uri"] == store
         from mlflow.tracking import MlflowClient
