@@ -125,9 +125,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
                 {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
             cache = RolloutCache()
         if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
-            carried = prev_dir / FROZEN_CACHE if prev_dir is not None else None
-            cache = RolloutCache.from_json(carried) if carried is not None else RolloutCache()
-            if carried is not None:
+            cache = RolloutCache()
+            if prev_dir is not None:
+                cache = RolloutCache.from_json(prev_dir / FROZEN_CACHE)
                 log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle %d",
                          cycle, spec.key, len(cache), cycle - 1)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -161,7 +162,6 @@ def _best_effort(method):
     result and MLflow their index, so a store that stops answering (after MLflow's own HTTP retries
     and our 'database is locked' ones) costs log lines, not the outputs Snakemake deletes when a job
     fails. The failure is logged as an error and counted in `failures`."""
-    import functools
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
