@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -287,6 +288,33 @@ def test_a_visible_gpu_trains_there_with_or_without_bf16(monkeypatch, tmp_path) 
     # A GRPOConfig with use_cpu=False would look for the (absent) GPU: record its arguments only.
     monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: kwargs)
     assert grpo_args(cfg, 2, tmp_path)["use_cpu"] is False
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_checkpointing_is_set_by_the_name_this_transformers_has(on, monkeypatch, tmp_path) -> None:
+    """transformers >= 5.18 calls it activation_checkpointing and warns (FutureWarning, in every
+    cycle job's log) when given the old name; the GPU pin set (< 5.18) has only the old name."""
+    import warnings
+
+    import transformers
+    import trl
+
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, activation_checkpointing=on)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        args = grpo_args(cfg, 2, tmp_path)
+    assert args.activation_checkpointing is on and args.gradient_checkpointing is on  # TRL's default: True
+
+    @dataclasses.dataclass
+    class Older:  # TrainingArguments before 5.18
+        gradient_checkpointing: bool = False
+
+    monkeypatch.setattr(transformers, "TrainingArguments", Older)
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: kwargs)
+    kwargs = grpo_args(cfg, 2, tmp_path)
+    assert kwargs["gradient_checkpointing"] is on and "activation_checkpointing" not in kwargs
 
 
 def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path) -> None:

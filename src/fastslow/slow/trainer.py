@@ -582,9 +582,14 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
     reserves KV cache for the model's whole context (40960 tokens for Qwen3-8B), which may not
     fit in its `vllm_gpu_memory_utilization` share beside the training weights.
     """
+    from transformers import TrainingArguments
     from trl import GRPOConfig
 
     micro, accumulation = per_rank_batches(cfg, num_processes)
+    # transformers 5.18 renamed gradient_checkpointing to activation_checkpointing (the old name
+    # warns in every job); the GPU pin set (< 5.18) has only the old one.
+    checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
+                     TrainingArguments.__dataclass_fields__ else "gradient_checkpointing")
     group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
     max_model_length = (max_prompt_tokens + cfg.max_new_tokens
                         if cfg.use_vllm and max_prompt_tokens is not None else None)
@@ -613,7 +618,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm is not None else 0.0,
         disable_dropout=True,
         # Our loop never calls trainer.train(), which is where HF would enable it; see build_trainer.
-        gradient_checkpointing=cfg.activation_checkpointing,
+        **{checkpointing: cfg.activation_checkpointing},
         use_cpu=train_on_cpu(),
         # Under accelerate launch (DDP): every parameter of a causal LM gets a gradient; the HF
         # default (True) costs an extra autograd-graph traversal per backward.
