@@ -61,6 +61,7 @@ BAD = [
     ({"data": {"source": "web"}}, "data.source"),
     ({"data": {"sizes": {"val": 0}}}, "data.sizes.val"),
     ({"model": {"base": ""}}, "model.base: expected a non-empty string"),
+    ({"model": {"base": "tiny-randm"}}, "model.base: unknown base model 'tiny-randm': expected"),
     ({"model": {"dtype": "float8"}}, "model.dtype"),
     ({"model": {"name": "a/b"}}, "model.name"),
     ({"generation": {"backend": "tgi"}}, "generation.backend"),
@@ -399,9 +400,16 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
     monkeypatch.chdir(ROOT)
     with pytest.raises(ConfigError, match=r"data\.tasks\[0\]: unknown task 'parity'"):
         load_config(ROOT / "config" / "config.yaml", overrides={"data": {"tasks": ["parity"]}})
-    with pytest.raises(ConfigError, match=r"experiments\.efficiency: unknown task 'parity'"):
+    with pytest.raises(ConfigError, match=r"experiments\.efficiency\.tasks\[1\]: unknown task 'parity'"):
         load_config(ROOT / "config" / "config.yaml",
                     overrides={"experiments": {"efficiency": {"tasks": ["math", "parity"]}}})
+    # efficiency's only task misspelt: named as such, not as radar's init finding no efficiency run
+    with pytest.raises(ConfigError, match=r"experiments\.efficiency\.tasks\[0\]: unknown task 'mathh'"):
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {"efficiency": {"tasks": ["mathh"]}}})
+    with pytest.raises(ConfigError, match=r"experiments\.continual\.sequence\[1\]: unknown task 'codio'"):
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {"continual": {"sequence": ["hover", "codio"]}}})
 
 
 @pytest.mark.parametrize("name", ["foundation", "figures"])

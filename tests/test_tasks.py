@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from fastslow.tasks import LOADER_NAMES, TASK_NAMES, get_task
-from fastslow.tasks.base import MAX_PARSE_CHARS, SPLITS, Problem, Task, extract_answer
+from fastslow.tasks.base import (
+    MAX_PARSE_CHARS,
+    SPLITS,
+    Problem,
+    Task,
+    TaskDataError,
+    extract_answer,
+)
 from fastslow.tasks.data import load_problems, write_problems, write_splits
 from fastslow.tasks.generated import split_of
 from fastslow.tasks.loaders import HFDatasetTask, load_task_file
@@ -539,7 +546,7 @@ def test_labels_with_spaces_or_hyphens_score_and_problems_carry_their_label_set(
 def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Path) -> None:
     rows = [{"id": i, "prompt": f"q{i}?", "answer": str(i), "split": "train"} for i in range(6)]
     path = _jsonl(tmp_path / "train_only.jsonl", rows)
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(TaskDataError) as err:
         write_splits("file", tmp_path / "out", {"train": 4, "val": 2, "test": 2}, 0, path=path, name="mine")
     assert "mine: the val split is empty" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
@@ -548,7 +555,7 @@ def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Pa
 def test_a_duplicate_row_of_a_file_task_is_named_with_its_twin(tmp_path: Path) -> None:
     rows = [{"id": f"q{i}", "prompt": f"q{i}?", "answer": str(i), "split": SPLITS[i % 3]} for i in range(9)]
     rows.append({"id": "q9", "prompt": "q0?", "answer": "0", "split": "train"})
-    with pytest.raises(RuntimeError) as err:
+    with pytest.raises(TaskDataError) as err:
         write_splits("file", tmp_path / "out", {"train": 4, "val": 3, "test": 3}, 0,
                      path=_jsonl(tmp_path / "dup.jsonl", rows), name="mine")
     assert "mine: problems q0 (train) and q9 (train) have the same prompt and answer" in str(err.value)

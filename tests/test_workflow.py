@@ -60,6 +60,35 @@ def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
     assert "runs/ceiling/gepa/hover-default-s0" in out.stdout
 
 
+def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):
+    """An overlay that drops Fig 7's experiment (`stargraph: null`, as own_task.yaml drops the
+    paper's): asking for fig7 stops while Snakemake plans, naming the experiment. It planned the
+    figure job, which failed with a KeyError traceback and deleted the fig7 built before."""
+    out = snakemake("-n", "results/figures/fig7.pdf", "--configfile", "config/config.yaml",
+                    "--config", "experiments={stargraph: null}",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "fig7 plots experiment 'stargraph', which the config does not define" in text, text[-2000:]
+    assert "rule figure:" not in out.stdout
+
+
+def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):
+    """A row without an answer: the task_data job fails with the loader's one line (file, row,
+    reason), not a traceback of the loader's code."""
+    rows = [{"id": f"q{i}", "prompt": f"{i} + 1?", "answer": str(i + 1)} for i in range(12)]
+    rows[7]["answer"] = ""
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = snakemake("results/data/mine/train.parquet", "--cores", "1", *SMOKE,
+                    "--config", "data={files: {mine: {path: mine.jsonl, scorer: numeric}}}",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"), timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "task data error: mine.jsonl: row 8: empty answer" in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "mine.jsonl: row 8: empty answer" in (tmp_path / "results/logs/task_data/mine.log").read_text()
+
+
 def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
     """Snakemake (9.27) hands a nested `--config` value over as text ('8'): read back as YAML,
     it is checked like a config file's (the README's example error), a valid one runs, a text

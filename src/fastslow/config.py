@@ -218,6 +218,11 @@ def _check_semantics(config: dict[str, Any]) -> None:
         problem = prompt_template_error(refl.get("prompt_template"))
         if problem:
             raise ConfigError(f"config error: {problem}")
+    from fastslow.model.convert import base_model_error
+
+    problem = base_model_error(config["model"]["base"])
+    if problem:
+        raise ConfigError(f"config error: model.base: {problem}")
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES

@@ -189,6 +189,12 @@ def check_experiments(config: dict[str, Any]) -> None:
     from fastslow.tasks import TASK_NAMES
 
     known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {})) | set(config["data"].get("files", {}))
+    for name, exp in config.get("experiments", {}).items():  # before expand: a later experiment's
+        for key in ("sequence", "tasks"):                     # init would blame a typo on itself
+            for i, task in enumerate(exp.get(key) or []):
+                if task not in known:
+                    raise _err(f"experiments.{name}.{key}[{i}]: unknown task {task!r}; "
+                               f"expected one of {', '.join(sorted(known))}")
     checked: set[tuple[str, str, str]] = set()
     for key, run in expand(config).items():
         for task in (*run.schedule, *run.eval_tasks):

@@ -115,7 +115,14 @@ def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str]
 
 
 def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) -> list[str]:
-    """The curves tables `fig` reads (`figure_reads`)."""
+    """The curves tables `fig` reads (`figure_reads`). A figure whose required experiment (the
+    first of `FIGURE_EXPERIMENTS`) has no runs is an error here, when Snakemake plans the job,
+    rather than a failing figure job (which would also delete the figure built before)."""
+    required = FIGURE_EXPERIMENTS[fig][0]
+    if not experiment_runs(runs, required):
+        defined = sorted({s.experiment for s in runs.values()})
+        raise ValueError(f"{fig} plots experiment {required!r}, which the config does not define "
+                         f"(experiments: {', '.join(defined) or 'none'})")
     return [curves_table(experiment, tasks, results) for experiment, tasks in figure_reads(runs, fig)]
 
 

@@ -273,10 +273,16 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
         return _prepare_from_dir(local, out, source=spec, kind="local")
     if _HUB_ID.match(spec):
         return _prepare_from_dir(_snapshot(spec), out, source=spec, kind="hub")
-    raise ValueError(
-        f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
-        "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'"
-    )
+    raise ValueError(base_model_error(spec))
+
+
+def base_model_error(spec: str) -> str | None:
+    """Why `prepare_base_model` cannot take `spec` (None: it can try). Config validation asks
+    this, so a misspelt model.base stops the workflow before any job runs."""
+    if spec in (SMOLLM2_SPEC, TINY_SPEC) or Path(spec).expanduser().is_dir() or _HUB_ID.match(spec):
+        return None
+    return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
+            "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'")
 
 
 def _torch_dtype(dtype: str, allow_auto: bool = True) -> Any:

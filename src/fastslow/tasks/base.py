@@ -82,6 +82,12 @@ class Task(Protocol):
 _TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
 #: The three split names every task serves.
 SPLITS: tuple[str, ...] = ("train", "val", "test")
+
+
+class TaskDataError(ValueError):
+    """A task's rows cannot make its splits (a file's bad row, an answer outside the labels, an
+    empty split): the message names the file or task, the row and the reason, and the task_data
+    job shows it as one line (no traceback: it is the data that is wrong, not the code)."""
 #: Difficulty levels of the procedural tasks ("easy→hard" radar axes).
 DIFFICULTIES: tuple[str, ...] = ("easy", "default", "hard")
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastslow.tasks.base import SPLITS, Problem
+from fastslow.tasks.base import SPLITS, Problem, TaskDataError
 from fastslow.tasks.generated import content_digest
 
 COLUMNS = ("id", "task", "prompt", "answer", "metadata")
@@ -63,7 +63,7 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     name = getattr(task, "name", task_name)
     for split, n in sizes.items():
         if n > 0 and not result[split]:
-            raise ValueError(f"{name}: the {split} split is empty (its source gives "
+            raise TaskDataError(f"{name}: the {split} split is empty (its source gives "
                              f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
                              f"or too few rows for the id-hash partition)")
     seen_ids: dict[str, str] = {}
@@ -75,8 +75,8 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                 raise RuntimeError(f"{name}: problem {p.id} appears in {seen_ids[p.id]} and {split}")
             if digest in seen_content:
                 first, where = seen_content[digest]
-                raise RuntimeError(f"{name}: problems {first} ({where}) and {p.id} ({split}) have the same "
-                                   f"prompt and answer: drop one (a duplicate would be trained and evaluated on twice)")
+                raise TaskDataError(f"{name}: problems {first} ({where}) and {p.id} ({split}) have the same "
+                                    f"prompt and answer: drop one (a duplicate would be trained and evaluated on twice)")
             seen_ids[p.id], seen_content[digest] = split, (p.id, split)
     out = Path(out_dir)
     return {split: write_problems(result[split], out / f"{split}.parquet") for split in sizes}

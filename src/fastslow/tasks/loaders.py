@@ -25,7 +25,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fastslow.tasks.base import ANSWER_FORMAT, SPLITS, Judgement, Problem, TaskBase, extract_answer
+from fastslow.tasks.base import (
+    ANSWER_FORMAT,
+    SPLITS,
+    Judgement,
+    Problem,
+    TaskBase,
+    TaskDataError,
+    extract_answer,
+)
 from fastslow.tasks.generated import SPLIT_FRACTIONS, split_of, stable_int
 from fastslow.tasks.scoring import (
     extract_number,
@@ -86,7 +94,7 @@ class TableTask(TaskBase):
                     self.labels = tuple(sorted(answers))
                 stray = [a for a in answers if a not in self.labels]
                 if stray:
-                    raise ValueError(f"{self.name}: problem {answers[stray[0]].id}: answer {answers[stray[0]].answer!r} "
+                    raise TaskDataError(f"{self.name}: problem {answers[stray[0]].id}: answer {answers[stray[0]].answer!r} "
                                      f"is not one of the labels {', '.join(self.labels)}")
                 # every problem carries the label set, so a job judging it needs no source
                 rows = {split: [replace(p, metadata={**p.metadata, "labels": list(self.labels)}) for p in ps]
@@ -143,7 +151,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
     """Rows → Problems, or a one-line ValueError "<source>: row <i>: <reason>"."""
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
-        raise ValueError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
+        raise TaskDataError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
     out, seen = [], {}
     for i, row in enumerate(rows, start=row_base):
         i = row.get("_row", i)  # the source's own row number when rows were filtered
@@ -155,32 +163,32 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
                 try:
                     v = bytes(v).decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise ValueError(f"{where}: column {col!r} is not valid UTF-8 "
+                    raise TaskDataError(f"{where}: column {col!r} is not valid UTF-8 "
                                      f"({exc.reason} at byte {exc.start})") from None
             values[col] = v
         if values["id"] is None or str(values["id"]).strip() == "":
-            raise ValueError(f"{where}: empty id")
+            raise TaskDataError(f"{where}: empty id")
         pid = str(values["id"]).strip()
         if pid in seen:
-            raise ValueError(f"{where}: duplicate id {pid[:60]!r} (first seen in row {seen[pid]})")
+            raise TaskDataError(f"{where}: duplicate id {pid[:60]!r} (first seen in row {seen[pid]})")
         seen[pid] = i
         if not isinstance(values["prompt"], str) or not values["prompt"].strip():
-            raise ValueError(f"{where}: empty prompt")
+            raise TaskDataError(f"{where}: empty prompt")
         if values["answer"] is None or str(values["answer"]).strip() == "":
-            raise ValueError(f"{where}: empty answer")
+            raise TaskDataError(f"{where}: empty answer")
         split = values.get("split")
         if split is not None and split not in SPLITS:
-            raise ValueError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
+            raise TaskDataError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
         meta = row.get("metadata")
         try:
             meta = json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta or {})
         except ValueError:
-            raise ValueError(f"{where}: metadata is not valid JSON") from None
+            raise TaskDataError(f"{where}: metadata is not valid JSON") from None
         if not isinstance(meta, dict):
-            raise ValueError(f"{where}: metadata must be a JSON object")
+            raise TaskDataError(f"{where}: metadata must be a JSON object")
         for text in (pid, values["prompt"], str(values["answer"])):
             if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # lone surrogates: undecodable input
-                raise ValueError(f"{where}: text is not valid UTF-8 (lone surrogate)")
+                raise TaskDataError(f"{where}: text is not valid UTF-8 (lone surrogate)")
         meta = {**meta, "scorer": scorer, **({"split": split} if split else {})}
         out.append(Problem(id=pid, task=task, prompt=values["prompt"], answer=str(values["answer"]).strip(),
                            metadata=meta))
@@ -219,7 +227,7 @@ def load_task_file(path: str | Path, scorer: str = "exact", name: str | None = N
 def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
     """(rows, column names, number of the first row) of a .parquet or .jsonl file."""
     if not path.exists():
-        raise ValueError(f"{path}: no such file")
+        raise TaskDataError(f"{path}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -227,11 +235,11 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
         try:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises several types for corrupt files
-            raise ValueError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+            raise TaskDataError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
         try:  # binary columns stay bytes here; validate_rows then reports bad UTF-8 per row
             return table.to_pylist(), list(table.column_names), 1
         except (UnicodeDecodeError, ValueError) as exc:
-            raise ValueError(f"{path}: text is not valid UTF-8 ({type(exc).__name__})") from None
+            raise TaskDataError(f"{path}: text is not valid UTF-8 ({type(exc).__name__})") from None
     if suffix in (".jsonl", ".ndjson"):
         rows, columns = [], []
         with path.open("rb") as fh:
@@ -239,24 +247,24 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
                 try:
                     text = line.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise ValueError(f"{path}: row {lineno}: not valid UTF-8 "
+                    raise TaskDataError(f"{path}: row {lineno}: not valid UTF-8 "
                                      f"({exc.reason} at byte {exc.start})") from None
                 if not text.strip():
                     continue
                 try:
                     row = json.loads(text)
                 except ValueError:
-                    raise ValueError(f"{path}: row {lineno}: not valid JSON") from None
+                    raise TaskDataError(f"{path}: row {lineno}: not valid JSON") from None
                 if not isinstance(row, dict):
-                    raise ValueError(f"{path}: row {lineno}: expected a JSON object")
+                    raise TaskDataError(f"{path}: row {lineno}: expected a JSON object")
                 rows.append({**row, "_row": lineno})  # errors cite file line numbers
                 columns.extend(k for k in row if k not in columns)
         for row in rows:  # a key missing from one row only
             lacking = [c for c in REQUIRED_COLUMNS if c not in row and c in columns]
             if lacking:
-                raise ValueError(f"{path}: row {row['_row']}: missing {', '.join(lacking)}")
+                raise TaskDataError(f"{path}: row {row['_row']}: missing {', '.join(lacking)}")
         return rows, columns, 1
-    raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use {FILE_TYPES}")
+    raise TaskDataError(f"{path}: unsupported file type {suffix or '(none)'!r}; use {FILE_TYPES}")
 
 
 class HFDatasetTask(TableTask):
@@ -304,7 +312,7 @@ class HFDatasetTask(TableTask):
                   *([self.id_column] if self.id_column else [])]
         lacking = [c for c in needed if c not in names]
         if lacking:
-            raise ValueError(f"{source}: missing column(s) {', '.join(lacking)} (found: {', '.join(names)})")
+            raise TaskDataError(f"{source}: missing column(s) {', '.join(lacking)} (found: {', '.join(names)})")
         label_feature = ds.features.get(self.columns["answer"])
         to_name = getattr(label_feature, "int2str", None)  # ClassLabel -> its names
         for i, row in enumerate(ds):
