@@ -189,18 +189,16 @@ def check_experiments(config: dict[str, Any]) -> None:
     from fastslow.tasks import TASK_NAMES
 
     known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {})) | set(config["data"].get("files", {}))
-    for name, exp in config.get("experiments", {}).items():  # before expand: a later experiment's
-        for key in ("sequence", "tasks"):                     # init would blame a typo on itself
+    # Before expand, which would blame a typo on a later experiment's init finding no run. A run's
+    # schedule and evaluation tasks are its experiment's tasks or sequence: nothing else to check.
+    for name, exp in config.get("experiments", {}).items():
+        for key in ("sequence", "tasks"):
             for i, task in enumerate(exp.get(key) or []):
                 if task not in known:
                     raise _err(f"experiments.{name}.{key}[{i}]: unknown task {task!r}; "
                                f"expected one of {', '.join(sorted(known))}")
     checked: set[tuple[str, str, str]] = set()
-    for key, run in expand(config).items():
-        for task in (*run.schedule, *run.eval_tasks):
-            if task not in known:
-                raise _err(f"experiments.{run.experiment}: unknown task {task!r} in run {key}; "
-                           f"expected one of {', '.join(sorted(known))}")
+    for run in expand(config).values():
         # the settings depend on the experiment, variant and method only (rl: K = 1)
         if not run.overrides or (run.experiment, run.variant, run.method) in checked:
             continue

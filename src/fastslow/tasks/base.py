@@ -88,6 +88,8 @@ class TaskDataError(ValueError):
     """A task's rows cannot make its splits (a file's bad row, an answer outside the labels, an
     empty split): the message names the file or task, the row and the reason, and the task_data
     job shows it as one line (no traceback: it is the data that is wrong, not the code)."""
+
+
 #: Difficulty levels of the procedural tasks ("easy→hard" radar axes).
 DIFFICULTIES: tuple[str, ...] = ("easy", "default", "hard")
 

@@ -64,8 +64,8 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     for split, n in sizes.items():
         if n > 0 and not result[split]:
             raise TaskDataError(f"{name}: the {split} split is empty (its source gives "
-                             f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
-                             f"or too few rows for the id-hash partition)")
+                                f"it no rows: a file's 'split' column or a dataset's split map leaves it out, "
+                                f"or too few rows for the id-hash partition)")
     seen_ids: dict[str, str] = {}
     seen_content: dict[str, tuple[str, str]] = {}
     for split, problems in result.items():

@@ -95,7 +95,7 @@ class TableTask(TaskBase):
                 stray = [a for a in answers if a not in self.labels]
                 if stray:
                     raise TaskDataError(f"{self.name}: problem {answers[stray[0]].id}: answer {answers[stray[0]].answer!r} "
-                                     f"is not one of the labels {', '.join(self.labels)}")
+                                        f"is not one of the labels {', '.join(self.labels)}")
                 # every problem carries the label set, so a job judging it needs no source
                 rows = {split: [replace(p, metadata={**p.metadata, "labels": list(self.labels)}) for p in ps]
                         for split, ps in rows.items()}
@@ -148,7 +148,7 @@ def _loose(text: str) -> str:
 
 def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, scorer: str,
                   columns: Sequence[str], row_base: int = 1) -> list[Problem]:
-    """Rows → Problems, or a one-line ValueError "<source>: row <i>: <reason>"."""
+    """Rows → Problems, or a one-line TaskDataError "<source>: row <i>: <reason>"."""
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise TaskDataError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
@@ -164,7 +164,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
                     v = bytes(v).decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise TaskDataError(f"{where}: column {col!r} is not valid UTF-8 "
-                                     f"({exc.reason} at byte {exc.start})") from None
+                                        f"({exc.reason} at byte {exc.start})") from None
             values[col] = v
         if values["id"] is None or str(values["id"]).strip() == "":
             raise TaskDataError(f"{where}: empty id")
@@ -248,7 +248,7 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
                     text = line.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise TaskDataError(f"{path}: row {lineno}: not valid UTF-8 "
-                                     f"({exc.reason} at byte {exc.start})") from None
+                                        f"({exc.reason} at byte {exc.start})") from None
                 if not text.strip():
                     continue
                 try:
