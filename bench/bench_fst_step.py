@@ -30,7 +30,8 @@ repetition, and its ratio to RL-only's over the same seeds (and per seed); the m
 (repetitions x seeds); the highest peak RSS of any run.
 The report (and plot) is rewritten after every finished run, so a failing run keeps the earlier
 ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
-`--set` values are checked against the config schema (`validate_config`) before any run starts.
+`--set` values are checked before any run starts, as the workflow checks a config (`validate_config`:
+the schema and the cross-field rules, e.g. slow.micro_batch_size must divide P*G), for each method.
 Each run also reports its steps' mean completion length: an RL step costs in proportion to its
 tokens, and 8 rollouts a step vary by +-15% in length between seeds.
 
@@ -43,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -58,20 +58,18 @@ DATA = ROOT / "results" / "data"
 METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
 
 
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
 def parse_value(text: str) -> Any:
-    """A `--set` value: YAML, except that a number YAML 1.1 leaves as text (`1e-5`, no dot) is a float."""
+    """A `--set` value: YAML, except that a number YAML 1.1 leaves as text (`1e-5`, no dot) is a float
+    (`fastslow.config.number_from_text`, the rule a config file's values follow)."""
     import yaml
+
+    from fastslow.config import number_from_text
 
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ValueError(f"not a YAML value ({str(err).splitlines()[0]})") from None
-    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
-        return float(value)
-    return value
+    return number_from_text(value)
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:

@@ -69,6 +69,10 @@ def error_line(proc: subprocess.CompletedProcess[str], name: str) -> str:
     (["--set", "slow.a=1", "--set", "slow.a.b=2"], "--set 'slow.a.b=2': slow.a is already set to 1"),
     (["--set", "slow.lr"], "--set 'slow.lr': expected SECTION.KEY=VALUE"),
     (["--set", "fast.pool_size=3"], "--set 'fast.pool_size=3'"),
+    # the cross-field checks too (SlowConfig's, which the cycle job would otherwise raise)
+    (["--set", "slow.micro_batch_size=3"],
+     "--set 'slow.micro_batch_size=3': config error: slow.micro_batch_size: expected null or a divisor of P*G = 8"),
+    (["--set", "slow.lr=.inf"], "--set 'slow.lr=.inf': config error: slow.lr: expected a finite number, got inf"),
     (["--set", "slow.lr=1e-5", "--task", "nope"], "--task 'nope': unknown task"),  # 1e-5 passed the check
 ])
 def test_bench_fst_step_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:

@@ -69,8 +69,26 @@ BAD = [
     ({"generation": {"temperature": -1}}, "generation.temperature"),
     ({"evaluation": {"k": 0}}, "evaluation.k"),
     ({"mlflow_experiment": 3}, "mlflow_experiment: expected a string"),
-    ({"data": {"options": {"physics": {"rel_tol": "1e-3"}}}},
-     "data.options.physics.rel_tol: expected a number, got str '1e-3' (YAML reads 1e-3 as text: write 1.0e-3)"),
+    ({"data": {"options": {"physics": {"rel_tol": "tight"}}}},
+     "data.options.physics.rel_tol: expected a number, got str 'tight'"),
+    # not finite: stopped here, not by a traceback in the cycle job
+    ({"slow": {"lr": float("inf"), "warmup_steps": 0}}, "slow.lr: expected a finite number, got inf"),
+    ({"slow": {"lr": float("nan")}}, "slow.lr: expected a finite number, got nan"),
+    ({"slow": {"max_grad_norm": float("inf")}}, "slow.max_grad_norm: expected a finite number, got inf"),
+    ({"generation": {"temperature": float("-inf")}}, "generation.temperature: expected a finite number, got -inf"),
+    ({"data": {"options": {"physics": {"rel_tol": float("nan")}}}},
+     "data.options.physics.rel_tol: expected a finite number, got nan"),
+    ({"slow": {"num_generations": 8.0}}, "slow.num_generations: expected an integer, got float 8.0"),
+    # what the slow loop checks of its batches (SlowConfig), checked before any job
+    ({"slow": {"micro_batch_size": 3}},
+     "slow.micro_batch_size: expected null or a divisor of P*G = 8 (slow.problems_per_step x slow.num_generations; "
+     "one of [1, 2, 4, 8]), got 3"),
+    ({"slow": {"baseline": "prompt"}, "fast": {"pool_size": 4}},
+     "slow.baseline: 'prompt' with G=4, K=4 (fast.pool_size) gives groups of one rollout"),
+    ({"model": {"name": ".."}}, "model.name: expected a directory name under results/models/, not '.' or '..', got '..'"),
+    ({"model": {"name": "."}}, "model.name: expected a directory name under results/models/, not '.' or '..', got '.'"),
+    ({"seed_context": ""}, "seed_context: must be a non-empty string, got ''"),
+    ({"seed_context": "  "}, "seed_context: must be a non-empty string, got '  '"),
     ({"data": {"options": {"codeio": {"max_prompt_chars": 2500.5}}}},
      "data.options.codeio.max_prompt_chars: expected an integer, got float 2500.5"),
     ({"data": {"options": {"codeio": {"isolate": "no"}}}}, "data.options.codeio.isolate: expected true or false"),
@@ -562,6 +580,12 @@ def test_the_hover_preset_loads_the_parquet_conversion(tmp_path, monkeypatch):
     ({"ablations": {"variants": {"k3": {"fast": {"pool_size": 3}}}}},
      "experiments.ablations.variants.k3: fast.pool_size: K=3 must divide"),
     ({"reuse": {"overrides": {"slow": {"lrr": 1.0}}}}, "experiments.reuse.overrides: slow: unknown key 'lrr'"),
+    ({"continual": {"overrides": {"slow": {"micro_batch_size": 3}}}},
+     "experiments.continual.overrides: slow.micro_batch_size: expected null or a divisor of P*G = 8"),
+    ({"ablations": {"variants": {"k4": {"slow": {"baseline": "prompt"}}}}},
+     "experiments.ablations.variants.k4: slow.baseline: 'prompt' with G=4, K=4 (fast.pool_size) gives groups"),
+    ({"continual": {"overrides": {"slow": {"lr": float("nan")}}}},
+     "experiments.continual.overrides: slow.lr: expected a finite number, got nan"),
 ])
 def test_bad_experiment_overrides_are_one_line_naming_the_experiment(experiments, expected):
     with pytest.raises(ConfigError) as info:
@@ -685,3 +709,92 @@ def test_config_docs_name_every_shipped_config():
         assert f"| `{path.name}` |" in text, path.name
     paper = (ROOT / "config" / "paper.yaml").read_text()
     assert "no schema key" not in paper and "slow.vllm_gpu_memory_utilization" in paper
+
+
+# --- what YAML 1.1 reads as text, empty values, local model paths ------------------------------------
+
+def test_a_number_yaml_reads_as_text_is_a_number_by_every_route(tmp_path):
+    """`lr: 1e-5` (no dot: PyYAML's YAML 1.1 makes it text) is the number a user means, at a key that
+    takes a number and no text: in a file, an overlay, an experiment's overrides and variants, a task
+    option and `--config`. Quoted text that is no such number ("8", 'nan') stays an error."""
+    from fastslow.experiments import expand
+
+    config = ROOT / "config" / "config.yaml"
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("slow: {lr: 1e-5, max_grad_norm: 1E2, weight_decay: 5e-1}\n"
+                       "seed_context: 1e-5\nmlflow_experiment: 2e3\n"
+                       "data: {options: {physics: {rel_tol: 1e-3}}}\n"
+                       "experiments:\n  continual: {overrides: {slow: {lr: 2e-5}}}\n"
+                       "  ablations: {variants: {k4: {slow: {lr: 3.5E-6}}}}\n")
+    assert yaml.safe_load(overlay.read_text())["slow"]["lr"] == "1e-5"  # what PyYAML gives
+    cfg = load_config(config, overlay)
+    assert (cfg["slow"]["lr"], cfg["slow"]["max_grad_norm"], cfg["slow"]["weight_decay"]) == (1e-5, 100.0, 0.5)
+    assert cfg["data"]["options"]["physics"]["rel_tol"] == 1e-3
+    assert (cfg["seed_context"], cfg["mlflow_experiment"]) == ("1e-5", "2e3")  # text keys keep the text
+    runs = expand(cfg).values()
+    assert {r.settings(cfg)["slow"]["lr"] for r in runs if r.experiment == "continual"} == {2e-5}
+    assert {r.settings(cfg)["slow"]["lr"] for r in runs if r.variant == "k4"} == {3.5e-6}
+    # --config slow='{lr: 1e-5}': Snakemake hands the nested value over as text
+    given = {"slow": {"lr": "1e-5", "warmup_steps": "0"}}
+    cfg = validate_config(deep_update(_default(), copy.deepcopy(given)), command_line=given)
+    assert (cfg["slow"]["lr"], cfg["slow"]["warmup_steps"]) == (1e-5, 0)
+    for slow, expected in (({"num_generations": "8"}, "slow.num_generations: expected an integer, got str '8'"),
+                           ({"lr": "nan"}, "slow.lr: expected a number, got str 'nan'"),
+                           ({"lr": "1e-5x"}, "slow.lr: expected a number, got str '1e-5x'"),
+                           ({"num_generations": "1e3"}, "slow.num_generations: expected an integer, got str '1e3'")):
+        with pytest.raises(ConfigError) as info:
+            load_config(config, overrides={"slow": slow})
+        assert expected in str(info.value), str(info.value)
+
+
+def test_an_empty_seed_context_from_the_command_line_is_named_as_given():
+    """`--config seed_context=''`: Snakemake makes an empty value None; the error names ''."""
+    cfg = _default()
+    cfg["seed_context"] = None
+    with pytest.raises(ConfigError, match=r"^config error: seed_context: must be a non-empty string, got ''$"):
+        validate_config(cfg, command_line={"seed_context": None})
+
+
+def test_the_model_directory_of_a_local_path_is_the_directory_it_names(tmp_path, monkeypatch):
+    from fastslow.config import model_name
+
+    local = tmp_path / "mymodel"
+    local.mkdir()
+    monkeypatch.chdir(local)
+    for base in (f"{local}/.", f"{local}/", ".", "./", f"{local}/sub/..", "../mymodel"):
+        assert model_name({"model": {"base": base}}) == "mymodel", base
+    assert model_name({"model": {"base": "Qwen/Qwen3-8B"}}) == "Qwen3-8B"
+    assert model_name({"model": {"base": "tiny-random"}}) == "tiny-random"
+    assert model_name({"model": {"base": ".", "name": "mine"}}) == "mine"
+    with pytest.raises(ConfigError, match=r"^config error: model\.base: names no directory under results/models/ "
+                                          r"\(set model\.name\), got '/'$"):
+        validate_config(deep_update(_default(), {"model": {"base": "/"}}))
+
+
+def test_the_config_check_of_the_slow_batches_is_slowconfigs():
+    """config.py states SlowConfig's batch checks (it may not import the slow loop): both agree."""
+    import itertools
+
+    from fastslow.slow.config import SlowConfig
+
+    disagree = []
+    for p, g, micro, baseline, k in itertools.product((1, 2, 3), (2, 4, 6), (None, 1, 2, 3, 4, 5, 8),
+                                                      ("problem", "prompt"), (1, 2, 3, 4, 6)):
+        if g % k:  # fast.pool_size's own check
+            continue
+        slow = {"problems_per_step": p, "num_generations": g, "micro_batch_size": micro, "baseline": baseline}
+        try:
+            SlowConfig.from_dict({**slow, "bf16": False}).check_pool(k)
+            loop_error = None
+        except ValueError as err:
+            loop_error = str(err)
+        cfg = deep_update(_default(), {"slow": slow, "fast": {"pool_size": k}})
+        cfg["experiments"] = {}  # theirs set K otherwise
+        try:
+            validate_config(cfg)
+            config_error = None
+        except ConfigError as err:
+            config_error = str(err)
+        if (loop_error is None) != (config_error is None):
+            disagree.append((slow, k, loop_error, config_error))
+    assert not disagree, disagree[:3]

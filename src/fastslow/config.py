@@ -8,14 +8,18 @@ one line naming the key and what is expected, e.g.::
 
 Nested values given with Snakemake's `--config` are read back as YAML (`command_line`, see
 `_from_command_line`), so `--config slow='{num_generations: 8}'` sets an integer, as a config
-file does.
+file does. A number YAML 1.1 (PyYAML) reads as text (`lr: 1e-5`: an exponent without a dot) is a
+number wherever the schema takes one and no text (`_numbers_from_text`); a number must be finite,
+an integer must be an int (not `8.0`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,20 @@ class ConfigError(ValueError):
 def is_number(value: Any) -> bool:
     """An int or float, not a bool (and not text: YAML 1.1 reads `1e-6` as a string)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: A float literal with an exponent, which YAML 1.2 and Python's float() read as a number but YAML
+#: 1.1 (PyYAML) as text when it has no dot or no exponent sign (`1e-5`, `1.5E3`). Nobody quotes one
+#: to mean text at a number's key.
+_YAML11_TEXT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def number_from_text(value: Any) -> Any:
+    """`value` as a float if it is text YAML 1.1 left a number (`'1e-5'`, see _YAML11_TEXT_NUMBER),
+    else `value` unchanged (a quoted `"8"`, `'nan'` or `'inf'` stay text, so stay an error)."""
+    if isinstance(value, str) and _YAML11_TEXT_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
 
 
 def load_schema(path: str | Path | None = None) -> dict[str, Any]:
@@ -60,6 +78,9 @@ def _expected(error: Any) -> str:
         return f"unknown key {', '.join(map(repr, extra))}; expected one of {', '.join(allowed)}"
     if kw == "enum":
         return f"expected one of {', '.join(map(repr, v))}, got {error.instance!r}"
+    if kw == "type" and "number" in _types(schema) and isinstance(error.instance, float) \
+            and not math.isfinite(error.instance):
+        return f"expected a finite number, got {error.instance!r}"
     if kw == "type":
         return f"expected {'an' if str(v)[0] in 'aeiou' else 'a'} {v}, got {type(error.instance).__name__} {error.instance!r}"
     if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
@@ -98,8 +119,6 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
     """Fill defaults into `config` (in place), validate it, and return it. `command_line`: the
     run's `--config` entries as Snakemake parsed them (`workflow.config_settings.config`), whose
     nested values arrive as text."""
-    import jsonschema
-
     schema = schema or load_schema()
     if not isinstance(config, dict):
         raise ConfigError(f"config error: expected a mapping at the top level, got {type(config).__name__}")
@@ -109,14 +128,54 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
     if isinstance(experiments, dict):  # an overlay drops an experiment with `name: null`
         for name in [n for n, v in experiments.items() if v is None]:
             del experiments[name]
+    _numbers_from_text(config, schema)
     _fill_defaults(config, schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
         err = errors[0]
         raise ConfigError(f"config error: {_key(err.absolute_path)}: {_expected(err)}")
     _check_semantics(config)
     return config
+
+
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    """Draft 2020-12 whose "number" is finite (nan and inf fail in the config check, not in a
+    job) and whose "integer" is an int (jsonschema takes 8.0; the slow loop does not)."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    checker = base.TYPE_CHECKER.redefine_many({
+        "number": lambda _, v: is_number(v) and math.isfinite(v),
+        "integer": lambda _, v: isinstance(v, int) and not isinstance(v, bool)})
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
+def _numbers_from_text(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    """Make a number of each text YAML 1.1 left one (`lr: 1e-5`, see `number_from_text`), in place,
+    at a key whose schema takes a number and no text (not at an integer-only key: YAML 1.2 reads 1e3
+    as a float too): the config's own keys and each experiment's `overrides` and `variants`, whose
+    sections are the config's."""
+
+    def walk(node: Any, sub: Mapping[str, Any] | None) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in list(items):
+            at = _schema_at(sub, (key,))
+            if isinstance(value, (dict, list)):
+                walk(value, at)
+            elif isinstance(value, str) and "number" in _types(at) and not _takes_text(at, value):
+                node[key] = number_from_text(value)
+
+    walk(config, schema)
+    experiments = config.get("experiments")
+    for exp in experiments.values() if isinstance(experiments, dict) else ():
+        if not isinstance(exp, dict):
+            continue
+        variants = exp.get("variants")
+        for block in [exp.get("overrides"), *(variants.values() if isinstance(variants, dict) else ())]:
+            if isinstance(block, dict):
+                walk(block, schema)
 
 
 def _schema_at(schema: Mapping[str, Any] | None, path: Sequence[Any]) -> Mapping[str, Any] | None:
@@ -134,13 +193,17 @@ def _schema_at(schema: Mapping[str, Any] | None, path: Sequence[Any]) -> Mapping
     return schema
 
 
+def _types(schema: Mapping[str, Any] | None) -> list[str]:
+    """The JSON types the schema at a key names (`type: number` or `type: [number, "null"]`)."""
+    kinds = schema.get("type") if isinstance(schema, Mapping) else None
+    return [kinds] if isinstance(kinds, str) else list(kinds or [])
+
+
 def _takes_text(schema: Mapping[str, Any] | None, value: str) -> bool:
     """Whether the schema at a key takes `value` as the string it is (a string key, an enum entry)."""
     if not isinstance(schema, Mapping):
         return False
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
-    return "string" in kinds or value in schema.get("enum", [])
+    return "string" in _types(schema) or value in schema.get("enum", [])
 
 
 def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema: Mapping[str, Any]) -> None:
@@ -151,7 +214,9 @@ def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema:
     makes every scalar a string ('8'), so the schema would reject every number and flag given this
     way. Such a string is parsed as YAML where the schema does not take it as text (a name, a
     prompt, an enum's 'auto' stay as written); only values that came from the command line are
-    touched, so a config file's `num_generations: "8"` is still an error."""
+    touched, so a config file's `num_generations: "8"` is still an error. A top-level `key=`
+    arrives as None (Snakemake's reading of an empty value): it is the empty string again where the
+    schema takes text and no null (`seed_context=''` is then named as the empty string it is)."""
 
     def parse(path: tuple[Any, ...], value: Any) -> Any:
         if isinstance(value, str):
@@ -170,6 +235,10 @@ def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema:
     def walk(node: dict[str, Any], cli: Mapping[str, Any], path: tuple[Any, ...]) -> None:
         for key, value in cli.items():
             if key not in node:
+                continue
+            at = _schema_at(schema, (*path, key))
+            if not path and value is None and node[key] is None and _takes_text(at, "") and "null" not in _types(at):
+                node[key] = ""  # `key=`: Snakemake's None for the empty text given
                 continue
             if isinstance(value, Mapping) and isinstance(node[key], dict):
                 walk(node[key], value, (*path, key))
@@ -198,6 +267,9 @@ def prompt_template_error(template: Any) -> str | None:
 
 def _check_semantics(config: dict[str, Any]) -> None:
     """Cross-field rules a JSON schema cannot state."""
+    if not config["seed_context"].strip():
+        raise ConfigError(f"config error: seed_context: must be a non-empty string, got {config['seed_context']!r}")
+    _check_model_name(config)
     slow, fast = config["slow"], config["fast"]
     k, g = fast["pool_size"], slow["num_generations"]
     if g % k:
@@ -205,6 +277,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
             f"config error: fast.pool_size: K={k} must divide slow.num_generations G={g} "
             f"(each problem's G rollouts are spread evenly over the K contexts)"
         )
+    _check_slow_batches(slow, k)
     if fast.get("reuse_in_slow"):
         _check_reuse_in_slow(config)
     if fast["proposer"] == "reflective":
@@ -250,6 +323,33 @@ def _check_semantics(config: dict[str, Any]) -> None:
     check_experiments(config)
 
 
+def _check_slow_batches(slow: Mapping[str, Any], k: int) -> None:
+    """What the slow loop checks of its batches (SlowConfig's micro_batch_size, SlowConfig.check_pool
+    with K = fast.pool_size; tests/test_config.py checks the two agree), before any job: importing
+    fastslow.slow here would make every script that validates a config reach the trainer's code."""
+    rows, micro = slow["problems_per_step"] * slow["num_generations"], slow.get("micro_batch_size")
+    if micro is not None and rows % micro:
+        divisors = [d for d in range(1, rows + 1) if rows % d == 0]
+        raise ConfigError(f"config error: slow.micro_batch_size: expected null or a divisor of P*G = {rows} "
+                          f"(slow.problems_per_step x slow.num_generations; one of {divisors}), got {micro!r}")
+    g = slow["num_generations"]
+    if slow["baseline"] == "prompt" and g // k < 2:
+        raise ConfigError(f"config error: slow.baseline: 'prompt' with G={g}, K={k} (fast.pool_size) gives "
+                          f"groups of one rollout (no advantage); use baseline 'problem' or "
+                          f"fast.pool_size <= {g // 2}")
+
+
+def _check_model_name(config: Mapping[str, Any]) -> None:
+    """model.name, or the name model.base gives: a directory name under results/models/."""
+    given = config["model"].get("name")
+    if given in (".", ".."):
+        raise ConfigError(f"config error: model.name: expected a directory name under results/models/, "
+                          f"not '.' or '..', got {given!r}")
+    if model_name(config) in ("", ".", ".."):
+        raise ConfigError(f"config error: model.base: names no directory under results/models/ "
+                          f"(set model.name), got {config['model']['base']!r}")
+
+
 def _check_hf_datasets(entries: Mapping[str, Any]) -> None:
     """data.hf_datasets: each entry names a dataset (`path`) or a known `preset`."""
     from fastslow.tasks.loaders import HF_PRESETS
@@ -292,20 +392,23 @@ def _check_task_options(options: Mapping[str, Any]) -> None:
         params = inspect.signature(task_class(name).__init__).parameters
         allowed = sorted(p for p, v in params.items() if p not in ("self", "name", "difficulty")
                          and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD))
-        for key, value in opts.items():
+        for key, value in list(opts.items()):
             if key not in allowed:
                 raise ConfigError(f"config error: data.options.{name}.{key}: unknown option; "
                                   f"expected one of {', '.join(allowed) or '(none)'}")
-            _check_option_type(f"data.options.{name}.{key}", value, params[key].default)
+            opts[key] = _check_option_type(f"data.options.{name}.{key}", value, params[key].default)
 
 
-def _check_option_type(key: str, value: Any, default: Any) -> None:
+def _check_option_type(key: str, value: Any, default: Any) -> Any:
     """A task option must have its default's kind (flag, integer, number, text, list); options
-    without a default, or defaulting to None, take anything their generator accepts."""
+    without a default, or defaulting to None, take anything their generator accepts. Returns the
+    value, a number if it is text YAML 1.1 left one at a number's option (`rel_tol: 1e-3`)."""
     import inspect
 
     if default is None or default is inspect.Parameter.empty:
-        return
+        return value
+    if isinstance(default, float):
+        value = number_from_text(value)
     number = is_number(value)
     if isinstance(default, bool):
         ok, kind = isinstance(value, bool), "true or false"
@@ -318,10 +421,12 @@ def _check_option_type(key: str, value: Any, default: Any) -> None:
     elif isinstance(default, (list, tuple)):
         ok, kind = isinstance(value, (list, tuple)), "a list"
     else:
-        return
+        return value
     if not ok:
-        hint = " (YAML reads 1e-3 as text: write 1.0e-3)" if kind == "a number" and isinstance(value, str) else ""
-        raise ConfigError(f"config error: {key}: expected {kind}, got {type(value).__name__} {value!r}{hint}")
+        raise ConfigError(f"config error: {key}: expected {kind}, got {type(value).__name__} {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config error: {key}: expected a finite number, got {value!r}")
+    return value
 
 
 def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -345,12 +450,17 @@ def deep_update(base: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def model_name(config: Mapping[str, Any]) -> str:
-    """The directory name of the base model under results/models/."""
+    """The directory name of the base model under results/models/: model.name, else the last
+    part of model.base; of a local path, the directory it names (`/tmp/mymodel/.` -> mymodel,
+    `.` -> the working directory's name; '..' resolved as text, symlinks are not followed)."""
     m = config["model"]
     if m.get("name"):
         return m["name"]
-    base = m["base"].rstrip("/")
-    return base.split("/")[-1].replace(" ", "_")
+    base = m["base"]
+    local = os.path.expanduser(base)
+    if base.startswith((".", "/", "~")) or os.path.isdir(local):
+        return Path(os.path.abspath(local)).name.replace(" ", "_")
+    return base.rstrip("/").split("/")[-1].replace(" ", "_")
 
 
 def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]]:
