@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -62,3 +63,88 @@ def test_figures_are_saved_whole_and_alone(tmp_path):
     files = sorted((tmp_path / "figs").iterdir())
     assert [p.name for p in files] == ["fig.pdf", "fig.png"]
     assert files[0].read_bytes()[:4] == b"%PDF" and files[1].read_bytes()[:4] == b"\x89PNG"
+
+
+def _write_private(path: Path, text: str = "w") -> None:
+    """Create `path` 0600, as safetensors' save_file leaves model.safetensors (its Rust temp file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def test_files_a_writer_creates_private_are_committed_with_a_plain_writes_mode(tmp_path, mask):
+    """Weights (model/model.safetensors, and final weights hard-linked to them) must be readable by
+    the group like every other output, whatever mode their writer created them with."""
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        _write_private(tmp / "model.safetensors")
+        (tmp / "trainer_state").mkdir(mode=0o700)
+        _write_private(tmp / "trainer_state" / "optimizer.pt")
+        script = tmp / "run.sh"
+        _write_private(script)
+        os.chmod(script, 0o700)
+        os.symlink("model.safetensors", tmp / "link")
+    with atomic_path(tmp_path / "weights.bin") as tmp:
+        _write_private(tmp)
+    model = tmp_path / "model"
+    assert _mode(model / "model.safetensors") == 0o666 & ~mask
+    assert _mode(model / "trainer_state") == 0o777 & ~mask
+    assert _mode(model / "trainer_state" / "optimizer.pt") == 0o666 & ~mask
+    assert _mode(model / "run.sh") == 0o777 & ~mask  # an executable stays executable
+    assert (model / "link").is_symlink()
+    assert _mode(tmp_path / "weights.bin") == 0o666 & ~mask
+
+
+def test_safetensors_weights_are_committed_readable(tmp_path, mask):
+    """The real writer: safetensors' save_file leaves its file 0600 (a renamed Rust temp file)."""
+    import torch
+    from safetensors.torch import save_file
+
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+    assert _mode(tmp_path / "model" / "model.safetensors") == 0o666 & ~mask
+
+
+def test_temporaries_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
+    """A job killed mid-write (SIGKILL, or job_run's signal handler, which ends the process without
+    unwinding) leaves `.name.XXXXXXXX`; the next write of the same path removes it, and only it."""
+    import tempfile
+
+    stale_dir = Path(tempfile.mkdtemp(prefix=".cycle1.", dir=tmp_path))
+    (stale_dir / "model").mkdir()
+    stale_file = Path(tempfile.mkdtemp(prefix=".x.json.", dir=tmp_path))
+    (stale_file / "x.json").write_text("half")
+    keep = [tmp_path / ".cycle10.abcd1234",  # another cycle's temporary
+            tmp_path / ".cycle1.work",  # the ranks' shared work dir of a distributed cycle
+            tmp_path / ".cycle1.abcd12345",  # not mkdtemp's 8 characters
+            tmp_path / ".cycle1.ABCD1234"]  # not its alphabet
+    for p in keep:
+        p.mkdir()
+    (tmp_path / ".cycle1.job.json").write_text("{}")  # a launched cycle's job spec
+    with atomic_path(tmp_path / "cycle1", is_dir=True) as tmp:
+        (tmp / "cycle.json").write_text("{}")
+    write_json({"v": 1}, tmp_path / "x.json")
+    assert not stale_dir.exists() and not stale_file.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["cycle1", "x.json", ".cycle1.job.json", *(p.name for p in keep)])
+
+
+def test_write_json_writes_standard_json_with_null_for_nan_and_inf(tmp_path):
+    """An evaluation without its KL pass has entropy NaN: Python wrote a bare NaN, which polars,
+    jq and JavaScript reject. Written as null (curves read null as NaN again)."""
+    import math
+
+    import polars as pl
+
+    from fastslow.curves import _number
+
+    path = write_json({"entropy": math.nan, "k": 4, "fits": [math.inf, 0.5, (-math.inf, 1.0)],
+                       "nested": {"kl_to_base": math.nan, "label": "nan"}}, tmp_path / "eval.json")
+
+    def no_constants(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    data = json.loads(path.read_text(), parse_constant=no_constants)
+    assert data == {"entropy": None, "k": 4, "fits": [None, 0.5, [None, 1.0]],
+                    "nested": {"kl_to_base": None, "label": "nan"}}
+    assert pl.read_json(path).height == 1
+    assert math.isnan(_number(data["entropy"])) and _number(0.25) == 0.25

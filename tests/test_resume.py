@@ -1,5 +1,7 @@
 """Kill a cycle job with SIGKILL at several points, rerun the workflow, and get the same run.
 
+(The tests marked `workflow` run Snakemake; the others exercise one piece of resumption alone.)
+
 The reference is one uninterrupted smoke run (tiny model, FST on math, 2 cycles of T=2). For each
 kill point, a fresh copy runs until cycle 1 reaches that point, the job is SIGKILLed, and the
 workflow is simply run again. The finished run must equal the reference: weights, pool and
@@ -32,8 +34,6 @@ experiments:
 TARGET = f"{RUN}/cycle1/cycle.json"  # the cycle itself: its evaluation is not under test
 # Timing columns differ between any two runs; everything else must be identical.
 TIMING = ("seconds", "tokens_per_s", "step_seconds")
-
-pytestmark = pytest.mark.workflow
 
 
 def _copy(dest: Path) -> Path:
@@ -121,6 +121,7 @@ def reference(prefix, tmp_path_factory):
     return _state(work)
 
 
+@pytest.mark.workflow
 @pytest.mark.parametrize("marker", [None, "step 1/2", "Writing model shards"],
                          ids=["during-startup-or-generation", "between-optimiser-steps", "while-writing"])
 def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, marker):
@@ -168,6 +169,7 @@ def _planned(work: Path, overlay: str) -> dict[str, str]:
     return {m: text for m in ("rule cycle:", "rule task_data:", "rule base_model:") if m in text}
 
 
+@pytest.mark.workflow
 def test_a_changed_training_setting_retrains_and_nothing_else_does(tmp_path, prefix):
     """The run's settings are the cycle job's params: a new slow.lr reruns cycle 0 (reason: its
     params changed); a setting cycle 0 does not depend on (evaluation.k, a new experiment) plans
@@ -178,3 +180,35 @@ def test_a_changed_training_setting_retrains_and_nothing_else_does(tmp_path, pre
     assert list(lr) == ["rule cycle:"] and "params" in lr["rule cycle:"].lower()
     assert _planned(work, "evaluation: {k: 3}\nexperiments: {extra: {tasks: [math], methods: [rl], cycles: 1}}") == {}
     assert set(_planned(work, "data: {sizes: {train: 12}}")) == {"rule cycle:", "rule task_data:"}
+
+
+def test_an_interrupted_jobs_scratch_dir_is_not_carried_into_the_rerun(tmp_path, monkeypatch):
+    """A cycle killed during its fast round leaves `cycleN.fast/` beside its directory (a finished
+    one renames it into `cycleN/fast`). The rerun starts its round afresh: it removes the stale
+    scratch dir rather than leaving it behind or filing it as its own `fast/` (here an rl cycle,
+    which has no fast round: the slow steps are stubbed)."""
+    import types
+
+    import fastslow.slow.loop
+    from fastslow.config import load_config, task_spec
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_splits
+
+    def slow_steps(model_dir, state_in, contexts, task, train_problems, cfg, out_dir, **kwargs):
+        Path(out_dir).mkdir(parents=True)
+        return types.SimpleNamespace(metrics=[])
+
+    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", slow_steps)
+    config = load_config(ROOT / "config/config.yaml", ROOT / "config/smoke.yaml")
+    registry, options = task_spec(config, "math")
+    train = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"],
+                         **options)["train"]
+    stale = tmp_path / "cycle0.fast"
+    (stale / "gepa").mkdir(parents=True)
+    (stale / "pool.json").write_text("{}")
+    spec = RunSpec(experiment="e", method="rl", name="math-default-s0", schedule=("math",), seed=0)
+    run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "cycle0")
+    assert (tmp_path / "cycle0" / "cycle.json").exists()
+    assert not stale.exists()
+    assert not (tmp_path / "cycle0" / "fast").exists()

@@ -1,4 +1,5 @@
-"""MLflow tracking: child runs with tags and config, FAILED on error, KILLED after SIGKILL/SIGTERM."""
+"""MLflow tracking: child runs with tags and config, FAILED on error, KILLED after
+SIGKILL/SIGTERM/SIGHUP, and FINISHED for good once the job's work is done."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import polars as pl
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fastslow.tracking import init_tracking, job_run
+from fastslow.tracking import STOP_SIGNALS, init_tracking, job_run
 
 
 @pytest.fixture()
@@ -23,6 +24,16 @@ def tracking(tmp_path, monkeypatch):
     results = tmp_path / "results"
     info = init_tracking("exp", ["foundation", "efficiency"], results / "mlflow/tracking.json", results)
     return results / "mlflow/tracking.json", info
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """A finished `job_run` leaves the stop signals ignored (it ends a job's script); in this
+    process, later tests and their subprocesses need them back."""
+    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
 
 
 def _runs(info, job=None):
@@ -89,11 +100,64 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _start_and_wait(path):
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(path)], stdout=subprocess.PIPE, text=True,
+def _start_and_wait(path, script=SCRIPT, line="started"):
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout.readline().strip() == "started"
+    assert proc.stdout.readline().strip() == line
     return proc
+
+
+# A job started from a terminal: the stop signals' default dispositions (whatever this process has).
+TERMINAL = textwrap.dedent("""
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+""")
+
+
+def test_sighup_marks_run_killed_unless_the_job_ignores_it(tracking):
+    """Closing the terminal (SIGHUP) stops a job like SIGTERM: its run KILLED, not left RUNNING,
+    the process ended by the signal. Under `nohup` (SIGHUP ignored from the start) the job goes on."""
+    path, info = tracking
+    proc = _start_and_wait(path, TERMINAL + SCRIPT)
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=30) == -signal.SIGHUP
+    (run,) = _runs(info, "long/x=1")
+    assert run.info.status == "KILLED"
+    nohup = TERMINAL + "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + SCRIPT
+    proc = _start_and_wait(path, nohup)
+    proc.send_signal(signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert [r.info.status for r in _runs(info, "long/x=1")] == ["KILLED", "KILLED"]
+
+
+# The job's work done, the process exits: after a torch job the interpreter's teardown takes 1-2 s.
+FINISHING = TERMINAL + textwrap.dedent("""
+    import sys, time
+    from fastslow.tracking import job_run
+    with job_run(rule="short", wildcards={"x": "1"}, config={}, tracking_json=sys.argv[1]):
+        pass
+    print("finished", flush=True)
+    time.sleep(3)
+""")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_after_the_run_finished_does_not_fail_the_job(tracking, signum):
+    """Ctrl-C as a job finishes: its outputs are written and its run FINISHED, so it must exit 0.
+    Killed by the signal instead, Snakemake would delete the outputs of a run MLflow says finished."""
+    path, info = tracking
+    proc = _start_and_wait(path, FINISHING, "finished")
+    (run,) = _runs(info, "short/x=1")
+    assert run.info.status == "FINISHED"
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == 0
+    (run,) = _runs(info, "short/x=1")
+    assert run.info.status == "FINISHED"
 
 
 def test_sigterm_marks_run_killed(tracking):
@@ -168,17 +232,19 @@ LAUNCHED = textwrap.dedent("""
 """)
 
 
-def test_sigterm_while_ranks_run_marks_run_killed_and_stops_them(tmp_path, tracking):
-    """A multi-GPU cycle's slow steps run under `launch.run`, which forwards SIGTERM to the ranks.
-    The job then stops as SIGTERM's own handler says: its MLflow run KILLED (it was FAILED, the
-    ranks' exit raised as CalledProcessError), the job itself ended by the signal, no rank left."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_while_ranks_run_marks_run_killed_and_stops_them(tmp_path, tracking, signum):
+    """A multi-GPU cycle's slow steps run under `launch.run`, which forwards SIGTERM (and SIGHUP,
+    the terminal closing) to the ranks. The job then stops as the signal's own handler says: its
+    MLflow run KILLED (it was FAILED, the ranks' exit raised as CalledProcessError), the job itself
+    ended by the signal, no rank left (SIGHUP killed the job and left the ranks running)."""
     path, info = tracking
     pid_file = tmp_path / "rank.pid"
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHED, str(path), str(pid_file)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout.readline().strip() == "started"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == -signal.SIGTERM, proc.stderr.read()[-2000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=60) == -signum, proc.stderr.read()[-2000:]
     (run,) = _runs(info, "multi_gpu")
     assert run.info.status == "KILLED"
     assert "fastslow.error" not in run.data.tags

@@ -42,10 +42,15 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "cycle": cycle, "step": (cycle + 1) * steps,
                     "mean_at_k": float(ev[f"mean@{k}"]), "best_at_k": float(ev[f"best@{k}"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
-                    "kl_to_base": float(ev.get("kl_to_base", float("nan"))), "entropy": float(ev.get("entropy", float("nan"))),
+                    "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
                     "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
                 })
     return rows
+
+
+def _number(value: Any) -> float:
+    """A summary's number; NaN for one it has not (absent, or null: JSON has no NaN)."""
+    return float("nan") if value is None else float(value)
 
 
 def _per_problem(summary: dict[str, Any], summary_file: str) -> dict[str, Any]:

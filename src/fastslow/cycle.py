@@ -103,6 +103,10 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     weights = weights_of(spec, prev_dir, init_model)
     fast_summary: dict[str, Any] = {}
     scratch = out_dir.with_name(out_dir.name + ".fast")
+    # A scratch dir found here is an interrupted job's (a finished one renames it into out_dir):
+    # no cache to resume from (a round restarts from scratch, `run_round`), and left in place it
+    # would be renamed into this cycle's out_dir/fast below even when this run has no fast round.
+    shutil.rmtree(scratch, ignore_errors=True)
     frozen = spec.fast and not spec.trains  # gepa: every round samples the same weights
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL step's, sampled by the fast round (reuse_in_slow)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,21 +26,78 @@ def umask() -> int:
     return mask
 
 
+#: The names `tempfile.mkdtemp(prefix=f".{name}.")` makes: the prefix, then 8 characters of
+#: tempfile's alphabet (`tempfile._RandomNameSequence.characters`). Neither `.cycle10.xxxxxxxx`
+#: nor `.cycle1.work`, `.cycle1.job.json` (other files beside a cycle) matches `.cycle1.`'s.
+_TEMP_SUFFIX = re.compile(r"[a-z0-9_]{8}")
+
+
+def _stale_temporaries(path: Path) -> list[Path]:
+    """The temporary siblings `atomic_path(path)` made in earlier processes and never removed."""
+    prefix = f".{path.name}."
+    with contextlib.suppress(FileNotFoundError):
+        return [Path(e.path) for e in os.scandir(path.parent)
+                if e.name.startswith(prefix) and _TEMP_SUFFIX.fullmatch(e.name[len(prefix):])
+                and e.is_dir(follow_symlinks=False)]
+    return []
+
+
+def _plain_modes(root: Path) -> None:
+    """Give `root` and everything under it the mode a plain `open()` / `mkdir` gives under the
+    umask: 0o666 & ~umask for files (0o777 & ~umask for those the owner may execute), 0o777 &
+    ~umask for directories. Symbolic links are left alone (their targets are not ours)."""
+    mask = umask()
+    file_mode, exec_mode = 0o666 & ~mask, 0o777 & ~mask
+
+    def fix(p: Path, mode: int) -> None:
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IXUSR:
+            mode = exec_mode
+        if stat.S_IMODE(st.st_mode) != mode:
+            with contextlib.suppress(PermissionError):  # a hard link to another user's file
+                os.chmod(p, mode)
+
+    if root.is_dir() and not root.is_symlink():
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames:
+                fix(Path(dirpath, name), exec_mode)
+            for name in filenames:
+                fix(Path(dirpath, name), file_mode)
+        fix(root, exec_mode)
+    elif root.exists():
+        fix(root, file_mode)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success rename it to `path` (replacing it).
 
-    With `is_dir` the yielded directory becomes `path` itself: it gets the mode a plain
-    `mkdir` would give (mkdtemp makes it 0700, which would hide a model or a run's outputs
-    from the other users of a shared cluster file system)."""
+    What gets renamed into place has the modes a plain `open()` / `mkdir` would give under the
+    umask (`_plain_modes`), whatever its writer created: mkdtemp makes the directory 0700, and
+    safetensors' `save_file` (0.8, under transformers' `save_pretrained`) writes the weights to a
+    temporary file of Rust's `tempfile` crate, created 0600, then renames it onto
+    `model.safetensors`, which so stays 0600. Either would hide a model or a run's outputs from
+    the other users of a shared cluster file system.
+
+    Temporaries an earlier process left for the same `path` (it was killed: SIGKILL, or a signal
+    whose handler ends the process without unwinding, as `fastslow.tracking.job_run`'s does) are
+    removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Safe because one path has one writer at a time: Snakemake never runs two jobs with the same
+    # output (and its lock keeps a second Snakemake out of the working directory), and the
+    # library's other writers (`python -m fastslow.tracking`, by hand) own their paths too.
+    for stale in _stale_temporaries(path):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     if is_dir:
         os.chmod(tmp, 0o777 & ~umask())
     target = tmp if is_dir else tmp / path.name
     try:
         yield target
+        _plain_modes(target)
         if is_dir:
             if path.exists():
                 shutil.rmtree(path)
@@ -61,7 +121,21 @@ def write_parquet(rows: Sequence[Mapping[str, Any]] | Any, path: str | Path,
     return Path(path)
 
 
+def _finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinite float as None: JSON has neither (Python writes a bare
+    `NaN`, which polars, jq and JavaScript reject)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def write_json(obj: Any, path: str | Path) -> Path:
+    """`obj` as standard JSON, atomically; a NaN or infinite number (no KL pass, no fit) is null."""
+    text = json.dumps(_finite(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(text + "\n", encoding="utf-8")
     return Path(path)

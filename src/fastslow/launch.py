@@ -39,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fastslow.tracking import STOP_SIGNALS
+
 STRATEGIES = {"fsdp2": "fsdp2.yaml", "zero3": "zero3.yaml", "ddp": "ddp.yaml"}
 DEFAULT_STRATEGY = "fsdp2"
 ENV_CONFIG_DIR = "FASTSLOW_ACCELERATE_CONFIG_DIR"
@@ -150,11 +152,12 @@ def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy:
 
 def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None) -> None:
-    """Run `command`, forwarding SIGTERM/SIGINT (SLURM's time limit, scancel) to its whole process
-    group so no rank outlives the job; raise CalledProcessError on a non-zero exit. `stdout` and
-    `stderr` are Popen's (e.g. the rule's log file; default: inherited). A forwarded signal is then
-    passed on to the handler this replaced (the MLflow run's, which ends it KILLED), not reported
-    as the ranks' non-zero exit."""
+    """Run `command`, forwarding SIGTERM/SIGINT/SIGHUP (SLURM's time limit, scancel, Ctrl-C, the
+    terminal closing) to its whole process group so no rank outlives the job; raise
+    CalledProcessError on a non-zero exit. `stdout` and `stderr` are Popen's (e.g. the rule's log
+    file; default: inherited). A forwarded signal is then passed on to the handler this replaced
+    (the MLflow run's, which ends it KILLED), not reported as the ranks' non-zero exit. A signal
+    the job ignores (SIGHUP under nohup) stays ignored."""
     if stdout is not None or stderr is not None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # our own lines before the ranks'
@@ -170,7 +173,7 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         except ProcessLookupError:
             pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, forward) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
     try:
         rc = proc.wait()
     finally:

@@ -9,8 +9,11 @@
   (`MLFLOW_TRACKING_URI`, `mlflow_experiment`) stops in one line (`check_store`) naming the command
   that remakes them for it (`python -m fastslow.tracking`, `retarget`).
 - `job_run` opens a child run tagged with rule, wildcards and git commit, logs the resolved config,
-  and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT). A SIGKILL cannot be
-  caught: the next run of the same job finds the stale RUNNING run, marks it KILLED and links to it.
+  and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT/SIGHUP: the run is closed,
+  then the process dies by the signal). A SIGKILL cannot be caught: the next run of the same job
+  finds the stale RUNNING run, marks it KILLED and links to it. Once the block has succeeded, those
+  signals are ignored for the rest of the process (the block ends every job's script): a Ctrl-C
+  during the exit cannot fail a job whose outputs are written and whose run is FINISHED.
 - Once the run is open, logging never fails the job (`_best_effort`): the outputs are the result.
 """
 
@@ -35,6 +38,8 @@ log = logging.getLogger(__name__)
 
 TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" across reruns
 TAG_PREVIOUS = "fastslow.previous_run"
+#: Signals that stop a job: scancel / SLURM's time limit, Ctrl-C, and the terminal closing (SIGHUP).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 
 
 def tracking_uri(results_dir: str | Path = "results") -> str:
@@ -325,7 +330,10 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    old_handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # A signal the job was started ignoring stays ignored: `nohup snakemake ...` (SIGHUP) must
+    # survive the terminal closing, as a background job of a script survives Ctrl-C (SIGINT).
+    old_handlers = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS
+                    if signal.getsignal(s) != signal.SIG_IGN}
     try:
         yield tracker
     except BaseException as exc:
@@ -335,6 +343,16 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
             _retry(client.set_terminated, run_id, status)
         raise
     else:
+        # The job's work succeeded (its outputs are written): from here on a stop signal must not
+        # turn it into a failure. Restoring the old handlers would let a Ctrl-C during the close
+        # below or the interpreter's teardown (1-2 s after a torch job; CPython resets Python-level
+        # handlers to SIG_DFL while it finalizes, so only SIG_IGN holds to the end) kill the
+        # process by the signal, and Snakemake would delete the outputs of a run MLflow records
+        # FINISHED. Every workflow script ends with its job's `with` block, so nothing is left to
+        # interrupt but the exit itself.
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        old_handlers = {}
         if tracker.failures:
             tracker.set_tags({"fastslow.logging_failures": "; ".join(tracker.failures)})
         try:  # the outputs are written: a store that does not answer must not fail the job
