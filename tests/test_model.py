@@ -125,6 +125,72 @@ def test_prepare_unknown_spec(tmp_path: Path) -> None:
         prepare_base_model("not a model", tmp_path / "x")
 
 
+def test_a_hub_id_that_fails_says_no_local_directory_has_that_path(tmp_path: Path,
+                                                                   monkeypatch: Any) -> None:
+    """'tmp/mymodel' (a local path missing its leading /) reads as a hub id: the offline error
+    says where a local directory of that name would have been."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError) as err:
+        prepare_base_model("tmp/mymodel", tmp_path / "out")
+    assert f"there is none at {tmp_path.resolve() / 'tmp/mymodel'}" in str(err.value)
+
+
+def _model_copy(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name not in drop:
+            (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def test_a_local_base_model_the_workflow_cannot_use_is_named_before_any_job(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A directory without a config, without a tokenizer, or without a chat template (many
+    base models ship none) fails config validation in one line naming what is missing; the
+    base_model job and the first evaluation used to fail on it with a traceback."""
+    from fastslow.config import ConfigError, load_config
+
+    assert convert.base_model_error(str(tiny_model_dir)) is None
+    (tmp_path / "notamodel").mkdir()
+    (tmp_path / "notamodel" / "README.md").write_text("weights elsewhere\n")
+    no_tok = _model_copy(tiny_model_dir, tmp_path / "notok",
+                         drop=("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"))
+    no_chat = _model_copy(tiny_model_dir, tmp_path / "nochat", drop=("chat_template.jinja",))
+    cases = {tmp_path / "notamodel": "is not a Hugging Face model directory (no config.json)",
+             no_tok: "holds no tokenizer (none of tokenizer.json",
+             no_chat: "has no chat template"}
+    default = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
+    for path, why in cases.items():
+        with pytest.raises(ConfigError) as err:
+            load_config(default, overrides={"model": {"base": str(path)}})
+        assert str(err.value).startswith(f"config error: model.base: {path} "), str(err.value)
+        assert why in str(err.value) and "\n" not in str(err.value)
+        with pytest.raises(FileNotFoundError, match=why.split(" (")[0]):
+            prepare_base_model(str(path), tmp_path / "out")
+    # a template kept in tokenizer_config.json (transformers before 4.5x) is one
+    config = json.loads((no_chat / "tokenizer_config.json").read_text())
+    config["chat_template"] = (tiny_model_dir / "chat_template.jinja").read_text()
+    (no_chat / "tokenizer_config.json").write_text(json.dumps(config))
+    assert convert.base_model_error(str(no_chat)) is None
+
+
+def test_model_fingerprint_follows_the_files_of_a_local_directory(tiny_model_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    """The base_model rule's `files` param: a local model saved again in place changes it
+    (so the prepared copy is rebuilt); built-in names and hub ids have none."""
+    import os
+
+    model = _model_copy(tiny_model_dir, tmp_path / "mymodel")
+    first = convert.model_fingerprint(str(model))
+    assert first and first == convert.model_fingerprint(str(model))
+    weights = model / "model.safetensors"
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert convert.model_fingerprint(str(model)) not in (None, first)
+    for name in ("tiny-random", "smollm2-135m-instruct", "Qwen/Qwen3-8B"):
+        assert convert.model_fingerprint(name) is None
+
+
 # --- HF generation on the tiny model -------------------------------------------------------
 
 def test_greedy_equals_bare_generate(gen: HFGenerator, tiny_model: Any, tokenizer: Any) -> None:
@@ -561,6 +627,29 @@ def test_generate_samples_from_the_processed_distribution(tiny_model: Any, token
     greedy = g.generate(MIXED[:3], SamplingParams(max_new_tokens=6, temperature=0.0))
     cut = g.generate(MIXED[:3], SamplingParams(max_new_tokens=6, temperature=1.0, top_p=1e-6, seed=1))
     assert [x.completion_ids for x in cut] == [x.completion_ids for x in greedy]
+
+
+def test_a_prompt_longer_than_the_models_positions_is_one_line(tokenizer: Any) -> None:
+    """A GPT-2-style model of 64 learned positions (n_positions) given a longer prompt: one
+    line naming the lengths and the config key; transformers raised `IndexError: index out of
+    range in self` from the position embedding."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=16,
+                                       n_layer=1, n_head=2, bos_token_id=tokenizer.bos_token_id,
+                                       eos_token_id=tokenizer.eos_token_id)).eval()
+    gen = HFGenerator(model, tokenizer, batch_size=2)
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    short = gen.encode_prompts([conv("x")])[0]
+    assert len(short) + 8 <= 64
+    assert len(gen.generate([conv("x")], params)) == 1  # fits: generates
+    long = conv("word " * 60)
+    n = len(gen.encode_prompts([long])[0])
+    with pytest.raises(ValueError) as err:
+        gen.generate([conv("x"), long], params)
+    assert str(err.value).startswith(f"a prompt of {n} tokens plus generation.max_new_tokens 8 "
+                                     "exceeds the model's 64 positions (config n_positions)")
 
 
 def test_split_completion_stops_at_eos() -> None:

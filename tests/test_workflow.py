@@ -110,6 +110,38 @@ def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
     assert "config error: slow.num_generations: expected an integer, got str '8'" in out.stderr, out.stderr[-2000:]
 
 
+@pytest.mark.workflow
+def test_a_local_base_model_saved_again_in_place_is_prepared_again(tiny_model_dir, tmp_path):
+    """model.base a local directory: weights saved again in place make the prepared copy out
+    of date (only the path was a param: `-n` said nothing to be done, and the later jobs kept
+    training on the linked new weights while earlier results used the old ones)."""
+    model = tmp_path / "mymodel"
+    shutil.copytree(tiny_model_dir, model)
+    args = [*SMOKE, "--config", f"model={{base: {model}}}", "--directory", str(tmp_path),
+            "--snakefile", str(ROOT / "Snakefile")]
+    target = "results/models/mymodel"
+    built = snakemake(target, "--cores", "1", *args, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert "Nothing to be done" in snakemake(target, "-n", *args, timeout=120).stdout
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # saved again: new modification time
+    again = snakemake(target, "-n", *args, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "rule base_model:" in again.stdout and "Params have changed" in again.stdout, again.stdout[-3000:]
+
+
+def readme_columns() -> dict[str, set[str]]:
+    """The README's "What the tables hold" rows: file -> the columns (or keys) it names."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("What the tables hold"):].split("\n\n")[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        names = re.findall(r"`([a-z_@]+)`", cells[2].split(" and the round")[0])
+        rows[cells[0].strip("`")] = set(names)
+    return rows
+
+
 def workflow_copy(work: Path) -> Path:
     """A copy of the workflow in `work`, so tests never touch the developer's results/."""
     work.mkdir(parents=True, exist_ok=True)
@@ -239,6 +271,16 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
     assert sorted(set(curves["step"])) == [0, 2]
     rollouts = pl.read_parquet(next((smoke_workdir / "results/runs/efficiency/fst").glob("*/cycle0/rollouts.parquet")))
     assert rollouts.height > 0 and set(rollouts["problem_id"]) <= set(source)
+    # the README's table of what each file holds names exactly the columns a run writes
+    run = next((smoke_workdir / "results/runs/efficiency/fst").glob("*-s0"))
+    documented = readme_columns()
+    for row, path in (("cycle<c>/rollouts.parquet", run / "cycle0/rollouts.parquet"),
+                      ("cycle<c>/metrics.parquet", run / "cycle0/metrics.parquet"),
+                      ("eval/<point>/<task>.samples.parquet", run / "eval/cycle0/parity.samples.parquet"),
+                      ("tables/curves/<experiment>.parquet", smoke_workdir / "results/tables/curves/efficiency.parquet")):
+        assert set(pl.read_parquet(path).columns) == documented[row] | {"run"}, row
+    entry = json.loads((run / "cycle0/pool.json").read_text())["entries"][0]
+    assert documented["cycle<c>/pool.json"] <= set(entry), set(entry)
     # the file's content, not its mtime, says when its splits are out of date
     own = smoke_workdir / "config/parity.jsonl"
     os.utime(own, (own.stat().st_atime + 3600, own.stat().st_mtime + 3600 * 24 * 365))

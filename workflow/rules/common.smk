@@ -9,6 +9,7 @@ from fastslow.config import ConfigError, job_params, model_name, own_task_params
 from fastslow.experiments import expand as expand_runs
 from fastslow.provenance import script_digest
 from fastslow.layout import FIGURE_EXPERIMENTS
+from fastslow.model.convert import model_fingerprint
 
 # Validate and fill defaults before any rule is defined: a bad key stops here, in one line.
 try:

@@ -13,6 +13,9 @@ rule base_model:
     params:
         code=library_code("base_model.py"),
         spec=config["model"]["base"],
+        # a local directory's files (names, sizes, times): weights saved again in place
+        # make the prepared copy out of date
+        files=model_fingerprint(config["model"]["base"]),
     resources:
         mem_mb=8000,
     script:

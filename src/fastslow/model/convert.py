@@ -217,7 +217,7 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
     """Common path for local directories and hub snapshots: check, mirror, record."""
     from transformers import AutoConfig
 
-    _check_model_dir(src)
+    _check_base_dir(src)
     AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
     with atomic_path(out_dir, is_dir=True) as tmp:
         _link_or_copy_tree(src, tmp)
@@ -243,7 +243,8 @@ def _snapshot(repo_id: str) -> Path:
         why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
         raise RuntimeError(
             f"cannot fetch base model {repo_id!r}: the Hugging Face hub is unreachable ({why}); "
-            "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory"
+            "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory "
+            f"(there is none at {Path(repo_id).expanduser().resolve()})"
         ) from err
 
 
@@ -278,11 +279,64 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
 
 def base_model_error(spec: str) -> str | None:
     """Why `prepare_base_model` cannot take `spec` (None: it can try). Config validation asks
-    this, so a misspelt model.base stops the workflow before any job runs."""
-    if spec in (SMOLLM2_SPEC, TINY_SPEC) or Path(spec).expanduser().is_dir() or _HUB_ID.match(spec):
+    this, so a misspelt model.base, or a local directory the workflow cannot use (no config,
+    no tokenizer, no chat template), stops the workflow before any job runs."""
+    local = Path(spec).expanduser()
+    if local.is_dir():
+        return model_dir_error(local)
+    if spec in (SMOLLM2_SPEC, TINY_SPEC) or _HUB_ID.match(spec):
         return None
     return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
             "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'")
+
+
+def _has_chat_template(src: Path) -> bool:
+    """Whether a model directory's tokenizer has a chat template, in any of the places
+    transformers keeps one (chat_template.jinja since 4.5x, tokenizer_config.json before)."""
+    if any((src / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    if (src / "additional_chat_templates").is_dir():
+        return True
+    try:
+        tok_config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(tok_config, dict) and bool(tok_config.get("chat_template"))
+
+
+def model_dir_error(src: Path) -> str | None:
+    """What a local model directory lacks for the workflow (None: nothing it can see): a
+    config, a tokenizer, and a chat template (every prompt is a chat: the context as the
+    system turn, the problem as the user's)."""
+    if not (src / "config.json").is_file():
+        return f"{src} is not a Hugging Face model directory (no config.json)"
+    if not any((src / name).is_file() for name in _TOKENIZER_FILES):
+        return f"{src} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})"
+    if not _has_chat_template(src):
+        return (f"{src} has no chat template (no chat_template.jinja, no chat_template in "
+                "tokenizer_config.json): every prompt is a chat, so use an instruct model or "
+                "save one with tokenizer.chat_template = ... and save_pretrained")
+    return None
+
+
+def model_fingerprint(spec: str) -> str | None:
+    """A digest of a local base model directory's files (name, size, modification time; not
+    their bytes: an 8B model is 16 GB), so the workflow sees the directory change (weights
+    saved again in place) and prepares the base model again. None for a built-in name or a
+    hub id, whose content the name pins."""
+    local = Path(spec).expanduser()
+    if spec in (SMOLLM2_SPEC, TINY_SPEC) or not local.is_dir():
+        return None
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(local.rglob("*")):
+        rel = path.relative_to(local)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue  # as _link_or_copy_tree: .git and download metadata are not the model
+        stat = path.stat()  # follows a symlink: the file the mirror will link or copy
+        digest.update(f"{rel.as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def _torch_dtype(dtype: str, allow_auto: bool = True) -> Any:
@@ -321,6 +375,13 @@ def _check_model_dir(src: Path) -> None:
         raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
 
 
+def _check_base_dir(src: Path) -> None:
+    """A base model's directory (local or a hub snapshot) has all `model_dir_error` asks for."""
+    problem = model_dir_error(src)
+    if problem:
+        raise FileNotFoundError(problem)
+
+
 def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of a prepared model directory (or hub id), left padding, pad token set."""
     from transformers import AutoTokenizer
@@ -357,5 +418,7 @@ __all__: list[str] = [
     "load_gguf_tokenizer",
     "load_model",
     "load_tokenizer",
+    "model_dir_error",
+    "model_fingerprint",
     "prepare_base_model",
 ]

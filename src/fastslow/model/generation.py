@@ -94,6 +94,35 @@ def longest_prompt(tokenizer: Any, conversations: Sequence[Conversation], chunk:
                 for ids in encode_prompts(tokenizer, conversations[lo:lo + chunk])), default=0)
 
 
+#: Config keys that bound a model's positions, by architecture (Llama/Qwen, GPT-2, others).
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_limit(model: Any) -> tuple[int, str] | None:
+    """The most positions `model` takes (prompt and completion together) and the key of its
+    config.json that says so (GPT-2's n_positions, which transformers also answers to as
+    max_position_embeddings); None when its config names none."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    for key in _CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, getattr(config, "attribute_map", {}).get(key, key)
+    return None
+
+
+def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:
+    """One line naming the lengths when the longest prompt and its completion do not fit the
+    model's positions (a GPT-2-style model fails with `IndexError: index out of range`)."""
+    limit = context_limit(model)
+    if limit is not None and prompt_tokens + max_new_tokens > limit[0]:
+        raise ValueError(
+            f"a prompt of {prompt_tokens} tokens plus generation.max_new_tokens {max_new_tokens} "
+            f"exceeds the model's {limit[0]} positions (config {limit[1]}): shorten the task's "
+            "prompts or the contexts, lower max_new_tokens, or use a model with a longer context")
+
+
 def derive_seed(seed: int, index: int) -> int:
     """A 63-bit seed for sub-stream `index` of `seed` (batches, requests)."""
     digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
@@ -801,6 +830,8 @@ class HFGenerator:
                  params: SamplingParams) -> list[Generation]:
         """One completion per conversation, in order."""
         prompts = self.encode_prompts(conversations)
+        if prompts:
+            check_context(self.model, max(len(p) for p in prompts), params.max_new_tokens)
         # Longest first: similar lengths share a batch (less padding), and the largest
         # memory peak comes first rather than after minutes of work. Equal prompts stay
         # adjacent, so their copies share a batch and its prefill (`_shared_prefill`).
