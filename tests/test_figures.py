@@ -753,3 +753,131 @@ def test_a_radar_axis_without_an_evaluation_is_a_gap_not_a_zero():
     assert vals[0] == 0.5 and np.isnan(vals[1]) and missing == ["physics"]
     assert figures.radar_values(last, "efficiency/fst/math-default-s0", "mean_at_k", ["math", "physics"]) == (
         [0.6, 0.0], [])
+
+
+# --- legibility: axes a reader can take at face value ----------------------------------------------
+
+
+def _zero_tables(fig):
+    """Every figure's tables with 0 reward everywhere (the CPU default), 4 evaluations a step
+    apart (steps 0..3: matplotlib's own ticks would be 0, 0.5, ... 3)."""
+    def rows(experiment, method, task, n=4, **kw):
+        return _rows(experiment, method, task, [0.0] * n, steps_per_cycle=1, **kw)
+
+    t = lambda r: pl.DataFrame(r).select(CURVE_COLUMNS)  # noqa: E731
+    eff = t(rows("efficiency", "rl", "hover") + rows("efficiency", "fst", "hover"))
+    radar = []
+    for init in ("base", "efficiency/fst/hover-default-s0"):
+        for task in ("hover", "math", "codeio"):
+            radar += [{**r, "run": f"{r['run']}@{init}", "best_at_k": 0.0}
+                      for r in rows("radar", "gepa", task, 2, init=init)]
+    pla = [{**r, "run": f"{r['run']}@{init}"} for init in ("base", "efficiency/rl/math-default-s0",
+                                                             "efficiency/fst/math-default-s0")
+           for r in rows("plasticity", "rl", "hover_hard", init=init)]
+    seq = ["hover", "hover", "codeio", "codeio"]
+    con = [r for m in ("rl", "fst") for task in ("hover", "codeio")
+           for r in rows("continual", m, "hover.codeio", 5, train_task=seq, eval_task=task)]
+    return {"fig2": {"efficiency": eff, "radar": t(radar)}, "fig3": {"efficiency": eff},
+            "fig4": {"efficiency": eff}, "fig11": {"efficiency": eff}, "fig5": {"plasticity": t(pla)},
+            "fig6": {"continual": t(con)},
+            "fig7": {"stargraph": t(rows("stargraph", "rl", "stargraph") + rows("stargraph", "fst", "stargraph"))},
+            "fig8": {"ceiling": t(rows("ceiling", "gepa", "hover") + rows("ceiling", "fst_distill", "hover")),
+                     "efficiency": eff},
+            "fig9": {"ablations": t(rows("ablations", "fst", "hover", variant="k1")), "efficiency": eff},
+            "fig10": {"reuse": t(rows("reuse", "fst", "hover", variant="no_reuse")
+                                 + rows("reuse", "fst", "hover", variant="reuse"))}}[fig]
+
+
+@pytest.mark.parametrize("fig", sorted(FIGURES, key=lambda f: int(f[3:])))
+def test_reward_axes_start_at_0_and_step_axes_count_whole_steps(tmp_path, saved, fig):
+    """No reward anywhere drew mean@k on -0.055..0.055 (rewards no run can have) and a radar
+    with its 0 half-way out; steps 0..3 were ticked 0.5, 1.5. A reward axis (and a radar's
+    radius) runs from 0 to at least 0.1, a step axis has whole-number ticks."""
+    FIGURES[fig](_zero_tables(fig), tmp_path / f"{fig}.pdf")
+    (figure,) = saved
+    rewards = steps = 0
+    for ax in figure.axes:
+        if "mean@" in ax.get_ylabel() or ax.name == "polar":
+            lo, hi = ax.get_ylim()
+            assert lo == 0 and hi >= figures.REWARD_MIN_TOP, (fig, ax.get_title(), lo, hi)
+            rewards += 1
+        if ax.get_xlabel() == "RL step":
+            lo, hi = ax.get_xlim()
+            ticks = [x for x in ax.get_xticks() if lo <= x <= hi]
+            assert len(ticks) >= 2 and all(float(x).is_integer() for x in ticks), (fig, ax.get_title(), ticks)
+            steps += 1
+        if "KL" in ax.get_xlabel():  # summed over the vocabulary, never negative
+            assert ax.get_xlim()[0] == 0
+    assert rewards >= 1 and (steps >= 1) == (fig not in ("fig4", "fig9", "fig11"))
+    _written(tmp_path / f"{fig}.pdf")
+
+
+def test_fig6_without_reward_keeps_both_panels_on_the_runs_steps(tmp_path, saved):
+    """With no reward in any stage the left panel had no points to scale by: its x axis stayed
+    0..1, its stage labels (at steps 2 and 4) went far outside it, and the tight bounding box
+    made a PNG tens of thousands of pixels wide (28,380 from the smoke build's tables)."""
+    FIGURES["fig6"](_zero_tables("fig6"), tmp_path / "fig6.pdf")
+    ax, ax2 = saved[0].axes
+    assert ax.get_xlim() == ax2.get_xlim() and ax.get_xlim()[0] == 0 and ax.get_xlim()[1] >= 4
+    import matplotlib.image
+
+    height, width = matplotlib.image.imread(tmp_path / "fig6.png").shape[:2]
+    assert width < 3000 and height < 1000
+
+
+def test_fig3_fits_no_sigmoid_through_a_curve_without_reward(tmp_path, saved):
+    """A flat 0 has no level: the fit found one (A about 0.0008, "identified") and drew
+    "A=0.00" across a 0..0.0008 axis. No fit now, NaN for A, and the panel says why."""
+    fits = FIGURES["fig3"](_zero_tables("fig3"), tmp_path / "fig3.pdf")
+    assert np.isnan(fits["hover"]["rl"]) and np.isnan(fits["hover"]["fst"])
+    (ax,) = saved[0].axes
+    assert [t.get_text() for t in ax.texts] == ["no reward (RL, FST): no fit"]
+    assert len(ax.lines) == 0  # neither a fitted curve nor an asymptote
+
+
+def _beside(ax):
+    """The axes' legend lies right of its data area (as drawn in the saved figure)."""
+    return ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_fig9_labels_every_bar_and_keeps_the_legend_off_the_bars(tmp_path, saved, efficiency):
+    """A bar of height 0 is no bar at all: each bar carries its value. The RL line's legend
+    sat on top of the bars; it is beside the axes now."""
+    abl = pl.DataFrame(_rows("ablations", "fst", "math", [0.0, 0.0, 0.0], variant="k1")).select(CURVE_COLUMNS)
+    fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")
+    (ax,) = saved[0].axes
+    assert [t.get_text() for t in ax.texts] == ["0.00", "0.50"]  # k1, default (efficiency's FST at step 20)
+    assert _beside(ax)
+
+
+def test_fig6_legend_of_every_task_sits_beside_the_curves(tmp_path, saved):
+    seq = ["hover", "hover", "codeio", "codeio"]
+    rows = [r for m in ("rl", "fst") for task in ("hover", "codeio")
+            for r in _rows("continual", m, "hover.codeio", [0.0, 0.3, 0.5, 0.6, 0.7], train_task=seq, eval_task=task)]
+    fig6({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig6.pdf")
+    ax2 = saved[0].axes[1]
+    assert _beside(ax2)
+    assert len({ln.get_marker() for ln in ax2.lines if not ln.get_label().startswith("_")}) == 2  # a marker per task
+
+
+def test_fig8_names_the_methods_without_a_run_on_its_task(tmp_path, saved):
+    """The smoke config has no efficiency run on hover: Fig 8's title promised FST and RL, its
+    panels had neither, and nothing said why."""
+    FIGURES["fig8"]({"ceiling": _zero_tables("fig8")["ceiling"]}, tmp_path / "fig8.pdf")
+    assert any(t.get_text().endswith("No run on hover: RL, FST.") for t in saved[0].texts)
+
+
+def test_fig10s_variants_are_fst_runs_in_fsts_colour(tmp_path, saved):
+    """Every reuse variant is an FST run: green as FST is in every other figure (they were teal
+    and orange), told apart by line style and hatch; the bars in the legend's order."""
+    rows = (_reuse_rows("reuse", [0.1, 0.25, 0.3, 0.4], [20.0, 22.0, 24.0])
+            + _reuse_rows("no_reuse", [0.1, 0.2, 0.3, 0.35], [30.0, 34.0, 32.0]))
+    figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    import matplotlib.colors
+
+    ax, ax2 = saved[0].axes
+    fst = matplotlib.colors.to_rgb(figures.COLORS["fst"])
+    assert [matplotlib.colors.to_rgb(ln.get_color()) for ln in ax.lines] == [fst, fst]
+    assert len({ln.get_linestyle() for ln in ax.lines}) == 2
+    assert all(matplotlib.colors.to_rgb(p.get_facecolor()) == fst for p in ax2.patches)
+    assert [t.get_text() for t in ax2.get_xticklabels()] == [ln.get_label() for ln in ax.lines]

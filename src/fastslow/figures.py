@@ -104,6 +104,31 @@ def _tasks(df: pl.DataFrame, col: str = "eval_task") -> list[str]:
     return sorted(df[col].unique().to_list())
 
 
+# The shortest reward axis: curves at 0 everywhere (the CPU default) sit at the bottom of 0..0.1,
+# not in the middle of matplotlib's -0.05..0.05, which draws rewards no run can have.
+REWARD_MIN_TOP = 0.1
+
+
+def _step_axis(ax: Any) -> None:
+    """An RL-step x axis: integer ticks only (a step is never 2.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _reward_axis(ax: Any) -> None:
+    """A reward y axis (mean@k, best@k: fractions of right samples, never below 0), called once
+    the axes are drawn: from 0 to the data's top, at least `REWARD_MIN_TOP`. Also a polar axes'
+    radius (the radars): their centre is 0. Markers at 0 lie on the axis and are drawn whole,
+    not cut in half by its edge."""
+    from matplotlib.collections import PathCollection
+
+    ax.set_ylim(0, max(ax.get_ylim()[1], REWARD_MIN_TOP))
+    marked = [ln for ln in ax.lines if ln.get_marker() not in (None, "None", "", " ")]
+    for artist in [*marked, *(c for c in ax.collections if isinstance(c, PathCollection))]:  # not error bars
+        artist.set_clip_on(False)
+
+
 def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float]:
     """Data efficiency: running max of val mean@k by step, FST vs RL, steps-to-RL's-peak ratio.
     With a `radar` experiment, a second row shows Mean@k / Best@k radars of Base→GEPA, RL→GEPA and
@@ -144,6 +169,8 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
             where = dict(x=0.02, y=0.95, ha="left") if onset is None else dict(x=0.98, y=0.5, ha="right")
             ax.text(s=txt, transform=ax.transAxes, va="top", fontsize=8, **where)
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
+        _step_axis(ax)
+        _reward_axis(ax)
         ax.legend(loc="lower right", fontsize=8)
     if rows == 2:
         _radars(fig, radar, ncols=ncols)
@@ -165,20 +192,30 @@ def radar_values(last: pl.DataFrame, init: str, metric: str, axes_tasks: list[st
 
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
+    from matplotlib.ticker import MaxNLocator
+
     last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
     axes_tasks = _tasks(last)
     angles = np.linspace(0, 2 * np.pi, len(axes_tasks), endpoint=False)
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
+        drawn: list[float] = []
         for init in sorted(last["init"].unique().to_list()):
             vals, missing = radar_values(last, init, metric, axes_tasks)
+            drawn += vals
             method = "base" if init == "base" else init.split("/")[1]
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
                     label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
         ax.set_xticks(angles, axes_tasks, fontsize=7)
+        if not np.nansum(drawn):  # every polygon is a point at the centre: say so
+            ax.text(0, 0, "0 on every axis", ha="center", va="center", fontsize=7, color="#555555")
+        _reward_axis(ax)  # the centre is 0: an all-zero radar is a point there, not a ring
+        ax.yaxis.set_major_locator(MaxNLocator(3))  # radius labels between the first two spokes,
+        ax.set_rlabel_position(180 / len(axes_tasks))  # few enough not to pile up on one another
+        ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
-        ax.legend(fontsize=6, loc="lower left", bbox_to_anchor=(0.9, -0.1))
+        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.9, -0.1))
 
 
 def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
@@ -189,12 +226,17 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fig, axes = _axes(plt, len(tasks))
     fits: dict[str, dict[str, float]] = {}
     for ax, task in zip(axes, tasks, strict=False):
+        no_fit: list[str] = []
         for method in ("rl", "fst"):
             c = seed_curve(df, eval_task=task, method=method)
             if not c.height:
                 continue
             x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
             ax.scatter(x, y, color=COLORS[method], s=12, label=f"{LABELS[method]} (val)")
+            if no_reward(y):  # a flat 0 has no level to fit (a fit put "A=0.00" on a 0..0.0008 axis)
+                no_fit.append(LABELS[method])
+                fits.setdefault(task, {})[method] = float("nan")
+                continue
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
             if np.isfinite(se).any():  # each evaluation's standard error over its problems
                 ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
@@ -207,15 +249,22 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.plot(xs, fit(xs), color=COLORS[method])
             xe = np.linspace(x.max(), 2 * x.max(), 50)
             ax.plot(xe, fit(xe), color=COLORS[method], ls=":")
+            # labels at the extrapolation's right end, clear of the points (at the last point they
+            # ran into the other method's curve)
             if not fit.identified:  # still rising (or no convergence): A is the fit's bound
-                ax.text(x.max() * 1.02, float(y.max()), "A not identified", color=COLORS[method], fontsize=8,
-                        va="bottom")
+                ax.text(xe[-1], float(fit(xe[-1:])[0]), "A not identified", color=COLORS[method], fontsize=8,
+                        ha="right", va="bottom")
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
-            ax.text(x.max() * 1.02, fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, va="bottom")
+            ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
             fits.setdefault(task, {})[method] = fit.a
+        if no_fit:
+            ax.text(0.02, 0.95, f"no reward ({', '.join(no_fit)}): no fit", transform=ax.transAxes, va="top",
+                    fontsize=8, color="#555555")
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+        _step_axis(ax)
+        _reward_axis(ax)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
     _footnote(fig, [df], "Solid: fit window; dotted: extrapolation; bars: ±1 standard error over val problems.")
@@ -238,7 +287,9 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
-        ax.set(title=task, xlabel="token KL(π_train ‖ π_base)", ylabel=f"val mean@{int(df['k'][0])}")
+        ax.set(title=task, xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
+        ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
+        _reward_axis(ax)
         ax.legend(fontsize=8)
     fig.suptitle(title)
     _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
@@ -277,6 +328,8 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
                     marker="o", ms=3, label=f"{LABELS.get(method, method)} init")
         ax.set(title=f"from {src} checkpoints → RL on {df['eval_task'][0]}", xlabel="RL step",
                ylabel=f"val mean@{int(df['k'][0])}")
+        _step_axis(ax)
+        _reward_axis(ax)
         ax.legend(fontsize=8)
     fig.suptitle("Fig 5 — plasticity probe")
     _footnote(fig, [df])
@@ -318,13 +371,18 @@ def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
                           .otherwise(None).alias("normalised")))
 
 
+STAGE_MARKERS = ("o", "s", "^", "D", "v")  # Fig 6's right panel: one per task, as well as its shade
+
+
 def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     """Continual learning: one run per method through the task sequence."""
     plt = _plt()
     df = tables["continual"]
     norm = normalised_continual(df)
     mean = continual_seed_mean(df)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    # one step axis: with no reward anywhere the left panel has no points to scale by, and its
+    # stage labels at steps > 1 of a 0..1 axis made a PNG tens of thousands of pixels wide
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4), sharex=True)
     starts = stage_starts(df)
     stages = list(starts)
     for method in sorted(norm["method"].unique().to_list()):
@@ -334,9 +392,11 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
         for task in stages:
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=COLORS[method], ls="-" if method == "fst" else "--",
+                     marker=STAGE_MARKERS[stages.index(task) % len(STAGE_MARKERS)], ms=3,
                      alpha=0.4 + 0.6 * (stages.index(task) + 1) / len(stages), label=f"{LABELS[method]}: {task}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
+        _step_axis(a)
         for task, step in starts.items():
             if step > 0:
                 a.axvline(step, color="#bbbbbb", lw=0.8)
@@ -349,8 +409,9 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     ax.set_title("normalised accuracy on the current task", pad=14)
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set_title("every task's accuracy (forgetting)", pad=14)
+    _reward_axis(ax2)
     ax.legend(fontsize=8)
-    ax2.legend(fontsize=6, ncol=2)
+    ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
     fig.suptitle(f"Fig 6 — continual learning: {' → '.join(stages)}")
     _footnote(fig, [df])
     _save(fig, out)
@@ -362,6 +423,7 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     plt = _plt()
     df = tables["stargraph"]
     fig, ax = plt.subplots(figsize=(5, 3.4))
+    stayed = []
     for method in ("rl", "fst"):
         c = seed_curve(df, method=method)
         if c.height:
@@ -370,9 +432,14 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
             first = escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), se)
             if not math.isnan(first):
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
+            else:
+                stayed.append(LABELS[method])
     ax.set(title="Fig 7 — star-graph search", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
-    ax.legend()
-    _footnote(fig, [df], "Dotted: first step whose mean@k is above 2 standard errors (leaving zero reward).")
+    _step_axis(ax)
+    _reward_axis(ax)
+    ax.legend(loc="upper left")
+    never = f"; none for {', '.join(stayed)}" if stayed else ""  # short: a wider note widens the PNG
+    _footnote(fig, [df], f"Dotted: first step whose mean@k is above 2 standard errors (leaving zero reward){never}.")
     _save(fig, out)
 
 
@@ -387,18 +454,24 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
         frames.append(eff.filter(pl.col("eval_task") == task))
     df = pl.concat(frames, how="diagonal_relaxed")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    absent = []
     for method in ("rl", "fst", "fst_distill", "gepa"):
         c = seed_curve(df, method=method, eval_task=task)
         if not c.height:
+            absent.append(LABELS[method])
             continue
         ls = "--" if method == "gepa" else "-"
         ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
         ax2.plot(c["step"], c["entropy"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
     ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
+    for a in (ax, ax2):
+        _step_axis(a)
+    _reward_axis(ax)
     ax.legend(fontsize=8)
     fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
-    _footnote(fig, frames)
+    # the title names four methods: one without a run on the task is said missing, not just absent
+    _footnote(fig, frames, f"No run on {task}: {', '.join(absent)}." if absent else "")
     _save(fig, out)
 
 
@@ -436,16 +509,20 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
         values.setdefault("default", value_at_step(seed_curve(eff, eval_task=task, method="fst"), step))
     fig, ax = plt.subplots(figsize=(1.1 * len(values) + 2.5, 3.4))
     names = list(values)
-    ax.bar(names, [values[n] for n in names], color=["#8fbc8f" if n == "default" else "#b0b0b0" for n in names])
+    bars = ax.bar(names, [values[n] for n in names],
+                  color=["#8fbc8f" if n == "default" else "#b0b0b0" for n in names])
+    ax.bar_label(bars, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
+    ax.margins(y=0.12)  # room above the tallest bar for its label
     if eff is not None:
         rl = value_at_step(seed_curve(eff, eval_task=task, method="rl"), step)
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
             values["rl"] = rl
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
     ax.set(title=f"Fig 9 — {task} ablations (val mean@{int(abl['k'][0])} at step {step})",
            ylabel=f"val mean@{int(abl['k'][0])}")
-    ax.tick_params(axis="x", rotation=30)
+    _reward_axis(ax)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")  # each label ends at its bar
     _footnote(fig, frames, "Green bar: the headline configuration (default variant); grey: its ablations.")
     _save(fig, out)
     return values
@@ -467,12 +544,18 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     df = tables["reuse"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
+    # every variant is an FST run: FST's green throughout, told apart by line style and hatch
+    styles, hatches = ("-", "--", ":", "-."), ("", "//", "..", "xx")
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
-        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=plt.cm.Dark2(i))
+        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=COLORS["fst"], ls=styles[i % 4])
     per_step = seconds_per_step(df)
-    ax2.bar(list(per_step), list(per_step.values()), color=[plt.cm.Dark2(variants.index(v)) for v in per_step])
+    order = [v for v in variants if v in per_step]  # the bars in the legend's order
+    ax2.bar(order, [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75, edgecolor="white",
+            hatch=[hatches[variants.index(v) % 4] for v in order])
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    _step_axis(ax)
+    _reward_axis(ax)
     ax2.set(title="wall time per RL step (cycle incl. fast round)", ylabel="seconds / step")
     ax.legend(fontsize=8)
     fig.suptitle(f"Fig 10 — rollout reuse on {df['eval_task'][0]}")
