@@ -31,7 +31,8 @@ repetition, and its ratio to RL-only's over the same seeds (and per seed); the m
 The report (and plot) is rewritten after every finished run, so a failing run keeps the earlier
 ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
 `--set` values are checked before any run starts, as the workflow checks a config (`validate_config`:
-the schema and the cross-field rules, e.g. slow.micro_batch_size must divide P*G), for each method.
+the schema and the cross-field rules, e.g. slow.micro_batch_size must divide P*G), for each method;
+the model (the embedded default) and the data (the task's split files) are not --set's to change.
 Each run also reports its steps' mean completion length: an RL step costs in proportion to its
 tokens, and 8 rollouts a step vary by +-15% in length between seeds.
 
@@ -56,6 +57,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "config.yaml"  # what the children load (then the method's overrides and --sets)
 DATA = ROOT / "results" / "data"
 METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
+#: What a --set cannot change here: the model is the embedded default and the data the task's
+#: split files (a --set of them was recorded in the report and ignored).
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+UNREAD_SECTIONS = ("data", "experiments")
+UNREAD_KEYS = ("model.base", "model.name")
 
 
 def parse_value(text: str) -> Any:
@@ -83,6 +89,10 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         parts = key.split(".")
         if not sep or not all(parts):
             raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. slow.micro_batch_size=1")
+        if parts[0] in UNREAD_SECTIONS or ".".join(parts[:2]) in UNREAD_KEYS:
+            raise ValueError(f"--set {item!r}: the benchmark runs the embedded default "
+                             f"({SMOLLM2_NAME}) on results/data/<task>/train.parquet and does not "
+                             f"read {'.'.join(parts)}")
         try:
             parsed = parse_value(value)
         except ValueError as err:

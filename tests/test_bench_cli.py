@@ -73,6 +73,11 @@ def error_line(proc: subprocess.CompletedProcess[str], name: str) -> str:
     (["--set", "slow.micro_batch_size=3"],
      "--set 'slow.micro_batch_size=3': config error: slow.micro_batch_size: expected null or a divisor of P*G = 8"),
     (["--set", "slow.lr=.inf"], "--set 'slow.lr=.inf': config error: slow.lr: expected a finite number, got inf"),
+    # what the benchmark does not read (it was recorded in the report and ignored)
+    (["--set", "model.base=tiny-random"], "--set 'model.base=tiny-random': the benchmark runs the embedded "
+                                          "default (SmolLM2-135M-Instruct) on results/data/<task>/train.parquet "
+                                          "and does not read model.base"),
+    (["--set", "data.sizes.train=8"], "does not read data.sizes.train"),
     (["--set", "slow.lr=1e-5", "--task", "nope"], "--task 'nope': unknown task"),  # 1e-5 passed the check
 ])
 def test_bench_fst_step_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:

@@ -82,11 +82,11 @@ def test_reflective_round_with_llama_cpp_server(llama_server: str, tmp_path: Pat
     lines: list[str] = []
     new, summary = run_round(pool, gen, task, task.problems("train", 4, 0), task.problems("val", 2, 1),
                              cfg, 0, tmp_path, log=lines.append)
-    calls = summary["reflection_accepted"] + len(summary["reflection_failures"])
+    calls = summary["reflection_proposed"] + len(summary["reflection_failures"])
     assert calls >= 1, "\n".join(lines[-20:])
     assert gen.prompts == summary["generations"] and summary["metric_calls"] <= 12
     assert summary["num_candidates"] >= 1 and len(new.entries) == 1
     assert Pool.from_json(tmp_path / "pool.json").texts == new.texts
     # Whatever SmolLM2 wrote either became a candidate or was rejected with a reason.
-    if summary["reflection_accepted"] == 0:
+    if summary["reflection_proposed"] == 0:
         assert sorted(new.texts) == sorted(pool.texts)

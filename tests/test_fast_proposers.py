@@ -286,7 +286,7 @@ def test_round_survives_a_failing_reflection_model(fake_server: Any, tmp_path: P
     new, summary = run_round(pool, gen, task, task.problems("train", 9, 0), task.problems("val", 6, 1),
                              cfg, 0, tmp_path, log=lambda s: None)
     assert sorted(new.texts) == sorted(pool.texts)
-    assert summary["num_candidates"] == 2 and summary["reflection_accepted"] == 0
+    assert summary["num_candidates"] == 2 and summary["reflection_proposed"] == 0
     assert len(summary["reflection_failures"]) >= 3 and gen.prompts <= 60
     assert (tmp_path / "pool.json").exists()
 

@@ -552,7 +552,7 @@ class ReflectiveProposer:
         self.reflector = StatelessReflectionLM(lm, prompt_template, None)
         self.max_chars = max_chars
         self.failures: list[str] = []
-        self.accepted = 0
+        self.proposed = 0  # proposals that passed `junk_reason`, handed to GEPA to evaluate
         self.calls = 0
         self.failed_calls = 0
 
@@ -576,7 +576,7 @@ class ReflectiveProposer:
                 self.log(f"reflective: rejected proposal for {name} ({reason}); raw output: {raw[:120]!r}")
                 continue
             out[name] = text.strip()
-            self.accepted += 1
+            self.proposed += 1
         if proposal.new_texts and not out:  # the model answered, with nothing usable
             self.failed_calls += 1
         return out

@@ -415,7 +415,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     }
     if isinstance(proposer_fn, ReflectiveProposer):
         summary["reflection_failures"] = list(proposer_fn.failures)
-        summary["reflection_accepted"] = proposer_fn.accepted
+        summary["reflection_proposed"] = proposer_fn.proposed  # not accepted: GEPA judges them
         summary["reflection_calls"] = proposer_fn.calls
         summary["reflection_failed_calls"] = proposer_fn.failed_calls
         if proposer_fn.calls and proposer_fn.failed_calls == proposer_fn.calls:
