@@ -239,3 +239,150 @@ def test_every_task_of_the_cpu_default_builds_its_splits_at_the_default_sizes(tm
     programs = {split: {json.loads(m)["program_id"] for m in
                         pl.read_parquet(tmp_path / "codeio" / f"{split}.parquet")["metadata"]} for split in sizes}
     assert not programs["train"] & (programs["val"] | programs["test"])
+
+
+# --- a user's own task: scorer bugs, small problem spaces, the codeio worker's command line ----
+def _reverse_task_class(words: tuple[str, ...], key: str = "word", exact: bool = True) -> type:
+    """A user's GeneratedTask "reverse a word" over `words`; its judge reads metadata[`key`]
+    ("wrd": a typo, a KeyError) and, unless `exact`, wrongly compares to upper case."""
+    import random as _random
+
+    from fastslow.tasks.base import ANSWER_FORMAT, Judgement, extract_answer
+    from fastslow.tasks.generated import Candidate, GeneratedTask
+
+    class ReverseTask(GeneratedTask):
+        family = "reverse"
+
+        def candidate(self, rng: _random.Random, index: int, split: str, seed: int,
+                      attempt: int) -> Candidate | None:
+            word = rng.choice(words)
+            return Candidate(prompt=f"Reverse the word {word!r}. {ANSWER_FORMAT}", answer=word[::-1],
+                             metadata={"word": word})
+
+        def judge(self, problem: Problem, completion: str) -> Judgement:
+            expected = problem.metadata[key][::-1]  # key="wrd": the user's typo, a KeyError
+            got = extract_answer(completion)
+            ok = got == expected if exact else got == expected.upper()
+            return Judgement(float(ok), expected, got)
+
+    return ReverseTask
+
+
+_WORDS = tuple(f"w{i:03d}{c}" for i in range(300) for c in "ab")
+
+
+def _register(monkeypatch: pytest.MonkeyPatch, cls: type) -> None:
+    """Register `cls` as task "reverse", as a user does in fastslow.tasks._FAMILIES."""
+    import sys
+
+    import fastslow.tasks as tasks
+
+    module = sys.modules[__name__]
+    monkeypatch.setattr(module, "ReverseTask", cls, raising=False)
+    monkeypatch.setitem(tasks._FAMILIES, "reverse", (__name__, "ReverseTask", ("default",)))
+    monkeypatch.setitem(tasks._VARIANTS, "reverse", ("reverse", "default"))
+
+
+def test_a_scorer_bug_is_logged_once_per_task_and_exception_type(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """judge reading problem.metadata["wrd"] still scores 0 and never raises, but the first
+    failure of each (task, exception type) is a WARNING naming the exception and the problem."""
+    import logging
+
+    import fastslow.tasks.base as base
+
+    monkeypatch.setattr(base, "_LOGGED_FAILURES", set())
+    task = _reverse_task_class(_WORDS, key="wrd")(name="reverse")
+    problems = task.problems("train", 3, seed=0)
+    with caplog.at_level(logging.WARNING, logger="fastslow.tasks"):
+        for p in problems:
+            assert task.reward(p, f"<answer>{p.answer}</answer>") == 0.0
+            assert "Detailed feedback failed: KeyError" in task.feedback(p, f"<answer>{p.answer}</answer>")
+        logged = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks"]
+        assert len(logged) == 1, logged
+        assert "reverse" in logged[0] and "KeyError" in logged[0] and "'wrd'" in logged[0]
+        assert problems[0].id in logged[0] and "reward" in logged[0]
+        task.reward(Problem("odd", "reverse", "…", "x", metadata={"wrd": None}), "<answer>x</answer>")  # TypeError
+        task.feedback(Problem("odd", "reverse", "…", "x", metadata={"wrd": None}), "x")
+        logged = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks"]
+        assert len(logged) == 2 and "TypeError" in logged[1] and "'odd'" in logged[1], logged
+
+
+def test_task_data_stops_on_a_scorer_that_raises_on_its_own_gold_answer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """write_splits (the task_data job) scores each problem's own answer in <answer> tags: a
+    KeyError there is a one-line TaskDataError naming task, problem and exception, and nothing
+    is written."""
+    from fastslow.tasks.base import TaskDataError
+    from fastslow.tasks.data import write_splits
+
+    _register(monkeypatch, _reverse_task_class(_WORDS, key="wrd"))
+    with pytest.raises(TaskDataError) as info:
+        write_splits("reverse", tmp_path, {"train": 8, "val": 2, "test": 2}, seed=0)
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(r"reverse: .*problem reverse-train-00000-\w+.*KeyError: 'wrd'", message), message
+    assert not list(tmp_path.iterdir())
+
+
+def test_task_data_warns_when_gold_answers_score_below_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A scorer that does not raise but rejects its own answers (here: compares to upper case)
+    is one WARNING with the count and the first example; the splits are still written."""
+    import logging
+
+    from fastslow.tasks.data import write_splits
+
+    _register(monkeypatch, _reverse_task_class(_WORDS, exact=False))
+    with caplog.at_level(logging.WARNING, logger="fastslow.tasks.data"):
+        paths = write_splits("reverse", tmp_path, {"train": 8, "val": 2, "test": 2}, seed=0)
+    assert set(paths) == {"train", "val", "test"} and all(p.exists() for p in paths.values())
+    logged = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.data"]
+    assert len(logged) == 1, logged
+    assert re.search(r"reverse: 12 of 12 problems score below 1 .*first: reverse-train-00000-\w+ "
+                     r"\(reward 0\.00\): Incorrect", logged[0]), logged[0]
+
+
+def test_every_shipped_task_scores_its_own_gold_answers_1() -> None:
+    """The measurement behind the gold check: no shipped task (nor the file loader's scorers on
+    config/parity.jsonl) leaves a gold answer below 1, so the check never warns on them."""
+    from fastslow.tasks import TASK_NAMES
+    from fastslow.tasks.data import check_gold_answers
+
+    sizes = {"train": 64, "val": 8, "test": 8}
+    for name in TASK_NAMES:
+        task = get_task(name)
+        many = getattr(task, "problems_for_splits", None)
+        splits = many(sizes, 1234) if many else {s: task.problems(s, n, 1234) for s, n in sizes.items()}
+        assert check_gold_answers(task, splits) == 0, name
+    root = Path(__file__).resolve().parents[1]
+    task = load_task_file(root / "config" / "parity.jsonl", scorer="label", labels=["EVEN", "ODD"])
+    assert check_gold_answers(task, task.rows()) == 0
+
+
+def test_a_too_small_problem_space_is_a_task_data_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Too few distinct problems for a split: TaskDataError (the task_data job's one line), not a
+    bare ValueError with a traceback; also through codeio's child process."""
+    from fastslow.tasks.base import TaskDataError
+    from fastslow.tasks.data import write_splits
+
+    _register(monkeypatch, _reverse_task_class(_WORDS[:40]))
+    with pytest.raises(TaskDataError, match=r"reverse: only \d+ distinct val problems after \d+ tries "
+                                            r"\(asked for 8\)"):
+        write_splits("reverse", tmp_path, {"train": 8, "val": 8, "test": 2}, seed=0)
+    with pytest.raises(TaskDataError, match=r"codeio: only 0 distinct val problems"):
+        get_task("codeio", max_prompt_chars=1).problems("val", 1, seed=0)
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["only-one.json"], ["a.json", "b.json", "c.json"]])
+def test_the_codeio_worker_prints_usage_on_wrong_arguments(args: list[str], tmp_path: Path) -> None:
+    """`python -m fastslow.tasks.codeio --help` was an IndexError traceback: one usage line, exit 2."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "fastslow.tasks.codeio", *args], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("usage: python -m fastslow.tasks.codeio "), proc.stderr
+    assert not list(tmp_path.iterdir())

@@ -7,6 +7,7 @@ reads. Neither function may raise on any completion: a model can emit anything.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +17,10 @@ ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags."
 #: Completions longer than this are truncated before parsing (rewards stay cheap on 1 MB junk).
 MAX_PARSE_CHARS = 20_000
+
+log = logging.getLogger("fastslow.tasks")
+#: (task name, exception type) pairs whose scorer failure has been logged in this process.
+_LOGGED_FAILURES: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -216,7 +221,8 @@ class TaskBase:
         """Scalar reward in [0, 1]. Never raises."""
         try:
             value = float(self.judge(problem, coerce_text(completion)).reward)
-        except Exception:
+        except Exception as exc:
+            self._log_failure("reward", problem, exc)
             return 0.0
         return min(1.0, max(0.0, value)) if value == value else 0.0
 
@@ -226,11 +232,29 @@ class TaskBase:
             text = coerce_text(completion)
             return render_feedback(self.judge(problem, text), format_problems(text))
         except Exception as exc:  # the fallback still names the expected answer
+            self._log_failure("feedback", problem, exc)
             try:
                 expected = shorten(str(problem.answer), 500)
             except Exception:
                 expected = "(unavailable)"
             return f"Expected answer: {expected}\n(Detailed feedback failed: {type(exc).__name__}.)"
+
+    def _log_failure(self, where: str, problem: Any, exc: BaseException) -> None:
+        """A WARNING the first time this task's scorer raises `exc`'s type (in this process): a
+        bug in `judge` otherwise only shows as reward 0 on every completion."""
+        try:
+            key = (str(getattr(self, "name", type(self).__name__)), type(exc).__name__)
+            if key in _LOGGED_FAILURES:
+                return
+            _LOGGED_FAILURES.add(key)
+            pid = getattr(problem, "id", None)
+            message = " ".join(str(exc).split())[:300]
+            log.warning("task %s: its scorer raised %s%s in %s on problem %r; that completion scores 0 "
+                        "(a bug in the task's judge, not the model's answer; later %s of this task "
+                        "are not logged)", key[0], key[1], f" ({message})" if message else "", where,
+                        pid, key[1])
+        except Exception:  # logging must not break the never-raises promise
+            pass
 
 
 def render_feedback(judgement: Judgement, format_notes: list[str]) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fastslow.tasks.base import SPLITS, Judgement, Problem, extract_answer
+from fastslow.tasks.base import SPLITS, Judgement, Problem, TaskDataError, extract_answer
 from fastslow.tasks.generated import Candidate, split_of, stable_int
 from fastslow.tasks.rgym import ReasoningGymTask, Source, jsonable, quiet, rg_score
 from fastslow.tasks.scoring import json_diff, json_equal, parse_json_value
@@ -92,6 +92,8 @@ class CodeIOTask(ReasoningGymTask):
                                   env=env, capture_output=True, text=True, timeout=1800, cwd=tmp)
             if proc.returncode != 0 or not out.exists():
                 tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+                if proc.returncode == _DATA_ERROR_EXIT and tail[0].startswith("TaskDataError: "):
+                    raise TaskDataError(tail[0].removeprefix("TaskDataError: "))
                 raise RuntimeError(f"codeio generation worker failed (exit {proc.returncode}): {tail[0]}")
             rows = json.loads(out.read_text(encoding="utf-8"))
         return {s: [Problem.from_row(r) for r in rows[s]] for s in sizes}
@@ -209,5 +211,25 @@ def _worker(request_path: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps(rows), encoding="utf-8")
 
 
+#: How the worker is called; `CodeIOTask.problems_for_splits` is its only caller.
+USAGE = ("usage: python -m fastslow.tasks.codeio REQUEST.json OUT.json  (internal: the codeio "
+         "generation worker CodeIOTask starts; not a command for users)")
+#: The worker's exit status for a TaskDataError (re-raised as one by the parent).
+_DATA_ERROR_EXIT = 3
+
+
+def main(argv: list[str]) -> int:
+    """The worker's command line: exactly a request file and an output path, else usage (exit 2)."""
+    if len(argv) != 2 or any(a.startswith("-") for a in argv) or not Path(argv[0]).is_file():
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        _worker(argv[0], argv[1])
+    except TaskDataError as exc:  # the parent turns this line back into a TaskDataError
+        print(f"TaskDataError: {exc}", file=sys.stderr)
+        return _DATA_ERROR_EXIT
+    return 0
+
+
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2])
+    sys.exit(main(sys.argv[1:]))

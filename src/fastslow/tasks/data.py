@@ -7,16 +7,18 @@ fixed, and nothing time- or host-dependent is written.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastslow.tasks.base import SPLITS, Problem, TaskDataError
+from fastslow.tasks.base import SPLITS, Problem, TaskBase, TaskDataError, coerce_text
 from fastslow.tasks.generated import content_digest
 
 COLUMNS = ("id", "task", "prompt", "answer", "metadata")
+log = logging.getLogger(__name__)
 
 
 def _schema() -> Any:
@@ -50,7 +52,8 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                  **task_options: Any) -> dict[str, Path]:
     """Generate `sizes[split]` problems per split of `task_name` and write `<out_dir>/<split>.parquet`.
 
-    Splits are checked to share no id and no (prompt, answer) before anything is written.
+    Splits are checked to share no id and no (prompt, answer) before anything is written, and
+    each problem's own answer is scored (`check_gold_answers`).
     """
     from fastslow.tasks import get_task
 
@@ -78,8 +81,53 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                 raise TaskDataError(f"{name}: problems {first} ({where}) and {p.id} ({split}) have the same "
                                     f"prompt and answer: drop one (a duplicate would be trained and evaluated on twice)")
             seen_ids[p.id], seen_content[digest] = split, (p.id, split)
+    check_gold_answers(task, result, name)
     out = Path(out_dir)
     return {split: write_problems(result[split], out / f"{split}.parquet") for split in sizes}
+
+
+def gold_completion(problem: Problem) -> str:
+    """The completion a perfect model writes for `problem`: its own answer in the requested tags."""
+    return f"<answer>{problem.answer}</answer>"
+
+
+def check_gold_answers(task: Any, splits: Mapping[str, Sequence[Problem]], name: str | None = None) -> int:
+    """Score every problem's own answer, written as the task asks (`gold_completion`).
+
+    A scorer that raises on a gold answer is a bug in the task (rewards never raise, so it would
+    only show as reward 0 on every completion): TaskDataError naming the task, problem and
+    exception. Gold answers scoring below 1 without raising are logged as one WARNING (count and
+    first example); every shipped task scores 1.0 on all of its own. Returns that count.
+    """
+    name = name or getattr(task, "name", "task")
+    judge = task.judge if isinstance(task, TaskBase) else None
+    below: list[tuple[Problem, float]] = []
+    total = 0
+    for split in SPLITS:
+        for p in splits.get(split, ()):
+            total += 1
+            completion = gold_completion(p)
+            if judge is None:  # a bare `Task`: its reward never raises, so only the value is checked
+                value = float(task.reward(p, completion))
+            else:
+                try:
+                    value = float(judge(p, coerce_text(completion)).reward)
+                except Exception as exc:
+                    detail = " ".join(str(exc).split())[:200]
+                    raise TaskDataError(
+                        f"{name}: scoring problem {p.id}'s own answer {p.answer[:60]!r} raised "
+                        f"{type(exc).__name__}{f': {detail}' if detail else ''} (a bug in the task's "
+                        "scorer: every completion would score 0)") from None
+            if not value >= 1.0:  # NaN too
+                below.append((p, value))
+    if below:
+        p, value = below[0]
+        feedback = " | ".join(line.strip() for line in str(task.feedback(p, gold_completion(p))).splitlines()
+                              if line.strip())
+        log.warning("%s: %d of %d problems score below 1 on their own answer written as the task asks "
+                    "(<answer>…</answer>); first: %s (reward %.2f): %s", name, len(below), total, p.id,
+                    value, feedback[:400])
+    return len(below)
 
 
 def load_problems(path: str | Path) -> list[Problem]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, TaskBase
+from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, TaskBase, TaskDataError
 
 #: Share of the hash space of partition keys owned by each split.
 SPLIT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -97,10 +97,10 @@ class GeneratedTask(TaskBase):
         attempt = 0
         while len(out) < n:
             if attempt >= limit:
-                raise ValueError(
+                raise TaskDataError(
                     f"{self.name}: only {len(out)} distinct {split} problems after {limit} tries "
                     f"(asked for {n}); the generator's problem space is too small at difficulty "
-                    f"{self.difficulty!r}")
+                    f"{self.difficulty!r}: ask for fewer (data.sizes) or widen the generator")
             rng = random.Random(stable_int(self.family, self.difficulty, seed, split, attempt))
             cand = self.candidate(rng, len(out), split, seed, attempt)
             attempt += 1
