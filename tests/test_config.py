@@ -798,3 +798,83 @@ def test_the_config_check_of_the_slow_batches_is_slowconfigs():
         if (loop_error is None) != (config_error is None):
             disagree.append((slow, k, loop_error, config_error))
     assert not disagree, disagree[:3]
+
+
+def _smoke(**overrides) -> dict:
+    return load_config(ROOT / "config/config.yaml", ROOT / "config/smoke.yaml", overrides=overrides)
+
+
+def test_a_fast_budget_below_a_rounds_minimum_with_k_contexts_is_one_line():
+    """The round refuses a budget below its minimum, which grows with the distinct contexts in the
+    pool: a budget fine for cycle 0's seed context alone stopped a later cycle with a traceback.
+    The config check asks for K distinct contexts (a one-cycle run's round has the seed alone),
+    per run: the global budget, an experiment's overrides or a variant named; RL has no round."""
+    with pytest.raises(ConfigError) as err:  # smoke: K=2, 2 val problems, minibatch 2
+        _smoke(fast={"max_metric_calls": {"light": 9}})
+    assert str(err.value) == (
+        "config error: fast.max_metric_calls.light: 9 is below a round's minimum 10 with K=2 distinct "
+        "contexts (2 x 2 fast.val_problems + 2 x 2 fast.minibatch_size + 2 fast.val_problems); raise it "
+        "or lower fast.val_problems / fast.minibatch_size / fast.pool_size")
+    assert _smoke(fast={"max_metric_calls": {"light": 10}})
+    with pytest.raises(ConfigError, match=r"^config error: experiments\.ablations\.variants\.k4: fast\."
+                       r"max_metric_calls\.light: 12 is below a round's minimum 14 with K=4 "):
+        _smoke(experiments={"ablations": {"variants": {"k4": {"cycles": 2}}}})
+    with pytest.raises(ConfigError, match=r"^config error: experiments\.ablations\.overrides: fast\."
+                       r"max_metric_calls\.full: 20 is below a round's minimum 22 "):
+        _smoke(experiments={"ablations": {"overrides": {"fast": {"preset": "full", "val_problems": 6}}}})
+    # the preset a run uses: an unused one may be anything
+    assert _smoke(fast={"max_metric_calls": {"full": 1}}, experiments={"ablations": {"variants": {"full_gepa": None}}})
+    # no run with a round (rl only): no minimum
+    rl_only = {"efficiency": {"tasks": ["math"], "methods": ["rl"], "cycles": 2}}
+    cfg = deep_update(_default(), {"fast": {"max_metric_calls": {"light": 1}}})
+    cfg["experiments"] = rl_only
+    assert validate_config(cfg)
+    cfg = deep_update(_default(), {"fast": {"max_metric_calls": {"light": 1}}})
+    cfg["experiments"] = {"efficiency": {**rl_only["efficiency"], "methods": ["rl", "gepa"]}}
+    with pytest.raises(ConfigError, match=r"^config error: fast\.max_metric_calls\.light: 1 is below "):
+        validate_config(cfg)
+
+
+@pytest.mark.parametrize("distinct", [1, 2, 3])
+def test_the_config_budget_minimum_is_the_rounds(distinct, tmp_path):
+    """config.round_minimum states fastslow.fast.round.run_round's own check: both agree."""
+    import re
+
+    from fastslow.config import round_minimum
+    from fastslow.fast import FastConfig, Pool, PoolEntry, run_round
+    from fastslow.tasks import get_task
+
+    task = get_task("math")
+    train, val = task.problems("train", 9, 0), task.problems("val", 5, 0)
+    pool = Pool(entries=[PoolEntry(text=f"context {i}") for i in range(distinct)], k=3)
+    need = round_minimum(distinct, len(val), min(4, len(train)))
+    cfg = FastConfig(pool_size=3, minibatch_size=4, max_metric_calls=need - 1)
+    with pytest.raises(ValueError, match=re.escape(f"below one round's minimum {need} ")):
+        run_round(pool, None, task, train, val, cfg, 0, tmp_path / "r")
+
+
+def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
+    """kind hf with a missing local path passed the check: every reflection call of every round
+    then failed, the pool never evolved, and the run 'succeeded'. A local-looking path must exist,
+    unless it is the base model's directory, which the workflow builds before any cycle."""
+    monkeypatch.chdir(tmp_path)
+
+    def reflection(path: str) -> dict:
+        return load_config(ROOT / "config/config.yaml", ROOT / "config/smoke.yaml", overrides={
+            "fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": path}}})
+
+    with pytest.raises(ConfigError) as err:
+        reflection("/nonexistent")
+    assert str(err.value).startswith("config error: fast.reflection.path: model directory /nonexistent "
+                                     "does not exist")
+    assert "\n" not in str(err.value)
+    for missing in ("results/models/other", "./mymodel", "~/nonexistent-fastslow-model"):
+        with pytest.raises(ConfigError, match=r"^config error: fast\.reflection\.path: "):
+            reflection(missing)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ConfigError, match=r"^config error: fast\.reflection\.path: .* is not a directory"):
+        reflection("afile")
+    (tmp_path / "mymodel").mkdir()
+    for fine in ("results/models/tiny-random", "./results/models/tiny-random/", str(tmp_path / "mymodel"),
+                 "./mymodel", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"):
+        assert reflection(fine)["fast"]["reflection"]["path"] == fine

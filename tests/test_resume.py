@@ -187,23 +187,12 @@ def test_an_interrupted_jobs_scratch_dir_is_not_carried_into_the_rerun(tmp_path,
     one renames it into `cycleN/fast`). The rerun starts its round afresh: it removes the stale
     scratch dir rather than leaving it behind or filing it as its own `fast/` (here an rl cycle,
     which has no fast round: the slow steps are stubbed)."""
-    import types
+    from slow_toys import stub_slow_steps_and_write_math
 
-    import fastslow.slow.loop
-    from fastslow.config import load_config, task_spec
     from fastslow.cycle import run_cycle
     from fastslow.experiments import RunSpec
-    from fastslow.tasks.data import write_splits
 
-    def slow_steps(model_dir, state_in, contexts, task, train_problems, cfg, out_dir, **kwargs):
-        Path(out_dir).mkdir(parents=True)
-        return types.SimpleNamespace(metrics=[])
-
-    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", slow_steps)
-    config = load_config(ROOT / "config/config.yaml", ROOT / "config/smoke.yaml")
-    registry, options = task_spec(config, "math")
-    train = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"],
-                         **options)["train"]
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
     stale = tmp_path / "cycle0.fast"
     (stale / "gepa").mkdir(parents=True)
     (stale / "pool.json").write_text("{}")

@@ -99,7 +99,7 @@ def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
     assert bad.returncode != 0
     assert "config error: slow.num_generations: expected an integer >= 2, got -3" in bad.stderr, bad.stderr[-2000:]
     good = snakemake("results/data/math/train.parquet", "-n", "--quiet", "rules", *args, "--configfile", str(ROOT / "config/config.yaml"), "--config",
-                     "evaluation={k: 2}", 'slow={"num_generations": 8}', "fast={pool_size: 4}",
+                     "evaluation={k: 2}", 'slow={"num_generations": 8}', "fast={pool_size: 4, max_metric_calls: {light: 36}}",
                      "model={name: '007'}", "experiments={continual: {overrides: {slow: {steps_per_cycle: 1}}}}",
                      timeout=120)
     assert good.returncode == 0, good.stderr[-3000:]
@@ -336,3 +336,117 @@ def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(
     finally:
         shutil.rmtree(tracking_files, ignore_errors=True)
         shutil.copytree(tmp_path / "saved", tracking_files)
+
+
+class _Poison:
+    """A setting a cycle must not read: passing it on is fine, using it raises."""
+
+    def _used(self, *args, **kwargs):
+        raise AssertionError("a cycle used a setting its job's params leave out")
+
+    __bool__ = __int__ = __index__ = __float__ = __str__ = __format__ = __hash__ = _used
+    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = __iter__ = __len__ = __getitem__ = _used
+    __add__ = __radd__ = __sub__ = __mul__ = __rmul__ = __truediv__ = __mod__ = _used
+
+    def __floordiv__(self, other):  # `G // K`, handed on to the round: used only if it is used
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class _Unread(dict):
+    """A config section of which a cycle may read only `kept`: any other key is poison, and the
+    section may not be read whole (`{**section}`)."""
+
+    def __init__(self, section: dict, kept: tuple[str, ...]):
+        super().__init__(section)
+        self.kept = kept
+
+    def __getitem__(self, key):
+        return super().__getitem__(key) if key in self.kept else _Poison()
+
+    def get(self, key, default=None):
+        return super().get(key, default) if key in self.kept else _Poison()
+
+    def _whole(self, *args):
+        raise AssertionError("a cycle read a whole section its job's params leave out")
+
+    __iter__ = keys = items = values = __len__ = __contains__ = _whole
+
+    def __deepcopy__(self, memo):
+        return _Unread(dict(dict.items(self)), self.kept)
+
+
+@pytest.mark.parametrize("method", ["rl", "gepa"])
+def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_dir, tmp_path, monkeypatch):
+    """A cycle job's params are what its method's cycle reads (a change of any other setting
+    reran it for nothing): rl's leave out `fast` (no round) but pool_size, gepa's `slow` (frozen
+    weights) but steps_per_cycle. Each cycle runs here, the second from the first, with every
+    left-out key poison (reading one whole, or using one, fails): they are unread. rl's slow steps
+    are stubbed (they see only SlowConfig, the slow section); gepa's round runs on the tiny model."""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import CYCLE_READS, RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    spec = RunSpec(experiment="e", method=method, name="math-default-s0", schedule=("math", "math"), seed=0)
+    (section, kept), = CYCLE_READS[method].items()
+    params = spec.cycle_params(config, ("model", "generation", "seed_context", "slow", "fast"))
+    assert set(params[section]) == set(kept) and params[section] != spec.settings(config)[section]
+    assert {k: v for k, v in params.items() if k != section} == \
+        {k: v for k, v in spec.settings(config).items() if k in params and k != section}
+    config[section] = _Unread(config[section], kept)
+    prev = None
+    for cycle in (0, 1):
+        summary = run_cycle(spec, config, cycle, tiny_model_dir, prev, train, tmp_path / f"cycle{cycle}")
+        assert summary["global_step"] == (cycle + 1) * config["slow"]["steps_per_cycle"]
+        prev = tmp_path / f"cycle{cycle}"
+    # fst reads both: nothing left out
+    fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    config[section] = dict(dict.items(config[section]))
+    assert fst.cycle_params(config, ("slow", "fast")) == {k: fst.settings(config)[k] for k in ("slow", "fast")}
+
+
+def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:
+    """`targets` marked as built (every output of their jobs made empty, then Snakemake's
+    `--touch` records each job's params), then a dry run of them with `extra` arguments."""
+    common = [*targets, *SMOKE, "--cores", "1", "--directory", str(work), "--snakefile", str(ROOT / "Snakefile")]
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the files' own store
+    plan = snakemake("-n", *common, env=env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    for line in plan.stdout.splitlines():
+        if line.strip().startswith("output:"):
+            for path in (work / p.strip() for p in line.split(":", 1)[1].split(",")):
+                if path.name in ("model", "trainer_state") or path.parent.name == "models":
+                    path.mkdir(parents=True, exist_ok=True)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps({"tracking_uri": "sqlite:///mlflow.db", "experiment": "fastslow"})
+                                    if path.name == "experiment.json" else "")
+    touch = snakemake("--touch", "--forceall", "--notemp", *common, env=env)
+    assert touch.returncode == 0, touch.stderr[-3000:]
+    return snakemake("-n", *common, *extra, env=env)
+
+
+@pytest.mark.workflow
+def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
+    """`--config fast='{max_metric_calls: {light: 24}}'` reran RL-only cycles (no fast round) and
+    `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights): each now reruns only the cycles that read
+    it, FST's (and fst_distill's) both."""
+    rl, gepa = "results/runs/efficiency/rl/math-default-s0", "results/runs/ceiling/gepa/hover-default-s0"
+    fst, distill = "results/runs/efficiency/fst/math-default-s0", "results/runs/ceiling/fst_distill/hover-default-s0"
+    targets = [f"{run}/cycle{c}/cycle.json" for run in (rl, fst) for c in (0, 1)] + \
+        [f"{run}/cycle0/cycle.json" for run in (gepa, distill)]
+    planned: dict[str, set[str]] = {}
+    for name, extra in {"nothing": [], "budget": ["--config", "fast={max_metric_calls: {light: 24}}"],
+                        "lr": ["--config", "slow={lr: 3e-5}"]}.items():
+        out = _touched(tmp_path / name, targets, *extra)
+        assert out.returncode == 0, out.stderr[-3000:]
+        outputs = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
+                   for p in line.split(":", 1)[1].split(",")}
+        planned[name] = outputs & set(targets)
+    assert planned["nothing"] == set()
+    assert planned["budget"] == {t for t in targets if t.startswith((fst, gepa, distill))}
+    assert planned["lr"] == {t for t in targets if t.startswith((rl, fst, distill))}

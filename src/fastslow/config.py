@@ -291,6 +291,8 @@ def _check_semantics(config: dict[str, Any]) -> None:
         problem = prompt_template_error(refl.get("prompt_template"))
         if problem:
             raise ConfigError(f"config error: {problem}")
+        if refl["kind"] == "hf":
+            _check_reflection_path(config, refl["path"])
     from fastslow.model.convert import base_model_error
 
     problem = base_model_error(config["model"]["base"])
@@ -337,6 +339,54 @@ def _check_slow_batches(slow: Mapping[str, Any], k: int) -> None:
         raise ConfigError(f"config error: slow.baseline: 'prompt' with G={g}, K={k} (fast.pool_size) gives "
                           f"groups of one rollout (no advantage); use baseline 'problem' or "
                           f"fast.pool_size <= {g // 2}")
+
+
+def round_minimum(contexts: int, val_problems: int, minibatch_size: int) -> int:
+    """Metric calls one fast round needs at least (`fastslow.fast.round.run_round` refuses a
+    smaller budget): its `contexts` distinct seed contexts on the `val_problems` validation
+    problems, and one iteration at worst, a parent and its child on a minibatch of
+    `minibatch_size` train problems and the child on the validation set."""
+    return contexts * val_problems + 2 * minibatch_size + val_problems
+
+
+def fast_budget_error(settings: Mapping[str, Any], cycles: int) -> str | None:
+    """What is wrong with the fast-round budget of a run with these effective settings and
+    `cycles` cycles (None: nothing): the budget of its preset (fast.preset) must cover a round's
+    minimum (`round_minimum`) with as many distinct contexts as its pool can hold, K
+    (fast.pool_size), from the second cycle on (the first round starts from the seed context
+    alone). The validation set and the minibatch are cut to the train split (data.sizes.train,
+    an upper bound) as the cycle cuts them (`fastslow.cycle.gepa_split`)."""
+    fast, train = settings["fast"], settings["data"]["sizes"]["train"]
+    contexts = fast["pool_size"] if cycles > 1 else 1
+    val = min(fast["val_problems"], max(1, train // 2))
+    minibatch = min(fast["minibatch_size"], train - val)
+    need = round_minimum(contexts, val, minibatch)
+    preset = fast["preset"]
+    budget = fast["max_metric_calls"][preset]
+    if budget >= need:
+        return None
+    lower = "fast.val_problems / fast.minibatch_size" + (" / fast.pool_size" if contexts > 1 else "")
+    return (f"fast.max_metric_calls.{preset}: {budget} is below a round's minimum {need} with K={contexts} "
+            f"distinct context{'s' if contexts > 1 else ''} ({contexts} x {val} fast.val_problems + 2 x "
+            f"{minibatch} fast.minibatch_size + {val} fast.val_problems); raise it or lower {lower}")
+
+
+def _check_reflection_path(config: Mapping[str, Any], path: str) -> None:
+    """fast.reflection.path of an `hf` reflection model: a hub id, or a local directory that
+    exists (what `fastslow.model.convert._local_dir` takes as local, where the round loads it) or
+    that the workflow builds before any cycle: the base model's, results/models/<model name>."""
+    from fastslow.layout import RESULTS
+    from fastslow.model.convert import _local_dir
+
+    built = Path(os.path.abspath(Path(RESULTS) / "models" / model_name(config)))
+    if Path(os.path.abspath(os.path.expanduser(path))) == built:
+        return
+    try:
+        _local_dir(path, "model")
+    except OSError as err:
+        raise ConfigError(f"config error: fast.reflection.path: {err} (a local model directory, "
+                          f"relative to the working directory {os.getcwd()}, or a hub id like "
+                          f"'org/name')") from None
 
 
 def _check_model_name(config: Mapping[str, Any]) -> None:

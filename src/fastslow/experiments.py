@@ -28,6 +28,17 @@ METHODS = ("rl", "fst", "gepa", "fst_distill")
 TRAINS = {"rl": True, "fst": True, "gepa": False, "fst_distill": True}
 FAST = {"rl": False, "fst": True, "gepa": True, "fst_distill": True}
 _SAFE = re.compile(r"^[A-Za-z0-9_]+$")
+#: What a method's cycle reads of a section it has no use for (`fastslow.cycle.run_cycle`): its
+#: cycle job's params keep only these keys of it (`RunSpec.cycle_params`), so a setting the cycle
+#: never reads retrains nothing. rl has no fast round: of `fast` it reads pool_size alone (always 1,
+#: `RunSpec.settings`). gepa trains nothing: of `slow` it reads steps_per_cycle alone (the step
+#: its metrics and cycle.json are filed at; slow.num_generations // K is handed to the round,
+#: which uses it only for the RL step's problems fst's reuse_in_slow gives it).
+#: tests/test_workflow.py runs each cycle with the other keys poisoned.
+CYCLE_READS: dict[str, dict[str, tuple[str, ...]]] = {
+    "rl": {"fast": ("pool_size",)},
+    "gepa": {"slow": ("steps_per_cycle",)},
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,17 @@ class RunSpec:
         if self.method == "rl":
             cfg["fast"]["pool_size"] = 1  # RL-only: the seed context alone
         return cfg
+
+    def cycle_params(self, config: dict[str, Any], sections: tuple[str, ...] | list[str]) -> dict[str, Any]:
+        """The params of this run's cycle jobs: the `sections` of its effective settings
+        (`job_params`), less the keys its method's cycle never reads (`CYCLE_READS`)."""
+        from fastslow.config import job_params
+
+        params = job_params(self.settings(config), sections)
+        for section, read in CYCLE_READS.get(self.method, {}).items():
+            if section in params:
+                params[section] = {k: v for k, v in params[section].items() if k in read}
+        return params
 
 
 def _err(msg: str) -> Exception:
@@ -198,7 +220,8 @@ def check_experiments(config: dict[str, Any]) -> None:
                     raise _err(f"experiments.{name}.{key}[{i}]: unknown task {task!r}; "
                                f"expected one of {', '.join(sorted(known))}")
     checked: set[tuple[str, str, str]] = set()
-    for run in expand(config).values():
+    runs = expand(config)
+    for run in runs.values():
         # the settings depend on the experiment, variant and method only (rl: K = 1)
         if not run.overrides or (run.experiment, run.variant, run.method) in checked:
             continue
@@ -211,6 +234,32 @@ def check_experiments(config: dict[str, Any]) -> None:
         if (exp.get("variants") or {}).get(run.variant):  # the variant overrides something itself
             alone = _invalid(replace(run, overrides=copy.deepcopy(exp.get("overrides", {}))).settings(config))
             where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
+        raise _err(f"experiments.{run.experiment}.{where}: {detail}")
+    _check_fast_budgets(runs, config)
+
+
+def _check_fast_budgets(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
+    """Each fast round's budget covers a round's minimum (`fastslow.config.fast_budget_error`),
+    checked per run (rl has no round; a one-cycle run's round has the seed context alone), before
+    any job: the round itself would stop with a traceback, from a later cycle on once its pool
+    holds more distinct contexts. Named at the global key, else at the overrides or variant that
+    sets the budget too low."""
+    from fastslow.config import fast_budget_error
+
+    checked: set[tuple[str, str, str, int]] = set()
+    for run in runs.values():
+        if not run.fast or (run.experiment, run.variant, run.method, run.cycles) in checked:
+            continue
+        checked.add((run.experiment, run.variant, run.method, run.cycles))
+        detail = fast_budget_error(run.settings(config), run.cycles)
+        if detail is None:
+            continue
+        if fast_budget_error(replace(run, overrides={}).settings(config), run.cycles):
+            raise _err(detail)  # the config's own fast settings
+        exp = config["experiments"][run.experiment]
+        alone = replace(run, overrides=copy.deepcopy(exp.get("overrides", {})))
+        alone.overrides.pop("cycles", None)
+        where = "overrides" if fast_budget_error(alone.settings(config), run.cycles) else f"variants.{run.variant}"
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
 
 

@@ -81,7 +81,9 @@ def run_of(wc):
 # Settings a job's outputs depend on, as its params: Snakemake reruns a job whose params changed
 # (a new slow.lr retrains the run's cycles and re-evaluates them), and only such jobs (adding an
 # experiment or changing another run's variant retrains nothing). The data splits a job reads
-# are inputs, so task_data's own params cover data.*.
+# are inputs, so task_data's own params cover data.*. A cycle job's params are those of
+# TRAINING_SETTINGS its method's cycle reads (`cycle_settings`): a new fast budget retrains no
+# RL-only cycle, a new slow.lr no GEPA-only one.
 TRAINING_SETTINGS = ("model", "generation", "seed_context", "slow", "fast")
 EVALUATION_SETTINGS = ("model", "generation", "seed_context", "evaluation")
 
@@ -118,6 +120,12 @@ def run_settings(keys):
         return job_params(run_of(wc).settings(config), keys)
 
     return settings
+
+
+def cycle_settings(wc):
+    """A cycle job's params: the run's TRAINING_SETTINGS less what its method's cycle never reads
+    (RunSpec.cycle_params: no fast settings for rl's, no slow ones but T for gepa's)."""
+    return run_of(wc).cycle_params(config, TRAINING_SETTINGS)
 
 
 def init_model(spec):

@@ -11,7 +11,7 @@ rule cycle:
     params:
         # a multi-GPU cycle trains under accelerate's config (fastslow.launch): mixed precision, sharding
         code=library_code("cycle.py", extra=ACCELERATE_CONFIGS),
-        settings=run_settings(TRAINING_SETTINGS),
+        settings=cycle_settings,
     output:
         model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
         state=temp(directory(f"{RUN}/cycle{{cycle}}/trainer_state")),
@@ -45,7 +45,7 @@ rule cycle_frozen:
         unpack(cycle_inputs),
     params:
         code=library_code("cycle.py"),
-        settings=run_settings(TRAINING_SETTINGS),
+        settings=cycle_settings,
     output:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
         pool=f"{RUN}/cycle{{cycle}}/pool.json",

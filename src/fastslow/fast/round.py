@@ -64,6 +64,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fastslow.config import round_minimum
 from fastslow.fast.adapter import (
     COMPONENT,
     FastAdapter,
@@ -267,8 +268,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     budget = cfg.budget()
     seeds = _distinct(pool.entries)
     mb = min(cfg.minibatch_size, len(train_problems))
-    worst_iteration = 2 * mb + len(val_problems)
-    needed = len(seeds) * len(val_problems) + worst_iteration
+    needed = round_minimum(len(seeds), len(val_problems), mb)  # what the config check requires too
+    worst_iteration = needed - len(seeds) * len(val_problems)  # a parent and child on mb, the child on val
     if budget < needed:
         raise ValueError(
             f"fast budget {budget} metric calls is below one round's minimum {needed} "
