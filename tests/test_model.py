@@ -144,7 +144,7 @@ def _model_copy(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
 
 
 def test_a_local_base_model_the_workflow_cannot_use_is_named_before_any_job(
-        tiny_model_dir: Path, tmp_path: Path) -> None:
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: Any) -> None:
     """A directory without a config, without a tokenizer, or without a chat template (many
     base models ship none) fails config validation in one line naming what is missing; the
     base_model job and the first evaluation used to fail on it with a traceback."""
@@ -172,6 +172,11 @@ def test_a_local_base_model_the_workflow_cannot_use_is_named_before_any_job(
     config["chat_template"] = (tiny_model_dir / "chat_template.jinja").read_text()
     (no_chat / "tokenizer_config.json").write_text(json.dumps(config))
     assert convert.base_model_error(str(no_chat)) is None
+    # a built-in name is the built-in model, as prepare_base_model takes it, whatever the
+    # working directory holds
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-random").mkdir()
+    assert convert.base_model_error("tiny-random") is None
 
 
 def test_model_fingerprint_follows_the_files_of_a_local_directory(tiny_model_dir: Path,
@@ -650,6 +655,23 @@ def test_a_prompt_longer_than_the_models_positions_is_one_line(tokenizer: Any) -
         gen.generate([conv("x"), long], params)
     assert str(err.value).startswith(f"a prompt of {n} tokens plus generation.max_new_tokens 8 "
                                      "exceeds the model's 64 positions (config n_positions)")
+
+
+def test_a_rotary_model_past_its_positions_warns_once_and_generates(tiny_model: Any, tokenizer: Any,
+                                                                    monkeypatch: Any, caplog: Any) -> None:
+    """A Llama (rotary positions) whose config says fewer positions than prompt + max_new_tokens
+    generates on, as transformers lets it, with one warning naming the lengths: only a model
+    with a learned position table (above) cannot."""
+    import logging
+
+    monkeypatch.setattr(tiny_model.config, "max_position_embeddings", 16)
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=2)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    with caplog.at_level(logging.WARNING, logger="fastslow.model.generation"):
+        for _ in range(2):
+            assert len(gen.generate([conv("word " * 20)], params)) == 1
+    warned = [r.getMessage() for r in caplog.records if "exceeds the model's 16 positions" in r.getMessage()]
+    assert len(warned) == 1 and "(config max_position_embeddings)" in warned[0]
 
 
 def test_split_completion_stops_at_eos() -> None:

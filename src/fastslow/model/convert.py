@@ -281,10 +281,12 @@ def base_model_error(spec: str) -> str | None:
     """Why `prepare_base_model` cannot take `spec` (None: it can try). Config validation asks
     this, so a misspelt model.base, or a local directory the workflow cannot use (no config,
     no tokenizer, no chat template), stops the workflow before any job runs."""
+    if spec in (SMOLLM2_SPEC, TINY_SPEC):  # as prepare_base_model: a built-in name first
+        return None
     local = Path(spec).expanduser()
     if local.is_dir():
         return model_dir_error(local)
-    if spec in (SMOLLM2_SPEC, TINY_SPEC) or _HUB_ID.match(spec):
+    if _HUB_ID.match(spec):
         return None
     return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
             "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'")

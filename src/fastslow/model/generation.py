@@ -17,11 +17,14 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+log = logging.getLogger(__name__)
 
 Conversation = list[dict[str, str]]
 
@@ -112,15 +115,36 @@ def context_limit(model: Any) -> tuple[int, str] | None:
     return None
 
 
+def _learned_positions(model: Any, limit: int) -> bool:
+    """Whether `model` has a learned position-embedding table of about `limit` rows (GPT-2's
+    `wpe`, OPT's `embed_positions`): past it generation fails, where a rotary model (Llama,
+    Qwen) goes on, only outside the lengths it was trained on."""
+    import torch
+
+    return any(isinstance(m, torch.nn.Embedding) and limit <= m.num_embeddings <= limit + 2
+               and ("pos" in name.rsplit(".", 1)[-1] or name.endswith("wpe"))
+               for name, m in model.named_modules())
+
+
+_WARNED_CONTEXT: set[int] = set()
+
+
 def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:
-    """One line naming the lengths when the longest prompt and its completion do not fit the
-    model's positions (a GPT-2-style model fails with `IndexError: index out of range`)."""
+    """When the longest prompt and its completion do not fit the model's positions: one line
+    naming the lengths, raised for a model with learned positions (a GPT-2-style model fails with
+    `IndexError: index out of range`), a warning once a model for a rotary one, which generates
+    on (and usually stops long before max_new_tokens)."""
     limit = context_limit(model)
-    if limit is not None and prompt_tokens + max_new_tokens > limit[0]:
-        raise ValueError(
-            f"a prompt of {prompt_tokens} tokens plus generation.max_new_tokens {max_new_tokens} "
-            f"exceeds the model's {limit[0]} positions (config {limit[1]}): shorten the task's "
-            "prompts or the contexts, lower max_new_tokens, or use a model with a longer context")
+    if limit is None or prompt_tokens + max_new_tokens <= limit[0]:
+        return
+    text = (f"a prompt of {prompt_tokens} tokens plus generation.max_new_tokens {max_new_tokens} "
+            f"exceeds the model's {limit[0]} positions (config {limit[1]})")
+    if _learned_positions(model, limit[0]):
+        raise ValueError(f"{text}: shorten the task's prompts or the contexts, lower max_new_tokens, "
+                         "or use a model with a longer context")
+    if id(model) not in _WARNED_CONTEXT:
+        _WARNED_CONTEXT.add(id(model))
+        log.warning("%s: beyond the lengths the model was trained on", text)
 
 
 def derive_seed(seed: int, index: int) -> int:
