@@ -306,14 +306,27 @@ def _has_chat_template(src: Path) -> bool:
     return isinstance(tok_config, dict) and bool(tok_config.get("chat_template"))
 
 
+def _no_config(src: Path) -> str | None:
+    """Why `src` is no model directory (None: it has a config.json)."""
+    if not (src / "config.json").is_file():
+        return f"{src} is not a Hugging Face model directory (no config.json)"
+    return None
+
+
+def _no_tokenizer(src: Path) -> str | None:
+    """Why `src` holds no tokenizer (None: one of `_TOKENIZER_FILES` is there)."""
+    if not any((src / name).is_file() for name in _TOKENIZER_FILES):
+        return f"{src} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})"
+    return None
+
+
 def model_dir_error(src: Path) -> str | None:
     """What a local model directory lacks for the workflow (None: nothing it can see): a
     config, a tokenizer, and a chat template (every prompt is a chat: the context as the
     system turn, the problem as the user's)."""
-    if not (src / "config.json").is_file():
-        return f"{src} is not a Hugging Face model directory (no config.json)"
-    if not any((src / name).is_file() for name in _TOKENIZER_FILES):
-        return f"{src} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})"
+    problem = _no_config(src) or _no_tokenizer(src)
+    if problem:
+        return problem
     if not _has_chat_template(src):
         return (f"{src} has no chat template (no chat_template.jinja, no chat_template in "
                 "tokenizer_config.json): every prompt is a chat, so use an instruct model or "
@@ -373,8 +386,9 @@ def _local_dir(path: str | Path, what: str) -> Path | None:
 
 
 def _check_model_dir(src: Path) -> None:
-    if not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
+    problem = _no_config(src)
+    if problem:
+        raise FileNotFoundError(problem)
 
 
 def _check_base_dir(src: Path) -> None:
@@ -389,8 +403,9 @@ def load_tokenizer(path: str | Path) -> Any:
     from transformers import AutoTokenizer
 
     local = _local_dir(path, "tokenizer")
-    if local is not None and not any((local / name).is_file() for name in _TOKENIZER_FILES):
-        raise FileNotFoundError(f"{local} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})")
+    problem = _no_tokenizer(local) if local is not None else None
+    if problem:
+        raise FileNotFoundError(problem)
     return _set_padding(AutoTokenizer.from_pretrained(str(path if local is None else local)))
 
 
