@@ -772,7 +772,8 @@ def test_the_model_directory_of_a_local_path_is_the_directory_it_names(tmp_path,
 
 
 def test_the_config_check_of_the_slow_batches_is_slowconfigs():
-    """config.py states SlowConfig's batch checks (it may not import the slow loop): both agree."""
+    """The config check and SlowConfig apply the same batch rules (config.micro_batch_fits,
+    config.prompt_groups_fit), each on its own reading of the settings: both agree."""
     import itertools
 
     from fastslow.slow.config import SlowConfig

@@ -325,17 +325,29 @@ def _check_semantics(config: dict[str, Any]) -> None:
     check_experiments(config)
 
 
+def micro_batch_fits(rows: int, micro: Any) -> bool:
+    """The slow loop's micro-batch rule: `slow.micro_batch_size` is None (the whole step at once)
+    or a divisor of the `rows` = P*G rollouts of a step. `SlowConfig` and the config check both
+    apply it (the config may not import the slow loop, whose package pulls in the trainer)."""
+    return micro is None or (micro >= 1 and rows % micro == 0)
+
+
+def prompt_groups_fit(baseline: str, num_generations: int, contexts: int) -> bool:
+    """The slow loop's baseline rule: the 'prompt' baseline groups a problem's G rollouts by their
+    K contexts, so each group needs G/K >= 2 rollouts to have an advantage ('problem' has G)."""
+    return baseline != "prompt" or num_generations // contexts >= 2
+
+
 def _check_slow_batches(slow: Mapping[str, Any], k: int) -> None:
-    """What the slow loop checks of its batches (SlowConfig's micro_batch_size, SlowConfig.check_pool
-    with K = fast.pool_size; tests/test_config.py checks the two agree), before any job: importing
-    fastslow.slow here would make every script that validates a config reach the trainer's code."""
+    """The slow loop's batch rules (`micro_batch_fits`, `prompt_groups_fit`, as `SlowConfig` and
+    `SlowConfig.check_pool` apply them) with K = fast.pool_size, before any job."""
     rows, micro = slow["problems_per_step"] * slow["num_generations"], slow.get("micro_batch_size")
-    if micro is not None and rows % micro:
+    if not micro_batch_fits(rows, micro):
         divisors = [d for d in range(1, rows + 1) if rows % d == 0]
         raise ConfigError(f"config error: slow.micro_batch_size: expected null or a divisor of P*G = {rows} "
                           f"(slow.problems_per_step x slow.num_generations; one of {divisors}), got {micro!r}")
     g = slow["num_generations"]
-    if slow["baseline"] == "prompt" and g // k < 2:
+    if not prompt_groups_fit(slow["baseline"], g, k):
         raise ConfigError(f"config error: slow.baseline: 'prompt' with G={g}, K={k} (fast.pool_size) gives "
                           f"groups of one rollout (no advantage); use baseline 'problem' or "
                           f"fast.pool_size <= {g // 2}")

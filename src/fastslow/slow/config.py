@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from fastslow.config import is_number, micro_batch_fits, prompt_groups_fit
+
 BASELINES = ("problem", "prompt")
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -109,8 +111,6 @@ class SlowConfig:
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) \
                 or self.warmup_steps < 0:
             raise bad("warmup_steps", "an integer >= 0")
-        from fastslow.config import is_number
-
         expected = {"lr": "a positive float", "beta": "a float >= 0",
                     "epsilon_high": "a positive float (the importance-weight cap, e.g. 4.0)",
                     "temperature": "a positive float", "top_p": "a float in (0, 1]",
@@ -138,8 +138,7 @@ class SlowConfig:
             raise bad("baseline", "'problem' or 'prompt'")
         if self.scale_rewards not in SCALE_REWARDS:
             raise bad("scale_rewards", "'group', 'batch' or 'none'")
-        if self.micro_batch_size is not None and (
-                self.micro_batch_size < 1 or self.rollouts_per_step % self.micro_batch_size):
+        if not micro_batch_fits(self.rollouts_per_step, self.micro_batch_size):
             raise bad("micro_batch_size",
                       f"None or a divisor of P*G = {self.rollouts_per_step}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
@@ -162,7 +161,7 @@ class SlowConfig:
             raise ValueError(
                 f"pool size K={num_contexts} does not divide num_generations G={g}: each problem's "
                 f"G rollouts are spread evenly over the K contexts; expected K in {divisors}")
-        if self.baseline == "prompt" and g // num_contexts < 2:
+        if not prompt_groups_fit(self.baseline, g, num_contexts):
             raise ValueError(
                 f"baseline='prompt' with G={g}, K={num_contexts} gives groups of one rollout "
                 f"(no advantage); use baseline='problem' or K <= {g // 2}")
