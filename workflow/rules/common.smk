@@ -115,9 +115,24 @@ def heavy_threads():
     return max(1, cores // 4) if isinstance(cores, int) else 1
 
 
+# A run's params are the same for each of its jobs (~2000 at paper scale, every cycle and
+# evaluation of ~40 runs): computed once per run, not a deep copy of the config per job.
+_RUN_PARAMS = {}
+
+
+def _run_params(spec, keys, cycle):
+    memo = (spec.key, keys, cycle)
+    if memo not in _RUN_PARAMS:
+        _RUN_PARAMS[memo] = (spec.cycle_params(config, keys) if cycle
+                             else job_params(spec.settings(config), keys))
+    return _RUN_PARAMS[memo]
+
+
 def run_settings(keys):
+    keys = tuple(keys)
+
     def settings(wc):
-        return job_params(run_of(wc).settings(config), keys)
+        return _run_params(run_of(wc), keys, cycle=False)
 
     return settings
 
@@ -125,7 +140,7 @@ def run_settings(keys):
 def cycle_settings(wc):
     """A cycle job's params: the run's TRAINING_SETTINGS less what its method's cycle never reads
     (RunSpec.cycle_params: no fast settings for rl's, no slow ones but T for gepa's)."""
-    return run_of(wc).cycle_params(config, TRAINING_SETTINGS)
+    return _run_params(run_of(wc), TRAINING_SETTINGS, cycle=True)
 
 
 def init_model(spec):
