@@ -881,3 +881,72 @@ def test_fig10s_variants_are_fst_runs_in_fsts_colour(tmp_path, saved):
     assert len({ln.get_linestyle() for ln in ax.lines}) == 2
     assert all(matplotlib.colors.to_rgb(p.get_facecolor()) == fst for p in ax2.patches)
     assert [t.get_text() for t in ax2.get_xticklabels()] == [ln.get_label() for ln in ax.lines]
+
+
+def _paper_ablations() -> dict:
+    from pathlib import Path
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand, variant_settings
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "config" / "config.yaml", root / "config" / "paper.yaml")
+    return variant_settings(expand(cfg), cfg, "ablations")
+
+
+def test_variant_settings_name_what_each_variant_changes():
+    """Each variant's effective settings that differ from its experiment's own, as dotted keys;
+    the reference holds the experiment's value of each. paper.yaml's prompt-baseline variant
+    also sets K=2 (its default is K=8): both keys are its change."""
+    info = _paper_ablations()
+    assert info["variants"] == {"k1": {"fast.pool_size": 1}, "k2": {"fast.pool_size": 2}, "k4": {"fast.pool_size": 4},
+                                "k2_prompt_baseline": {"slow.baseline": "prompt", "fast.pool_size": 2},
+                                "t3": {"slow.steps_per_cycle": 3}, "t12": {"slow.steps_per_cycle": 12},
+                                "full_gepa": {"fast.preset": "full"}}
+    assert info["reference"] == {"fast.pool_size": 8, "slow.baseline": "problem", "slow.steps_per_cycle": 6,
+                                 "fast.preset": "light"}
+
+
+def test_ablation_panels_are_the_papers_four():
+    """Fig 9 (a) K, (b) the prompt baseline at K=2 beside the problem baseline at K=2, (c) T, (d)
+    the GEPA recipe: a one-setting variant beside the default, a two-setting one beside the bar
+    that differs from it in one setting alone; numeric settings in increasing order."""
+    assert figures.ablation_panels(_paper_ablations()) == [
+        ("fast.pool_size", {}, ["k1", "k2", "k4", "default"]),
+        ("slow.baseline", {"fast.pool_size": 2}, ["k2", "k2_prompt_baseline"]),
+        ("slow.steps_per_cycle", {}, ["t3", "default", "t12"]),
+        ("fast.preset", {}, ["default", "full_gepa"])]
+    # a variant changing two settings with no bar one setting away: a panel of its own
+    lone = {"variants": {"odd": {"fast.pool_size": 4, "slow.lr": 1e-6}}, "reference": {"fast.pool_size": 2, "slow.lr": 1e-5}}
+    assert figures.ablation_panels(lone) == [("fast.pool_size, slow.lr", {}, ["odd"])]
+
+
+def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
+    """With the variants' definitions Fig 9 has the paper's four panels, each bar labelled by its
+    setting's value and the default's green, RL's dashed line in each; a variant that changes
+    nothing is not dropped but drawn in a panel of its own."""
+    drawn = []
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, out: (drawn.append(fig), save(fig, out)))
+    scores = {"k1": 0.31, "k2": 0.36, "k4": 0.40, "k2_prompt_baseline": 0.33, "t3": 0.41, "t12": 0.37,
+              "full_gepa": 0.43, "same": 0.2}
+    rows = [r for v, s in scores.items() for r in _rows("ablations", "fst", "codeio", [0.1, 0.2, s], variant=v)]
+    eff = _rows("efficiency", "fst", "codeio", [0.1, 0.25, 0.42]) + _rows("efficiency", "rl", "codeio", [0.1, 0.2, 0.3])
+    info = _paper_ablations()
+    info["variants"]["same"] = {}
+    values = fig9({"ablations": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                   "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig9.pdf", variants=info)
+    assert values == {**{v: pytest.approx(s) for v, s in scores.items()}, "default": pytest.approx(0.42),
+                      "rl": pytest.approx(0.3)}
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["(a) pool size K", "(b) advantage baseline at K=2",
+                                               "(c) RL steps per cycle T", "(d) GEPA recipe", "(e) other variants"]
+    assert [[t.get_text() for t in ax.get_xticklabels()] for ax in axes] == [
+        ["1", "2", "4", "8"], ["problem", "prompt"], ["3", "6", "12"], ["light", "full"], ["same"]]
+    assert [[round(p.get_height(), 2) for p in ax.patches] for ax in axes] == [
+        [0.31, 0.36, 0.40, 0.42], [0.36, 0.33], [0.41, 0.42, 0.37], [0.42, 0.43], [0.2]]
+    green = [[p.get_facecolor()[1] > p.get_facecolor()[0] + 0.1 for p in ax.patches] for ax in axes]
+    assert green == [[False, False, False, True], [False, False], [False, True, False], [True, False], [False]]
+    assert all(line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(0.3)
+               for ax in axes for line in ax.get_lines())
+    assert all(ax.get_lines() for ax in axes)

@@ -273,3 +273,35 @@ def _invalid(settings: dict[str, Any]) -> str | None:
     except ValueError as exc:
         return str(exc).removeprefix("config error: ")
     return None
+
+
+#: The sections of a run's settings a variant may change that `variant_settings` compares.
+VARIANT_SECTIONS = ("model", "generation", "seed_context", "slow", "fast")
+
+
+def _leaves(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {k: v for name, sub in value.items() for k, v in _leaves(sub, f"{prefix}.{name}").items()}
+    return {prefix: value}
+
+
+def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experiment: str) -> dict[str, Any]:
+    """What each variant of `experiment` changes: its effective settings (VARIANT_SECTIONS, as
+    dotted keys) that differ from the experiment's own (its `overrides`, no variant), e.g.
+    `{"variants": {"k4": {"fast.pool_size": 4}}, "reference": {"fast.pool_size": 2}}`. The
+    reference holds every key some variant changes; a variant that changes none maps to {}.
+    Fig 9 groups its bars by these keys (one panel per ablated setting)."""
+    exp_overrides = copy.deepcopy(config.get("experiments", {}).get(experiment, {}).get("overrides", {}))
+    exp_overrides.pop("cycles", None)
+    variants: dict[str, dict[str, Any]] = {}
+    reference: dict[str, Any] = {}
+    for spec in runs.values():
+        if spec.experiment != experiment or spec.variant in variants:
+            continue
+        theirs = replace(spec, overrides=exp_overrides).settings(config)
+        mine = spec.settings(config)
+        base = {k: v for s in VARIANT_SECTIONS if s in theirs for k, v in _leaves(theirs[s], s).items()}
+        own = {k: v for s in VARIANT_SECTIONS if s in mine for k, v in _leaves(mine[s], s).items()}
+        variants[spec.variant] = {k: v for k, v in own.items() if base.get(k) != v}
+        reference.update({k: base.get(k) for k in variants[spec.variant]})
+    return {"variants": variants, "reference": reference}

@@ -492,8 +492,63 @@ def value_at_step(df: pl.DataFrame, step: int) -> float:
     return float(sub["mean_at_k"][-1]) if sub.height else float("nan")
 
 
-def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float]:
-    """Ablations at a fixed step: bars per variant, dashed line = RL at the same step."""
+#: Fig 9's panels: the settings the paper ablates, in its panel order, with their short names.
+ABLATED = {"fast.pool_size": "K", "slow.baseline": "baseline", "slow.steps_per_cycle": "T", "fast.preset": "GEPA"}
+PANEL_TITLES = {"fast.pool_size": "pool size K", "slow.baseline": "advantage baseline",
+                "slow.steps_per_cycle": "RL steps per cycle T", "fast.preset": "GEPA recipe"}
+
+
+def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], list[str]]]:
+    """Fig 9's panels from what each variant changes (`fastslow.experiments.variant_settings`):
+    (setting, the other settings it is compared at, the bars: "default" for the experiment's
+    own settings, else variant names). A variant that changes one setting is compared with the
+    default; one that changes several, with the bar that differs from it in one of them alone
+    (the paper's "prompt baseline at K=2" beside K=2), else it gets a panel of its own.
+    Panels come in the paper's order (ABLATED), then the rest by first appearance."""
+    reference, changes = dict(info.get("reference", {})), info.get("variants", {})
+    full = {"default": reference, **{v: {**reference, **d} for v, d in changes.items()}}
+    panels: dict[tuple[str, tuple], list[str]] = {}
+    for variant, diff in changes.items():
+        if not diff:
+            continue
+        if len(diff) == 1:
+            key, context, other = next(iter(diff)), (), "default"
+        else:
+            key, context, other = ", ".join(diff), (), None
+            for name, settings in full.items():
+                differing = [k for k in diff if settings.get(k) != diff[k]]
+                if name != variant and len(differing) == 1:
+                    key = differing[0]
+                    context = tuple((k, v) for k, v in diff.items() if k != key)
+                    other = name
+                    break
+        bars = panels.setdefault((key, context), [])
+        for name in ([other] if other else []) + [variant]:
+            if name not in bars:
+                bars.append(name)
+    order = list(ABLATED)
+    keys = sorted(panels, key=lambda kc: (order.index(kc[0]) if kc[0] in order else len(order), len(kc[1])))
+    out = []
+    for key, context in keys:
+        bars = panels[(key, context)]
+        values = [full[b].get(key) for b in bars]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            bars = [b for _, b in sorted(zip(values, bars, strict=True), key=lambda vb: vb[0])]
+        out.append((key, dict(context), bars))
+    return out
+
+
+def _setting_label(key: str, value: Any) -> str:
+    short = ABLATED.get(key, key.rsplit(".", 1)[-1])
+    return f"{short}={value}"
+
+
+def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
+         variants: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Ablations at a fixed step, dashed line = RL at the same step. With `variants` (what each
+    variant changes, `fastslow.experiments.variant_settings`) one panel per ablated setting as in
+    the paper (`ablation_panels`): each bar labelled by its value, the default's bar green. Without
+    it, one panel of bars by variant name."""
     plt = _plt()
     abl = tables["ablations"]
     task = abl["eval_task"][0]
@@ -507,22 +562,51 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))
         values.setdefault("default", value_at_step(seed_curve(eff, eval_task=task, method="fst"), step))
-    fig, ax = plt.subplots(figsize=(1.1 * len(values) + 2.5, 3.4))
-    names = list(values)
-    bars = ax.bar(names, [values[n] for n in names],
-                  color=["#8fbc8f" if n == "default" else "#b0b0b0" for n in names])
-    ax.bar_label(bars, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
-    ax.margins(y=0.12)  # room above the tallest bar for its label
+    rl = float("nan")
     if eff is not None:
         rl = value_at_step(seed_curve(eff, eval_task=task, method="rl"), step)
+    k = int(abl["k"][0])
+    panels = ablation_panels(variants) if variants and variants.get("variants") else []
+    reference = dict(variants.get("reference", {})) if variants else {}
+    panels = [(key, ctx, [b for b in bars if b in values]) for key, ctx, bars in panels]
+    panels = [p for p in panels if p[2]]
+    placed = {b for _, _, bars in panels for b in bars}
+    rest = [v for v in values if v not in placed and v != "default"]  # e.g. a variant that changes nothing
+    if panels and rest:
+        panels.append(("other", {}, rest))
+    if not panels:  # no variant definitions: one panel, bars by name
+        panels = [("variant", {}, list(values))]
+    fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False,  # every bar equally wide
+                             gridspec_kw={"width_ratios": [len(b) + 0.5 for _, _, b in panels]},
+                             figsize=(max(4.0, sum(0.8 * len(b) + 0.9 for _, _, b in panels) + 1.5), 3.4))
+    for i, (ax, (key, ctx, bars)) in enumerate(zip(axes[0], panels, strict=True)):
+        by_name = key in ("variant", "other") or "," in key  # (a panel of several settings: one variant)
+        labels = bars if by_name else [str({**reference, **variants["variants"].get(b, {})}.get(key)) for b in bars]
+        drawn = ax.bar(range(len(bars)), [values[b] for b in bars],
+                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars])
+        ax.set_xticks(range(len(bars)), labels)
+        if not by_name:
+            ax.set_xlabel(ABLATED.get(key, key))
+        ax.bar_label(drawn, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
+        ax.margins(y=0.12)  # room above the tallest bar for its label
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
-            values["rl"] = rl
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
-    ax.set(title=f"Fig 9 — {task} ablations (val mean@{int(abl['k'][0])} at step {step})",
-           ylabel=f"val mean@{int(abl['k'][0])}")
-    _reward_axis(ax)
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")  # each label ends at its bar
+        if key not in ("variant", "other"):
+            title = PANEL_TITLES.get(key, key)
+            if ctx:
+                title += " at " + ", ".join(_setting_label(ck, cv) for ck, cv in ctx.items())
+            ax.set_title(f"({chr(ord('a') + i)}) {title}" if len(panels) > 1 else title, fontsize=9)
+        elif key == "other":
+            ax.set_title(f"({chr(ord('a') + i)}) other variants", fontsize=9)
+        if i == 0:
+            ax.set_ylabel(f"val mean@{k}")
+        _reward_axis(ax)
+        if by_name:
+            plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")  # each ends at its bar
+    if not math.isnan(rl):
+        values["rl"] = rl
+        axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
+    fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
     _footnote(fig, frames, "Green bar: the headline configuration (default variant); grey: its ablations.")
     _save(fig, out)
     return values

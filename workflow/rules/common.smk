@@ -6,7 +6,7 @@ from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
 from fastslow.config import ConfigError, job_params, model_name, own_task_params, validate_config
-from fastslow.experiments import expand as expand_runs
+from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest
 from fastslow.layout import FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint

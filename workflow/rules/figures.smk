@@ -1,12 +1,19 @@
 # Figures and tables: each paper figure is one target built from its experiments' curves.
 
 
+def figure_options(wc):
+    """What a figure draws besides its curves tables: for Fig 9, what each ablation variant
+    changes (fastslow.experiments.variant_settings), which sorts its bars into panels."""
+    return {"variants": variant_settings(RUNS, config, "ablations")} if wc.fig == "fig9" else {}
+
+
 rule figure:
     input:
         tracking=ancient(tracking("figures")),
         tables=lambda wc: layout.figure_tables(RUNS, wc.fig),
     params:
         code=library_code("figure.py"),
+        options=figure_options,
     output:
         pdf=f"{RESULTS}/figures/{{fig}}.pdf",
         png=report(f"{RESULTS}/figures/{{fig}}.png", category="Figures", caption="../report/figure.rst"),

@@ -12,7 +12,7 @@ from fastslow.layout import table_experiment
 smk = snakemake  # noqa: F821 - injected by Snakemake
 with snakemake_job(smk, parent="figures") as tracker:
     tables = {table_experiment(p): pl.read_parquet(p) for p in smk.input.tables}
-    result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf)
+    result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf, **smk.params.options)
     runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})
     # The figure's MLflow run names every run it plotted by its key; each job of such a run carries
     # it as tag fastslow.run (fastslow.jobs.run_settings), so `tags.`fastslow.run` = '<key>'` finds them.
