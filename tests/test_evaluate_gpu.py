@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import weakref
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,18 @@ def test_fast_round_generator_gets_the_configured_gpu_share(tmp_path: Path, monk
     with pytest.raises(Stop):
         cycle_mod.run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0")
     assert seen["gpu_memory_utilization"] == 0.45
+
+
+def test_evaluation_progress_says_how_long_is_left(caplog) -> None:
+    """A line per chunk of samples: how many, the reward so far, the speed and, until the last
+    chunk, the time left at the rate so far (any backend; the fake engine here)."""
+    task = LengthTask()
+    problems = task.problems("val", 5, 0)
+    with caplog.at_level(logging.INFO, logger="fastslow.evaluate"):
+        rows = evaluate.sample_and_score(FakeVLLMGenerator(), task, problems, "Be brief.", 2,
+                                         SamplingParams(7, 1.0, 1.0, 0), chunk=4)
+    assert len(rows) == 10
+    lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.evaluate"]
+    assert [line.split(": ")[1].split(",")[0] for line in lines] == ["4/10 samples", "8/10 samples", "10/10 samples"]
+    assert all(re.search(r", ~\d+s left$", line) for line in lines[:-1]), lines
+    assert "left" not in lines[-1]

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -147,12 +148,17 @@ def test_resume_rejects_another_train_set(runs: dict[str, Any], tiny_model_dir: 
 
 def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture,
                         ) -> None:
+    """A line per step: reward, speed, and the time the cycle's steps have left (the mean step so
+    far times the steps to go), which the last step has none of."""
     task = LengthTask()
     with caplog.at_level(logging.INFO, logger="fastslow.slow"):
-        run_cycle(tiny_model_dir, None, CONTEXTS[:1], task, task.problems("train", 2, 0),
-                  _cfg(1), tmp_path / "out", "r", 0)
-    line = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"][-1]
-    assert "step 1/1" in line and "reward" in line and "tok/s" in line
+        result = run_cycle(tiny_model_dir, None, CONTEXTS[:1], task, task.problems("train", 4, 0),
+                           _cfg(2), tmp_path / "out", "r", 0)
+    first, last = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"][-2:]
+    assert "step 1/2" in first and "reward" in first and "tok/s" in first
+    left = float(re.search(r", steps ~(\d+)s left$", first).group(1))
+    assert left == pytest.approx(result.metrics[0]["step_seconds"], abs=0.5)
+    assert "step 2/2" in last and "left" not in last
 
 
 def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:

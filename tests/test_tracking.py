@@ -341,7 +341,7 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
         return SimpleNamespace(log=[], wildcards=wildcards, params={},
                                config=config, input=SimpleNamespace(tracking=str(path)), rule="cycle")
 
-    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path: None)  # the test's own logging stays
+    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: None)  # the test's own logging stays
     wildcards = {"experiment": "ablations", "method": "fst", "run": "math-k4-s0", "cycle": "0"}
     with snakemake_job(job(wildcards), run=runs["ablations/fst/math-k4-s0"]):
         pass
@@ -398,3 +398,36 @@ def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, trac
         raise ValueError("bad")
     (run,) = _runs(info, "cycle/cycle=2")
     assert run.info.status == "FAILED" and run.data.tags["fastslow.error"] == "ValueError: bad"
+
+
+def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd):
+    """Jobs side by side interleave their lines on the console: each line there names its job
+    (rule, run key, other wildcards). The job's log file is its own: its lines go without."""
+    import logging
+    import sys
+
+    from fastslow.jobs import job_label, setup_logging
+
+    assert job_label("evaluate_point", {"experiment": "efficiency", "method": "fst", "run": "math-default-s0",
+                                        "point": "cycle1", "task": "math"}) == \
+        "evaluate_point efficiency/fst/math-default-s0 point=cycle1 task=math"
+    assert job_label("task_data", {"task": "hover"}) == "task_data task=hover"
+    assert job_label("base_model", {}) == "base_model"
+    root, stderr = logging.getLogger(), sys.stderr
+    handlers, level = root.handlers[:], root.level
+    try:
+        setup_logging(tmp_path / "job.log", job_label("cycle", {"experiment": "e", "method": "fst", "run": "r",
+                                                                "cycle": "1"}))
+        logging.getLogger("fastslow.slow").info("step 1/3")
+    finally:
+        for handler in root.handlers:
+            handler.flush()
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        sys.stderr = stderr
+    console = capfd.readouterr().err
+    assert "INFO [cycle e/fst/r cycle=1] fastslow.slow: step 1/3" in console
+    logged = (tmp_path / "job.log").read_text()
+    assert "INFO fastslow.slow: step 1/3" in logged and "[cycle" not in logged

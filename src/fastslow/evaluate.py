@@ -58,9 +58,11 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
                          "completion_ids": list(g.completion_ids)})
             tokens += g.completion_tokens
         done = min(lo + chunk, len(convs))
-        rate = tokens / max(time.perf_counter() - start, 1e-9)
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
         mean = np.mean([r["reward"] for r in rows])
-        log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s", task.name, done, len(convs), mean, rate)
+        log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s%s", task.name, done, len(convs), mean, rate,
+                 f", ~{left:.0f}s left" if done < len(convs) else "")
     return rows
 
 

@@ -25,16 +25,31 @@ from fastslow.tracking import JobTracker, job_run
 RUN_WILDCARDS = ("experiment", "method", "run")
 
 
-def setup_logging(log_path: str | Path | None) -> None:
-    """Send logging and stderr to the rule's log file, and keep progress visible on the console."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.__stderr__)]
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def job_label(rule: str, wildcards: dict[str, str]) -> str:
+    """The job a console line comes from: its rule, its run's key and its other wildcards, e.g.
+    `evaluate_point efficiency/fst/math-default-s0 point=cycle1 task=math`."""
+    run = "/".join(wildcards[k] for k in RUN_WILDCARDS) if all(k in wildcards for k in RUN_WILDCARDS) else ""
+    rest = " ".join(f"{k}={v}" for k, v in wildcards.items() if not (run and k in RUN_WILDCARDS))
+    return " ".join(part for part in (rule, run, rest) if part)
+
+
+def setup_logging(log_path: str | Path | None, label: str | None = None) -> None:
+    """Send logging and stderr to the rule's log file, and keep progress visible on the console.
+    Console lines carry the job's `label` (`job_label`): Snakemake runs jobs side by side, and
+    their lines interleave there; the log file is the job's own and goes without."""
+    console = logging.StreamHandler(sys.__stderr__)
+    if label:
+        console.setFormatter(logging.Formatter(LOG_FORMAT.replace("%(name)s", f"[{label}] %(name)s")))
+    handlers: list[logging.Handler] = [console]
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         fh = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives for the job
         sys.stderr = fh  # warnings and tracebacks of libraries land in the log too
         handlers.append(logging.StreamHandler(fh))
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True, format=LOG_FORMAT)
     # MLflow's dataset-source and schema hints are not actionable for our Parquet tables.
     warnings.filterwarnings("ignore", module=r"mlflow\..*")
     for noisy in ("urllib3", "httpx", "alembic", "mlflow", "filelock"):
@@ -60,8 +75,8 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
     run (wildcards experiment, method and run) is tagged with it (`fastslow.run`, `fastslow.method`);
     given that run's `RunSpec` as `run`, it logs the run's settings (`run_settings`), else the
     global config (final_weights, which only links files)."""
-    setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
+    setup_logging(smk.log[0] if len(smk.log) else None, job_label(smk.rule, wildcards))
     config, tags = dict(smk.config), {}
     if all(k in wildcards for k in RUN_WILDCARDS):
         tags = {"fastslow.run": "/".join(wildcards[k] for k in RUN_WILDCARDS), "fastslow.method": wildcards["method"]}

@@ -684,12 +684,15 @@ def run_cycle(
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
+                # time left in this cycle's steps: the steps so far, on average, times those to go
+                left = sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1)
                 log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id, cycle, t + 1,
+                         "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
                          metrics["generated_tokens_per_s"], metrics["step_seconds"],
-                         metrics["generation_seconds"], metrics["training_seconds"])
+                         metrics["generation_seconds"], metrics["training_seconds"],
+                         f", steps ~{left:.0f}s left" if left else "")
             global_step += 1
 
         trainer.model.config.use_cache = use_cache
