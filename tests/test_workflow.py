@@ -164,14 +164,17 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     table = pl.read_parquet(smoke_workdir / "results/tables/base_eval.parquet")
     assert sorted(table["task"].to_list()) == ["hover", "math"]
     assert table["problems"].to_list() == [4, 4]
-    assert all(0.0 <= v <= 1.0 for v in table["mean@2"].to_list())
-    assert (table["best@2"] >= table["mean@2"]).all()
+    # the curves tables' names (mean@k's k is the column k), as the README lists them
+    assert set(table.columns) == readme_columns()["tables/base_eval.parquet"] | {"run"}
+    assert table["k"].to_list() == [2, 2]
+    assert all(0.0 <= v <= 1.0 for v in table["mean_at_k"].to_list())
+    assert (table["best_at_k"] >= table["mean_at_k"]).all()
     for split in ("train", "val", "test"):
         assert pl.read_parquet(smoke_workdir / f"results/data/math/{split}.parquet").height > 0
     samples = pl.read_parquet(smoke_workdir / "results/eval/base/math.samples.parquet")
     assert samples.height == 4 * 2
     log = (smoke_workdir / "results/logs/base_eval_table.log").read_text()
-    assert "mean@2" in log and "hover" in log
+    assert "mean_at_k" in log and "hover" in log
     info = json.loads((smoke_workdir / "results/mlflow/experiment.json").read_text())
     from mlflow.tracking import MlflowClient
 

@@ -7,6 +7,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from fastslow.evaluate import tidy_summary
 from fastslow.experiments import RunSpec
 from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, experiment_runs
 
@@ -34,13 +35,13 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                 if cycle >= 0:
                     info = json.loads(Path(cycle_dir(spec, cycle, results), "cycle.json").read_text())
                     seconds = info.get("seconds")
-                k = int(ev["k"])
+                k, tidy = int(ev["k"]), tidy_summary(ev)
                 rows.append({
                     "experiment": experiment, "method": spec.method, "run": spec.source,
                     "variant": spec.variant, "seed": spec.seed, "init": spec.init or "base",
                     "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
                     "cycle": cycle, "step": (cycle + 1) * steps,
-                    "mean_at_k": float(ev[f"mean@{k}"]), "best_at_k": float(ev[f"best@{k}"]), "k": k,
+                    "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
                     "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),

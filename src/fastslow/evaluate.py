@@ -66,6 +66,15 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
     return rows
 
 
+def tidy_summary(summary: dict) -> dict:
+    """An evaluation summary (`summarize`: `mean@4`, `mean@4_se`, `best@4`) with
+    the curves tables' names for its metrics (`mean_at_k`, `mean_at_k_se`, `best_at_k`, beside
+    `k`), so the base model's table and the runs' tables share their columns."""
+    k = int(summary["k"])
+    names = {f"mean@{k}": "mean_at_k", f"mean@{k}_se": "mean_at_k_se", f"best@{k}": "best_at_k"}
+    return {names.get(key, key): value for key, value in summary.items()}
+
+
 def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:
     """mean@k, best@k and sizes from per-sample rows (as written by `sample_and_score`)."""
     by_problem: dict[str, list[float]] = {}

@@ -3,13 +3,13 @@
 import json
 import logging
 
-from fastslow.evaluate import format_table
+from fastslow.evaluate import format_table, tidy_summary
 from fastslow.io import write_parquet
 from fastslow.jobs import snakemake_job
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 with snakemake_job(smk, parent="foundation") as tracker:
-    rows = [json.loads(open(p, encoding="utf-8").read()) for p in smk.input.summaries]
+    rows = [tidy_summary(json.loads(open(p, encoding="utf-8").read())) for p in smk.input.summaries]
     write_parquet(rows, smk.output[0])
     tracker.log_table(smk.output[0], "base_eval")
     logging.getLogger("base_eval").info("base model, seed context:\n%s", format_table(rows, list(rows[0])))
