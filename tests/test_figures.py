@@ -950,3 +950,4 @@ def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
     assert all(line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(0.3)
                for ax in axes for line in ax.get_lines())
     assert all(ax.get_lines() for ax in axes)
+    assert any("(default variant: K=8, baseline=problem, T=6, GEPA=light)" in t.get_text() for t in drawn[0].texts)

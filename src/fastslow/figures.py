@@ -607,7 +607,11 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
     fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
-    _footnote(fig, frames, "Green bar: the headline configuration (default variant); grey: its ablations.")
+    order = list(ABLATED)
+    default = ", ".join(_setting_label(key, reference[key]) for key in
+                        sorted(reference, key=lambda key: order.index(key) if key in order else len(order)))
+    _footnote(fig, frames, "Green bar: the headline configuration (default variant"
+              + (f": {default}" if default else "") + "); grey: its ablations.")
     _save(fig, out)
     return values
 
