@@ -133,5 +133,5 @@ def test_evaluation_progress_says_how_long_is_left(caplog) -> None:
     assert len(rows) == 10
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.evaluate"]
     assert [line.split(": ")[1].split(",")[0] for line in lines] == ["4/10 samples", "8/10 samples", "10/10 samples"]
-    assert all(re.search(r", ~\d+s left$", line) for line in lines[:-1]), lines
+    assert all(re.search(r", sampling ~\d+s left$", line) for line in lines[:-1]), lines
     assert "left" not in lines[-1]

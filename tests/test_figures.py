@@ -916,9 +916,9 @@ def test_ablation_panels_are_the_papers_four():
         ("slow.baseline", {"fast.pool_size": 2}, ["k2", "k2_prompt_baseline"]),
         ("slow.steps_per_cycle", {}, ["t3", "default", "t12"]),
         ("fast.preset", {}, ["default", "full_gepa"])]
-    # a variant changing two settings with no bar one setting away: a panel of its own
+    # a variant changing two settings with no bar one setting away: a panel of its own, beside the default
     lone = {"variants": {"odd": {"fast.pool_size": 4, "slow.lr": 1e-6}}, "reference": {"fast.pool_size": 2, "slow.lr": 1e-5}}
-    assert figures.ablation_panels(lone) == [("fast.pool_size, slow.lr", {}, ["odd"])]
+    assert figures.ablation_panels(lone) == [("fast.pool_size, slow.lr", {}, ["default", "odd"])]
 
 
 def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
@@ -951,3 +951,45 @@ def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
                for ax in axes for line in ax.get_lines())
     assert all(ax.get_lines() for ax in axes)
     assert any("(default variant: K=8, baseline=problem, T=6, GEPA=light)" in t.get_text() for t in drawn[0].texts)
+
+
+def test_ablation_panels_pair_only_bars_one_setting_apart():
+    """Two variants that share K=2 but differ in two other settings are no one-setting comparison:
+    each is drawn beside the default by name. A default no panel holds is still drawn (fig9's
+    "other variants"), and list-valued settings do not stop the panels."""
+    two = {"variants": {"k2lr": {"fast.pool_size": 2, "slow.lr": 1e-6},
+                        "k2p": {"fast.pool_size": 2, "slow.baseline": "prompt"}},
+           "reference": {"fast.pool_size": 8, "slow.lr": 1e-5, "slow.baseline": "problem"}}
+    assert figures.ablation_panels(two) == [("fast.pool_size, slow.lr", {}, ["default", "k2lr"]),
+                                            ("fast.pool_size, slow.baseline", {}, ["default", "k2p"])]
+    paired = {"variants": {"a": {"x": 1, "y": [1, 2]}, "b": {"x": 2, "y": [1, 2]}}, "reference": {"x": 0, "y": []}}
+    assert figures.ablation_panels(paired) == [("x", {"y": [1, 2]}, ["a", "b"])]
+
+
+def test_fig9_keeps_the_default_bar_no_panel_holds(tmp_path, monkeypatch):
+    drawn = []
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, out: (drawn.append(fig), save(fig, out)))
+    rows = [r for v, s in {"a": 0.2, "b": 0.3}.items() for r in _rows("ablations", "fst", "math", [0.1, s], variant=v)]
+    eff = _rows("efficiency", "fst", "math", [0.1, 0.4])
+    paired = {"variants": {"a": {"x": 1, "y": 1}, "b": {"x": 2, "y": 1}}, "reference": {"x": 0, "y": 0}}
+    values = fig9({"ablations": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                   "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig9.pdf", variants=paired)
+    assert values == {"a": pytest.approx(0.2), "b": pytest.approx(0.3), "default": pytest.approx(0.4)}
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["(a) x at y=1", "(b) other variants"]
+    assert [[t.get_text() for t in ax.get_xticklabels()] for ax in axes] == [["1", "2"], ["default"]]
+
+
+def test_variant_settings_read_a_variant_from_a_run_that_has_it():
+    """An RL run of an ablation has K=1 whatever its variant sets: a K variant's change is read
+    from its FST run, whichever method the experiment lists first."""
+    from pathlib import Path
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand, variant_settings
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "config" / "config.yaml", root / "config" / "smoke.yaml",
+                      overrides={"experiments": {"ablations": {"methods": ["rl", "fst"]}}})
+    assert variant_settings(expand(cfg), cfg, "ablations")["variants"]["k4"] == {"fast.pool_size": 4}

@@ -62,7 +62,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
         rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
         mean = np.mean([r["reward"] for r in rows])
         log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s%s", task.name, done, len(convs), mean, rate,
-                 f", ~{left:.0f}s left" if done < len(convs) else "")
+                 f", sampling ~{left:.0f}s left" if done < len(convs) else "")
     return rows
 
 

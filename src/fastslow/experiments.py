@@ -295,7 +295,7 @@ def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experimen
     exp_overrides.pop("cycles", None)
     variants: dict[str, dict[str, Any]] = {}
     reference: dict[str, Any] = {}
-    for spec in runs.values():
+    for spec in sorted(runs.values(), key=lambda s: s.method == "rl"):  # an RL run has K=1 whatever it says
         if spec.experiment != experiment or spec.variant in variants:
             continue
         theirs = replace(spec, overrides=exp_overrides).settings(config)

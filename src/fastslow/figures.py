@@ -502,44 +502,44 @@ def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], 
     """Fig 9's panels from what each variant changes (`fastslow.experiments.variant_settings`):
     (setting, the other settings it is compared at, the bars: "default" for the experiment's
     own settings, else variant names). A variant that changes one setting is compared with the
-    default; one that changes several, with the bar that differs from it in one of them alone
-    (the paper's "prompt baseline at K=2" beside K=2), else it gets a panel of its own.
-    Panels come in the paper's order (ABLATED), then the rest by first appearance."""
+    default; one that changes several, with the bar that differs from it in one of them and
+    nothing else (the paper's "prompt baseline at K=2" beside K=2), else with the default in a
+    panel of its own (its bars by name). Panels come in the paper's order (ABLATED), then the
+    rest by first appearance."""
     reference, changes = dict(info.get("reference", {})), info.get("variants", {})
     full = {"default": reference, **{v: {**reference, **d} for v, d in changes.items()}}
-    panels: dict[tuple[str, tuple], list[str]] = {}
+    panels: dict[tuple[str, tuple], tuple[dict[str, Any], list[str]]] = {}
     for variant, diff in changes.items():
         if not diff:
             continue
-        if len(diff) == 1:
-            key, context, other = next(iter(diff)), (), "default"
-        else:
-            key, context, other = ", ".join(diff), (), None
-            for name, settings in full.items():
-                differing = [k for k in diff if settings.get(k) != diff[k]]
-                if name != variant and len(differing) == 1:
-                    key = differing[0]
-                    context = tuple((k, v) for k, v in diff.items() if k != key)
-                    other = name
+        key, context, other = (next(iter(diff)) if len(diff) == 1 else ", ".join(diff)), {}, "default"
+        if len(diff) > 1:
+            for name in full:
+                keys = set(diff) | set(changes.get(name, {}))
+                differing = [k for k in keys if full[name].get(k) != full[variant].get(k)]
+                if name != variant and len(differing) == 1 and differing[0] in diff:
+                    key, other = differing[0], name
+                    context = {k: v for k, v in diff.items() if k != key}
                     break
-        bars = panels.setdefault((key, context), [])
-        for name in ([other] if other else []) + [variant]:
+        frozen = tuple(sorted((k, repr(v)) for k, v in context.items()))  # a setting may be a list
+        _, bars = panels.setdefault((key, frozen), (context, []))
+        for name in (other, variant):
             if name not in bars:
                 bars.append(name)
     order = list(ABLATED)
     keys = sorted(panels, key=lambda kc: (order.index(kc[0]) if kc[0] in order else len(order), len(kc[1])))
     out = []
-    for key, context in keys:
-        bars = panels[(key, context)]
+    for key, frozen in keys:
+        context, bars = panels[(key, frozen)]
         values = [full[b].get(key) for b in bars]
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             bars = [b for _, b in sorted(zip(values, bars, strict=True), key=lambda vb: vb[0])]
-        out.append((key, dict(context), bars))
+        out.append((key, context, bars))
     return out
 
 
 def _setting_label(key: str, value: Any) -> str:
-    short = ABLATED.get(key, key.rsplit(".", 1)[-1])
+    short = ABLATED.get(key, ".".join(key.split(".")[-2:]))  # fast.max_metric_calls.light: max_metric_calls.light
     return f"{short}={value}"
 
 
@@ -571,7 +571,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     panels = [(key, ctx, [b for b in bars if b in values]) for key, ctx, bars in panels]
     panels = [p for p in panels if p[2]]
     placed = {b for _, _, bars in panels for b in bars}
-    rest = [v for v in values if v not in placed and v != "default"]  # e.g. a variant that changes nothing
+    rest = [v for v in values if v not in placed]  # e.g. a variant that changes nothing
     if panels and rest:
         panels.append(("other", {}, rest))
     if not panels:  # no variant definitions: one panel, bars by name
@@ -611,7 +611,8 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     default = ", ".join(_setting_label(key, reference[key]) for key in
                         sorted(reference, key=lambda key: order.index(key) if key in order else len(order)))
     _footnote(fig, frames, "Green bar: the headline configuration (default variant"
-              + (f": {default}" if default else "") + "); grey: its ablations.")
+              + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
+              "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
     _save(fig, out)
     return values
 
