@@ -386,3 +386,46 @@ def test_long_formatted_failures_are_not_format_failures(formatted: bool) -> Non
     editor = FeedbackEditor(BY_ID, seed=0, logger=lambda s: None)
     editor.edit(cand["context"], records)
     assert ("add-format-rule" in editor.edits) is not formatted
+
+
+def test_a_litellm_reflection_model_without_its_key_stops_the_cycle_first(monkeypatch, tmp_path):
+    """paper.yaml reflects with litellm ('openai/gpt-5.2', the key from the environment). Without
+    the key every reflection call failed, the round logged one ERROR and FST trained as RL would,
+    every job finishing. The cycle now stops first thing, in one line naming the key litellm
+    misses (litellm.validate_environment; litellm is in the gpu extra, faked here)."""
+    import sys
+    import types
+
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast.proposers import reflection_environment_error
+
+    asked = []
+
+    def validate_environment(model=None):
+        asked.append(model)
+        return {"keys_in_environment": False, "missing_keys": ["OPENAI_API_KEY"]}
+
+    monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(validate_environment=validate_environment))
+    settings = {"kind": "litellm", "model": "openai/gpt-5.2"}
+    assert reflection_environment_error(settings) == (
+        "fast.reflection.model 'openai/gpt-5.2': litellm finds no OPENAI_API_KEY in the environment; "
+        "export it where the cycle jobs run (every reflection call would fail)")
+    assert asked == ["openai/gpt-5.2"]
+    config = load_config("config/config.yaml", "config/smoke.yaml",
+                         overrides={"fast": {"proposer": "reflective", "reflection": settings}})
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    with pytest.raises(ValueError, match=r"^fast\.reflection\.model 'openai/gpt-5\.2': litellm finds no OPENAI_API_KEY"):
+        run_cycle(spec, config, 0, tmp_path / "no-model", None, tmp_path / "no-train.parquet", tmp_path / "c0")
+    # RL has no round; another kind is not litellm's to check; a key that is set passes
+    run_rl = RunSpec(experiment="e", method="rl", name="r", schedule=("math",), seed=0)
+    with pytest.raises(Exception) as other:
+        run_cycle(run_rl, config, 0, tmp_path / "no-model", None, tmp_path / "no-train.parquet", tmp_path / "c0")
+    assert "litellm finds no" not in str(other.value)  # it got past the check (to the missing files)
+    assert reflection_environment_error({"kind": "hf", "path": "x"}) is None
+    monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(
+        validate_environment=lambda model=None: {"keys_in_environment": True, "missing_keys": []}))
+    assert reflection_environment_error(settings) is None
+    monkeypatch.setitem(sys.modules, "litellm", None)  # not installed: import fails
+    assert "needs the litellm package" in reflection_environment_error(settings)

@@ -94,6 +94,12 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round
         raise ValueError(f"fst_distill trains in one process only, got {processes} processes "
                          f"(job GPUs {gpus}, {ENV_TRAIN_PROCESSES}={os.environ.get(ENV_TRAIN_PROCESSES)!r})")
+    if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
+        from fastslow.fast.proposers import reflection_environment_error
+
+        problem = reflection_environment_error(cfg["fast"]["reflection"])
+        if problem:
+            raise ValueError(problem)
     task_name = spec.schedule[cycle]
     task = make_task(cfg, task_name)
     train = load_problems(train_file)

@@ -491,6 +491,24 @@ class HFReflectionLM:
         return self._generator.generate([_messages(prompt)], params)[0].text
 
 
+def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
+    """What keeps a `litellm` reflection model from being called from here, or None: the litellm
+    package missing, or the provider's API key unset (`litellm.validate_environment`). Without
+    them every reflection call fails, the pool never changes, and FST trains as RL would."""
+    if settings.get("kind") != "litellm":
+        return None
+    try:
+        import litellm
+    except ImportError:
+        return ("fast.reflection.kind 'litellm' needs the litellm package, which is not installed here "
+                "(it is in the gpu extra: pip install -e '.[gpu]')")
+    missing = (litellm.validate_environment(model=settings["model"]) or {}).get("missing_keys") or []
+    if missing:
+        return (f"fast.reflection.model {settings['model']!r}: litellm finds no {', '.join(missing)} in the "
+                f"environment; export it where the cycle jobs run (every reflection call would fail)")
+    return None
+
+
 def build_reflection_lm(settings: Mapping[str, Any]) -> LanguageModel:
     """The reflection model described by `settings`:
 
