@@ -202,3 +202,26 @@ def test_slow_config_micro_batch_size_is_type_checked() -> None:
 def test_slow_config_accepts_ints_for_float_fields() -> None:
     cfg = SlowConfig(lr=1, temperature=1, max_grad_norm=1, weight_decay=0)
     assert cfg.lr == 1 and cfg.max_grad_norm == 1
+
+
+def test_a_missing_model_path_under_an_existing_directory_is_no_hub_id(tmp_path: Path, monkeypatch) -> None:
+    """'models/my-llama' is shaped like a hub id ('org/name'). With models/ here it is a path
+    with a typo: the config check said nothing and the base_model job tried the Hub. Now it is a
+    missing local directory, in one line; with no such directory it is still a hub id."""
+    from fastslow.config import ConfigError, load_config
+    from fastslow.model.convert import base_model_error, prepare_base_model
+
+    monkeypatch.chdir(tmp_path)
+    assert base_model_error("models/my-llama") is None  # no models/ here: a hub id
+    (tmp_path / "models").mkdir()
+    problem = base_model_error("models/my-llama")
+    assert problem == (f"no model directory at {tmp_path / 'models/my-llama'} "
+                       "(a local path: a hub id's owner is no local directory)")
+    with pytest.raises(ValueError, match="no model directory at"):
+        prepare_base_model("models/my-llama", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="model directory models/my-llama does not exist"):
+        load_model("models/my-llama")
+    root = Path(__file__).resolve().parents[1]
+    with pytest.raises(ConfigError) as err:
+        load_config(root / "config/config.yaml", overrides={"model": {"base": "models/my-llama"}})
+    assert str(err.value) == f"config error: model.base: {problem}"

@@ -272,7 +272,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
     local = Path(spec).expanduser()
     if local.is_dir():
         return _prepare_from_dir(local, out, source=spec, kind="local")
-    if _HUB_ID.match(spec):
+    if _HUB_ID.match(spec) and not _looks_local(spec):
         return _prepare_from_dir(_snapshot(spec), out, source=spec, kind="hub")
     raise ValueError(base_model_error(spec))
 
@@ -286,6 +286,8 @@ def base_model_error(spec: str) -> str | None:
     local = Path(spec).expanduser()
     if local.is_dir():
         return model_dir_error(local)
+    if _looks_local(spec):
+        return f"no model directory at {os.path.abspath(local)} (a local path: a hub id's owner is no local directory)"
     if _HUB_ID.match(spec):
         return None
     return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
@@ -368,6 +370,16 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
                     "vocab.txt", "spiece.model")
 
 
+def _looks_local(text: str) -> bool:
+    """Whether `text` names a local path rather than a hub id: an existing path, an absolute one,
+    one starting with ./ ../ or ~, one with a "/" that no hub id has ("runs/x/model"), or one
+    shaped like a hub id whose owner is a local directory ("models/my-llama" where models/ exists:
+    a path with a typo, not a repository to download)."""
+    local = Path(text).expanduser()
+    return bool(local.exists() or local.is_absolute() or text.startswith(("./", "../", "~"))
+                or ("/" in text and (not _HUB_ID.match(text) or Path(text.split("/", 1)[0]).is_dir())))
+
+
 def _local_dir(path: str | Path, what: str) -> Path | None:
     """`path` as a local directory, or None when it is a hub id ("org/name", "gpt2") to hand to
     `from_pretrained` as is. An existing path, an absolute one, one starting with ./ ../ or ~,
@@ -375,8 +387,7 @@ def _local_dir(path: str | Path, what: str) -> Path | None:
     exist or is not a directory is a one-line error naming it."""
     text = str(path)
     local = Path(text).expanduser()
-    if not (local.exists() or local.is_absolute() or text.startswith(("./", "../", "~"))
-            or ("/" in text and not _HUB_ID.match(text))):
+    if not _looks_local(text):
         return None
     if not local.exists():
         raise FileNotFoundError(f"{what} directory {text} does not exist")
