@@ -419,6 +419,7 @@ def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd)
         setup_logging(tmp_path / "job.log", job_label("cycle", {"experiment": "e", "method": "fst", "run": "r",
                                                                 "cycle": "1"}))
         logging.getLogger("fastslow.slow").info("step 1/3")
+        logging.getLogger("fastslow.fast").info("proposed:\nline two")
     finally:
         for handler in root.handlers:
             handler.flush()
@@ -429,5 +430,6 @@ def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd)
         sys.stderr = stderr
     console = capfd.readouterr().err
     assert "INFO [cycle e/fst/r cycle=1] fastslow.slow: step 1/3" in console
+    assert "fastslow.fast: proposed:\n[cycle e/fst/r cycle=1] line two\n" in console  # every line of it
     logged = (tmp_path / "job.log").read_text()
     assert "INFO fastslow.slow: step 1/3" in logged and "[cycle" not in logged

@@ -36,13 +36,25 @@ def job_label(rule: str, wildcards: dict[str, str]) -> str:
     return " ".join(part for part in (rule, run, rest) if part)
 
 
+class _Labelled(logging.Formatter):
+    """LOG_FORMAT with the job's label, on every line of a message: a proposed context or a
+    table spans several, and each is told apart from another job's lines."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(LOG_FORMAT.replace("%(name)s", f"[{label}] %(name)s"))
+        self.label = label
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", f"\n[{self.label}] ")
+
+
 def setup_logging(log_path: str | Path | None, label: str | None = None) -> None:
     """Send logging and stderr to the rule's log file, and keep progress visible on the console.
     Console lines carry the job's `label` (`job_label`): Snakemake runs jobs side by side, and
     their lines interleave there; the log file is the job's own and goes without."""
     console = logging.StreamHandler(sys.__stderr__)
     if label:
-        console.setFormatter(logging.Formatter(LOG_FORMAT.replace("%(name)s", f"[{label}] %(name)s")))
+        console.setFormatter(_Labelled(label))
     handlers: list[logging.Handler] = [console]
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
