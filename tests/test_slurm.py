@@ -359,3 +359,22 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
     job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
     assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())
     assert {r.info.status for r in job_runs} == {"FINISHED"}
+
+
+def test_a_bad_or_misspelt_profile_variable_stops_snakemake_naming_it(monkeypatch):
+    """A count that is no number stopped the profile with int()'s message, naming no variable;
+    a misspelt FASTSLOW_SLURM_* name was ignored (FASTSLOW_SLURM_GPU_PARTITON: every GPU job in
+    the CPU partition). Both now stop snakemake in a message naming the variable."""
+    from snakemake.profiles import ConfigFileParserException
+
+    for env, says in (({"FASTSLOW_TRAIN_GPUS": "abc"}, "FASTSLOW_TRAIN_GPUS must be a whole number >= 0"),
+                      ({"FASTSLOW_SLURM_MAX_MEM_MB": "400G"}, "FASTSLOW_SLURM_MAX_MEM_MB must be a whole number"),
+                      ({"FASTSLOW_SLURM_GPU_PARTITON": "gpu"}, "unknown variable(s) FASTSLOW_SLURM_GPU_PARTITON;")):
+        with pytest.raises(ConfigFileParserException) as err:
+            render_profile(monkeypatch, **env)
+        assert says in str(err.value), str(err.value)
+        for key in env:
+            monkeypatch.delenv(key)
+    # the test cluster's own variables (ci/slurm) are no profile variables, and no misspelling
+    prof = render_profile(monkeypatch, FASTSLOW_SLURM_DIR="/tmp/x", FASTSLOW_SLURM_MAX_GPUS="4")
+    assert "cycle:gpu=4" in prof["set-resources"]
