@@ -156,6 +156,25 @@ def test_launched_fst_distill_is_refused(monkeypatch, tmp_path) -> None:
         run_cycle(spec, {}, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
 
 
+def test_rollouts_that_do_not_split_over_the_ranks_are_refused_before_the_round(monkeypatch, tmp_path) -> None:
+    """FASTSLOW_TRAIN_GPUS=3 on the paper config (P*G = 256 rollouts a step): the training ranks
+    refused it only after the cycle's fast round, on each of SLURM's three attempts. The cycle now
+    refuses it first thing, in the trainer's own one line."""
+    from fastslow.config import load_config
+    from fastslow.cycle import ENV_TRAIN_PROCESSES, run_cycle
+    from fastslow.experiments import RunSpec
+
+    monkeypatch.setenv(ENV_TRAIN_PROCESSES, "3")
+    config = load_config("config/config.yaml", "config/smoke.yaml")  # P*G = 1 x 4
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    with pytest.raises(ValueError, match=r"^slow loop: P\*G = 1\*4 = 4 rollouts per step cannot be split over 3 "):
+        run_cycle(spec, config, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+    monkeypatch.setenv(ENV_TRAIN_PROCESSES, "2")  # 4 over 2 ranks splits: on to the (missing) files
+    with pytest.raises(Exception) as err:
+        run_cycle(spec, config, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+    assert "cannot be split" not in str(err.value)
+
+
 # ---------------------------------------------------------------- two real ranks
 
 

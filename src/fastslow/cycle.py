@@ -94,6 +94,11 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round
         raise ValueError(f"fst_distill trains in one process only, got {processes} processes "
                          f"(job GPUs {gpus}, {ENV_TRAIN_PROCESSES}={os.environ.get(ENV_TRAIN_PROCESSES)!r})")
+    if spec.trains and processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
+        from fastslow.slow.config import SlowConfig
+        from fastslow.slow.trainer import per_rank_batches
+
+        per_rank_batches(SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed}), processes)
     if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
         from fastslow.fast.proposers import reflection_environment_error
 
