@@ -434,7 +434,7 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
         assert _lines(ax) == {"Base init": pytest.approx([0.1, 0.22, 0.32]),  # seed mean: +.05 and -.01
                               "RL init": pytest.approx(inits[f"efficiency/rl/{src}-default-s0"]),
                               "FST init": pytest.approx(inits[f"efficiency/fst/{src}-default-s0"])}
-        assert [ln.get_linestyle() for ln in ax.lines] == [":", "-", "-"]  # base dotted
+        assert [ln.get_linestyle() for ln in ax.lines] == [":", "-", "--"]  # base dotted, FST solid, RL dashed
         assert list(ax.lines[0].get_xdata()) == [0, 10, 20] and ax.get_ylabel() == "val mean@4"
     _written(out)
 
@@ -993,3 +993,17 @@ def test_variant_settings_read_a_variant_from_a_run_that_has_it():
     cfg = load_config(root / "config" / "config.yaml", root / "config" / "smoke.yaml",
                       overrides={"experiments": {"ablations": {"methods": ["rl", "fst"]}}})
     assert variant_settings(expand(cfg), cfg, "ablations")["variants"]["k4"] == {"fast.pool_size": 4}
+
+
+def test_coinciding_method_curves_stay_visible(tmp_path, monkeypatch):
+    """At zero reward every method's curve is the same line: Fig 7's RL was hidden under FST.
+    Each method has its own line style and marker, and FST's solid line lies below the rest."""
+    drawn = []
+    save = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, out: (drawn.append(fig), save(fig, out)))
+    rows = _rows("stargraph", "rl", "stargraph", [0.0, 0.0, 0.0]) + _rows("stargraph", "fst", "stargraph", [0.0, 0.0, 0.0])
+    figures.fig7({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig7.pdf")
+    lines = {ln.get_label(): ln for ln in drawn[0].axes[0].lines if ln.get_label() in ("RL", "FST")}
+    assert (lines["RL"].get_linestyle(), lines["RL"].get_marker()) == ("--", "s")
+    assert (lines["FST"].get_linestyle(), lines["FST"].get_marker()) == ("-", "o")
+    assert lines["RL"].get_zorder() > lines["FST"].get_zorder()

@@ -30,6 +30,15 @@ from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 
 COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
 LABELS = {"rl": "RL", "fst": "FST", "gepa": "GEPA only", "fst_distill": "FST-distill", "base": "Base"}
+#: Each method's line style and marker besides its colour: curves that coincide (every method at
+#: zero reward, the CPU default's usual start) still show each one, a dashed RL over a solid FST.
+LINES = {"fst": ("-", "o"), "rl": ("--", "s"), "gepa": ("--", "^"), "fst_distill": ("-.", "D"), "base": (":", "x")}
+
+
+def _line(method: str) -> dict[str, Any]:
+    """Keyword arguments of `ax.plot` for a method's curve (LINES); FST's solid line below the rest."""
+    ls, marker = LINES.get(method, ("-", "o"))
+    return {"color": COLORS.get(method, "k"), "ls": ls, "marker": marker, "ms": 3, "zorder": 2 if method == "fst" else 3}
 
 # figure → experiments whose curves it reads: in fastslow.layout (the Snakefile needs it
 # without this module's numpy/polars/matplotlib imports).
@@ -148,8 +157,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
             c = seed_curve(df, eval_task=task, method=method)
             if c.height:
                 curves[method] = c
-                ax.plot(c["step"], running_max(c["mean_at_k"].to_numpy()), color=COLORS[method],
-                        label=LABELS[method], marker="o", ms=3)
+                ax.plot(c["step"], running_max(c["mean_at_k"].to_numpy()), label=LABELS[method], **_line(method))
         if {"rl", "fst"} <= curves.keys():
             rl, fst = curves["rl"], curves["fst"]
             ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
@@ -324,8 +332,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
                  else seed_curve(df, init_method=method, init_task=src))
             if not c.height:
                 continue
-            ax.plot(c["step"], c["mean_at_k"], color=COLORS.get(method, "k"), ls=":" if method == "base" else "-",
-                    marker="o", ms=3, label=f"{LABELS.get(method, method)} init")
+            ax.plot(c["step"], c["mean_at_k"], label=f"{LABELS.get(method, method)} init", **_line(method))
         ax.set(title=f"from {src} checkpoints → RL on {df['eval_task'][0]}", xlabel="RL step",
                ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
@@ -427,7 +434,7 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     for method in ("rl", "fst"):
         c = seed_curve(df, method=method)
         if c.height:
-            ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], marker="o", ms=3, label=LABELS[method])
+            ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else None
             first = escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), se)
             if not math.isnan(first):
@@ -460,9 +467,8 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
         if not c.height:
             absent.append(LABELS[method])
             continue
-        ls = "--" if method == "gepa" else "-"
-        ax.plot(c["step"], c["mean_at_k"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
-        ax2.plot(c["step"], c["entropy"], color=COLORS[method], ls=ls, marker="o", ms=3, label=LABELS[method])
+        ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
+        ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
     ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
     for a in (ax, ax2):
