@@ -1007,3 +1007,13 @@ def test_coinciding_method_curves_stay_visible(tmp_path, monkeypatch):
     assert (lines["RL"].get_linestyle(), lines["RL"].get_marker()) == ("--", "s")
     assert (lines["FST"].get_linestyle(), lines["FST"].get_marker()) == ("-", "o")
     assert lines["RL"].get_zorder() > lines["FST"].get_zorder()
+
+
+def test_a_figures_numbers_become_its_runs_metrics():
+    """Fig 9's bar heights and Fig 2's ratios were only in the figure job's log: the figure's MLflow
+    run now logs what the function returned, nested keys flattened, other values left out."""
+    assert figures.figure_metrics("fig9", {"k1": 0.31, "default": 0.42, "rl": float("nan")}) == {
+        "fig9/k1": 0.31, "fig9/default": 0.42, "fig9/rl": pytest.approx(float("nan"), nan_ok=True)}
+    assert figures.figure_metrics("fig3", {"math": {"fst": {"A": 0.6, "fit": object()}, "ok": True}}) == {
+        "fig3/math/fst/A": 0.6}
+    assert figures.figure_metrics("fig7", None) == {}

@@ -658,6 +658,23 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     _save(fig, out)
 
 
+def figure_metrics(fig: str, result: Any) -> dict[str, float]:
+    """The numbers a figure function returned, as its MLflow run's metrics `<fig>/<key>[/<key>]`
+    (Fig 9's bar heights, Fig 2's steps-to-peak ratios): nested mappings flattened, anything
+    else (tables, fit objects) left out."""
+    out: dict[str, float] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, Mapping):
+            for name, sub in value.items():
+                walk(sub, f"{key}/{name}")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = float(value)
+
+    walk(result, fig)
+    return out
+
+
 FIGURES: dict[str, Callable[..., Any]] = {
     "fig2": fig2, "fig3": fig3, "fig4": fig4, "fig5": fig5, "fig6": fig6, "fig7": fig7,
     "fig8": fig8, "fig9": fig9, "fig10": fig10, "fig11": fig11,

@@ -5,7 +5,7 @@ import logging
 
 import polars as pl
 
-from fastslow.figures import FIGURES
+from fastslow.figures import FIGURES, figure_metrics
 from fastslow.jobs import snakemake_job
 from fastslow.layout import table_experiment
 
@@ -17,6 +17,7 @@ with snakemake_job(smk, parent="figures") as tracker:
     # The figure's MLflow run names every run it plotted by its key; each job of such a run carries
     # it as tag fastslow.run (fastslow.jobs.run_settings), so `tags.`fastslow.run` = '<key>'` finds them.
     tracker.set_tags({"fastslow.figure": smk.wildcards.fig, "fastslow.input_runs": ",".join(runs)})
+    tracker.log_metrics(figure_metrics(smk.wildcards.fig, result))  # what it plotted, e.g. Fig 9's bars
     tracker.log_artifact(smk.output.pdf, "figures")
     tracker.log_artifact(smk.output.png, "figures")
     if result is not None:
