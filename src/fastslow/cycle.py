@@ -94,11 +94,15 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round
         raise ValueError(f"fst_distill trains in one process only, got {processes} processes "
                          f"(job GPUs {gpus}, {ENV_TRAIN_PROCESSES}={os.environ.get(ENV_TRAIN_PROCESSES)!r})")
-    if spec.trains and processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
+    slow_cfg = None
+    if spec.trains:
         from fastslow.slow.config import SlowConfig
-        from fastslow.slow.trainer import per_rank_batches
 
-        per_rank_batches(SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed}), processes)
+        slow_cfg = SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed})
+        if processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
+            from fastslow.slow.trainer import per_rank_batches
+
+            per_rank_batches(slow_cfg, processes)
     if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
         from fastslow.fast.proposers import reflection_environment_error
 
@@ -133,11 +137,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
-            from fastslow.slow.config import SlowConfig
             from fastslow.slow.loop import first_step_problems
 
-            slow_problems = first_step_problems(prev_dir, train, SlowConfig.from_dict(
-                {**cfg["slow"], "seed": spec.seed}), new_data=bool(_continual(spec, cycle)))
+            slow_problems = first_step_problems(prev_dir, train, slow_cfg, new_data=bool(_continual(spec, cycle)))
             cache = RolloutCache()
         if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
             cache = RolloutCache()
@@ -176,9 +178,6 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     steps = cfg["slow"]["steps_per_cycle"]
     slow_metrics: list[dict[str, Any]] = []
     if spec.trains:
-        from fastslow.slow.config import SlowConfig
-
-        slow_cfg = SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed})
         if spec.method == "fst_distill":
             from fastslow.slow.distill import run_distill_cycle as slow_cycle
         else:

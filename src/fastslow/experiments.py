@@ -256,11 +256,16 @@ def _check_fast_budgets(runs: dict[str, RunSpec], config: dict[str, Any]) -> Non
             continue
         if fast_budget_error(replace(run, overrides={}).settings(config), run.cycles):
             raise _err(detail)  # the config's own fast settings
-        exp = config["experiments"][run.experiment]
-        alone = replace(run, overrides=copy.deepcopy(exp.get("overrides", {})))
-        alone.overrides.pop("cycles", None)
+        alone = _experiment_own(run, config)
         where = "overrides" if fast_budget_error(alone.settings(config), run.cycles) else f"variants.{run.variant}"
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
+
+
+def _experiment_own(run: RunSpec, config: dict[str, Any]) -> RunSpec:
+    """`run` with its experiment's `overrides` alone, no variant's (the cycle count is no setting)."""
+    overrides = copy.deepcopy(config.get("experiments", {}).get(run.experiment, {}).get("overrides", {}))
+    overrides.pop("cycles", None)
+    return replace(run, overrides=overrides)
 
 
 def _invalid(settings: dict[str, Any]) -> str | None:
@@ -291,14 +296,12 @@ def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experimen
     `{"variants": {"k4": {"fast.pool_size": 4}}, "reference": {"fast.pool_size": 2}}`. The
     reference holds every key some variant changes; a variant that changes none maps to {}.
     Fig 9 groups its bars by these keys (one panel per ablated setting)."""
-    exp_overrides = copy.deepcopy(config.get("experiments", {}).get(experiment, {}).get("overrides", {}))
-    exp_overrides.pop("cycles", None)
     variants: dict[str, dict[str, Any]] = {}
     reference: dict[str, Any] = {}
     for spec in sorted(runs.values(), key=lambda s: s.method == "rl"):  # an RL run has K=1 whatever it says
         if spec.experiment != experiment or spec.variant in variants:
             continue
-        theirs = replace(spec, overrides=exp_overrides).settings(config)
+        theirs = _experiment_own(spec, config).settings(config)
         mine = spec.settings(config)
         base = {k: v for s in VARIANT_SECTIONS if s in theirs for k, v in _leaves(theirs[s], s).items()}
         own = {k: v for s in VARIANT_SECTIONS if s in mine for k, v in _leaves(mine[s], s).items()}

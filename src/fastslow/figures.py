@@ -504,6 +504,12 @@ PANEL_TITLES = {"fast.pool_size": "pool size K", "slow.baseline": "advantage bas
                 "slow.steps_per_cycle": "RL steps per cycle T", "fast.preset": "GEPA recipe"}
 
 
+def _ablated_rank(key: str) -> int:
+    """Where a setting comes in Fig 9: the paper's panels (ABLATED) in their order, then the rest."""
+    order = list(ABLATED)
+    return order.index(key) if key in order else len(order)
+
+
 def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], list[str]]]:
     """Fig 9's panels from what each variant changes (`fastslow.experiments.variant_settings`):
     (setting, the other settings it is compared at, the bars: "default" for the experiment's
@@ -532,8 +538,7 @@ def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], 
         for name in (other, variant):
             if name not in bars:
                 bars.append(name)
-    order = list(ABLATED)
-    keys = sorted(panels, key=lambda kc: (order.index(kc[0]) if kc[0] in order else len(order), len(kc[1])))
+    keys = sorted(panels, key=lambda kc: (_ablated_rank(kc[0]), len(kc[1])))
     out = []
     for key, frozen in keys:
         context, bars = panels[(key, frozen)]
@@ -613,9 +618,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
     fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
-    order = list(ABLATED)
-    default = ", ".join(_setting_label(key, reference[key]) for key in
-                        sorted(reference, key=lambda key: order.index(key) if key in order else len(order)))
+    default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
     _footnote(fig, frames, "Green bar: the headline configuration (default variant"
               + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
               "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")

@@ -28,10 +28,15 @@ RUN_WILDCARDS = ("experiment", "method", "run")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def _run_key(wildcards: dict[str, str]) -> str | None:
+    """The key of the run a job belongs to (`RunSpec.key`), None for a job of no run."""
+    return "/".join(wildcards[k] for k in RUN_WILDCARDS) if all(k in wildcards for k in RUN_WILDCARDS) else None
+
+
 def job_label(rule: str, wildcards: dict[str, str]) -> str:
     """The job a console line comes from: its rule, its run's key and its other wildcards, e.g.
     `evaluate_point efficiency/fst/math-default-s0 point=cycle1 task=math`."""
-    run = "/".join(wildcards[k] for k in RUN_WILDCARDS) if all(k in wildcards for k in RUN_WILDCARDS) else ""
+    run = _run_key(wildcards) or ""
     rest = " ".join(f"{k}={v}" for k, v in wildcards.items() if not (run and k in RUN_WILDCARDS))
     return " ".join(part for part in (rule, run, rest) if part)
 
@@ -90,8 +95,9 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
     setup_logging(smk.log[0] if len(smk.log) else None, job_label(smk.rule, wildcards))
     config, tags = dict(smk.config), {}
-    if all(k in wildcards for k in RUN_WILDCARDS):
-        tags = {"fastslow.run": "/".join(wildcards[k] for k in RUN_WILDCARDS), "fastslow.method": wildcards["method"]}
+    run_key = _run_key(wildcards)
+    if run_key:
+        tags = {"fastslow.run": run_key, "fastslow.method": wildcards["method"]}
     if run is not None:
         if tags and tags["fastslow.run"] != run.key:
             raise ValueError(f"snakemake_job of run {tags['fastslow.run']!r} was given run {run.key!r}")
