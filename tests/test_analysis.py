@@ -145,3 +145,20 @@ def test_the_paired_noise_bound_is_over_common_problems():
     assert paired_noise_bound(a, b) == pytest.approx(2 * d.std(ddof=1) / np.sqrt(3))
     assert paired_noise_bound({k: v + 0.1 for k, v in a.items()}, {k: v + 0.3 for k, v in a.items()}) == pytest.approx(0.0)
     assert np.isnan(paired_noise_bound({"p0": 0.0}, {"p0": 1.0}))
+
+
+def test_a_tidy_summary_reads_task_first_then_its_scores():
+    """A summary read back from its JSON file has its keys sorted by name, and the base model's
+    table and its printout came out so: best_at_k, context_id, entropy, k, ... task last."""
+    import json
+
+    from fastslow.evaluate import SUMMARY_ORDER, format_table, tidy_summary
+
+    saved = json.loads(json.dumps({"run": "base", "point": "init", "task": "math", "context_id": "seed",
+                                   "mean@4": 0.25, "mean@4_se": 0.1, "best@4": 0.5, "problems": 8, "k": 4,
+                                   "mean_completion_tokens": 40.0, "kl_to_base": 0.0, "entropy": 2.5,
+                                   "extra": 1}, sort_keys=True))
+    tidy = tidy_summary(saved)
+    assert list(tidy) == [*SUMMARY_ORDER, "extra"]
+    assert tidy["mean_at_k"] == 0.25 and tidy["best_at_k"] == 0.5
+    assert format_table([tidy], list(tidy)).startswith("task  point  context_id  mean_at_k  ")

@@ -743,3 +743,16 @@ def test_converted_generation_stops_at_eos(smollm2: tuple[Path, Any]) -> None:
     g = gen.generate([conv("Say hello in one word.")], SamplingParams(40, temperature=0.0))[0]
     assert g.finish_reason == "stop" and g.completion_tokens == len(g.completion_ids) < 40
     assert "<|im_end|>" not in g.text and g.text.strip()
+
+
+def test_loading_weights_draws_no_progress_bar_into_a_log_file(tiny_model_dir: Path, capsys) -> None:
+    """A job's stderr is its log file: transformers' "Loading weights" bar was a line of carriage
+    returns there on every model load. It is drawn on terminals only (tqdm's disable=None)."""
+    from transformers.utils import logging as hf_logging
+
+    load_model(tiny_model_dir, dtype="float32")
+    assert "Loading weights" not in capsys.readouterr().err  # captured stderr is no terminal
+    bar = hf_logging.tqdm(range(3), desc="shown", disable=False)  # a caller's own choice stands
+    list(bar)
+    bar.close()
+    assert "shown" in capsys.readouterr().err

@@ -256,3 +256,84 @@ def test_new_data_resets_cursor(runs: dict[str, Any], tiny_model_dir: Path,
     with pytest.raises(ValueError, match="exactly one"):
         run_distill_cycle(tiny_model_dir, None, [TEACHER, ("x", "y")], runs["task"], other,
                           _cfg(1), tmp_path / "two", "toy/run", 0)
+
+
+# ---------------------------------------------------------------- what fits one GPU
+
+
+def test_memory_floor_counts_the_models_own_parameters_and_cache(tiny_model_dir: Path) -> None:
+    """From the config alone (meta device): the parameters load_model gives, in the checkpoint's
+    dtype, x4 for training (weights, gradients, two AdamW moments), x1 for the teacher, and the
+    KV cache of P*G rollouts of max_new_tokens each."""
+    from fastslow.model.convert import load_model
+    from fastslow.slow.distill import memory_floor
+
+    model = load_model(tiny_model_dir, dtype="auto")
+    params = sum(p.numel() for p in model.parameters())
+    size = next(model.parameters()).element_size()
+    cfg = SlowConfig(num_generations=4, problems_per_step=3, max_new_tokens=10)
+    text = model.config
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    floor = memory_floor(tiny_model_dir, cfg)
+    assert floor["params"] == params and floor["dtype"] == str(next(model.parameters()).dtype)[6:]
+    assert floor["training"] == 4 * params * size and floor["teacher"] == params * size
+    assert floor["kv_cache"] == 12 * 10 * text.num_hidden_layers * kv_heads * head_dim * 2 * size
+
+
+def test_the_paper_scale_distill_cycle_is_refused_on_one_h100(tmp_path: Path) -> None:
+    """Qwen3-8B in bf16 at paper.yaml's P*G = 256 and 4096 new tokens: far more than one 80 GB
+    H100 (README's known gap), said in one line before anything runs; SmolLM2-135M fits."""
+    from transformers import LlamaConfig, Qwen3Config
+
+    from fastslow.config import load_config
+    from fastslow.slow.distill import memory_floor, memory_floor_error
+
+    h100 = 85_520_809_984  # torch.cuda.get_device_properties(0).total_memory of an H100 80GB HBM3
+    paper = SlowConfig.from_dict(load_config("config/config.yaml", "config/paper.yaml")["slow"])
+    qwen = Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+                       dtype="bfloat16")
+    qwen.save_pretrained(tmp_path / "qwen3-8b")
+    floor = memory_floor(tmp_path / "qwen3-8b", paper)
+    assert 8.1e9 < floor["params"] < 8.3e9 and floor["dtype"] == "bfloat16"
+    error = memory_floor_error(floor, h100)
+    assert error and error.startswith("fst_distill needs at least ") and "cuda:0 has 79.6 GiB" in error
+    assert "8.19B parameters in bfloat16" in error and "\n" not in error
+    smol = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True, dtype="float32")
+    smol.save_pretrained(tmp_path / "smollm2")
+    assert memory_floor_error(memory_floor(tmp_path / "smollm2", paper), h100) is None
+
+
+def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_model_dir: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """The job used to load the model, run the whole GEPA round and only then run out of GPU
+    memory, on each of SLURM's three attempts. A GPU smaller than the floor now stops the cycle
+    first thing (here a pretend 1 MiB GPU), and a CPU has no such check."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import fastslow.fast
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+
+    def no_round(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the fast round ran")
+
+    from fastslow.tasks.data import write_problems
+
+    monkeypatch.setattr(fastslow.fast, "run_round", no_round)
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(4)],
+                   tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method="fst_distill", name="r", schedule=("math",), seed=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=2 ** 20))
+    with pytest.raises(ValueError, match=r"^fst_distill needs at least .* GiB on one GPU and cuda:0 has 0\.0 GiB"):
+        run_cycle(spec, config, 0, tiny_model_dir, None, tmp_path / "train.parquet", tmp_path / "c0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(AssertionError, match="the fast round ran"):  # no check on a CPU: on to the round
+        run_cycle(spec, config, 0, tiny_model_dir, None, tmp_path / "train.parquet", tmp_path / "c0")

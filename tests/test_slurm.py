@@ -100,6 +100,22 @@ def test_profile_hard_codes_no_site(monkeypatch):
     assert not any(k.startswith(("base_model:gpu", "task_data:gpu")) for k in res)
 
 
+def test_the_local_workflow_profile_overrides_nothing_of_the_clusters_but_cores(monkeypatch):
+    """Snakemake always loads profiles/default as the workflow profile, and its keys win over
+    `--profile profiles/slurm`'s: its `keep-going: false` and `latency-wait: 5` silently undid the
+    cluster's keep-going and 60 s wait. It may set only what the cluster profile sets alike, and
+    `cores` (the local default; profiles/slurm/README says to add `--workflow-profile none`)."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    cluster = render_profile(monkeypatch)
+    with (ROOT / "profiles" / "default" / "config.yaml").open() as stream:
+        local = dict(ProfileConfigFileParser().parse(stream))
+    assert local.get("cores") == "all"
+    clash = {k: (v, cluster[k]) for k, v in local.items() if k in cluster and v != cluster[k] and k != "cores"}
+    assert not clash, clash
+    assert not set(local) - set(cluster) - {"cores"}, "a local key the cluster profile leaves to Snakemake"
+
+
 def test_profile_takes_account_and_partitions_from_the_environment(monkeypatch):
     prof = render_profile(monkeypatch, FASTSLOW_SLURM_ACCOUNT="123456", FASTSLOW_SLURM_PARTITION="cpu",
                           FASTSLOW_SLURM_GPU_PARTITION="gpu", FASTSLOW_SLURM_GPU_MODEL="h100",

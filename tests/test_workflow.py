@@ -166,6 +166,7 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     assert table["problems"].to_list() == [4, 4]
     # the curves tables' names (mean@k's k is the column k), as the README lists them
     assert set(table.columns) == readme_columns()["tables/base_eval.parquet"] | {"run"}
+    assert table.columns[:4] == ["task", "point", "context_id", "mean_at_k"]  # the README's order
     assert table["k"].to_list() == [2, 2]
     assert all(0.0 <= v <= 1.0 for v in table["mean_at_k"].to_list())
     assert (table["best_at_k"] >= table["mean_at_k"]).all()

@@ -103,6 +103,12 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
             from fastslow.slow.trainer import per_rank_batches
 
             per_rank_batches(slow_cfg, processes)
+        if spec.method == "fst_distill":  # one GPU: a model too large for it is refused now, too
+            from fastslow.slow.distill import device_memory_error
+
+            problem = device_memory_error(init_model, slow_cfg)
+            if problem:
+                raise ValueError(problem)
     if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
         from fastslow.fast.proposers import reflection_environment_error
 

@@ -66,13 +66,22 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
     return rows
 
 
+#: The order of a tidy summary's keys (`tidy_summary`): the base model's table and its printout
+#: read task first, then its scores, as the README lists them; keys not named here follow.
+SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
+                 "mean_completion_tokens", "kl_to_base", "entropy", "run")
+
+
 def tidy_summary(summary: dict) -> dict:
     """An evaluation summary (`summarize`: `mean@4`, `mean@4_se`, `best@4`) with
     the curves tables' names for its metrics (`mean_at_k`, `mean_at_k_se`, `best_at_k`, beside
-    `k`), so the base model's table and the runs' tables share their columns."""
+    `k`), so the base model's table and the runs' tables share their columns; keys in
+    SUMMARY_ORDER (a summary read back from its JSON file has them sorted by name)."""
     k = int(summary["k"])
     names = {f"mean@{k}": "mean_at_k", f"mean@{k}_se": "mean_at_k_se", f"best@{k}": "best_at_k"}
-    return {names.get(key, key): value for key, value in summary.items()}
+    tidy = {names.get(key, key): value for key, value in summary.items()}
+    rank = {key: i for i, key in enumerate(SUMMARY_ORDER)}
+    return dict(sorted(tidy.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:

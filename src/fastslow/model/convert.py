@@ -420,13 +420,23 @@ def load_tokenizer(path: str | Path) -> Any:
     return _set_padding(AutoTokenizer.from_pretrained(str(path if local is None else local)))
 
 
+def _bars_on_terminals_only(factory: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """transformers' progress bars (`set_tqdm_hook`) drawn only where they go to a terminal: a
+    job's stderr is its log file, where "Loading weights" became a line of carriage returns per
+    model load. tqdm's own `disable=None` is that rule; a caller's explicit `disable` stands."""
+    return factory(*args, **{"disable": None, **kwargs})
+
+
 def load_model(path: str | Path, dtype: str = "auto", device: str = "cpu") -> Any:
     """A causal LM from a prepared directory (or hub id), in eval mode, on `device`.
 
     ``dtype="auto"`` keeps the checkpoint's dtype (float32 for the converted SmolLM2).
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    if hasattr(hf_logging, "set_tqdm_hook"):  # not in 5.0 (bars stay there); in 5.17 and 5.23
+        hf_logging.set_tqdm_hook(_bars_on_terminals_only)
     local = _local_dir(path, "model")
     if local is not None:
         _check_model_dir(local)

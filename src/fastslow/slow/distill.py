@@ -234,6 +234,52 @@ def rounding_warning(model: Any, lr: float) -> str | None:
             f"(README: 'Known gap at paper scale')")
 
 
+def memory_floor(model_dir: str | Path, cfg: SlowConfig) -> dict[str, Any]:
+    """What one distillation cycle of the model in `model_dir` holds on its one device at least,
+    from the model's config alone (no weights are read; the parameters are counted on the meta
+    device): the weights in the checkpoint's dtype (`run_distill_cycle` trains them in place),
+    as many again for their gradients and for each AdamW moment, the frozen teacher's copy, and
+    the KV cache of one step's generation batch (all P*G rollouts, `max_new_tokens` each; their
+    prompts, the activations and the logits come on top). Bytes, by part."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(model_dir))
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
+    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    with torch.device("meta"):
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    size = torch.empty((), dtype=dtype).element_size()
+    text = config.get_text_config()
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv = cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2 * size
+    return {"params": params, "dtype": str(dtype).removeprefix("torch."),
+            "training": 4 * params * size, "teacher": params * size, "kv_cache": kv}
+
+
+def memory_floor_error(floor: dict[str, Any], device_bytes: int, device: str = "cuda:0") -> str | None:
+    """A one-line refusal when `memory_floor` exceeds the device's memory, else None."""
+    need = floor["training"] + floor["teacher"] + floor["kv_cache"]
+    if need <= device_bytes:
+        return None
+    gib = 1024 ** 3
+    return (f"fst_distill needs at least {need / gib:.1f} GiB on one GPU and {device} has "
+            f"{device_bytes / gib:.1f} GiB: {floor['params'] / 1e9:.2f}B parameters in {floor['dtype']} "
+            f"with their gradients and AdamW moments {floor['training'] / gib:.1f} GiB, the frozen "
+            f"teacher {floor['teacher'] / gib:.1f} GiB, the KV cache of one step's rollouts "
+            f"{floor['kv_cache'] / gib:.1f} GiB (README: 'Known gap at paper scale')")
+
+
+def device_memory_error(model_dir: str | Path, cfg: SlowConfig) -> str | None:
+    """`memory_floor_error` on this process's GPU; None on a CPU (its memory is the host's)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return memory_floor_error(memory_floor(model_dir, cfg), torch.cuda.get_device_properties(0).total_memory)
+
+
 def _disable_dropout(model: Any) -> None:
     import torch
 
