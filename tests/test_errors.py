@@ -215,7 +215,7 @@ def test_a_missing_model_path_under_an_existing_directory_is_no_hub_id(tmp_path:
     assert base_model_error("models/my-llama") is None  # no models/ here: a hub id
     (tmp_path / "models").mkdir()
     problem = base_model_error("models/my-llama")
-    assert problem == (f"no model directory at {tmp_path / 'models/my-llama'} "
+    assert problem == (f"'models/my-llama': no model directory at {tmp_path / 'models/my-llama'} "
                        "(a local path: a hub id's owner is no local directory)")
     with pytest.raises(ValueError, match="no model directory at"):
         prepare_base_model("models/my-llama", tmp_path / "out")
@@ -225,3 +225,60 @@ def test_a_missing_model_path_under_an_existing_directory_is_no_hub_id(tmp_path:
     with pytest.raises(ConfigError) as err:
         load_config(root / "config/config.yaml", overrides={"model": {"base": "models/my-llama"}})
     assert str(err.value) == f"config error: model.base: {problem}"
+
+
+def test_one_local_model_directory_is_one_model_base_however_it_is_spelt(tiny_model_dir: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """Every job's params hold the model section: `./models/m/` after `models/m` (or its absolute
+    path) planned the whole workflow again, base model, evaluations and cycles."""
+    import shutil
+
+    from fastslow.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "m")
+    shutil.copytree(tiny_model_dir, tmp_path.parent / f"{tmp_path.name}-outside")
+
+    def base(spelt: str) -> str:
+        return load_config(root / "config/config.yaml", overrides={"model": {"base": spelt}})["model"]["base"]
+
+    for spelt in ("models/m", "./models/m/", str(tmp_path / "models" / "m"), "models/../models/m"):
+        assert base(spelt) == "models/m", spelt
+    outside = str(tmp_path.parent / f"{tmp_path.name}-outside")
+    assert base(f"../{tmp_path.name}-outside/") == outside  # outside the working directory: absolute
+    assert base("tiny-random") == "tiny-random" and base("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+
+
+def test_a_model_directory_the_workflow_cannot_prompt_stops_its_base_model_job_in_one_line(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """No weights, a tokenizer_config.json without the vocabulary it needs, a chat template that
+    refuses a system turn: each passed the base_model job and failed the first evaluation with a
+    traceback (naming the prepared copy under results/, or "install sentencepiece")."""
+    import shutil
+
+    from fastslow.model.convert import prepare_base_model
+
+    def variant(name: str) -> Path:
+        path = tmp_path / name
+        shutil.copytree(tiny_model_dir, path)
+        return path
+
+    no_weights = variant("no-weights")
+    for f in no_weights.glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(ValueError, match=rf"^{no_weights} holds no weights \(no \*\.safetensors"):
+        prepare_base_model(str(no_weights), tmp_path / "out1")
+    no_vocab = variant("no-vocab")
+    (no_vocab / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=rf"^{no_vocab}: its tokenizer does not load \("):
+        prepare_base_model(str(no_vocab), tmp_path / "out2")
+    no_system = variant("no-system")
+    template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+                "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    (no_system / "chat_template.jinja").write_text(template)
+    with pytest.raises(ValueError, match=r"its chat template does not take a system turn then a user turn "
+                                         r"\(TemplateError: System role not supported\)"):
+        prepare_base_model(str(no_system), tmp_path / "out3")
+    assert not any((tmp_path / f"out{i}").exists() for i in (1, 2, 3))
+    assert prepare_base_model(str(variant("fine")), tmp_path / "out4").is_dir()

@@ -122,7 +122,7 @@ def reference(prefix, tmp_path_factory):
 
 
 @pytest.mark.workflow
-@pytest.mark.parametrize("marker", [None, "step 1/2", "Writing model shards"],
+@pytest.mark.parametrize("marker", [None, "step 1/2", "writing the weights"],
                          ids=["during-startup-or-generation", "between-optimiser-steps", "while-writing"])
 def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, marker):
     work = _fork(prefix, tmp_path / "wf")

@@ -123,6 +123,10 @@ def test_a_local_base_model_saved_again_in_place_is_prepared_again(tiny_model_di
     built = snakemake(target, "--cores", "1", *args, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     assert "Nothing to be done" in snakemake(target, "-n", *args, timeout=120).stdout
+    # the same directory spelt another way (relative to the working directory, a trailing /) is
+    # the same model.base: nothing to do either (every job's params hold it)
+    respelt = [*SMOKE, "--config", "model={base: ./mymodel/}", *args[len(SMOKE) + 2:]]
+    assert "Nothing to be done" in snakemake(target, "-n", *respelt, timeout=120).stdout
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes())  # saved again: new modification time
     again = snakemake(target, "-n", *args, timeout=120)

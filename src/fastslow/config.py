@@ -298,6 +298,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     problem = base_model_error(config["model"]["base"])
     if problem:
         raise ConfigError(f"config error: model.base: {problem}")
+    config["model"]["base"] = canonical_model_base(config["model"]["base"])
     from fastslow.experiments import check_experiments
     from fastslow.tasks import TASK_NAMES
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES
@@ -509,6 +510,22 @@ def deep_update(base: dict[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         else:
             base[k] = copy.deepcopy(v)
     return base
+
+
+def canonical_model_base(base: str) -> str:
+    """model.base spelled one way for one local directory: relative to the working directory
+    when inside it (`./models/m/`, `models/m` and its absolute path all become `models/m`), else
+    absolute (`~/m` -> /home/me/m); symlinks are not followed, as in `model_name`. Every job's
+    params hold the model section, so another spelling of the same directory re-ran the whole
+    workflow. Built-in names and hub ids are kept as they are."""
+    from fastslow.model.convert import SMOLLM2_SPEC, TINY_SPEC
+
+    local = os.path.expanduser(base)
+    if base in (SMOLLM2_SPEC, TINY_SPEC) or not os.path.isdir(local):
+        return base
+    path = os.path.abspath(local)
+    relative = os.path.relpath(path)
+    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
 
 
 def model_name(config: Mapping[str, Any]) -> str:

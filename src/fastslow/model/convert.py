@@ -219,6 +219,9 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
 
     _check_base_dir(src)
     AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
+    problem = _no_weights(src) or chat_error(src)
+    if problem:
+        raise ValueError(problem)
     with atomic_path(out_dir, is_dir=True) as tmp:
         _link_or_copy_tree(src, tmp)
         _write_provenance(tmp, kind=kind, source=source, resolved=str(src.resolve()))
@@ -287,7 +290,9 @@ def base_model_error(spec: str) -> str | None:
     if local.is_dir():
         return model_dir_error(local)
     if _looks_local(spec):
-        return f"no model directory at {os.path.abspath(local)} (a local path: a hub id's owner is no local directory)"
+        why = " (a local path: a hub id's owner is no local directory)" if _HUB_ID.match(spec) else ""
+        what = "no model directory" if not local.exists() else "not a directory"
+        return f"{spec!r}: {what} at {os.path.abspath(local)}{why}"
     if _HUB_ID.match(spec):
         return None
     return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
@@ -319,6 +324,36 @@ def _no_tokenizer(src: Path) -> str | None:
     """Why `src` holds no tokenizer (None: one of `_TOKENIZER_FILES` is there)."""
     if not any((src / name).is_file() for name in _TOKENIZER_FILES):
         return f"{src} holds no tokenizer (none of {', '.join(_TOKENIZER_FILES)})"
+    return None
+
+
+def _no_weights(src: Path) -> str | None:
+    """Why `src` holds no weights transformers loads (None: a safetensors or PyTorch file)."""
+    if any(src.glob("*.safetensors")) or any(src.glob("pytorch_model*.bin")):
+        return None
+    return f"{src} holds no weights (no *.safetensors, no pytorch_model*.bin)"
+
+
+def chat_error(src: Path) -> str | None:
+    """Why the tokenizer of `src` cannot render the workflow's prompts (None: it can): it must
+    load, and its chat template take a system turn (the context) before the user's (the
+    problem); some templates refuse one (Gemma 2's, older Mistral's). Loads the tokenizer, so
+    it runs in the base_model job, not in the config check."""
+    from transformers import AutoTokenizer
+
+    def first_line(err: Exception) -> str:
+        return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(src))
+    except Exception as err:  # a missing vocabulary, an unknown class, a missing extra package
+        return f"{src}: its tokenizer does not load ({first_line(err)})"
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 1?"}]
+    try:
+        tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    except Exception as err:
+        return (f"{src}: its chat template does not take a system turn then a user turn "
+                f"({first_line(err)}); every prompt puts the context in the system turn")
     return None
 
 

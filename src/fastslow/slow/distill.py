@@ -404,6 +404,7 @@ def run_distill_cycle(
             global_step += 1
 
         model.eval()
+        log.info("distill %s cycle %d: writing the weights and the trainer state", run_id, cycle)
         model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(

@@ -696,6 +696,7 @@ def run_cycle(
             global_step += 1
 
         trainer.model.config.use_cache = use_cache
+        log.info("slow %s cycle %d: writing the weights and the trainer state", run_id, cycle)
         info = {
             "run": run_id, "cycle": cycle, "global_step": global_step, "cursor": cursor,
             "problems_fingerprint": fingerprint, "num_problems": len(problems),
