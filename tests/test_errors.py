@@ -248,6 +248,11 @@ def test_one_local_model_directory_is_one_model_base_however_it_is_spelt(tiny_mo
     outside = str(tmp_path.parent / f"{tmp_path.name}-outside")
     assert base(f"../{tmp_path.name}-outside/") == outside  # outside the working directory: absolute
     assert base("tiny-random") == "tiny-random" and base("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
+    # the working directory reached through a symlink, as `pwd` prints it ($PWD): still inside
+    link = tmp_path.parent / f"{tmp_path.name}-link"
+    link.symlink_to(tmp_path)
+    monkeypatch.setenv("PWD", str(link))
+    assert base(str(link / "models" / "m")) == "models/m"
 
 
 def test_a_model_directory_the_workflow_cannot_prompt_stops_its_base_model_job_in_one_line(

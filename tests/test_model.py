@@ -750,6 +750,8 @@ def test_loading_weights_draws_no_progress_bar_into_a_log_file(tiny_model_dir: P
     returns there on every model load. It is drawn on terminals only (tqdm's disable=None)."""
     from transformers.utils import logging as hf_logging
 
+    if not hasattr(hf_logging, "set_tqdm_hook"):
+        pytest.skip("this transformers has no set_tqdm_hook (5.0): its bars stay")
     load_model(tiny_model_dir, dtype="float32")
     assert "Loading weights" not in capsys.readouterr().err  # captured stderr is no terminal
     bar = hf_logging.tqdm(range(3), desc="shown", disable=False)  # a caller's own choice stands

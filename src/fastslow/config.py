@@ -524,8 +524,18 @@ def canonical_model_base(base: str) -> str:
     if base in (SMOLLM2_SPEC, TINY_SPEC) or not os.path.isdir(local):
         return base
     path = os.path.abspath(local)
-    relative = os.path.relpath(path)
-    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
+    # the working directory as the shell names it too ($PWD, e.g. through a symlinked /home):
+    # an absolute path typed from `pwd` is inside it
+    starts = [os.getcwd()]
+    shell = os.environ.get("PWD", "")
+    if shell and os.path.isabs(shell) and shell != starts[0] and os.path.isdir(shell) \
+            and os.path.samefile(shell, starts[0]):
+        starts.append(os.path.normpath(shell))
+    for start in starts:
+        relative = os.path.relpath(path, start)
+        if relative != ".." and not relative.startswith(".." + os.sep):
+            return relative
+    return path
 
 
 def model_name(config: Mapping[str, Any]) -> str:

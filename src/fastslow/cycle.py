@@ -104,11 +104,13 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
 
             per_rank_batches(slow_cfg, processes)
         if spec.method == "fst_distill":  # one GPU: a model too large for it is refused now, too
-            from fastslow.slow.distill import device_memory_error
+            from fastslow.slow.distill import device_memory_check
 
-            problem = device_memory_error(init_model, slow_cfg)
+            problem, risk = device_memory_check(init_model, slow_cfg)
             if problem:
                 raise ValueError(problem)
+            if risk:
+                log.warning("%s", risk)
     if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
         from fastslow.fast.proposers import reflection_environment_error
 

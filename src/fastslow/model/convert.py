@@ -262,6 +262,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
         local directory (the weights stay in the HF cache and are linked from `out_dir`).
     Each output carries `fastslow_source.json` saying where it came from.
     """
+    quiet_bars_off_terminals()  # the GGUF conversion and hub snapshots load with transformers
     out = Path(out_dir)
     if spec == SMOLLM2_SPEC:
         return convert_gguf(find_smollm2_gguf(), out)
@@ -331,7 +332,8 @@ def _no_weights(src: Path) -> str | None:
     """Why `src` holds no weights transformers loads (None: a safetensors or PyTorch file)."""
     if any(src.glob("*.safetensors")) or any(src.glob("pytorch_model*.bin")):
         return None
-    return f"{src} holds no weights (no *.safetensors, no pytorch_model*.bin)"
+    return (f"{src} holds no weights (no *.safetensors, no pytorch_model*.bin; a hub model is fetched "
+            "as safetensors only)")
 
 
 def chat_error(src: Path) -> str | None:
@@ -462,16 +464,22 @@ def _bars_on_terminals_only(factory: Any, args: tuple, kwargs: dict[str, Any]) -
     return factory(*args, **{"disable": None, **kwargs})
 
 
+def quiet_bars_off_terminals() -> None:
+    """Install `_bars_on_terminals_only` (process-wide) before transformers loads or saves."""
+    from transformers.utils import logging as hf_logging
+
+    if hasattr(hf_logging, "set_tqdm_hook"):  # not in 5.0 (bars stay there); in 5.17 and 5.23
+        hf_logging.set_tqdm_hook(_bars_on_terminals_only)
+
+
 def load_model(path: str | Path, dtype: str = "auto", device: str = "cpu") -> Any:
     """A causal LM from a prepared directory (or hub id), in eval mode, on `device`.
 
     ``dtype="auto"`` keeps the checkpoint's dtype (float32 for the converted SmolLM2).
     """
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    if hasattr(hf_logging, "set_tqdm_hook"):  # not in 5.0 (bars stay there); in 5.17 and 5.23
-        hf_logging.set_tqdm_hook(_bars_on_terminals_only)
+    quiet_bars_off_terminals()
     local = _local_dir(path, "model")
     if local is not None:
         _check_model_dir(local)

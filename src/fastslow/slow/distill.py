@@ -235,49 +235,99 @@ def rounding_warning(model: Any, lr: float) -> str | None:
 
 
 def memory_floor(model_dir: str | Path, cfg: SlowConfig) -> dict[str, Any]:
-    """What one distillation cycle of the model in `model_dir` holds on its one device at least,
-    from the model's config alone (no weights are read; the parameters are counted on the meta
-    device): the weights in the checkpoint's dtype (`run_distill_cycle` trains them in place),
-    as many again for their gradients and for each AdamW moment, the frozen teacher's copy, and
-    the KV cache of one step's generation batch (all P*G rollouts, `max_new_tokens` each; their
-    prompts, the activations and the logits come on top). Bytes, by part."""
+    """What one distillation cycle of the model in `model_dir` holds on its one device, from the
+    model's config and the weights files' headers (no weights are read; the parameters are
+    counted on the meta device), in bytes. `run_distill_cycle` trains the weights in place, in
+    their own dtype, so at the first optimiser step the weights, their gradients, both AdamW
+    moments and the frozen teacher's copy are all held: five copies, `certain` (activations,
+    logits and the CUDA context come on top). Sampling a step holds the weights, the moments
+    and the teacher (the gradients are freed) and the KV cache of the P*G rollouts, which at
+    worst all run to `max_new_tokens` (`sampling_worst`; their prompts on top, rows that stop
+    early leave the cache)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(str(model_dir))
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.float32
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = _weights_dtype(config, Path(model_dir))
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    size = torch.empty((), dtype=dtype).element_size()
+    copy_bytes = params * torch.empty((), dtype=dtype).element_size()
     text = config.get_text_config()
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv = cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2 * size
-    return {"params": params, "dtype": str(dtype).removeprefix("torch."),
-            "training": 4 * params * size, "teacher": params * size, "kv_cache": kv}
+    kv = (cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2
+          * torch.empty((), dtype=dtype).element_size())
+    return {"params": params, "dtype": str(dtype).removeprefix("torch."), "copy": copy_bytes,
+            "certain": 5 * copy_bytes, "kv_worst": kv, "sampling_worst": 4 * copy_bytes + kv}
 
 
-def memory_floor_error(floor: dict[str, Any], device_bytes: int, device: str = "cuda:0") -> str | None:
-    """A one-line refusal when `memory_floor` exceeds the device's memory, else None."""
-    need = floor["training"] + floor["teacher"] + floor["kv_cache"]
-    if need <= device_bytes:
-        return None
+def _weights_dtype(config: Any, model_dir: Path) -> Any:
+    """The dtype `load_model(dtype="auto")` gives: the config's, else the first safetensors
+    file's (its header), else float32."""
+    import torch
+
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from safetensors import safe_open
+
+    names = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+    for path in sorted(model_dir.glob("*.safetensors"))[:1]:
+        with safe_open(str(path), "pt") as f:  # the header only
+            for key in f.keys():
+                if f.get_slice(key).get_dtype() in names:
+                    return names[f.get_slice(key).get_dtype()]
+    return torch.float32
+
+
+def memory_verdict(floor: dict[str, Any], device_bytes: int, device: str = "cuda:0") -> tuple[str | None, str | None]:
+    """(refusal, warning) of a cycle whose needs are `floor` on a device of `device_bytes`: a
+    one-line refusal when what it certainly holds does not fit, a warning when its sampling's
+    worst case does not; None for each that does."""
     gib = 1024 ** 3
-    return (f"fst_distill needs at least {need / gib:.1f} GiB on one GPU and {device} has "
-            f"{device_bytes / gib:.1f} GiB: {floor['params'] / 1e9:.2f}B parameters in {floor['dtype']} "
-            f"with their gradients and AdamW moments {floor['training'] / gib:.1f} GiB, the frozen "
-            f"teacher {floor['teacher'] / gib:.1f} GiB, the KV cache of one step's rollouts "
-            f"{floor['kv_cache'] / gib:.1f} GiB (README: 'Known gap at paper scale')")
+    refusal = warning = None
+    if floor["certain"] > device_bytes:
+        refusal = (f"fst_distill cannot fit one GPU: {floor['params'] / 1e9:.2f}B parameters in {floor['dtype']} "
+                   f"with their gradients, two AdamW moments and the frozen teacher hold "
+                   f"{floor['certain'] / gib:.1f} GiB before any activation, and {device} has "
+                   f"{device_bytes / gib:.1f} GiB (README: 'Known gap at paper scale')")
+    if floor["sampling_worst"] > device_bytes:
+        warning = (f"fst_distill may run out of memory on {device} ({device_bytes / gib:.1f} GiB) while "
+                   f"sampling: P*G rollouts of up to max_new_tokens hold up to {floor['kv_worst'] / gib:.1f} GiB "
+                   f"of KV cache beside {(floor['sampling_worst'] - floor['kv_worst']) / gib:.1f} GiB of weights, "
+                   "AdamW moments and teacher (fewer or shorter rollouts: slow.problems_per_step, "
+                   "num_generations, max_new_tokens)")
+    return refusal, warning
 
 
-def device_memory_error(model_dir: str | Path, cfg: SlowConfig) -> str | None:
-    """`memory_floor_error` on this process's GPU; None on a CPU (its memory is the host's)."""
+def gpu_memory_bytes() -> int | None:
+    """Total memory of this job's first GPU, None without one. Read in a child process: CUDA
+    initialised in the job's own process would make a vLLM generator start its workers by
+    spawning, which re-runs the job's script."""
+    import subprocess
+    import sys
+
     import torch
 
     if not torch.cuda.is_available():
         return None
-    return memory_floor_error(memory_floor(model_dir, cfg), torch.cuda.get_device_properties(0).total_memory)
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).total_memory)"],
+                         capture_output=True, text=True, timeout=300)
+    try:
+        return int(out.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        log.warning("FST-distill: GPU memory not read (%s); no memory check", (out.stderr.strip() or "?")[-200:])
+        return None
+
+
+def device_memory_check(model_dir: str | Path, cfg: SlowConfig) -> tuple[str | None, str | None]:
+    """`memory_verdict` on this job's GPU; (None, None) on a CPU."""
+    device_bytes = gpu_memory_bytes()
+    if device_bytes is None:
+        return None, None
+    return memory_verdict(memory_floor(model_dir, cfg), device_bytes)
 
 
 def _disable_dropout(model: Any) -> None:
