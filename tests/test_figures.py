@@ -1017,3 +1017,32 @@ def test_a_figures_numbers_become_its_runs_metrics():
     assert figures.figure_metrics("fig3", {"math": {"fst": {"A": 0.6, "fit": object()}, "ok": True}}) == {
         "fig3/math/fst/A": 0.6}
     assert figures.figure_metrics("fig7", None) == {}
+
+
+def test_fig9_fits_a_later_panels_taller_bar_and_marks_bars_read_at_another_step(tmp_path, saved, caplog):
+    """Panel (a) set the shared y axis before the later panels were drawn: a taller bar there ran
+    off the top without its value (a walkthrough with made-up scores). A variant with another T
+    (t3: evaluated at steps 0 and 3, the others at 2) showed its untrained step-0 value without a
+    word; its label is starred, the footnote says which step it shows, and the log warns. The
+    default's tick is bold green: at zero reward its bar has no colour to show."""
+    import logging
+
+    info = {"variants": {"k4": {"fast.pool_size": 4}, "t1": {"slow.steps_per_cycle": 1},
+                         "t3": {"slow.steps_per_cycle": 3}},
+            "reference": {"fast.pool_size": 2, "slow.steps_per_cycle": 2}}
+    rows = (_rows("ablations", "fst", "math", [0.0, 0.1, 0.2], variant="k4", steps_per_cycle=1)
+            + _rows("ablations", "fst", "math", [0.0, 0.2, 0.6], variant="t1", steps_per_cycle=1)
+            + _rows("ablations", "fst", "math", [0.0, 0.5], variant="t3", steps_per_cycle=3))
+    eff = _rows("efficiency", "fst", "math", [0.0, 0.3], steps_per_cycle=2) + \
+        _rows("efficiency", "rl", "math", [0.0, 0.1], steps_per_cycle=2)
+    with caplog.at_level(logging.WARNING, logger="fastslow.figures"):
+        values = fig9({"ablations": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                       "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig9.pdf", variants=info)
+    assert values["t3"] == 0.0 and values["default"] == pytest.approx(0.3)  # t3 at step 0: no eval at 2
+    assert "t3 has no evaluation at step 2; its bar shows step 0" in caplog.text
+    axes = saved[0].axes
+    assert [[t.get_text() for t in ax.get_xticklabels()] for ax in axes] == [["2", "4"], ["1", "2", "3*"]]
+    assert any("*: not evaluated at step 2; read at step 0 (t3)." in t.get_text() for t in saved[0].texts)
+    assert min(ax.get_ylim()[1] for ax in axes) >= 0.6 * 1.1  # panel (b)'s t1 bar and its label fit
+    default_ticks = [t for ax in axes for t in ax.get_xticklabels() if t.get_text() == "2"]
+    assert all(t.get_fontweight() == "bold" for t in default_ticks)

@@ -7,6 +7,7 @@ seeds, so a reader can tell at a glance how much evidence is behind it.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ from fastslow.analysis import (
 )
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
+
+log = logging.getLogger("fastslow.figures")
 
 COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
 LABELS = {"rl": "RL", "fst": "FST", "gepa": "GEPA only", "fst_distill": "FST-distill", "base": "Base"}
@@ -568,11 +571,17 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if eff is not None:
         compared.append(eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["fst", "rl"])))
     step = common_step(pl.concat(compared, how="diagonal_relaxed"))
-    values = {v: value_at_step(seed_curve(abl, variant=v), step) for v in sorted(abl["variant"].unique().to_list())}
+    curves = {v: seed_curve(abl, variant=v) for v in sorted(abl["variant"].unique().to_list())}
     frames = [abl]
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))
-        values.setdefault("default", value_at_step(seed_curve(eff, eval_task=task, method="fst"), step))
+        curves.setdefault("default", seed_curve(eff, eval_task=task, method="fst"))
+    values = {v: value_at_step(c, step) for v, c in curves.items()}
+    # a bar whose run has no evaluation at the step (a variant with another T) shows an earlier one
+    read_at = {v: int(c.filter(pl.col("step") <= step)["step"].max() or 0) for v, c in curves.items()}
+    early = {v: at for v, at in read_at.items() if at != step}
+    for v, at in early.items():
+        log.warning("fig9: %s has no evaluation at step %d; its bar shows step %d (marked *)", v, step, at)
     rl = float("nan")
     if eff is not None:
         rl = value_at_step(seed_curve(eff, eval_task=task, method="rl"), step)
@@ -593,9 +602,13 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     for i, (ax, (key, ctx, bars)) in enumerate(zip(axes[0], panels, strict=True)):
         by_name = key in ("variant", "other") or "," in key  # (a panel of several settings: one variant)
         labels = bars if by_name else [str({**reference, **variants["variants"].get(b, {})}.get(key)) for b in bars]
+        labels = [f"{label}*" if b in early else label for b, label in zip(bars, labels, strict=True)]
         drawn = ax.bar(range(len(bars)), [values[b] for b in bars],
                        color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars])
         ax.set_xticks(range(len(bars)), labels)
+        for b, tick in zip(bars, ax.get_xticklabels(), strict=True):
+            if b == "default":  # told apart at zero reward too, where a bar has no colour to show
+                tick.set(color="#2e7d32", fontweight="bold")
         if not by_name:
             ax.set_xlabel(ABLATED.get(key, key))
         ax.bar_label(drawn, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
@@ -611,17 +624,22 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
             ax.set_title(f"({chr(ord('a') + i)}) other variants", fontsize=9)
         if i == 0:
             ax.set_ylabel(f"val mean@{k}")
-        _reward_axis(ax)
         if by_name:
             plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")  # each ends at its bar
+    for ax in axes[0]:  # the shared y axis once every panel's bars are drawn: the tallest fits
+        _reward_axis(ax)
     if not math.isnan(rl):
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
     fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
     default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
-    _footnote(fig, frames, "Green bar: the headline configuration (default variant"
-              + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
-              "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
+    note = ("Green bar (bold label): the headline configuration (default variant"
+            + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
+            "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
+    if early:
+        note += " *: not evaluated at step {}; read at step {}.".format(
+            step, ", ".join(f"{at} ({v})" for v, at in sorted(early.items())))
+    _footnote(fig, frames, note)
     _save(fig, out)
     return values
 
