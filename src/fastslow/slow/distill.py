@@ -251,13 +251,13 @@ def memory_floor(model_dir: str | Path, cfg: SlowConfig) -> dict[str, Any]:
     dtype = _weights_dtype(config, Path(model_dir))
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    copy_bytes = params * torch.empty((), dtype=dtype).element_size()
+    size = torch.empty((), dtype=dtype).element_size()
+    copy_bytes = params * size
     text = config.get_text_config()
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv = (cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2
-          * torch.empty((), dtype=dtype).element_size())
-    return {"params": params, "dtype": str(dtype).removeprefix("torch."), "copy": copy_bytes,
+    kv = cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2 * size
+    return {"params": params, "dtype": str(dtype).removeprefix("torch."),
             "certain": 5 * copy_bytes, "kv_worst": kv, "sampling_worst": 4 * copy_bytes + kv}
 
 
@@ -277,8 +277,9 @@ def _weights_dtype(config: Any, model_dir: Path) -> Any:
     for path in sorted(model_dir.glob("*.safetensors"))[:1]:
         with safe_open(str(path), "pt") as f:  # the header only
             for key in f.keys():
-                if f.get_slice(key).get_dtype() in names:
-                    return names[f.get_slice(key).get_dtype()]
+                stored = f.get_slice(key).get_dtype()
+                if stored in names:
+                    return names[stored]
     return torch.float32
 
 
