@@ -145,8 +145,8 @@ def _model_copy(src: Path, dst: Path, drop: tuple[str, ...] = ()) -> Path:
 
 def test_a_local_base_model_the_workflow_cannot_use_is_named_before_any_job(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: Any) -> None:
-    """A directory without a config, without a tokenizer, or without a chat template (many
-    base models ship none) fails config validation in one line naming what is missing; the
+    """A directory without a config, without weights, without a tokenizer, or without a chat
+    template (many base models ship none) fails config validation in one line naming what is missing; the
     base_model job and the first evaluation used to fail on it with a traceback."""
     from fastslow.config import ConfigError, load_config
 
@@ -156,7 +156,9 @@ def test_a_local_base_model_the_workflow_cannot_use_is_named_before_any_job(
     no_tok = _model_copy(tiny_model_dir, tmp_path / "notok",
                          drop=("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"))
     no_chat = _model_copy(tiny_model_dir, tmp_path / "nochat", drop=("chat_template.jinja",))
+    no_weights = _model_copy(tiny_model_dir, tmp_path / "noweights", drop=("model.safetensors",))
     cases = {tmp_path / "notamodel": "is not a Hugging Face model directory (no config.json)",
+             no_weights: "holds no weights (no *.safetensors, no pytorch_model*.bin",
              no_tok: "holds no tokenizer (none of tokenizer.json",
              no_chat: "has no chat template"}
     default = Path(__file__).resolve().parents[1] / "config" / "config.yaml"

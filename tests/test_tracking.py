@@ -433,3 +433,25 @@ def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd)
     assert "fastslow.fast: proposed:\n[cycle e/fst/r cycle=1] line two\n" in console  # every line of it
     logged = (tmp_path / "job.log").read_text()
     assert "INFO fastslow.slow: step 1/3" in logged and "[cycle" not in logged
+
+
+def test_a_job_log_holds_library_warnings_but_not_trls_deprecated_attribute(tmp_path, tiny_model_dir):
+    """Every cycle log carried transformers' FutureWarning about `is_gradient_checkpointing`,
+    which TRL reads at each RL step: nothing a user can act on. Other warnings still land.
+    (A process of its own, as a job is: pytest records the warnings of its own.)"""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, warnings\n"
+        "from fastslow.jobs import setup_logging\n"
+        "from fastslow.model.convert import load_model\n"
+        "setup_logging(sys.argv[1])\n"
+        "model = load_model(sys.argv[2])\n"
+        "assert model.is_gradient_checkpointing is False  # what trl.models.utils reads\n"
+        "warnings.warn(\"a library's own warning\", UserWarning, stacklevel=1)\n")
+    log = tmp_path / "job.log"
+    subprocess.run([sys.executable, "-c", script, str(log), str(tiny_model_dir)], check=True, timeout=300)
+    logged = log.read_text()
+    assert "a library's own warning" in logged
+    assert "is_gradient_checkpointing" not in logged

@@ -69,6 +69,10 @@ def setup_logging(log_path: str | Path | None, label: str | None = None) -> None
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True, format=LOG_FORMAT)
     # MLflow's dataset-source and schema hints are not actionable for our Parquet tables.
     warnings.filterwarnings("ignore", module=r"mlflow\..*")
+    # TRL's generation unwrap reads transformers' deprecated `is_gradient_checkpointing` at every
+    # RL step; the FutureWarning is theirs to act on, not a user's.
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated",
+                            category=FutureWarning)
     for noisy in ("urllib3", "httpx", "alembic", "mlflow", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

@@ -219,7 +219,7 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
 
     _check_base_dir(src)
     AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
-    problem = _no_weights(src) or chat_error(src)
+    problem = chat_error(src)
     if problem:
         raise ValueError(problem)
     with atomic_path(out_dir, is_dir=True) as tmp:
@@ -284,7 +284,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
 def base_model_error(spec: str) -> str | None:
     """Why `prepare_base_model` cannot take `spec` (None: it can try). Config validation asks
     this, so a misspelt model.base, or a local directory the workflow cannot use (no config,
-    no tokenizer, no chat template), stops the workflow before any job runs."""
+    no weights, no tokenizer, no chat template), stops the workflow before any job runs."""
     if spec in (SMOLLM2_SPEC, TINY_SPEC):  # as prepare_base_model: a built-in name first
         return None
     local = Path(spec).expanduser()
@@ -361,9 +361,9 @@ def chat_error(src: Path) -> str | None:
 
 def model_dir_error(src: Path) -> str | None:
     """What a local model directory lacks for the workflow (None: nothing it can see): a
-    config, a tokenizer, and a chat template (every prompt is a chat: the context as the
-    system turn, the problem as the user's)."""
-    problem = _no_config(src) or _no_tokenizer(src)
+    config, weights, a tokenizer, and a chat template (every prompt is a chat: the context as
+    the system turn, the problem as the user's)."""
+    problem = _no_config(src) or _no_weights(src) or _no_tokenizer(src)
     if problem:
         return problem
     if not _has_chat_template(src):
