@@ -1046,3 +1046,69 @@ def test_fig9_fits_a_later_panels_taller_bar_and_marks_bars_read_at_another_step
     assert min(ax.get_ylim()[1] for ax in axes) >= 0.6 * 1.1  # panel (b)'s t1 bar and its label fit
     default_ticks = [t for ax in axes for t in ax.get_xticklabels() if t.get_text() == "2"]
     assert all(t.get_fontweight() == "bold" for t in default_ticks)
+
+
+def test_fig9s_default_bar_is_labelled_by_the_run_it_plots():
+    """The default bar plots efficiency's FST run, but its label and the variants' changes were
+    read against the ablations' own settings: `ablations.overrides: {slow: {lr: 2e-5}}` drew the
+    K variants (at lr 2e-5) beside the default (at 1e-5) as a pure K comparison. Against the run
+    the bar plots, each variant changes lr too, and the K panel is drawn at lr=2e-5 without it."""
+    from pathlib import Path
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand, variant_settings
+    from fastslow.layout import fig9_default_run
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "config" / "config.yaml",
+                      overrides={"experiments": {"ablations": {"overrides": {"slow": {"lr": 2e-5}}}}})
+    runs = expand(cfg)
+    default = fig9_default_run(runs)
+    assert default is not None and default.key == "efficiency/fst/codeio-default-s0"
+    info = variant_settings(runs, cfg, "ablations", reference=default)
+    assert info["variants"]["k4"] == {"fast.pool_size": 4, "slow.lr": 2e-5}
+    assert info["reference"]["slow.lr"] == 1e-5 and info["reference"]["fast.pool_size"] == 2
+    panels = figures.ablation_panels(info)
+    assert panels[0] == ("fast.pool_size", {"slow.lr": 2e-5}, ["k1", "k4"])
+    assert all("default" not in bars for key, _, bars in panels if key == "fast.pool_size")
+    # the shipped configs: their ablations differ from efficiency's run in nothing a variant reads
+    for extra in ((), (root / "config" / "paper.yaml",), (root / "config" / "smoke.yaml",)):
+        cfg = load_config(root / "config" / "config.yaml", *extra)
+        runs = expand(cfg)
+        assert variant_settings(runs, cfg, "ablations", fig9_default_run(runs)) == \
+            variant_settings(runs, cfg, "ablations")
+    # no efficiency FST run on the ablations' task: no default bar, no reference run
+    cfg = load_config(root / "config" / "config.yaml",
+                      overrides={"experiments": {"efficiency": {"tasks": ["math"]}}})
+    assert fig9_default_run(expand(cfg)) is None
+
+
+def test_fig9_labels_values_in_one_notation_and_a_lone_two_setting_variant_by_its_values(tmp_path, saved):
+    """Values mixed notations (1e-05 beside 0.0001); a variant changing two settings with no bar
+    one setting away was labelled by its name alone, its values shown nowhere; long setting
+    names ran a panel's title into its neighbour's."""
+    import itertools
+
+    info = {"variants": {"lr_lo": {"slow.lr": 1e-6}, "lr_hi": {"slow.lr": 1e-4},
+                         "odd": {"fast.pool_size": 4, "fast.max_metric_calls.light": 64},
+                         "reflect": {"fast.reflection.minibatch_size_for_reflection": 5}},
+            "reference": {"slow.lr": 1e-5, "fast.pool_size": 2, "fast.max_metric_calls.light": 32,
+                          "fast.reflection.minibatch_size_for_reflection": 3}}
+    rows = [r for v in info["variants"] for r in _rows("ablations", "fst", "math", [0.0, 0.2], variant=v)]
+    eff = _rows("efficiency", "fst", "math", [0.0, 0.3])
+    fig9({"ablations": pl.DataFrame(rows).select(CURVE_COLUMNS), "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)},
+         tmp_path / "fig9.pdf", variants=info)
+    fig = saved[0]
+    ticks = {ax.get_title(): [t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes}
+    assert ticks["(a) slow.lr"] == ["1e-6", "1e-5", "1e-4"]
+    assert ticks["(b) pool size K, max_metric_calls.light"] == ["K=2\nmax_metric_calls.light=32",
+                                                               "K=4\nmax_metric_calls.light=64"]
+    assert ticks["(c) reflection.minibatch_size_for_reflection"] == ["3", "5"]
+    assert any("default variant: K=2, " in t.get_text() and "lr=1e-5" in t.get_text() for t in fig.texts)
+    titles = [ax.title.get_window_extent() for ax in fig.axes]
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(titles)), titles  # no title runs into the next
+    for ax in fig.axes:  # nor a tick label into its neighbour, nor an x label out of its panel
+        boxes = [t.get_window_extent() for t in ax.get_xticklabels()]
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), ax.get_title()
+        label, area = ax.xaxis.label.get_window_extent(), ax.get_window_extent()
+        assert area.x0 - 20 <= label.x0 and label.x1 <= area.x1 + 20, ax.get_title()

@@ -290,21 +290,27 @@ def _leaves(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
-def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experiment: str) -> dict[str, Any]:
+def _variant_leaves(settings: dict[str, Any]) -> dict[str, Any]:
+    """A run's settings that a variant may change (VARIANT_SECTIONS), as dotted keys."""
+    return {k: v for s in VARIANT_SECTIONS if s in settings for k, v in _leaves(settings[s], s).items()}
+
+
+def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experiment: str,
+                     reference: RunSpec | None = None) -> dict[str, Any]:
     """What each variant of `experiment` changes: its effective settings (VARIANT_SECTIONS, as
-    dotted keys) that differ from the experiment's own (its `overrides`, no variant), e.g.
-    `{"variants": {"k4": {"fast.pool_size": 4}}, "reference": {"fast.pool_size": 2}}`. The
-    reference holds every key some variant changes; a variant that changes none maps to {}.
-    Fig 9 groups its bars by these keys (one panel per ablated setting)."""
+    dotted keys) that differ from the experiment's own (its `overrides`, no variant), or from
+    `reference`'s when given (Fig 9's default bar is efficiency's FST run, not the ablations'
+    own settings), e.g. `{"variants": {"k4": {"fast.pool_size": 4}}, "reference":
+    {"fast.pool_size": 2}}`. The reference holds every key some variant changes; a variant that
+    changes none maps to {}. Fig 9 groups its bars by these keys (one panel per ablated setting)."""
     variants: dict[str, dict[str, Any]] = {}
-    reference: dict[str, Any] = {}
+    reference_values: dict[str, Any] = {}
+    fixed = None if reference is None else _variant_leaves(reference.settings(config))
     for spec in sorted(runs.values(), key=lambda s: s.method == "rl"):  # an RL run has K=1 whatever it says
         if spec.experiment != experiment or spec.variant in variants:
             continue
-        theirs = _experiment_own(spec, config).settings(config)
-        mine = spec.settings(config)
-        base = {k: v for s in VARIANT_SECTIONS if s in theirs for k, v in _leaves(theirs[s], s).items()}
-        own = {k: v for s in VARIANT_SECTIONS if s in mine for k, v in _leaves(mine[s], s).items()}
+        base = fixed if fixed is not None else _variant_leaves(_experiment_own(spec, config).settings(config))
+        own = _variant_leaves(spec.settings(config))
         variants[spec.variant] = {k: v for k, v in own.items() if base.get(k) != v}
-        reference.update({k: base.get(k) for k in variants[spec.variant]})
-    return {"variants": variants, "reference": reference}
+        reference_values.update({k: base.get(k) for k in variants[spec.variant]})
+    return {"variants": variants, "reference": reference_values}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import textwrap
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -552,9 +553,86 @@ def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], 
     return out
 
 
+def _short_key(key: str) -> str:
+    """A setting's name in a label: the paper's letter, else its last two parts
+    (fast.max_metric_calls.light: max_metric_calls.light)."""
+    return ABLATED.get(key, ".".join(key.split(".")[-2:]))
+
+
+def _value_texts(values: list[Any]) -> list[str]:
+    """Settings' values as labels, numbers in one notation: Python wrote 1e-05 beside 0.0001;
+    when one float needs an exponent, every float of the list gets one (1e-5, 1e-4)."""
+    def scientific(v: Any) -> bool:
+        return isinstance(v, float) and math.isfinite(v) and v != 0 and not 1e-3 <= abs(v) < 1e5
+
+    sci = any(scientific(v) for v in values)
+
+    def text(v: Any) -> str:
+        if not isinstance(v, float) or not math.isfinite(v):
+            return str(v)
+        if sci and v != 0:
+            mantissa, exponent = f"{v:e}".split("e")
+            return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+        return f"{v:g}"
+
+    return [text(v) for v in values]
+
+
 def _setting_label(key: str, value: Any) -> str:
-    short = ABLATED.get(key, ".".join(key.split(".")[-2:]))  # fast.max_metric_calls.light: max_metric_calls.light
-    return f"{short}={value}"
+    return f"{_short_key(key)}={_value_texts([value])[0]}"
+
+
+def _panel_labels(key: str, bars: list[str], settings: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Fig 9's tick labels of a panel comparing the setting(s) `key` ("a, b" for a variant that
+    changes several): each bar's value, or one line per setting, in one notation per setting."""
+    keys = key.split(", ")
+    columns = [_value_texts([settings[b].get(k) for b in bars]) for k in keys]
+    if len(keys) == 1:
+        return columns[0]
+    return ["\n".join(f"{_short_key(k)}={col[i]}" for k, col in zip(keys, columns, strict=True))
+            for i in range(len(bars))]
+
+
+def _wrap_key(key: str, width: int) -> str:
+    """A dotted setting name on lines of about `width` characters, broken after its dots."""
+    lines = [""]
+    for part in key.split("."):
+        if lines[-1] and len(lines[-1]) + 1 + len(part) > width:
+            lines[-1] += "."
+            lines.append(part)
+        else:
+            lines[-1] += f".{part}" if lines[-1] else part
+    return "\n".join(lines)
+
+
+def _panel_texts(panels: list[tuple[str, dict[str, Any], list[str]]], reference: Mapping[str, Any],
+                 changes: Mapping[str, Mapping[str, Any]], early: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Fig 9's words per panel: its title, tick labels (starred where read at another step),
+    x label, and width in inches (0.8 a bar and 0.4, so bars are equally wide; more where a
+    level's label or a setting's name needs the room, at ~14 characters an inch; bar names are
+    rotated and need none)."""
+    out = []
+    for i, (key, ctx, bars) in enumerate(panels):
+        by_name = key in ("variant", "other")
+        ticks = bars if by_name else _panel_labels(key, bars, {b: {**reference, **changes.get(b, {})} for b in bars})
+        ticks = [f"{label}*" if b in early else label for b, label in zip(bars, ticks, strict=True)]
+        letter = f"({chr(ord('a') + i)}) " if len(panels) > 1 else ""
+        if key == "variant":
+            title = ""
+        elif key == "other":
+            title = f"{letter}other variants"
+        else:
+            title = letter + ", ".join(PANEL_TITLES.get(k, _short_key(k)) for k in key.split(", "))
+            if ctx:
+                title += " at " + ", ".join(_setting_label(ck, cv) for ck, cv in ctx.items())
+        xlabel = "" if by_name or "," in key else ABLATED.get(key, key)  # several settings: each tick names its own
+        lines = [line for t in ([] if by_name else ticks) for line in t.split("\n")]
+        words = [len(w) for w in title.split()] + [len(p) + 1 for p in xlabel.split(".")]
+        width = max(0.8 * len(bars), len(bars) * max(map(len, lines), default=0) / 14, max(words) / 14) + 0.4
+        out.append({"ticks": ticks, "width": width, "xlabel": _wrap_key(xlabel, int(14 * width)),
+                    # wrapped to the panel: long setting names ran into the next panel's title
+                    "title": textwrap.fill(title, int(15 * width), break_long_words=False)})
+    return out
 
 
 def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
@@ -596,35 +674,26 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
         panels.append(("other", {}, rest))
     if not panels:  # no variant definitions: one panel, bars by name
         panels = [("variant", {}, list(values))]
-    fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False,  # every bar equally wide
-                             gridspec_kw={"width_ratios": [len(b) + 0.5 for _, _, b in panels]},
-                             figsize=(max(4.0, sum(0.8 * len(b) + 0.9 for _, _, b in panels) + 1.5), 3.4))
-    for i, (ax, (key, ctx, bars)) in enumerate(zip(axes[0], panels, strict=True)):
-        by_name = key in ("variant", "other") or "," in key  # (a panel of several settings: one variant)
-        labels = bars if by_name else [str({**reference, **variants["variants"].get(b, {})}.get(key)) for b in bars]
-        labels = [f"{label}*" if b in early else label for b, label in zip(bars, labels, strict=True)]
+    texts = _panel_texts(panels, reference, variants["variants"] if variants else {}, early)
+    widths = [t["width"] for t in texts]
+    fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False, gridspec_kw={"width_ratios": widths},
+                             figsize=(max(4.0, sum(widths) + 0.5 * len(widths) + 1.5), 3.4))
+    for i, (ax, (key, _, bars), text) in enumerate(zip(axes[0], panels, texts, strict=True)):
         drawn = ax.bar(range(len(bars)), [values[b] for b in bars],
                        color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars])
-        ax.set_xticks(range(len(bars)), labels)
+        ax.set_xticks(range(len(bars)), text["ticks"])
         for b, tick in zip(bars, ax.get_xticklabels(), strict=True):
             if b == "default":  # told apart at zero reward too, where a bar has no colour to show
                 tick.set(color="#2e7d32", fontweight="bold")
-        if not by_name:
-            ax.set_xlabel(ABLATED.get(key, key))
+        ax.set_xlabel(text["xlabel"])
         ax.bar_label(drawn, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
         ax.margins(y=0.12)  # room above the tallest bar for its label
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
-        if key not in ("variant", "other"):
-            title = PANEL_TITLES.get(key, key)
-            if ctx:
-                title += " at " + ", ".join(_setting_label(ck, cv) for ck, cv in ctx.items())
-            ax.set_title(f"({chr(ord('a') + i)}) {title}" if len(panels) > 1 else title, fontsize=9)
-        elif key == "other":
-            ax.set_title(f"({chr(ord('a') + i)}) other variants", fontsize=9)
+        ax.set_title(text["title"], fontsize=9)
         if i == 0:
             ax.set_ylabel(f"val mean@{k}")
-        if by_name:
+        if key in ("variant", "other"):
             plt.setp(ax.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")  # each ends at its bar
     for ax in axes[0]:  # the shared y axis once every panel's bars are drawn: the tallest fits
         _reward_axis(ax)

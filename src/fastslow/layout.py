@@ -114,6 +114,14 @@ def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str]
     return out
 
 
+def fig9_default_run(runs: dict[str, RunSpec]) -> RunSpec | None:
+    """The run Fig 9's default bar plots: efficiency's FST run on the ablations' task (its first
+    seed), or None when efficiency has none there (the figure then has no default bar)."""
+    tasks = {t for s in experiment_runs(runs, "ablations").values() for t in s.eval_tasks}
+    fst = [s for s in experiment_runs(runs, "efficiency", tasks).values() if s.method == "fst"]
+    return min(fst, key=lambda s: (s.variant != "default", s.seed), default=None)
+
+
 def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) -> list[str]:
     """The curves tables `fig` reads (`figure_reads`). A figure whose required experiment (the
     first of `FIGURE_EXPERIMENTS`) has no runs is an error here, when Snakemake plans the job,

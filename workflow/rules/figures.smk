@@ -3,8 +3,11 @@
 
 def figure_options(wc):
     """What a figure draws besides its curves tables: for Fig 9, what each ablation variant
-    changes (fastslow.experiments.variant_settings), which sorts its bars into panels."""
-    return {"variants": variant_settings(RUNS, config, "ablations")} if wc.fig == "fig9" else {}
+    changes (fastslow.experiments.variant_settings) against the run its default bar plots
+    (efficiency's FST run), which sorts its bars into panels and labels them."""
+    if wc.fig != "fig9":
+        return {}
+    return {"variants": variant_settings(RUNS, config, "ablations", reference=layout.fig9_default_run(RUNS))}
 
 
 rule figure:
