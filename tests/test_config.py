@@ -430,6 +430,26 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
                     overrides={"experiments": {"continual": {"sequence": ["hover", "codio"]}}})
 
 
+@pytest.mark.parametrize(("experiments", "expected"), [
+    # a misspelt name said "no default-variant runs of 'efficency' match (define it before ...)"
+    ({"plasticity": {"init": {"experiment": "efficency"}}},
+     "experiments.plasticity.init.experiment: unknown experiment 'efficency' (experiments: efficiency, radar, "),
+    ({"plasticity": {"init": {"experiment": "continual"}}},
+     "experiments.plasticity.init.experiment: 'continual' is defined after 'plasticity'; define it before"),
+    # efficiency defined first, but not on the task asked for: it said to define efficiency first
+    ({"efficiency": {"tasks": ["math"]}, "plasticity": {"init": {"tasks": ["physics"]}}},
+     "experiments.plasticity.init: 'efficiency' has no default-variant run of methods ['rl', 'fst'] ending on "
+     "tasks ['physics'] (it has methods ['rl', 'fst'], final tasks ['math'])"),
+    ({"efficiency": {"variants": {"lr2": {"slow": {"lr": 2e-6}}}}},
+     "experiments.radar.init.experiment: 'efficiency' has no default-variant run to start from (its variants: lr2)"),
+])
+def test_an_init_that_finds_no_run_says_why(experiments, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiments})
+    assert str(info.value).startswith(f"config error: {expected}"), str(info.value)
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("name", ["foundation", "figures"])
 def test_an_experiment_cannot_take_a_parent_group_of_the_workflows_own_jobs(name):
     with pytest.raises(ConfigError) as info:

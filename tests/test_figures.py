@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -428,15 +430,50 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
     out = tmp_path / "fig5.pdf"
     figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
     (fig,) = saved
-    assert [ax.get_title() for ax in fig.axes] == [f"from {s} checkpoints → RL on hover_hard"
+    assert [ax.get_title() for ax in fig.axes] == [f"from {s} checkpoints\n→ RL on hover_hard"
                                                    for s in ("math", "physics")]
     for ax, src in zip(fig.axes, ("math", "physics"), strict=True):
         assert _lines(ax) == {"Base init": pytest.approx([0.1, 0.22, 0.32]),  # seed mean: +.05 and -.01
                               "RL init": pytest.approx(inits[f"efficiency/rl/{src}-default-s0"]),
                               "FST init": pytest.approx(inits[f"efficiency/fst/{src}-default-s0"])}
         assert [ln.get_linestyle() for ln in ax.lines] == [":", "-", "--"]  # base dotted, FST solid, RL dashed
-        assert list(ax.lines[0].get_xdata()) == [0, 10, 20] and ax.get_ylabel() == "val mean@4"
+        assert list(ax.lines[0].get_xdata()) == [0, 10, 20]
+    assert [ax.get_ylabel() for ax in fig.axes] == ["val mean@4", ""]  # one shared y axis
     _written(out)
+
+
+def test_fig5_draws_each_target_task_apart_and_returns_its_numbers(tmp_path, saved):
+    """With two target tasks, Fig 5 plotted their mean under the first one's name. Each target
+    has its panels now, on one y axis; the lines' last values are returned (the figure run's
+    metrics: the log said nothing), and a panel where every init stays at 0, whose lines lie
+    on each other, says so."""
+    rows = []
+    for target, values in {"hover_hard": {"base": [0.1, 0.2], "efficiency/rl/math-default-s0": [0.1, 0.3],
+                                          "efficiency/fst/math-default-s0": [0.2, 0.25]},
+                           "math": {"base": [0.0, 0.0], "efficiency/rl/math-default-s0": [0.0, 0.0],
+                                    "efficiency/fst/math-default-s0": [0.0, 0.0]}}.items():
+        for init, ys in values.items():
+            rows += [{**r, "run": f"{r['run']}@{init}"}
+                     for r in _rows("plasticity", "rl", target, ys, init=init, eval_task=target)]
+    finals = figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig5.pdf")
+    assert finals == {"hover_hard": {"math": {"base": 0.2, "rl": 0.3, "fst": 0.25}},
+                      "math": {"math": {"base": 0.0, "rl": 0.0, "fst": 0.0}}}
+    assert figures.figure_metrics("fig5", finals)["fig5/hover_hard/math/fst"] == 0.25
+    hover, math_ax = saved[0].axes
+    assert hover.get_title().endswith("→ RL on hover_hard") and math_ax.get_title().endswith("→ RL on math")
+    assert _lines(hover)["RL init"] == pytest.approx([0.1, 0.3])  # hover_hard's alone, not the mean with math's
+    assert hover.get_shared_y_axes().joined(hover, math_ax)
+    assert [t.get_text() for t in math_ax.texts] == ["no reward from any init:\nthe lines overlap at 0"]
+    assert not hover.texts
+
+
+def test_fig3_footnote_explains_only_what_is_drawn(tmp_path, saved):
+    """With no reward there is no fit: the footnote explained a fit window, an extrapolation and
+    error bars the figure did not have."""
+    rows = _rows("efficiency", "rl", "math", [0.0, 0.0, 0.0]) + _rows("efficiency", "fst", "math", [0.0, 0.0, 0.0])
+    figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    note = saved[0].texts[-1].get_text()
+    assert note.startswith("2 runs") and "fit window" not in note and "standard error" not in note
 
 
 def test_fig4_and_fig5_average_seeds_into_one_line(tmp_path, saved):
@@ -786,6 +823,21 @@ def _zero_tables(fig):
             "fig9": {"ablations": t(rows("ablations", "fst", "hover", variant="k1")), "efficiency": eff},
             "fig10": {"reuse": t(rows("reuse", "fst", "hover", variant="no_reuse")
                                  + rows("reuse", "fst", "hover", variant="reuse"))}}[fig]
+
+
+@pytest.mark.parametrize("fig", [f for f in sorted(FIGURES, key=lambda f: int(f[3:])) if f != "fig6"])
+def test_every_figure_returns_the_numbers_it_plots(tmp_path, saved, fig):
+    """A figure run's MLflow metrics are what its function returns: Fig 4, 5, 7, 8, 10 and 11
+    returned nothing, so their runs had no numbers (Fig 6's normalised table goes to its log)."""
+    metrics = figures.figure_metrics(fig, FIGURES[fig](_zero_tables(fig), tmp_path / f"{fig}.pdf"))
+    assert metrics and all(key.startswith(f"{fig}/") for key in metrics)
+    expected = {"fig4": {"fig4/hover/fst/reward": 0.0, "fig4/hover/fst/kl": 0.03},
+                "fig5": {"fig5/hover_hard/math/fst": 0.0},
+                "fig7": {"fig7/last/rl": 0.0, "fig7/escape_step/fst": None},  # never left zero reward
+                "fig8": {"fig8/last/fst_distill": 0.0, "fig8/entropy/gepa": 0.5},
+                "fig10": {"fig10/seconds_per_step/reuse": 10.0, "fig10/last/no_reuse": 0.0}}.get(fig, {})
+    for key, value in expected.items():
+        assert math.isnan(metrics[key]) if value is None else metrics[key] == pytest.approx(value), key
 
 
 @pytest.mark.parametrize("fig", sorted(FIGURES, key=lambda f: int(f[3:])))

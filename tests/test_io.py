@@ -148,3 +148,14 @@ def test_write_json_writes_standard_json_with_null_for_nan_and_inf(tmp_path):
                     "nested": {"kl_to_base": None, "label": "nan"}}
     assert pl.read_json(path).height == 1
     assert math.isnan(_number(data["entropy"])) and _number(0.25) == 0.25
+
+
+def test_json_text_is_standard_json():
+    """The figure job logged Fig 3's unfitted asymptotes as a bare NaN, which is no JSON."""
+    import json
+
+    from fastslow.io import json_text
+
+    text = json_text({"math": {"rl": float("nan"), "fst": 0.5, "inf": float("inf")}, "when": Path("x")})
+    assert json.loads(text) == {"math": {"rl": None, "fst": 0.5, "inf": None}, "when": "x"}
+    assert "NaN" not in text

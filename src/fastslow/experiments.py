@@ -137,6 +137,29 @@ def _share(spec: RunSpec, runs: dict[str, RunSpec], config: dict[str, Any]) -> R
     return spec
 
 
+def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: dict[str, Any],
+                  runs: dict[str, RunSpec]) -> str:
+    """Why an experiment's `init` names no run to start from: an unknown experiment, one defined
+    after it, or none of its default-variant runs of the methods and final tasks asked for."""
+    name = src["experiment"]
+    if name not in experiments:
+        return (f"{where}.init.experiment: unknown experiment {name!r} "
+                f"(experiments: {', '.join(e for e in experiments if e != exp_name) or 'none'})")
+    order = list(experiments)
+    if order.index(name) > order.index(exp_name):
+        return (f"{where}.init.experiment: {name!r} is defined after {exp_name!r}; define it before "
+                f"(the runs of {exp_name!r} start from its runs' final weights)")
+    own = [r for r in runs.values() if r.experiment == name and r.variant == "default"]
+    if not own:
+        named = sorted({r.variant for r in runs.values() if r.experiment == name})
+        return (f"{where}.init.experiment: {name!r} has no default-variant run to start from "
+                f"(its variants: {', '.join(named)})")
+    tasks = sorted({r.schedule[-1] for r in own})
+    methods = sorted({r.method for r in own}, key=METHODS.index)
+    return (f"{where}.init: {name!r} has no default-variant run of methods {src.get('methods', list(METHODS))} "
+            f"ending on tasks {src.get('tasks', tasks)} (it has methods {methods}, final tasks {tasks})")
+
+
 #: MLflow parent groups of jobs outside any experiment (workflow/rules: `tracking(...)`).
 RESERVED_GROUPS = ("foundation", "figures")
 
@@ -180,8 +203,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                         and r.schedule[-1] in src.get("tasks", [r.schedule[-1]])
                         and r.variant == "default"]
             if not src_runs:
-                raise _err(f"{where}.init.experiment: no default-variant runs of {src['experiment']!r} "
-                           f"match (define it before {exp_name!r})")
+                raise _err(_no_init_runs(where, exp_name, src, config.get("experiments", {}), runs))
             inits += [r.source for r in src_runs]
         # null drops a variant: an overlay (paper.yaml over config.yaml) can only merge into the map.
         variants = {k: v for k, v in (exp.get("variants") or {}).items() if v is not None} or {"default": {}}

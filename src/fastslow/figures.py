@@ -107,9 +107,9 @@ def seed_curve(df: pl.DataFrame, **where: Any) -> pl.DataFrame:
     return curve.join(seed_mean_se(df), on="step", how="left").sort("step")
 
 
-def _axes(plt: Any, n: int, size: tuple[float, float] = (3.6, 3.0), rows: int = 1):
+def _axes(plt: Any, n: int, size: tuple[float, float] = (3.6, 3.0), rows: int = 1, sharey: bool = False):
     cols = max(1, math.ceil(n / rows))
-    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False, sharey=sharey)
     return fig, list(axes.flat)
 
 
@@ -279,16 +279,24 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         _reward_axis(ax)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
-    _footnote(fig, [df], "Solid: fit window; dotted: extrapolation; bars: ±1 standard error over val problems.")
+    fitted = any(len(ax.lines) for ax in axes)  # no reward anywhere (the CPU default): no fit to explain
+    errors = any(ax.containers for ax in axes)
+    _footnote(fig, [df], " ".join(
+        ([] if not fitted else ["Solid: fit window; dotted: extrapolation."])
+        + ([] if not errors else ["Bars: ±1 standard error over val problems."])))
     _save(fig, out)
     return fits
 
 
-def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[str], title: str) -> None:
+def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[str],
+               title: str) -> dict[str, dict[str, dict[str, float]]]:
+    """Reward vs KL per task; returns the last checkpoint's (seed-averaged) KL and reward by task
+    and method."""
     plt = _plt()
     df = tables["efficiency"]
     tasks = [t for t in tasks if t in _tasks(df)] or _tasks(df)
     fig, axes = _axes(plt, len(tasks))
+    last: dict[str, dict[str, dict[str, float]]] = {}
     for ax, task in zip(axes, tasks, strict=False):
         for method in ("rl", "fst"):
             sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
@@ -299,6 +307,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
+            last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
         ax.set(title=task, xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
@@ -306,19 +315,22 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
     fig.suptitle(title)
     _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
     _save(fig, out)
+    return last
 
 
-def fig4(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    _kl_figure(tables, out, ["codeio", "hover", "physics"], "Fig 4 — validation reward vs KL to the base policy")
+def fig4(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, dict[str, float]]]:
+    return _kl_figure(tables, out, ["codeio", "hover", "physics"], "Fig 4 — validation reward vs KL to the base policy")
 
 
-def fig11(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    _kl_figure(tables, out, ["codeio", "math", "hover", "physics"],
-               "Fig 11 — validation reward vs KL to the base policy, four tasks")
+def fig11(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, dict[str, float]]]:
+    return _kl_figure(tables, out, ["codeio", "math", "hover", "physics"],
+                      "Fig 11 — validation reward vs KL to the base policy, four tasks")
 
 
-def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    """Plasticity probe: fresh RL on a new task from RL-, FST- and base-initialised weights."""
+def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, dict[str, float]]]:
+    """Plasticity probe: fresh RL on a new task from RL-, FST- and base-initialised weights, a
+    panel per (target task, source task). Returns each line's last val mean@k by target, source
+    and init ("base", "rl", "fst"): the figure run's metrics `fig5/<target>/<source>/<init>`."""
     plt = _plt()
     df = tables["plasticity"]
     # init is "base" or "<experiment>/<method>/<task>-<variant>-s<seed>": one line per (method,
@@ -328,23 +340,34 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
         .otherwise(pl.col("init").str.split("/").list.get(1)).alias("init_method"),
         pl.when(pl.col("init") == "base").then(pl.lit(None))
         .otherwise(pl.col("init").str.split("/").list.get(2).str.split("-").list.get(0)).alias("init_task"))
-    sources = sorted(df["init_task"].drop_nulls().unique().to_list())
-    fig, axes = _axes(plt, max(len(sources), 1))
-    for ax, src in zip(axes, sources or ["base"], strict=False):
-        for method in sorted(df["init_method"].unique().to_list()):
-            c = (seed_curve(df, init_method="base") if method == "base"
-                 else seed_curve(df, init_method=method, init_task=src))
+    sources = sorted(df["init_task"].drop_nulls().unique().to_list()) or ["base"]
+    panels = [(target, src) for target in _tasks(df) for src in sources]  # each target on its own
+    fig, axes = _axes(plt, len(panels), sharey=True)
+    finals: dict[str, dict[str, dict[str, float]]] = {}
+    for ax, (target, src) in zip(axes, panels, strict=False):
+        on = df.filter(pl.col("eval_task") == target)
+        curves = {}
+        for method in sorted(on["init_method"].unique().to_list()):
+            c = (seed_curve(on, init_method="base") if method == "base"
+                 else seed_curve(on, init_method=method, init_task=src))
             if not c.height:
                 continue
+            curves[method] = c["mean_at_k"].to_numpy()
             ax.plot(c["step"], c["mean_at_k"], label=f"{LABELS.get(method, method)} init", **_line(method))
-        ax.set(title=f"from {src} checkpoints → RL on {df['eval_task'][0]}", xlabel="RL step",
-               ylabel=f"val mean@{int(df['k'][0])}")
+            finals.setdefault(target, {}).setdefault(src, {})[method] = float(curves[method][-1])
+        if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
+            ax.text(0.02, 0.95, "no reward from any init:\nthe lines overlap at 0", transform=ax.transAxes,
+                    va="top", fontsize=8, color="#555555")
+        ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
+        ax.set_title(f"from {src} checkpoints\n→ RL on {target}", fontsize=10)
         _step_axis(ax)
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
-        ax.legend(fontsize=8)
     fig.suptitle("Fig 5 — plasticity probe")
     _footnote(fig, [df])
     _save(fig, out)
+    return finals
 
 
 def continual_seed_mean(df: pl.DataFrame) -> pl.DataFrame:
@@ -429,18 +452,22 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     return norm
 
 
-def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    """Star-graph search from zero reward."""
+def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
+    """Star-graph search from zero reward. Returns each method's escape step (NaN: it never left
+    zero reward) and last val mean@k."""
     plt = _plt()
     df = tables["stargraph"]
     fig, ax = plt.subplots(figsize=(5, 3.4))
     stayed = []
+    numbers: dict[str, dict[str, float]] = {"escape_step": {}, "last": {}}
     for method in ("rl", "fst"):
         c = seed_curve(df, method=method)
         if c.height:
             ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else None
             first = escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), se)
+            numbers["escape_step"][method] = float(first)
+            numbers["last"][method] = float(c["mean_at_k"][-1])
             if not math.isnan(first):
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
             else:
@@ -452,10 +479,12 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     never = f"; none for {', '.join(stayed)}" if stayed else ""  # short: a wider note widens the PNG
     _footnote(fig, [df], f"Dotted: first step whose mean@k is above 2 standard errors (leaving zero reward){never}.")
     _save(fig, out)
+    return numbers
 
 
-def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    """HoVer: FST vs RL vs GEPA-only ceiling vs FST-distill, and actor entropy."""
+def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
+    """HoVer: FST vs RL vs GEPA-only ceiling vs FST-distill, and actor entropy. Returns each
+    method's last val mean@k and entropy."""
     plt = _plt()
     ceiling = tables["ceiling"]
     task = ceiling["eval_task"][0]
@@ -466,11 +495,14 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     df = pl.concat(frames, how="diagonal_relaxed")
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     absent = []
+    numbers: dict[str, dict[str, float]] = {"last": {}, "entropy": {}}
     for method in ("rl", "fst", "fst_distill", "gepa"):
         c = seed_curve(df, method=method, eval_task=task)
         if not c.height:
             absent.append(LABELS[method])
             continue
+        numbers["last"][method] = float(c["mean_at_k"][-1])
+        numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
         ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
     ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
@@ -483,6 +515,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     # the title names four methods: one without a run on the task is said missing, not just absent
     _footnote(fig, frames, f"No run on {task}: {', '.join(absent)}." if absent else "")
     _save(fig, out)
+    return numbers
 
 
 def common_step(df: pl.DataFrame) -> int:
@@ -723,17 +756,20 @@ def seconds_per_step(df: pl.DataFrame) -> dict[str, float]:
     return dict(zip(per_step["variant"].to_list(), per_step["s"].to_list(), strict=True))
 
 
-def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
-    """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none."""
+def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
+    """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none.
+    Returns each variant's seconds per RL step and last val mean@k."""
     plt = _plt()
     df = tables["reuse"]
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
     # every variant is an FST run: FST's green throughout, told apart by line style and hatch
     styles, hatches = ("-", "--", ":", "-."), ("", "//", "..", "xx")
+    last = {}
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
         ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=COLORS["fst"], ls=styles[i % 4])
+        last[v] = float(c["mean_at_k"][-1])
     per_step = seconds_per_step(df)
     order = [v for v in variants if v in per_step]  # the bars in the legend's order
     ax2.bar(order, [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75, edgecolor="white",
@@ -746,6 +782,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> None:
     fig.suptitle(f"Fig 10 — rollout reuse on {df['eval_task'][0]}")
     _footnote(fig, [df])
     _save(fig, out)
+    return {"seconds_per_step": per_step, "last": last}
 
 
 def figure_metrics(fig: str, result: Any) -> dict[str, float]:

@@ -133,9 +133,15 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def json_text(obj: Any, **kwargs: Any) -> str:
+    """`obj` as standard JSON text: a NaN or infinite number (no KL pass, no fit) is null,
+    anything else JSON has no type for is its str()."""
+    return json.dumps(_finite(obj), default=str, allow_nan=False, **kwargs)
+
+
 def write_json(obj: Any, path: str | Path) -> Path:
-    """`obj` as standard JSON, atomically; a NaN or infinite number (no KL pass, no fit) is null."""
-    text = json.dumps(_finite(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+    """`obj` as standard JSON (`json_text`), atomically."""
+    text = json_text(obj, indent=2, sort_keys=True)
     with atomic_path(path) as tmp:
         tmp.write_text(text + "\n", encoding="utf-8")
     return Path(path)

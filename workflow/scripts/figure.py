@@ -1,11 +1,11 @@
 """Draw one paper figure from its experiments' curves tables."""
 
-import json
 import logging
 
 import polars as pl
 
 from fastslow.figures import FIGURES, figure_metrics
+from fastslow.io import json_text
 from fastslow.jobs import snakemake_job
 from fastslow.layout import table_experiment
 
@@ -21,5 +21,5 @@ with snakemake_job(smk, parent="figures") as tracker:
     tracker.log_artifact(smk.output.pdf, "figures")
     tracker.log_artifact(smk.output.png, "figures")
     if result is not None:
-        logging.getLogger("figure").info("%s: %s", smk.wildcards.fig, json.dumps(
-            result if not isinstance(result, pl.DataFrame) else result.to_dicts()[:20], default=str))
+        logging.getLogger("figure").info("%s: %s", smk.wildcards.fig, json_text(  # NaN (no fit) as null
+            result if not isinstance(result, pl.DataFrame) else result.to_dicts()[:20]))
