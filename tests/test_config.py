@@ -440,6 +440,8 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
     ({"efficiency": {"tasks": ["math"]}, "plasticity": {"init": {"tasks": ["physics"]}}},
      "experiments.plasticity.init: 'efficiency' has no default-variant run of methods ['rl', 'fst'] ending on "
      "tasks ['physics'] (it has methods ['rl', 'fst'], final tasks ['math'])"),
+    ({"plasticity": {"init": {"experiment": "plasticity"}}},
+     "experiments.plasticity.init.experiment: 'plasticity' is this experiment; name the one whose runs it starts"),
     ({"efficiency": {"variants": {"lr2": {"slow": {"lr": 2e-6}}}}},
      "experiments.radar.init.experiment: 'efficiency' has no default-variant run to start from (its variants: lr2)"),
 ])

@@ -474,6 +474,11 @@ def test_fig3_footnote_explains_only_what_is_drawn(tmp_path, saved):
     figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
     note = saved[0].texts[-1].get_text()
     assert note.startswith("2 runs") and "fit window" not in note and "standard error" not in note
+    # reward, but two evaluations after step 0 (the smoke config's): error bars, too few points to fit
+    rows = _rows("efficiency", "fst", "math", [0.0, 0.2, 0.3], se=0.02)
+    assert figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf") == {}
+    note = saved[1].texts[-1].get_text()
+    assert "fit window" not in note and "Bars: ±1 standard error over val problems." in note
 
 
 def test_fig4_and_fig5_average_seeds_into_one_line(tmp_path, saved):
@@ -1127,8 +1132,15 @@ def test_fig9s_default_bar_is_labelled_by_the_run_it_plots():
     for extra in ((), (root / "config" / "paper.yaml",), (root / "config" / "smoke.yaml",)):
         cfg = load_config(root / "config" / "config.yaml", *extra)
         runs = expand(cfg)
+        assert fig9_default_run(runs) is not None
         assert variant_settings(runs, cfg, "ablations", fig9_default_run(runs)) == \
             variant_settings(runs, cfg, "ablations")
+    # the ablations' own default variant is the default bar (fig9 keeps it): it is the reference
+    cfg = load_config(root / "config" / "config.yaml", overrides={"experiments": {"ablations": {
+        "overrides": {"slow": {"lr": 2e-5}}, "variants": {"default": {}}}}})
+    runs = expand(cfg)
+    assert fig9_default_run(runs).key == "ablations/fst/codeio-default-s0"
+    assert variant_settings(runs, cfg, "ablations", fig9_default_run(runs))["variants"]["k4"] == {"fast.pool_size": 4}
     # no efficiency FST run on the ablations' task: no default bar, no reference run
     cfg = load_config(root / "config" / "config.yaml",
                       overrides={"experiments": {"efficiency": {"tasks": ["math"]}}})
@@ -1153,6 +1165,8 @@ def test_fig9_labels_values_in_one_notation_and_a_lone_two_setting_variant_by_it
     fig = saved[0]
     ticks = {ax.get_title(): [t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes}
     assert ticks["(a) slow.lr"] == ["1e-6", "1e-5", "1e-4"]
+    assert figures._value_texts([100000, 1e6, -0.0]) == ["1e5", "1e6", "0"]
+    assert figures._value_texts([8, 0.5, True, None, "full"]) == ["8", "0.5", "True", "None", "full"]
     assert ticks["(b) pool size K, max_metric_calls.light"] == ["K=2\nmax_metric_calls.light=32",
                                                                "K=4\nmax_metric_calls.light=64"]
     assert ticks["(c) reflection.minibatch_size_for_reflection"] == ["3", "5"]

@@ -145,6 +145,8 @@ def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: d
     if name not in experiments:
         return (f"{where}.init.experiment: unknown experiment {name!r} "
                 f"(experiments: {', '.join(e for e in experiments if e != exp_name) or 'none'})")
+    if name == exp_name:
+        return f"{where}.init.experiment: {name!r} is this experiment; name the one whose runs it starts from"
     order = list(experiments)
     if order.index(name) > order.index(exp_name):
         return (f"{where}.init.experiment: {name!r} is defined after {exp_name!r}; define it before "
@@ -153,7 +155,7 @@ def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: d
     if not own:
         named = sorted({r.variant for r in runs.values() if r.experiment == name})
         return (f"{where}.init.experiment: {name!r} has no default-variant run to start from "
-                f"(its variants: {', '.join(named)})")
+                f"({'its variants: ' + ', '.join(named) if named else 'it has no runs'})")
     tasks = sorted({r.schedule[-1] for r in own})
     methods = sorted({r.method for r in own}, key=METHODS.index)
     return (f"{where}.init: {name!r} has no default-variant run of methods {src.get('methods', list(METHODS))} "

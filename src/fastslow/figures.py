@@ -237,6 +237,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     tasks = _tasks(df)
     fig, axes = _axes(plt, len(tasks))
     fits: dict[str, dict[str, float]] = {}
+    drew_fit = drew_errors = False  # what the footnote explains
     for ax, task in zip(axes, tasks, strict=False):
         no_fit: list[str] = []
         for method in ("rl", "fst"):
@@ -251,6 +252,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 continue
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
             if np.isfinite(se).any():  # each evaluation's standard error over its problems
+                drew_errors = True
                 ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
                             ecolor=COLORS[method], elinewidth=0.8, capsize=2, alpha=0.7)
             try:
@@ -259,6 +261,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 continue
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
             ax.plot(xs, fit(xs), color=COLORS[method])
+            drew_fit = True
             xe = np.linspace(x.max(), 2 * x.max(), 50)
             ax.plot(xe, fit(xe), color=COLORS[method], ls=":")
             # labels at the extrapolation's right end, clear of the points (at the last point they
@@ -279,11 +282,9 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         _reward_axis(ax)
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
-    fitted = any(len(ax.lines) for ax in axes)  # no reward anywhere (the CPU default): no fit to explain
-    errors = any(ax.containers for ax in axes)
-    _footnote(fig, [df], " ".join(
-        ([] if not fitted else ["Solid: fit window; dotted: extrapolation."])
-        + ([] if not errors else ["Bars: ±1 standard error over val problems."])))
+    _footnote(fig, [df], " ".join(  # no reward (the CPU default), too few points: no fit to explain
+        ([] if not drew_fit else ["Solid: fit window; dotted: extrapolation."])
+        + ([] if not drew_errors else ["Bars: ±1 standard error over val problems."])))
     _save(fig, out)
     return fits
 
@@ -595,15 +596,17 @@ def _short_key(key: str) -> str:
 def _value_texts(values: list[Any]) -> list[str]:
     """Settings' values as labels, numbers in one notation: Python wrote 1e-05 beside 0.0001;
     when one float needs an exponent, every float of the list gets one (1e-5, 1e-4)."""
-    def scientific(v: Any) -> bool:
-        return isinstance(v, float) and math.isfinite(v) and v != 0 and not 1e-3 <= abs(v) < 1e5
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    sci = any(scientific(v) for v in values)
+    sci = any(number(v) and v != 0 and not 1e-3 <= abs(v) < 1e5 for v in values)
 
     def text(v: Any) -> str:
-        if not isinstance(v, float) or not math.isfinite(v):
+        if not number(v) or (isinstance(v, int) and not sci):
             return str(v)
-        if sci and v != 0:
+        if v == 0:
+            return "0"
+        if sci:
             mantissa, exponent = f"{v:e}".split("e")
             return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
         return f"{v:g}"
