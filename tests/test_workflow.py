@@ -71,6 +71,7 @@ def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):
     text = out.stdout + out.stderr
     assert "fig7 plots experiment 'stargraph', which the config does not define" in text, text[-2000:]
     assert "rule figure:" not in out.stdout
+    assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
 def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):

@@ -10,10 +10,19 @@ def figure_options(wc):
     return {"variants": variant_settings(RUNS, config, "ablations", reference=layout.fig9_default_run(RUNS))}
 
 
+def figure_tables(wc):
+    """The curves tables of a figure; a figure whose experiment the config drops stops the
+    planning in one line (raised, Snakemake wraps it in an InputFunctionException and traceback)."""
+    try:
+        return layout.figure_tables(RUNS, wc.fig)
+    except ValueError as err:
+        sys.exit(str(err))
+
+
 rule figure:
     input:
         tracking=ancient(tracking("figures")),
-        tables=lambda wc: layout.figure_tables(RUNS, wc.fig),
+        tables=figure_tables,
     params:
         code=library_code("figure.py"),
         options=figure_options,
