@@ -256,7 +256,7 @@ def check_experiments(config: dict[str, Any]) -> None:
         exp = config["experiments"][run.experiment]
         where = "overrides"
         if (exp.get("variants") or {}).get(run.variant):  # the variant overrides something itself
-            alone = _invalid(replace(run, overrides=copy.deepcopy(exp.get("overrides", {}))).settings(config))
+            alone = _invalid(_experiment_own(run, config).settings(config))
             where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
     _check_fast_budgets(runs, config)
