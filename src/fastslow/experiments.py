@@ -308,15 +308,11 @@ def _invalid(settings: dict[str, Any]) -> str | None:
 VARIANT_SECTIONS = ("model", "generation", "seed_context", "slow", "fast")
 
 
-def _leaves(value: Any, prefix: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return {k: v for name, sub in value.items() for k, v in _leaves(sub, f"{prefix}.{name}").items()}
-    return {prefix: value}
-
-
 def _variant_leaves(settings: dict[str, Any]) -> dict[str, Any]:
     """A run's settings that a variant may change (VARIANT_SECTIONS), as dotted keys."""
-    return {k: v for s in VARIANT_SECTIONS if s in settings for k, v in _leaves(settings[s], s).items()}
+    from fastslow.io import dotted
+
+    return dotted({s: settings[s] for s in VARIANT_SECTIONS if s in settings})
 
 
 def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experiment: str,

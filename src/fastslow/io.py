@@ -133,6 +133,19 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted keys, values kept: {'slow': {'lr': 1e-5}} -> {'slow.lr': 1e-5}.
+    An empty mapping is a value of its own. (MLflow's params, `tracking.flatten`, are these as
+    text; Fig 9's variants compare them as they are. Here, where every job's code may import it.)"""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out.update(dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def json_text(obj: Any, **kwargs: Any) -> str:
     """`obj` as standard JSON text: a NaN or infinite number (no KL pass, no fit) is null,
     anything else JSON has no type for is its str()."""

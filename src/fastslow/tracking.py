@@ -32,7 +32,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fastslow.io import write_json
+from fastslow.io import dotted, write_json
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +145,9 @@ def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
     return init_parents(init_experiment(experiment, results_dir=results_dir), parents, out_json)
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(d: Mapping[str, Any]) -> dict[str, str]:
     """Nested config → {'slow.lr': '1e-05', ...} (MLflow params are flat strings, ≤ 6000 chars)."""
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = json.dumps(v, default=str)[:6000] if not isinstance(v, str) else v[:6000]
-    return out
+    return {key: (v if isinstance(v, str) else json.dumps(v, default=str))[:6000] for key, v in dotted(d).items()}
 
 
 def metric_key(name: str) -> str:
