@@ -189,6 +189,34 @@ def test_round_improves_and_tracks_lineage(tmp_path: Path) -> None:
     assert on_disk.meta["summary"]["edits"]
 
 
+def test_a_round_records_every_proposal_with_its_scores_and_feedback(tmp_path: Path) -> None:
+    """What GEPA tried was only in the log (accepted texts in gepa's candidates.json, rejected
+    ones nowhere, the feedback behind either nowhere): proposals.json holds each call's parent,
+    child, edit, minibatch scores before and after, acceptance, and the feedback it read."""
+    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=4)
+    new, summary = run_round(Pool.seed(SEEDS[:1], k=2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 3, tmp_path,
+                             log=quiet)
+    rows = json.loads((tmp_path / "proposals.json").read_text())
+    made = [r for r in rows if r["text"] is not None]
+    assert made and summary["proposed"] == len(made) and summary["accepted"] == sum(r["accepted"] for r in rows)
+    # every accepted child is a candidate of the round, the pool's new entries among them
+    assert summary["accepted"] == summary["num_candidates"] - 1  # one seed
+    for entry in new.entries:
+        if entry.born_round == 3:
+            (row,) = [r for r in rows if r["hash"] == entry.hash]
+            assert row["accepted"] and row["in_pool"] and row["parent_hash"] == entry.parent
+    assert [r["how"] for r in made] == summary["edits"]  # the offline editor's edit, in call order
+    for r in made:
+        assert r["hash"] == context_hash(r["text"]) and len(r["minibatch"]) == cfg.minibatch_size
+        assert [f["problem_id"] for f in r["feedback"]] == r["minibatch"]
+        assert all(isinstance(f["feedback"], str) and f["feedback"] for f in r["feedback"])
+        assert r["parent_scores"] == [f["score"] for f in r["feedback"]]
+        assert r["child_scores"] is not None and len(r["child_scores"]) == len(r["minibatch"])  # each was tried
+        if r["accepted"]:  # gepa's acceptance: strictly better on the minibatch
+            assert sum(r["child_scores"]) > sum(r["parent_scores"])
+    assert any(not r["accepted"] for r in made) or summary["accepted"] == len(made)
+
+
 def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
     gen = ScriptedGenerator()
     cfg = FastConfig(pool_size=2, max_metric_calls=60, minibatch_size=3)
@@ -472,3 +500,37 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
     assert fast1["cached_evaluations"] >= fast0["cached_evaluations"] > 0
     assert first["weights"] == second["weights"] == str(tiny_model_dir)
+
+
+def test_the_pool_report_shows_each_pool_its_proposals_and_the_best_contexts_parent(tmp_path: Path) -> None:
+    """The report showed each cycle's best context alone, diffed against the last cycle's best
+    (not its parent), with no word on what the round tried. Now: every context of the pool,
+    the proposals (accepted or rejected, scores, the feedback read), and the diff to the parent."""
+    from fastslow.experiments import RunSpec
+    from fastslow.layout import cycle_dir
+    from fastslow.pools import pool_evolution_html
+
+    spec = RunSpec("toys", "fst", "toy-default-s0", ("toy", "toy"), 0)
+    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=4)
+    pool, pools = Pool.seed(SEEDS[:1], k=2), []
+    for c in range(2):
+        out = Path(cycle_dir(spec, c, str(tmp_path)))
+        pool, _ = run_round(pool, ScriptedGenerator(), TASK, TRAIN, VAL, cfg, c, out / "fast", log=quiet)
+        pool.to_json(out / "pool.json")
+        pools.append(pool)
+    page = pool_evolution_html({spec.key: spec}, "toys", str(tmp_path))
+    assert "<title>Context pools — toys</title>" in page and "fast.format_credit" in page
+    for p in pools:
+        assert all(e.id in page for e in p.entries)  # every context, not the best alone
+    rows = json.loads((Path(cycle_dir(spec, 0, str(tmp_path))) / "fast/proposals.json").read_text())
+    assert page.count("<details>") == sum(
+        len(json.loads((Path(cycle_dir(spec, c, str(tmp_path))) / "fast/proposals.json").read_text())) for c in range(2))
+    assert "rejected" in page and "accepted, in the pool" in page
+    assert rows[0]["feedback"][0]["feedback"].splitlines()[0] in page  # the feedback behind a proposal
+    # cycle 0's best is diffed against the context it came from: the seed, or an accepted child
+    # the pool dropped (which was nowhere to be found before)
+    best, seed = pools[0].entries[0], Pool.seed(SEEDS[:1], k=2).entries[0]
+    assert best.born_round == 0 and best.parent is not None
+    parent = seed.id if best.parent == seed.hash else f"r0-{best.parent[:8]}"
+    assert f"parent {parent}" in page
+    assert best.parent == seed.hash or any(r["hash"] == best.parent and r["accepted"] for r in rows)

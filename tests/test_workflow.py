@@ -290,6 +290,9 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
         assert set(pl.read_parquet(path).columns) == documented[row] | {"run"}, row
     entry = json.loads((run / "cycle0/pool.json").read_text())["entries"][0]
     assert documented["cycle<c>/pool.json"] <= set(entry), set(entry)
+    proposals = json.loads((run / "cycle0/fast/proposals.json").read_text())  # what the round tried
+    summary = json.loads((run / "cycle0/fast.json").read_text())
+    assert len(proposals) >= summary["proposed"] and summary["accepted"] == sum(p["accepted"] for p in proposals)
     # the file's content, not its mtime, says when its splits are out of date
     own = smoke_workdir / "config/parity.jsonl"
     os.utime(own, (own.stat().st_atime + 3600, own.stat().st_mtime + 3600 * 24 * 365))

@@ -175,6 +175,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],
+                                 "fast/metric_calls": fast_summary["metric_calls"],
+                                 "fast/proposed": fast_summary["proposed"],
+                                 "fast/accepted": fast_summary["accepted"],
                                  "fast/seconds": fast_summary["seconds"],
                                  "fast/seed_eval_seconds": fast_summary["seed_eval_seconds"],
                                  "fast/search_eval_seconds": fast_summary["search_eval_seconds"],

@@ -7,6 +7,7 @@ import torch
 
 from fastslow.cycle import run_cycle
 from fastslow.experiments import expand
+from fastslow.fast.round import PROPOSALS_FILE
 from fastslow.jobs import snakemake_job
 from fastslow.launch import gpus_requested
 
@@ -22,6 +23,9 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     summary = run_cycle(spec, smk.config, cycle, Path(smk.input.init), prev, Path(smk.input.train),
                         out_dir, tracker=tracker, gpus=gpus_requested(smk.resources))
     tracker.log_artifact(smk.output.pool, "pool")
+    proposals = out_dir / "fast" / PROPOSALS_FILE  # what the fast round tried (none for RL)
+    if proposals.exists():
+        tracker.log_artifact(proposals, "pool")
     tracker.log_table(smk.output.metrics, f"{spec.key}/cycle{cycle}/metrics")
     if "rollouts" in smk.output.keys():
         tracker.log_table(smk.output.rollouts, f"{spec.key}/cycle{cycle}/rollouts")

@@ -60,7 +60,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,9 @@ from fastslow.fast.adapter import (
 from fastslow.fast.config import FastConfig
 from fastslow.fast.pool import Pool, PoolEntry, select_pareto_pool
 from fastslow.fast.proposers import FeedbackEditor, ReflectiveProposer, build_reflection_lm
+from fastslow.io import write_json
 from fastslow.model.generation import Generator, derive_seed
+from fastslow.records import context_hash
 from fastslow.tasks.base import Problem, Task
 
 logger = logging.getLogger(__name__)
@@ -251,7 +253,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     it `slow_samples` times (times the slots it fills, for a seed) on each of them
     (`FastAdapter.feed_slow`; its score there is their mean): the step trains on the pool
     contexts' samples, read from `cache` with `RolloutCache.sampled`.
-    Writes `run_dir/pool.json`; gepa's own files go to `run_dir/gepa` (a round restarts from
+    Writes `run_dir/pool.json` and `run_dir/proposals.json` (`RecordedProposer.rows`); gepa's
+    own files go to `run_dir/gepa` (a round restarts from
     scratch: the cycle, not the round, is the unit of resumption).
     """
     from gepa import optimize
@@ -356,6 +359,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
 
     # 3. gepa's search from that state.
     proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task)
+    recorded = RecordedProposer(proposer_fn)
     guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
     sampling = BudgetedSampling(cfg.proposals_per_iteration, mb, len(val_problems), budget,
@@ -367,7 +371,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         multi = {"sampling_strategy": sampling, "selection_strategy": BestImprovement()}
     result = optimize(
         seed_candidate={COMPONENT: seeds[0].text}, trainset=train_loader, valset=val_loader, adapter=adapter,
-        custom_candidate_proposer=proposer_fn, reflection_minibatch_size=mb,
+        custom_candidate_proposer=recorded, reflection_minibatch_size=mb,
         candidate_selection_strategy="pareto", frontier_type="instance", skip_perfect_score=True,
         perfect_score=1.0, acceptance_criterion="strict_improvement", use_merge=False,
         max_metric_calls=budget, stop_callbacks=[guard], logger=_GepaLog(log),
@@ -378,6 +382,9 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         raise RuntimeError(f"fast round used {adapter.metric_calls} metric calls, budget {budget}")
 
     new_pool = _pool_from_result(result, seeds, val_loader, cfg.pool_size, round_index)
+    proposals = recorded.rows(round_index, adapter.cache, weights_id,
+                              {context_hash(c[COMPONENT]) for c in result.candidates}, {e.hash for e in new_pool.entries})
+    write_json(proposals, run_dir / PROPOSALS_FILE)
     summary = {
         "round": round_index,
         "budget": budget,
@@ -407,6 +414,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         "reused_pairs": reused_pairs,
         "reused_hits": adapter.reused_hits,
         "num_candidates": result.num_candidates,
+        "proposed": sum(p["text"] is not None for p in proposals),  # each in PROPOSALS_FILE
+        "accepted": sum(p["accepted"] for p in proposals),
         "stop_reason": guard.reason or "gepa",
         "seed_val_means": {e.id: sum(eb.scores) / len(eb.scores) for e, eb in zip(seeds, evaluations, strict=True)},
         "best_val_mean": max(result.val_aggregate_scores),
@@ -434,6 +443,57 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         f"{adapter.slow_rollouts} sampled for the slow loop), "
         f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
+
+
+#: The round's proposals, one record each (`RecordedProposer.rows`), beside the round's pool.json
+#: (a cycle's `fast/`).
+PROPOSALS_FILE = "proposals.json"
+
+
+class RecordedProposer:
+    """The round's proposer as GEPA calls it, keeping each call: the parent context, what it
+    proposed (None: nothing, e.g. a failed reflection call), how (the offline editor's edit,
+    "reflection" or the proposer's name), and the minibatch records it read (score, feedback).
+    GEPA's own files keep neither the rejected texts nor the feedback behind a proposal."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                 components_to_update: list[str]) -> dict[str, str]:
+        edits, failures = len(getattr(self.inner, "edits", ())), len(getattr(self.inner, "failures", ()))
+        out = self.inner(candidate, reflective_dataset, components_to_update)
+        how = (self.inner.edits[-1] if len(getattr(self.inner, "edits", ())) > edits else
+               "reflection" if isinstance(self.inner, ReflectiveProposer) else type(self.inner).__name__)
+        note = self.inner.failures[-1] if len(getattr(self.inner, "failures", ())) > failures else None
+        self.calls.append({"parent": candidate.get(COMPONENT, ""), "text": out.get(COMPONENT),
+                           "how": how if COMPONENT in out else None, "note": note,
+                           "records": list(reflective_dataset.get(COMPONENT) or [])})
+        return out
+
+    def rows(self, round_index: int, cache: RolloutCache, weights_id: str, candidates: set[str],
+             pool: set[str]) -> list[dict[str, Any]]:
+        """One record per call: parent and child (hash, text), the minibatch's problem ids with
+        the parent's and the child's search scores on them (the child's None where GEPA did not
+        evaluate it), whether GEPA accepted the child (it is one of the round's candidates) and
+        whether it is in the new pool, and the feedback the proposer read."""
+        out = []
+        for i, call in enumerate(self.calls):
+            child = None if call["text"] is None else context_hash(call["text"])
+            ids = [str(r.get("problem_id")) for r in call["records"]]
+            scored = [cache.get(child, pid, weights_id) if child else None for pid in ids]
+            out.append({
+                "round": round_index, "call": i, "how": call["how"], "note": call["note"],
+                "parent_hash": context_hash(call["parent"]), "hash": child, "text": call["text"],
+                "minibatch": ids, "parent_scores": [float(r.get("Score", 0.0)) for r in call["records"]],
+                "child_scores": None if child is None or None in scored else [s.score for s in scored],
+                "accepted": child in candidates, "in_pool": child in pool,
+                "feedback": [{"problem_id": str(r.get("problem_id")), "score": float(r.get("Score", 0.0)),
+                              "parsed_answer": r.get("parsed_answer"), "feedback": r.get("Feedback"),
+                              "output": r.get("Generated Outputs")} for r in call["records"]],
+            })
+        return out
 
 
 def run_gepa_only(pool: Pool, generator: Generator, task: Task, train_problems: Sequence[Problem],
