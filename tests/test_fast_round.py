@@ -192,15 +192,14 @@ def test_round_improves_and_tracks_lineage(tmp_path: Path) -> None:
 def test_a_round_records_every_proposal_with_its_scores_and_feedback(tmp_path: Path) -> None:
     """What GEPA tried was only in the log (accepted texts in gepa's candidates.json, rejected
     ones nowhere, the feedback behind either nowhere): proposals.json holds each call's parent,
-    child, edit, minibatch scores before and after, acceptance, and the feedback it read."""
-    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=4)
+    child, edit, minibatch scores as GEPA compared them, acceptance, and the feedback it read."""
+    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=4, format_credit=0.5)
     new, summary = run_round(Pool.seed(SEEDS[:1], k=2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 3, tmp_path,
                              log=quiet)
     rows = json.loads((tmp_path / "proposals.json").read_text())
     made = [r for r in rows if r["text"] is not None]
-    assert made and summary["proposed"] == len(made) and summary["accepted"] == sum(r["accepted"] for r in rows)
-    # every accepted child is a candidate of the round, the pool's new entries among them
-    assert summary["accepted"] == summary["num_candidates"] - 1  # one seed
+    assert made and summary["proposed"] == len(made)
+    assert 0 < summary["accepted"] == summary["num_candidates"] - 1 < len(made)  # one seed; some rejected
     for entry in new.entries:
         if entry.born_round == 3:
             (row,) = [r for r in rows if r["hash"] == entry.hash]
@@ -210,11 +209,35 @@ def test_a_round_records_every_proposal_with_its_scores_and_feedback(tmp_path: P
         assert r["hash"] == context_hash(r["text"]) and len(r["minibatch"]) == cfg.minibatch_size
         assert [f["problem_id"] for f in r["feedback"]] == r["minibatch"]
         assert all(isinstance(f["feedback"], str) and f["feedback"] for f in r["feedback"])
-        assert r["parent_scores"] == [f["score"] for f in r["feedback"]]
-        assert r["child_scores"] is not None and len(r["child_scores"]) == len(r["minibatch"])  # each was tried
-        if r["accepted"]:  # gepa's acceptance: strictly better on the minibatch
-            assert sum(r["child_scores"]) > sum(r["parent_scores"])
-    assert any(not r["accepted"] for r in made) or summary["accepted"] == len(made)
+        # the scores GEPA compared (with format credit): it accepts a strictly better child
+        assert len(r["parent_scores"]) == len(r["child_scores"]) == len(r["minibatch"])
+        assert r["accepted"] == (sum(r["child_scores"]) > sum(r["parent_scores"])), r
+    assert any(0 < x < 1 for r in made for x in r["parent_scores"] + r["child_scores"])  # credit shows
+    # a parent's text is there the first time it appears, unless an accepted child of the round
+    assert rows[0]["parent_text"] == SEEDS[0]
+    accepted = {r["hash"]: r["text"] for r in made if r["accepted"]}
+    for r in rows[1:]:
+        assert r["parent_text"] is None or r["parent_hash"] not in accepted
+
+
+def test_a_proposal_repeating_a_candidates_text_is_no_acceptance(tmp_path: Path) -> None:
+    """A child whose text is already a candidate's (the other seed; the parent itself) was
+    counted accepted and in the pool: acceptance was 'its text is among the candidates'."""
+    calls = []
+
+    def proposer(candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
+        calls.append(candidate["context"])
+        if len(calls) % 2:  # every other call proposes the other seed, word for word
+            return {"context": SEEDS[1] if candidate["context"] != SEEDS[1] else SEEDS[0]}
+        return {"context": candidate["context"] + f"\nAnswer in <answer></answer>. ({len(calls)})"}
+
+    cfg = FastConfig(pool_size=2, max_metric_calls=90, minibatch_size=3)
+    _, summary = run_round(Pool.seed(SEEDS[:2], k=2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path,
+                           log=quiet, proposer=proposer)
+    rows = json.loads((tmp_path / "proposals.json").read_text())
+    assert summary["accepted"] == sum(r["accepted"] for r in rows) == summary["num_candidates"] - 2
+    repeats = [r for r in rows if r["text"] in SEEDS]
+    assert repeats and not any(r["in_pool"] and not r["accepted"] for r in rows)
 
 
 def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
@@ -523,10 +546,12 @@ def test_the_pool_report_shows_each_pool_its_proposals_and_the_best_contexts_par
     for p in pools:
         assert all(e.id in page for e in p.entries)  # every context, not the best alone
     rows = json.loads((Path(cycle_dir(spec, 0, str(tmp_path))) / "fast/proposals.json").read_text())
-    assert page.count("<details>") == sum(
-        len(json.loads((Path(cycle_dir(spec, c, str(tmp_path))) / "fast/proposals.json").read_text())) for c in range(2))
+    every = [r for c in range(2)
+             for r in json.loads((Path(cycle_dir(spec, c, str(tmp_path))) / "fast/proposals.json").read_text())]
+    assert page.count("<details>") == sum(r["accepted"] for r in every) > 0  # text and feedback: accepted ones
     assert "rejected" in page and "accepted, in the pool" in page
-    assert rows[0]["feedback"][0]["feedback"].splitlines()[0] in page  # the feedback behind a proposal
+    taken = next(r for r in rows if r["accepted"])
+    assert taken["feedback"][0]["feedback"].splitlines()[0] in page  # the feedback behind an accepted one
     # cycle 0's best is diffed against the context it came from: the seed, or an accepted child
     # the pool dropped (which was nowhere to be found before)
     best, seed = pools[0].entries[0], Pool.seed(SEEDS[:1], k=2).entries[0]

@@ -42,31 +42,37 @@ def _pool_table(entries: list[dict[str, Any]], ids: dict[str, str]) -> str:
             f"<th>search score</th><th>characters</th></tr>{rows}</table>")
 
 
+def _mean(scores: list[float] | None) -> str:
+    return "n/a" if not scores else f"{sum(scores) / len(scores):.2f}"
+
+
 def _proposals_table(proposals: list[dict[str, Any]], ids: dict[str, str]) -> str:
-    """The round's proposals, one row each, the child's text and the feedback read behind it."""
+    """The round's proposals, one row each; an accepted one with its text and the feedback it
+    was made from (only those: at paper scale a round makes a hundred proposals)."""
     rows = []
     for p in proposals:
-        before, after = p.get("parent_scores") or [], p.get("child_scores")
         verdict = ("no proposal" + (f" ({html.escape(p['note'])})" if p.get("note") else "") if p.get("text") is None
                    else "accepted, in the pool" if p.get("in_pool") else "accepted" if p.get("accepted")
                    else "rejected")
-        scores = f"{sum(before):g} → {'n/a' if after is None else f'{sum(after):g}'} of {len(before)}"
-        feedback = "".join(f"<li><b>{html.escape(f['problem_id'])}</b> (score {f['score']:g}): "
-                           f"{html.escape(str(f.get('feedback') or ''))}</li>" for f in p.get("feedback", []))
-        text = "" if p.get("text") is None else f"<pre>{html.escape(p['text'])}</pre>"
+        shown = ""
+        if p.get("accepted"):
+            feedback = "".join(f"<li><b>{html.escape(f['problem_id'])}</b> (reward {f['score']:g}): "
+                               f"{html.escape(str(f.get('feedback') or ''))}</li>" for f in p.get("feedback", []))
+            shown = (f"<details><summary>context and feedback</summary><pre>{html.escape(p['text'])}</pre>"
+                     f"<ul>{feedback}</ul></details>")
         rows.append(f"<tr><td>{p.get('call', '')}</td><td>{html.escape(str(p.get('how') or '—'))}</td>"
                     f"<td>{html.escape(ids.get(p.get('parent_hash') or '', p.get('parent_hash') or ''))}</td>"
-                    f"<td>{scores}</td><td>{verdict}</td><td><details><summary>context and feedback</summary>"
-                    f"{text}<ul>{feedback}</ul></details></td></tr>")
-    return ("<table class='pool'><tr><th>call</th><th>edit</th><th>parent</th><th>minibatch score "
-            f"(parent → child)</th><th>GEPA</th><th></th></tr>{''.join(rows)}</table>")
+                    f"<td>{_mean(p.get('parent_scores'))} → {_mean(p.get('child_scores'))} "
+                    f"({len(p.get('minibatch') or [])})</td><td>{verdict}</td><td>{shown}</td></tr>")
+    return ("<table class='pool'><tr><th>call</th><th>edit</th><th>parent</th><th>minibatch search score, "
+            f"parent → child (problems)</th><th>GEPA</th><th></th></tr>{''.join(rows)}</table>")
 
 
 LEGEND = ("<p class='note'>Scores are the fast round's search scores: the reward, with "
           "<code>fast.format_credit</code> for a tagged wrong answer, on GEPA's validation problems, "
           "which <code>fast.val_problems</code> draws from the train split (the validation split is "
-          "for evaluations). A minibatch score sums the proposal's minibatch; GEPA accepts a child "
-          "that scores strictly more than its parent there. Diffs: green added, red deleted, yellow "
+          "for evaluations). A minibatch score is the mean over the proposal's minibatch; GEPA "
+          "accepts a child that scores strictly more than its parent there. Diffs: green added, red deleted, yellow "
           "changed; the f, n and t links jump to the first change, the next one and the top.</p>")
 
 
@@ -86,6 +92,8 @@ def pool_evolution_html(runs: dict[str, RunSpec], experiment: str, results: str 
         for cycle in cycle_pools(spec, results):
             for p in cycle["proposals"]:
                 parent, child = p.get("parent_hash"), p.get("hash")
+                if parent and p.get("parent_text"):
+                    texts.setdefault(parent, p["parent_text"])
                 if parent and parent not in ids:  # in round 0 a parent no earlier call made is a seed
                     ids[parent] = f"{'seed' if cycle['cycle'] == 0 else 'carried'}-{parent[:8]}"
                 if child:

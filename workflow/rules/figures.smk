@@ -56,7 +56,8 @@ rule claims:
 
 
 rule pool_evolution:
-    # The best context of every cycle of every FST/GEPA run of an experiment, with diffs.
+    # Every cycle's pool of every FST/GEPA run of an experiment: its contexts, the best one's diff
+    # to its parent, and what the round proposed (the cycle's fast/proposals.json).
     input:
         tracking=ancient(tracking("{experiment}")),
         pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json"

@@ -382,8 +382,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         raise RuntimeError(f"fast round used {adapter.metric_calls} metric calls, budget {budget}")
 
     new_pool = _pool_from_result(result, seeds, val_loader, cfg.pool_size, round_index)
-    proposals = recorded.rows(round_index, adapter.cache, weights_id,
-                              {context_hash(c[COMPONENT]) for c in result.candidates}, {e.hash for e in new_pool.entries})
+    proposals = recorded.rows(round_index, adapter.cache, weights_id, result, {e.hash for e in new_pool.entries})
     write_json(proposals, run_dir / PROPOSALS_FILE)
     summary = {
         "round": round_index,
@@ -472,27 +471,59 @@ class RecordedProposer:
                            "records": list(reflective_dataset.get(COMPONENT) or [])})
         return out
 
-    def rows(self, round_index: int, cache: RolloutCache, weights_id: str, candidates: set[str],
+    def accepted_calls(self, result: Any) -> dict[int, int]:
+        """Which calls' children GEPA accepted: {call index: candidate index}. Each candidate
+        after the seeds (a parent) is the child of one call, and GEPA adds them in the order
+        it makes them, so each is matched to the first call after the last match with its
+        text and its parent's. (A child whose text equals a seed's or an earlier candidate's
+        is no acceptance of its own unless GEPA added it again: text alone cannot say.)"""
+        texts = [c[COMPONENT] for c in result.candidates]
+        out: dict[int, int] = {}
+        at = 0
+        for i, parents in enumerate(result.parents):
+            parent = next((p for p in parents or [] if p is not None), None)
+            if parent is None:
+                continue  # a seed
+            for j in range(at, len(self.calls)):
+                call = self.calls[j]
+                if call["text"] == texts[i] and call["parent"] == texts[parent]:
+                    out[j], at = i, j + 1
+                    break
+        return out
+
+    def rows(self, round_index: int, cache: RolloutCache, weights_id: str, result: Any,
              pool: set[str]) -> list[dict[str, Any]]:
-        """One record per call: parent and child (hash, text), the minibatch's problem ids with
-        the parent's and the child's search scores on them (the child's None where GEPA did not
-        evaluate it), whether GEPA accepted the child (it is one of the round's candidates) and
-        whether it is in the new pool, and the feedback the proposer read."""
+        """One record per call: parent and child (hash, text; the parent's text only the first
+        time a parent appears that no earlier call of the round made), the minibatch's distinct problems with the
+        parent's and the child's search scores on them as GEPA compared them (reward with format
+        credit, a mean over samples; the child's None where it was not evaluated), whether GEPA
+        accepted the child (`accepted_calls`) and whether it is in the new pool, and the feedback
+        records the proposer read."""
+        accepted = self.accepted_calls(result)
+        known: set[str] = set()  # texts the records hold already: accepted children, parents shown
         out = []
         for i, call in enumerate(self.calls):
+            parent = context_hash(call["parent"])
             child = None if call["text"] is None else context_hash(call["text"])
-            ids = [str(r.get("problem_id")) for r in call["records"]]
-            scored = [cache.get(child, pid, weights_id) if child else None for pid in ids]
+            ids = list(dict.fromkeys(str(r.get("problem_id")) for r in call["records"]))
+
+            def scores(h: str | None, ids: list[str] = ids) -> list[float] | None:
+                scored = [cache.get(h, pid, weights_id) for pid in ids] if h else [None]
+                return None if None in scored else [s.score for s in scored]
+
             out.append({
                 "round": round_index, "call": i, "how": call["how"], "note": call["note"],
-                "parent_hash": context_hash(call["parent"]), "hash": child, "text": call["text"],
-                "minibatch": ids, "parent_scores": [float(r.get("Score", 0.0)) for r in call["records"]],
-                "child_scores": None if child is None or None in scored else [s.score for s in scored],
-                "accepted": child in candidates, "in_pool": child in pool,
+                "parent_hash": parent, "parent_text": None if parent in known else call["parent"],
+                "hash": child, "text": call["text"], "minibatch": ids,
+                "parent_scores": scores(parent), "child_scores": scores(child),
+                "accepted": i in accepted, "in_pool": i in accepted and child in pool,
                 "feedback": [{"problem_id": str(r.get("problem_id")), "score": float(r.get("Score", 0.0)),
                               "parsed_answer": r.get("parsed_answer"), "feedback": r.get("Feedback"),
                               "output": r.get("Generated Outputs")} for r in call["records"]],
             })
+            known.add(parent)
+            if child is not None and i in accepted:
+                known.add(child)
         return out
 
 
