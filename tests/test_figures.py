@@ -683,9 +683,46 @@ def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
     (claim,) = build_claims({"reuse": df})
     assert claim["claim"] == "reuse_speedup" and claim["measured"] == pytest.approx(1.6)
     assert claim["verdict"] == "reproduced" and claim["paper"] == pytest.approx(100 / 47)
-    assert claim["note"] == "2.00 against 1.25 s a step; final mean@k with reuse +0.000 against without"
+    assert claim["note"] == ("2.00 against 1.25 s a step (means of 2 and 2 cycles); final mean@k with reuse "
+                             "+0.000 against without")
     assert figures.seconds_per_step(df) == {"no_reuse": 2.0, "reuse": 1.25}
     figures.fig10({"reuse": df}, tmp_path / "fig10.pdf")
+
+
+def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, saved):
+    """A smoke build said 'reproduced' for 2.94 against 2.82 s a step (one measurement a cycle,
+    no noise rule) with no reward anywhere; its figure drew one line of two, bars without values."""
+    def table(no_reuse, reuse, values=(0.0, 0.0, 0.0)):
+        rows = []
+        for variant, seconds in (("no_reuse", no_reuse), ("reuse", reuse)):
+            rows += [{**r, "cycle_seconds": seconds[max(r["cycle"], 0)]}
+                     for r in _rows("reuse", "fst", "math", list(values)[:len(seconds) + 1], variant=variant)]
+        return pl.DataFrame(rows).select(CURVE_COLUMNS)
+
+    (claim,) = build_claims({"reuse": table([29.0, 29.8], [27.0, 29.4])})
+    assert claim["verdict"] == "undetermined" and claim["measured"] == pytest.approx(29.4 / 28.2)
+    assert "within timing noise: the variants' seconds a step differ by +0.12" in claim["note"]
+    assert "no reward for either: whether reuse keeps the reward is untested" in claim["note"]
+    (claim,) = build_claims({"reuse": table([20.0, 21.0], [12.0, 12.5])})  # far apart: the cost claim holds
+    assert claim["verdict"] == "reproduced"
+    (claim,) = build_claims({"reuse": table([20.0], [12.0])})
+    assert claim["verdict"] == "undetermined" and "one cycle's wall time per variant" in claim["note"]
+    figures.fig10({"reuse": table([29.0, 29.8], [27.0, 29.4])}, tmp_path / "fig10.pdf")
+    ax, ax2 = saved[0].axes
+    assert [t.get_text() for t in ax2.texts] == ["2.94", "2.82"]  # each bar's seconds
+    assert [t.get_text() for t in ax.texts] == ["no reward for any variant:\nthe lines overlap at 0"]
+
+
+def test_the_ceiling_claim_without_an_fst_run_on_its_task_says_so():
+    """The smoke config trains the ceiling's runs on hover, but efficiency has no FST run there:
+    the row was left out without a word."""
+    gepa = _rows("ceiling", "gepa", "hover", [0.1, 0.5, 0.5])
+    eff = _rows("efficiency", "fst", "math", [0.1, 0.4, 0.5])
+    (row,) = [r for r in build_claims({"ceiling": pl.DataFrame(gepa).select(CURVE_COLUMNS),
+                                       "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)})
+              if r["claim"] == "ceiling_exceeded"]
+    assert row["verdict"] == "undetermined" and row["task"] == "hover"
+    assert row["note"] == "no FST run of the efficiency experiment on hover to compare with"
 
 
 def test_less_forgetting_of_what_was_never_learned_is_no_evidence():

@@ -259,10 +259,13 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
                                           "logprobs": [lp - 2.0 for lp in g.token_logprobs]})
     bad = (context_hash(CONTEXTS[1][1]), step[1].id)  # other prompt tokens: must be generated
     given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
-    with caplog.at_level(logging.WARNING, logger="fastslow.slow"):
+    with caplog.at_level(logging.INFO, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
                            "toy/run", 0, progress=False, first_step_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
+    # the step's line says so (its tok/s counts the 2 generated rows alone: it read like a stall)
+    lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
+    assert "(6 rollouts reused from the fast round, not generated)" in lines[0] and "reused" not in lines[1]
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(2.0), rel=1e-3)
     assert math.isnan(result.metrics[1]["reused_is_weight"])
     assert result.metrics[0]["clip_fraction"] > 0 and result.metrics[1]["clip_fraction"] == 0

@@ -48,9 +48,9 @@ from fastslow.analysis import (
     steps_to_peak_ratio,
 )
 from fastslow.figures import (
+    cycle_seconds_per_step,
     normalised_continual,
     rows_where,
-    seconds_per_step,
     seed_curve,
     stage_ends,
 )
@@ -194,17 +194,31 @@ def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, 
 
 def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
     """Fig 10's cost on `task`: seconds per RL step of the no-reuse runs over the reuse runs'.
-    Wall time is one measurement per cycle on whatever machine ran it, with no noise rule; the
-    note gives the final evaluations' difference, which reuse should leave within noise."""
+    Wall time is one measurement per cycle on whatever machine ran it: the verdict needs the
+    difference of the cycles' means beyond 2 standard errors of it (their spread, Welch), else
+    it is undetermined, as with one cycle each. The note gives the final evaluations'
+    difference, which reuse should leave within noise (and says so when there is no reward)."""
     df = df.filter(pl.col("eval_task") == task)
-    per_step = {v: (float("nan") if s is None else s) for v, s in seconds_per_step(df).items()}
-    speedup = per_step["no_reuse"] / per_step["reuse"] if per_step.get("reuse") else float("nan")
+    cycles = cycle_seconds_per_step(df)
+    per_step = {v: float(np.mean(cycles[v])) if cycles.get(v) else float("nan") for v in ("reuse", "no_reuse")}
+    speedup = per_step["no_reuse"] / per_step["reuse"] if per_step["reuse"] > 0 else float("nan")
     final = {v: float(seed_curve(df, variant=v)["mean_at_k"][-1]) for v in ("reuse", "no_reuse")}
     bound = paired_noise_bound(_final_problems(df, variant="no_reuse"), _final_problems(df, variant="reuse"))
-    note = (f"{per_step['no_reuse']:.2f} against {per_step['reuse']:.2f} s a step; final mean@k with reuse "
-            f"{final['reuse'] - final['no_reuse']:+.3f} against without"
-            + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})"))
-    return _row("reuse_speedup", task, speedup, _runs(df), threshold=1.0, note=note)
+    note = (f"{per_step['no_reuse']:.2f} against {per_step['reuse']:.2f} s a step (means of "
+            f"{len(cycles.get('no_reuse', []))} and {len(cycles.get('reuse', []))} cycles); "
+            + ("no reward for either: whether reuse keeps the reward is untested" if no_reward(df["mean_at_k"]) else
+               f"final mean@k with reuse {final['reuse'] - final['no_reuse']:+.3f} against without"
+               + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})")))
+    noise = ""
+    if min(len(cycles.get(v, [])) for v in ("reuse", "no_reuse")) < 2:
+        noise = "one cycle's wall time per variant: no spread to tell a difference from noise"
+    else:
+        spread = 2 * math.sqrt(sum(float(np.var(cycles[v], ddof=1)) / len(cycles[v]) for v in ("reuse", "no_reuse")))
+        if abs(per_step["no_reuse"] - per_step["reuse"]) <= spread:
+            noise = (f"within timing noise: the variants' seconds a step differ by "
+                     f"{per_step['no_reuse'] - per_step['reuse']:+.2f}, at most 2 standard errors of the "
+                     f"cycles' spread ({spread:.2f})")
+    return _row("reuse_speedup", task, speedup, _runs(df), threshold=1.0, note=note, noise=noise)
 
 
 def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
@@ -399,6 +413,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             gepa = rows_where(ceiling, eval_task=task, method="gepa")
             if fst.height:
                 rows.append(_ceiling_row(task, fst, gepa))
+            else:  # said, not left out: the ceiling's runs were trained for this row
+                rows.append(_row("ceiling_exceeded", task, float("nan"), _runs(gepa),
+                                 note=f"no FST run of the efficiency experiment on {task} to compare with"))
     reuse = tables.get("reuse")
     if reuse is not None:
         for task in sorted(reuse["eval_task"].unique().to_list()):

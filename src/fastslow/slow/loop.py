@@ -686,12 +686,14 @@ def run_cycle(
             if is_main:
                 # time left in this cycle's steps: the steps so far, on average, times those to go
                 left = sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1)
+                reused = int(metrics.get("reused_rollouts") or 0)  # taken from the fast round: no tok/s
                 log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "%d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
+                         "%d tok at %.1f tok/s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
-                         metrics["generated_tokens_per_s"], metrics["step_seconds"],
-                         metrics["generation_seconds"], metrics["training_seconds"],
+                         metrics["generated_tokens_per_s"],
+                         f" ({reused} rollouts reused from the fast round, not generated)" if reused else "",
+                         metrics["step_seconds"], metrics["generation_seconds"], metrics["training_seconds"],
                          f", steps ~{left:.0f}s left" if left else "")
             global_step += 1
 
