@@ -692,7 +692,7 @@ def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):
 def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, saved):
     """A smoke build said 'reproduced' for 2.94 against 2.82 s a step (one measurement a cycle,
     no noise rule) with no reward anywhere; its figure drew one line of two, bars without values."""
-    def table(no_reuse, reuse, values=(0.0, 0.0, 0.0)):
+    def table(no_reuse, reuse, values=(0.0,) * 5):
         rows = []
         for variant, seconds in (("no_reuse", no_reuse), ("reuse", reuse)):
             rows += [{**r, "cycle_seconds": seconds[max(r["cycle"], 0)]}
@@ -701,12 +701,20 @@ def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, save
 
     (claim,) = build_claims({"reuse": table([29.0, 29.8], [27.0, 29.4])})
     assert claim["verdict"] == "undetermined" and claim["measured"] == pytest.approx(29.4 / 28.2)
-    assert "within timing noise: the variants' seconds a step differ by +0.12" in claim["note"]
+    # Welch: s.e. sqrt((0.0032 + 0.0288) / 2) = 0.1265 on 1.2 degrees of freedom (t quantile ~9.5)
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 0.032 ** 2 / (0.0032 ** 2 + 0.0288 ** 2)) * np.sqrt(0.016)
+    assert f"differ by +0.12, inside the 95% interval of the difference from the cycles' spread (±{half:.2f}, Welch)" \
+        in claim["note"], claim["note"]
     assert "no reward for either: whether reuse keeps the reward is untested" in claim["note"]
-    (claim,) = build_claims({"reuse": table([20.0, 21.0], [12.0, 12.5])})  # far apart: the cost claim holds
+    # 2 standard errors (0.25) would have called this one: t on ~2 degrees of freedom does not
+    (claim,) = build_claims({"reuse": table([20.0, 21.0], [17.0, 18.5])})
+    assert claim["verdict"] == "undetermined", claim["note"]
+    (claim,) = build_claims({"reuse": table([20.0, 21.0, 20.5], [12.0, 12.5, 12.2])})  # far apart: it holds
     assert claim["verdict"] == "reproduced"
-    (claim,) = build_claims({"reuse": table([20.0], [12.0])})
-    assert claim["verdict"] == "undetermined" and "one cycle's wall time per variant" in claim["note"]
+    (claim,) = build_claims({"reuse": table([20.0], [12.0, 12.5])})
+    assert claim["verdict"] == "undetermined" and "(no_reuse 1, reuse 2)" in claim["note"]
     figures.fig10({"reuse": table([29.0, 29.8], [27.0, 29.4])}, tmp_path / "fig10.pdf")
     ax, ax2 = saved[0].axes
     assert [t.get_text() for t in ax2.texts] == ["2.94", "2.82"]  # each bar's seconds

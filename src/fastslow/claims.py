@@ -192,11 +192,24 @@ def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, 
                 noise=_noise_note(gap, bound))
 
 
+def welch_half_width(a: list[float], b: list[float], level: float = 0.95) -> float:
+    """Half the `level` confidence interval of mean(a) - mean(b) (Welch: unequal variances,
+    Welch-Satterthwaite degrees of freedom); 0 when neither varies (any difference is real)."""
+    from scipy import stats
+
+    va, vb = (float(np.var(x, ddof=1)) / len(x) for x in (a, b))
+    if va + vb == 0:
+        return 0.0
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return float(stats.t.ppf(0.5 + level / 2, df) * math.sqrt(va + vb))
+
+
 def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
     """Fig 10's cost on `task`: seconds per RL step of the no-reuse runs over the reuse runs'.
-    Wall time is one measurement per cycle on whatever machine ran it: the verdict needs the
-    difference of the cycles' means beyond 2 standard errors of it (their spread, Welch), else
-    it is undetermined, as with one cycle each. The note gives the final evaluations'
+    Wall time is one measurement per evaluated cycle on whatever machine ran it: the verdict
+    needs the difference of the variants' means outside its 95% interval (Welch's t, from the
+    cycles' spread: with two cycles each the t quantile is 4.3 to 12.7, not 2), else it is
+    undetermined, as with fewer than two cycles for a variant. The note gives the final evaluations'
     difference, which reuse should leave within noise (and says so when there is no reward)."""
     df = df.filter(pl.col("eval_task") == task)
     cycles = cycle_seconds_per_step(df)
@@ -209,15 +222,16 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
             + ("no reward for either: whether reuse keeps the reward is untested" if no_reward(df["mean_at_k"]) else
                f"final mean@k with reuse {final['reuse'] - final['no_reuse']:+.3f} against without"
                + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})")))
-    noise = ""
-    if min(len(cycles.get(v, [])) for v in ("reuse", "no_reuse")) < 2:
-        noise = "one cycle's wall time per variant: no spread to tell a difference from noise"
+    noise, counts = "", {v: len(cycles.get(v, [])) for v in ("no_reuse", "reuse")}
+    if min(counts.values()) < 2:
+        noise = (f"fewer than two cycles' wall times for a variant (no_reuse {counts['no_reuse']}, reuse "
+                 f"{counts['reuse']}): no spread to tell a difference from noise")
     else:
-        spread = 2 * math.sqrt(sum(float(np.var(cycles[v], ddof=1)) / len(cycles[v]) for v in ("reuse", "no_reuse")))
-        if abs(per_step["no_reuse"] - per_step["reuse"]) <= spread:
+        half = welch_half_width(cycles["no_reuse"], cycles["reuse"])
+        if abs(per_step["no_reuse"] - per_step["reuse"]) <= half:
             noise = (f"within timing noise: the variants' seconds a step differ by "
-                     f"{per_step['no_reuse'] - per_step['reuse']:+.2f}, at most 2 standard errors of the "
-                     f"cycles' spread ({spread:.2f})")
+                     f"{per_step['no_reuse'] - per_step['reuse']:+.2f}, inside the 95% interval of the "
+                     f"difference from the cycles' spread (±{half:.2f}, Welch)")
     return _row("reuse_speedup", task, speedup, _runs(df), threshold=1.0, note=note, noise=noise)
 
 
