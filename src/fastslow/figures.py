@@ -122,6 +122,12 @@ def _tasks(df: pl.DataFrame, col: str = "eval_task") -> list[str]:
 REWARD_MIN_TOP = 0.1
 
 
+def _corner_note(ax: Any, text: str) -> None:
+    """A grey note in the axes' top-left corner: why a panel shows less than it seems to (no
+    reward, no fit, lines lying on each other)."""
+    ax.text(0.02, 0.95, text, transform=ax.transAxes, va="top", fontsize=8, color="#555555")
+
+
 def _step_axis(ax: Any) -> None:
     """An RL-step x axis: integer ticks only (a step is never 2.5)."""
     from matplotlib.ticker import MaxNLocator
@@ -275,8 +281,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
             fits.setdefault(task, {})[method] = fit.a
         if no_fit:
-            ax.text(0.02, 0.95, f"no reward ({', '.join(no_fit)}): no fit", transform=ax.transAxes, va="top",
-                    fontsize=8, color="#555555")
+            _corner_note(ax, f"no reward ({', '.join(no_fit)}): no fit")
         ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
         _reward_axis(ax)
@@ -357,8 +362,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.plot(c["step"], c["mean_at_k"], label=f"{LABELS.get(method, method)} init", **_line(method))
             finals.setdefault(target, {}).setdefault(src, {})[method] = float(curves[method][-1])
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
-            ax.text(0.02, 0.95, "no reward from any init:\nthe lines overlap at 0", transform=ax.transAxes,
-                    va="top", fontsize=8, color="#555555")
+            _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
         ax.set_title(f"from {src} checkpoints\n→ RL on {target}", fontsize=10)
         _step_axis(ax)
@@ -784,8 +788,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
                    hatch=[hatches[variants.index(v) % 4] for v in order])
     ax2.bar_label(bars, fmt="%.2f", fontsize=8)  # the ratio is what the claim reads
     if len(variants) > 1 and no_reward(df["mean_at_k"]):  # the lines lie on each other at 0
-        ax.text(0.02, 0.95, "no reward for any variant:\nthe lines overlap at 0", transform=ax.transAxes,
-                va="top", fontsize=8, color="#555555")
+        _corner_note(ax, "no reward for any variant:\nthe lines overlap at 0")
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
