@@ -240,6 +240,23 @@ def test_a_proposal_repeating_a_candidates_text_is_no_acceptance(tmp_path: Path)
     assert repeats and not any(r["in_pool"] and not r["accepted"] for r in rows)
 
 
+def test_a_child_proposed_twice_is_accepted_in_the_iteration_gepa_accepted_it() -> None:
+    """The same child from the same parent, rejected in iteration 1 and accepted in iteration 2:
+    matching calls by text alone marked the first, rejected call accepted."""
+    from types import SimpleNamespace
+
+    from fastslow.fast.round import RecordedProposer
+
+    parent, child = SEEDS[0], SEEDS[0] + "\nShow your work."
+    recorded = RecordedProposer(lambda candidate, dataset, components: {"context": child})
+    for iteration in (1, 2):
+        recorded.on_iteration_start({"iteration": iteration})
+        recorded({"context": parent}, {"context": []}, ["context"])
+    recorded.on_candidate_accepted({"iteration": 2, "new_candidate_idx": 1, "new_score": 1.0, "parent_ids": [0]})
+    result = SimpleNamespace(candidates=[{"context": parent}, {"context": child}], parents=[[None], [0]])
+    assert recorded.accepted_calls(result) == {1: 1}
+
+
 def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
     gen = ScriptedGenerator()
     cfg = FastConfig(pool_size=2, max_metric_calls=60, minibatch_size=3)

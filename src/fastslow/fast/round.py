@@ -371,7 +371,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         multi = {"sampling_strategy": sampling, "selection_strategy": BestImprovement()}
     result = optimize(
         seed_candidate={COMPONENT: seeds[0].text}, trainset=train_loader, valset=val_loader, adapter=adapter,
-        custom_candidate_proposer=recorded, reflection_minibatch_size=mb,
+        custom_candidate_proposer=recorded, callbacks=[recorded], reflection_minibatch_size=mb,
         candidate_selection_strategy="pareto", frontier_type="instance", skip_perfect_score=True,
         perfect_score=1.0, acceptance_criterion="strict_improvement", use_merge=False,
         max_metric_calls=budget, stop_callbacks=[guard], logger=_GepaLog(log),
@@ -458,6 +458,14 @@ class RecordedProposer:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.calls: list[dict[str, Any]] = []
+        self.iteration = 0  # GEPA's, from its callbacks (this object is one of them)
+        self.accepted: list[tuple[int, int, list[int]]] = []  # (iteration, candidate index, parents)
+
+    def on_iteration_start(self, event: Mapping[str, Any]) -> None:
+        self.iteration = event["iteration"]
+
+    def on_candidate_accepted(self, event: Mapping[str, Any]) -> None:
+        self.accepted.append((event["iteration"], event["new_candidate_idx"], list(event["parent_ids"])))
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                  components_to_update: list[str]) -> dict[str, str]:
@@ -466,28 +474,24 @@ class RecordedProposer:
         how = (self.inner.edits[-1] if len(getattr(self.inner, "edits", ())) > edits else
                "reflection" if isinstance(self.inner, ReflectiveProposer) else type(self.inner).__name__)
         note = self.inner.failures[-1] if len(getattr(self.inner, "failures", ())) > failures else None
-        self.calls.append({"parent": candidate.get(COMPONENT, ""), "text": out.get(COMPONENT),
+        self.calls.append({"iteration": self.iteration, "parent": candidate.get(COMPONENT, ""), "text": out.get(COMPONENT),
                            "how": how if COMPONENT in out else None, "note": note,
                            "records": list(reflective_dataset.get(COMPONENT) or [])})
         return out
 
     def accepted_calls(self, result: Any) -> dict[int, int]:
-        """Which calls' children GEPA accepted: {call index: candidate index}. Each candidate
-        after the seeds (a parent) is the child of one call, and GEPA adds them in the order
-        it makes them, so each is matched to the first call after the last match with its
-        text and its parent's. (A child whose text equals a seed's or an earlier candidate's
-        is no acceptance of its own unless GEPA added it again: text alone cannot say.)"""
+        """Which calls' children GEPA accepted: {call index: candidate index}. GEPA says which
+        candidate it accepted in which iteration (`on_candidate_accepted`); the call is the one
+        of that iteration with the candidate's text and its parent's (GEPA drops a child that
+        repeats another of the same iteration, so at most one call matches)."""
         texts = [c[COMPONENT] for c in result.candidates]
         out: dict[int, int] = {}
-        at = 0
-        for i, parents in enumerate(result.parents):
-            parent = next((p for p in parents or [] if p is not None), None)
-            if parent is None:
-                continue  # a seed
-            for j in range(at, len(self.calls)):
-                call = self.calls[j]
-                if call["text"] == texts[i] and call["parent"] == texts[parent]:
-                    out[j], at = i, j + 1
+        for iteration, idx, parents in self.accepted:
+            parent = next((texts[p] for p in parents if p is not None), None)
+            for j, call in enumerate(self.calls):
+                if (j not in out and call["iteration"] == iteration and call["text"] == texts[idx]
+                        and call["parent"] == parent):
+                    out[j] = idx
                     break
         return out
 
