@@ -269,6 +269,10 @@ def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, mo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", made)  # the same store, named by the variable
     with job_run(rule="r", wildcards={}, config={"mlflow_experiment": "exp"}, tracking_json=path):
         pass
+    # ... or by the README's relative address (`made` is absolute): the same file, no mismatch
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///" + os.path.relpath(made.removeprefix("sqlite:///")))
+    with job_run(rule="r", wildcards={}, config={"mlflow_experiment": "exp"}, tracking_json=path):
+        pass
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     with pytest.raises(RuntimeError, match="asks for mlflow_experiment 'fastslow-paper'"), \
             job_run(rule="r", wildcards={}, config={"mlflow_experiment": "fastslow-paper"}, tracking_json=path):
@@ -278,7 +282,7 @@ def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, mo
 
     with pytest.raises(RuntimeError, match="asks for the embedded sqlite store"):
         check_store(server, {}, "results/mlflow/parents/fig.json")
-    assert [r.info.status for r in _runs(info)] == ["FINISHED"] * 3  # two parents and the one job
+    assert [r.info.status for r in _runs(info)] == ["FINISHED"] * 4  # two parents and the two jobs
 
 
 def test_retarget_remakes_the_tracking_files_for_the_current_store(tmp_path, monkeypatch):

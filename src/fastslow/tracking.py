@@ -229,6 +229,14 @@ class JobTracker:
         _retry(self.client.log_dict, self.run_id, info, f"{name}.json")
 
 
+def _store(uri: str) -> str:
+    """A tracking URI as a store: a sqlite file by its absolute path (`sqlite:///results/mlflow.db`,
+    relative to the working directory, is the store `tracking_uri` names `sqlite:////<abs>/results/mlflow.db`)."""
+    if uri.startswith("sqlite:///"):
+        return f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+    return uri
+
+
 def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_json: str | Path) -> None:
     """The tracking files pin the store and experiment they were made for (rules init_mlflow and
     init_tracking have no params: see workflow/rules/common.smk). A job asked to log elsewhere, by
@@ -237,7 +245,7 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     env = os.environ.get("MLFLOW_TRACKING_URI")
     made, exp = info["tracking_uri"], info["experiment"]
     want = config.get("mlflow_experiment") or exp
-    if env and env != made:
+    if env and _store(env) != _store(made):
         asked = f"MLFLOW_TRACKING_URI={env}"
     elif not env and not made.startswith("sqlite:"):
         asked = "the embedded sqlite store (MLFLOW_TRACKING_URI is unset)"
