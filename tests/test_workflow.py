@@ -195,6 +195,11 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     codes = {r.data.tags["fastslow.rule"]: r.data.tags["fastslow.code"] for r in jobs}
     assert codes["task_data"] == script_digest(ROOT / "workflow/scripts/task_data.py")
     assert len(set(codes.values())) == 4  # four rules, four scripts reaching different modules
+    # each row names the run that evaluated it, which logs a run's evaluation's metric names at step 0
+    base = {r.info.run_id: r for r in jobs if r.data.tags["fastslow.rule"] == "evaluate_base"}
+    assert set(table["mlflow_run_id"]) == set(base)
+    for row in table.iter_rows(named=True):
+        assert base[row["mlflow_run_id"]].data.metrics[f"eval/{row['task']}/mean_at_2"] == row["mean_at_k"]
 
 
 @pytest.mark.workflow

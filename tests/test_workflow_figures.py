@@ -78,6 +78,24 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     # ...so the runs a figure names are found by that tag: every plotted run's jobs carry it
     plotted = {r for f in figure_runs for r in f.data.tags["fastslow.input_runs"].split(",") if "/" in r}
     assert plotted and plotted <= {r.data.tags.get("fastslow.run") for r in runs}, plotted
+    # ...and each row of a figure's tables the very runs behind its point: a rerun job is a new
+    # run under the same key, so the key alone cannot say which run of a job a figure drew
+    by_id = {r.info.run_id: r for r in runs}
+    curves = pl.read_parquet(work / "results/tables/curves/continual.parquet")
+    for row in curves.iter_rows(named=True):
+        ev = by_id[row["eval_run_id"]]
+        assert ev.data.tags["fastslow.rule"] in ("evaluate_point", "evaluate_base"), row
+        if row["cycle"] >= 0:
+            assert ev.data.tags["fastslow.run"] == row["run"]
+            cyc = by_id[row["cycle_run_id"]]
+            assert cyc.data.tags["fastslow.run"] == row["run"] and cyc.data.tags["wildcard.cycle"] == str(row["cycle"])
+            assert ev.data.tags["fastslow.cycle_run"] == row["cycle_run_id"]
+        else:
+            assert row["cycle_run_id"] is None
+    # ...and the figure runs log those tables as their input datasets
+    fig6 = next(r for r in figure_runs if r.data.tags["fastslow.figure"] == "fig6")
+    assert [(i.dataset.name, {t.key: t.value for t in i.tags}["mlflow.data.context"])
+            for i in fig6.inputs.dataset_inputs] == [("curves/continual", "input")]
     # ...and every evaluation its samples table, as an MLflow dataset
     assert all(len(r.inputs.dataset_inputs) == 1 for r in runs if r.data.tags.get("fastslow.rule") == "evaluate_point")
     # every fast round's cycle job logged where the round's sampling time went

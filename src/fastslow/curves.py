@@ -14,7 +14,8 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
-                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "context_id")
+                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "context_id", "eval_run_id",
+                 "cycle_run_id")
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
@@ -31,10 +32,9 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
             for point in eval_points(spec):
                 ev = json.loads(Path(eval_point_file(spec, point, task, results)).read_text())
                 cycle = -1 if point == "init" else int(point.removeprefix("cycle"))
-                seconds = None
+                info = {}
                 if cycle >= 0:
                     info = json.loads(Path(cycle_dir(spec, cycle, results), "cycle.json").read_text())
-                    seconds = info.get("seconds")
                 k, tidy = int(ev["k"]), tidy_summary(ev)
                 rows.append({
                     "experiment": experiment, "method": spec.method, "run": spec.source,
@@ -44,7 +44,10 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
-                    "cycle_seconds": seconds, "context_id": ev.get("context_id", "seed"),
+                    "cycle_seconds": info.get("seconds"), "context_id": ev.get("context_id", "seed"),
+                    # the MLflow runs of the evaluation and of the cycle behind the point (None:
+                    # the initial weights' cycle, or files written before they were recorded)
+                    "eval_run_id": ev.get("mlflow_run_id"), "cycle_run_id": info.get("mlflow_run_id"),
                 })
     return rows
 

@@ -225,6 +225,7 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     summary = {"run": spec.key, "method": spec.method, "cycle": cycle, "task": task_name,
                "global_step": (cycle + 1) * steps, "weights": str(weights_of(spec, out_dir, init_model)),
                "pool_best": pool.entries[0].id, "seconds": time.perf_counter() - started,
+               "mlflow_run_id": getattr(tracker, "run_id", None),  # the cycle job's run (None untracked)
                "slow_reward_mean": (sum(m["reward_mean"] for m in slow_metrics) / len(slow_metrics)
                                     if slow_metrics and "reward_mean" in slow_metrics[0] else None)}
     write_json(summary, out_dir / CYCLE_FILE)

@@ -8,6 +8,7 @@ mean@k's standard error over problems (the claims table's noise rule, `fastslow.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -70,6 +71,20 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
 #: read task first, then its scores, as the README lists them; keys not named here follow.
 SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
                  "mean_completion_tokens", "kl_to_base", "entropy", "run")
+#: An evaluation summary's MLflow run ids (`run_ids`): in its JSON and tables, not in its log table.
+RUN_IDS = ("mlflow_run_id", "cycle_run_id")
+
+
+def run_ids(tracker: Any, pool: str | Path | None = None) -> dict[str, str | None]:
+    """The MLflow runs behind an evaluation: the job's own (`mlflow_run_id`) and, for a point
+    after a cycle (`pool` is that cycle's pool.json), the cycle job's that wrote those weights and
+    that pool (`cycle_run_id`, from the cycle.json beside the pool). A rerun job gets a new run,
+    so these say which run of each job a curves table's row, and a figure's point, came from."""
+    out = {"mlflow_run_id": getattr(tracker, "run_id", None)}
+    if pool is not None:
+        cycle = Path(pool).with_name("cycle.json")  # fastslow.cycle.CYCLE_FILE
+        out["cycle_run_id"] = json.loads(cycle.read_text()).get("mlflow_run_id") if cycle.exists() else None
+    return out
 
 
 def tidy_summary(summary: dict) -> dict:

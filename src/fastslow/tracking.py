@@ -208,12 +208,11 @@ class JobTracker:
     def log_table(self, path: str | Path, name: str, context: str = "output") -> None:
         """A Parquet table: as an MLflow dataset input (schema, digest, source) and an artifact."""
         import mlflow
-        import pandas as pd
+        import polars as pl
         from mlflow.entities import DatasetInput, InputTag
 
         path = Path(path)
-        df = pd.read_parquet(path)
-        ds = mlflow.data.from_pandas(df, source=str(path.resolve()), name=name)
+        ds = mlflow.data.from_polars(pl.read_parquet(path), source=str(path.resolve()), name=name)
         inp = DatasetInput(ds._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", context)])
         _retry(self.client.log_inputs, self.run_id, [inp])
         self.log_artifact(path, "tables")
@@ -322,9 +321,7 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     params = flatten(config)
     from mlflow.entities import Param
 
-    batch = [Param(k, v) for k, v in params.items()]
-    for i in range(0, len(batch), 100):
-        _retry(client.log_batch, run_id, params=batch[i:i + 100])
+    _retry(client.log_batch, run_id, params=[Param(k, v) for k, v in params.items()])  # it sends 100 at a time
 
     def _on_signal(signum, frame):  # noqa: ARG001
         _retry(client.set_terminated, run_id, "KILLED")

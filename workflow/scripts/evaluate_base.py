@@ -5,7 +5,7 @@ import logging
 import torch
 
 from fastslow.config import evaluation_options, make_task
-from fastslow.evaluate import evaluate_weights, format_table
+from fastslow.evaluate import RUN_IDS, evaluate_weights, format_table, run_ids
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
 from fastslow.model.generation import SamplingParams
@@ -20,9 +20,11 @@ with snakemake_job(smk, parent="foundation") as tracker:
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, task_name), problems, cfg["seed_context"],
                                      ev["k"], params, **evaluation_options(cfg))
-    summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary}
+    summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary,
+               **run_ids(tracker)}
     write_parquet([{"task": task_name, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)
-    tracker.log_metrics({k: v for k, v in summary.items() if isinstance(v, float)})
+    # the names a run's evaluation logs (evaluate_point), at step 0: the initial weights
+    tracker.log_metrics({f"eval/{task_name}/{k}": v for k, v in summary.items() if isinstance(v, float)}, step=0)
     tracker.log_table(smk.output.samples, f"eval/base/{task_name}")
-    logging.getLogger("evaluate_base").info("\n%s", format_table([summary], list(summary)))
+    logging.getLogger("evaluate_base").info("\n%s", format_table([summary], [k for k in summary if k not in RUN_IDS]))

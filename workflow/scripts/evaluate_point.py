@@ -7,7 +7,7 @@ import torch
 
 from fastslow.config import evaluation_options, make_task
 from fastslow.cycle import eval_context
-from fastslow.evaluate import evaluate_weights, format_table
+from fastslow.evaluate import RUN_IDS, evaluate_weights, format_table, run_ids
 from fastslow.experiments import expand
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
@@ -27,10 +27,13 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, wc.task), problems, context, ev["k"], params,
                                      base_dir=smk.input.base, **evaluation_options(cfg))
-    summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary}
+    summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary,
+               **run_ids(tracker, pool)}
     write_parquet([{"run": spec.key, "point": wc.point, "task": wc.task, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)
     step = 0 if wc.point == "init" else (int(wc.point[5:]) + 1) * cfg["slow"]["steps_per_cycle"]
     tracker.log_metrics({f"eval/{wc.task}/{k}": v for k, v in summary.items() if isinstance(v, float)}, step=step)
     tracker.log_table(smk.output.samples, f"eval/{spec.key}/{wc.point}/{wc.task}")
-    logging.getLogger("evaluate").info("\n%s", format_table([summary], list(summary)))
+    if summary.get("cycle_run_id"):  # the cycle run whose weights and pool this evaluated
+        tracker.set_tags({"fastslow.cycle_run": summary["cycle_run_id"]})
+    logging.getLogger("evaluate").info("\n%s", format_table([summary], [k for k in summary if k not in RUN_IDS]))

@@ -17,6 +17,8 @@ with snakemake_job(smk, parent="figures") as tracker:
     # The figure's MLflow run names every run it plotted by its key; each job of such a run carries
     # it as tag fastslow.run (fastslow.jobs.run_settings), so `tags.`fastslow.run` = '<key>'` finds them.
     tracker.set_tags({"fastslow.figure": smk.wildcards.fig, "fastslow.input_runs": ",".join(runs)})
+    for p in smk.input.tables:  # what it drew from: each row names its evaluation's and cycle's MLflow runs
+        tracker.log_table(p, f"curves/{table_experiment(p)}", context="input")
     tracker.log_metrics(figure_metrics(smk.wildcards.fig, result))  # what it plotted, e.g. Fig 9's bars
     tracker.log_artifact(smk.output.pdf, "figures")
     tracker.log_artifact(smk.output.png, "figures")
