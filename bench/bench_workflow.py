@@ -14,51 +14,39 @@ outputs first (or pass --forceall, which rebuilds the base model and the task da
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
+
+import polars as pl
 
 BENCH_DIR = Path("results/benchmarks")
 
 
-def job_benchmarks(since: float) -> list[dict]:
-    """Benchmark rows of the jobs that finished after `since` (epoch seconds)."""
-    rows = []
-    for path in BENCH_DIR.rglob("*.tsv"):
+def job_benchmarks(since: float) -> pl.DataFrame:
+    """Benchmark rows of the jobs that finished after `since` (epoch seconds): job (its file's
+    path), rule (Snakemake's own `rule_name`, written under --benchmark-extended), seconds, peak
+    RSS and CPU seconds (null where Snakemake could not sample them)."""
+    frames = []
+    for path in sorted(BENCH_DIR.rglob("*.tsv")):
         if path.stat().st_mtime < since:
             continue
-        with path.open() as f:
-            for row in csv.DictReader(f, delimiter="\t"):
-                rel = path.relative_to(BENCH_DIR)
-                rows.append({"job": str(rel.with_suffix("")), "rule": rule_of(rel),
-                             "seconds": float(row["s"]), "max_rss_mb": _num(row.get("max_rss")),
-                             "cpu_seconds": _num(row.get("cpu_time"))})
-    return sorted(rows, key=lambda r: -r["seconds"])
-
-
-def rule_of(rel: Path) -> str:
-    """The rule a benchmark file belongs to, from its path (mirrors the rules' log paths)."""
-    parts = rel.with_suffix("").parts
-    if parts[0] == "runs":
-        name = parts[-1]
-        for prefix in ("cycle", "eval_", "channel_", "final"):
-            if name.startswith(prefix):
-                return {"cycle": "cycle", "eval_": "evaluate_point", "channel_": "channel_eval",
-                        "final": "final_weights"}[prefix]
-    return parts[0] if len(parts) > 1 else parts[0]
-
-
-def _num(value: str | None) -> float | None:
-    try:
-        return float(value) if value not in (None, "", "-", "NA") else None
-    except ValueError:
-        return None
+        df = pl.read_csv(path, separator="\t", quote_char=None, null_values=["-", "NA", ""],
+                         infer_schema_length=None)
+        if "rule_name" not in df.columns:  # written without --benchmark-extended
+            raise SystemExit(f"{path}: no rule_name column (not written by this benchmark's snakemake call)")
+        frames.append(df.select(pl.lit(str(path.relative_to(BENCH_DIR).with_suffix(""))).alias("job"),
+                                pl.col("rule_name").cast(pl.String).alias("rule"),
+                                pl.col("s").cast(pl.Float64).alias("seconds"),
+                                pl.col("max_rss").cast(pl.Float64).alias("max_rss_mb"),
+                                pl.col("cpu_time").cast(pl.Float64).alias("cpu_seconds")))
+    schema = {"job": pl.String, "rule": pl.String, "seconds": pl.Float64, "max_rss_mb": pl.Float64,
+              "cpu_seconds": pl.Float64}
+    return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
 
 
 def main() -> None:
@@ -75,7 +63,7 @@ def main() -> None:
     name = args.name or Path(args.targets[0]).stem
     out = args.out or Path(f"results/bench/workflow_{name}.json")
 
-    command = [sys.executable, "-m", "snakemake", *args.targets, "--cores", str(args.cores)]
+    command = [sys.executable, "-m", "snakemake", *args.targets, "--cores", str(args.cores), "--benchmark-extended"]
     if args.configfile:
         command += ["--configfile", *args.configfile]
     if args.forceall:
@@ -85,24 +73,19 @@ def main() -> None:
     start_epoch, start = time.time(), time.perf_counter()
     rc = subprocess.call(command)
     wall = time.perf_counter() - start
-    jobs = job_benchmarks(start_epoch - 1)
-    per_rule: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "seconds": 0.0, "max_seconds": 0.0,
-                                                     "max_rss_mb": 0.0})
-    for j in jobs:
-        r = per_rule[j["rule"]]
-        r["jobs"] += 1
-        r["seconds"] += j["seconds"]
-        r["max_seconds"] = max(r["max_seconds"], j["seconds"])
-        r["max_rss_mb"] = max(r["max_rss_mb"], j["max_rss_mb"] or 0.0)
+    jobs = job_benchmarks(start_epoch - 1).sort("seconds", descending=True)
+    per_rule = {r.pop("rule"): r for r in jobs.group_by("rule").agg(
+        pl.len().alias("jobs"), pl.col("seconds").sum(), pl.col("seconds").max().alias("max_seconds"),
+        pl.col("max_rss_mb").max().fill_null(0.0)).to_dicts()}
     report = {"targets": args.targets, "configfiles": args.configfile, "cores": args.cores,
-              "exit_code": rc, "wall_seconds": wall, "jobs_run": len(jobs),
-              "job_seconds_total": sum(j["seconds"] for j in jobs),
+              "exit_code": rc, "wall_seconds": wall, "jobs_run": jobs.height,
+              "job_seconds_total": jobs["seconds"].sum(),
               "machine": platform.machine(), "cpu_count": os.cpu_count(),
-              "load_avg_1m_end": os.getloadavg()[0], "per_rule": dict(per_rule), "jobs": jobs}
+              "load_avg_1m_end": os.getloadavg()[0], "per_rule": per_rule, "jobs": jobs.to_dicts()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{' '.join(args.targets)}: exit {rc}, {wall / 60:.1f} min wall on {args.cores} cores, "
-          f"{len(jobs)} jobs ({report['job_seconds_total'] / 60:.1f} job-min)")
+          f"{jobs.height} jobs ({report['job_seconds_total'] / 60:.1f} job-min)")
     for rule, r in sorted(per_rule.items(), key=lambda kv: -kv[1]["seconds"]):
         print(f"  {rule:16s} {r['jobs']:3d} jobs  {r['seconds'] / 60:6.1f} min  "
               f"(longest {r['max_seconds']:.0f} s, peak RSS {r['max_rss_mb']:.0f} MB)")
