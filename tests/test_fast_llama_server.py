@@ -82,11 +82,15 @@ def test_reflective_round_with_llama_cpp_server(llama_server: str, tmp_path: Pat
     lines: list[str] = []
     new, summary = run_round(pool, gen, task, task.problems("train", 4, 0), task.problems("val", 2, 1),
                              cfg, 0, tmp_path, log=lines.append)
-    calls = summary["reflection_proposed"] + len(summary["reflection_failures"])
-    assert calls >= 1, "\n".join(lines[-20:])
+    # At least one reflection came back from the server as a usable proposal, which GEPA then
+    # evaluated (`calls >= 1` also counted calls that failed, e.g. a server that never answered).
+    # SmolLM2 at these settings proposed usable text in both calls of each run tried.
+    assert summary["reflection_proposed"] >= 1, (summary["reflection_failures"], "\n".join(lines[-20:]))
+    assert summary["reflection_calls"] > summary["reflection_failed_calls"]
+    proposals = json.loads((tmp_path / "proposals.json").read_text())
+    assert sum(p["text"] is not None for p in proposals) == summary["reflection_proposed"] == summary["proposed"]
     assert gen.prompts == summary["generations"] and summary["metric_calls"] <= 12
     assert summary["num_candidates"] >= 1 and len(new.entries) == 1
     assert Pool.from_json(tmp_path / "pool.json").texts == new.texts
     # Whatever SmolLM2 wrote either became a candidate or was rejected with a reason.
-    if summary["reflection_proposed"] == 0:
-        assert sorted(new.texts) == sorted(pool.texts)
+    assert summary["reflection_calls"] == summary["reflection_proposed"] + len(summary["reflection_failures"])
