@@ -82,6 +82,21 @@ def test_a_curve_still_rising_or_a_failed_fit_has_no_identified_asymptote(monkey
     assert not failed.ok and not failed.identified
 
 
+
+def test_a_curve_still_rising_slowly_runs_c_mid_to_its_bound_and_is_unidentified():
+    """A power law rising slowly from a high start (0.5 + 0.01 C^0.25): the best sigmoid
+    through it pushes C_mid to its bound (100x the last C) while A stays well inside its own
+    (1.5x the max). Its A is then where the bound put C_mid, not a level the data show. Only the
+    A bound was tested; dropping the C_mid clause of `identified` went unnoticed."""
+    from fastslow.analysis import A_BOUND, C_MID_BOUND
+
+    c = np.arange(10.0, 110.0, 10.0)
+    r = 0.5 + 0.01 * c ** 0.25
+    fit = fit_sigmoid(c, r, r0=0.5)
+    assert fit.ok and fit.c_mid >= 0.99 * C_MID_BOUND * c.max()
+    assert fit.a < 0.9 * A_BOUND * r.max()  # not the A bound: only C_mid's says it is unidentified
+    assert not fit.identified
+
 def test_fit_sigmoid_needs_three_points():
     with pytest.raises(ValueError, match="at least 3 points"):
         fit_sigmoid(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.1, 0.2]))

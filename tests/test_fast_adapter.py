@@ -156,6 +156,105 @@ def test_rollout_reuse_from_parquet(tmp_path: Path) -> None:
     assert adapter.reused_hits == 4
 
 
+
+def test_reused_rollouts_score_with_format_credit_and_reflect_on_the_lowest_reward(tmp_path: Path) -> None:
+    """The shipped config sets fast.format_credit 0.5, and reuse had no test with it: a reused
+    pair's score must be the mean of the search score of its rollouts, (1 - c) * mean reward +
+    c * share of completions with a readable answer, as a generated pair's is, not the mean
+    reward. And the trajectory shown to reflection is the lowest-reward rollout, not the first
+    row (here a correct one comes first)."""
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("train", 2, 0)
+    ctx = "Solve it."
+    h = context_hash(ctx)
+    right = f"<answer>{probs[0].answer}</answer>"
+    rows = [  # rewards 1, 0, 0; answers readable in 2 of 3
+        {"problem_id": probs[0].id, "context_hash": h, "prompt": "P0", "completion": right,
+         "reward": 1.0, "feedback": "Correct"},
+        {"problem_id": probs[0].id, "context_hash": h, "prompt": "P0", "completion": "I think it is 3.",
+         "reward": 0.0, "feedback": "No answer found"},
+        {"problem_id": probs[0].id, "context_hash": h, "prompt": "P0", "completion": "<answer>1</answer>",
+         "reward": 0.0, "feedback": "Incorrect"},
+        {"problem_id": probs[1].id, "context_hash": h, "prompt": "P1", "completion": "no tags", "reward": 1.0,
+         "feedback": "Correct"},
+    ]
+    rollouts = read_rollouts(write_rollouts(tmp_path / "rollouts.parquet", rows))
+    c = 0.5
+    adapter = FastAdapter(gen, task, SamplingParams(8), format_credit=c)
+    assert adapter.preload(rollouts, {p.id: p for p in probs}) == 2
+    eb = adapter.evaluate(probs, {"context": ctx}, capture_traces=True)
+    assert gen.prompts == 0
+    assert eb.scores[0] == pytest.approx((1 - c) * (1 / 3) + c * (2 / 3))  # 0.5, not the mean reward 1/3
+    assert eb.scores[1] == pytest.approx((1 - c) * 1.0)  # right, but nothing readable: no credit
+    worst = eb.trajectories[0]
+    assert worst["completion"] == "I think it is 3." and worst["reward"] == 0.0
+    assert worst["feedback"] == "No answer found" and worst["parsed_answer"] is None
+
+
+class AlternatingGenerator:
+    """A fake `Generator` answering in tags, right and wrong in turn over every sequence it
+    writes (with stand-in token ids): samples of one (context, problem) pair differ."""
+
+    def __init__(self) -> None:
+        self.sequences = 0
+
+    def generate(self, conversations, params):  # noqa: ANN001, ANN201 - Generator protocol
+        from fastslow.model.generation import Generation
+
+        out = []
+        for conv in conversations:
+            nums = [int(t) for t in conv[-1]["content"].replace("?", " ").split() if t.isdigit()]
+            answer = sum(nums[:2]) + self.sequences % 2  # even sequences right, odd ones 1 off
+            self.sequences += 1
+            text = f"<answer>{answer}</answer>"
+            out.append(Generation(text=text, prompt_tokens=3, completion_tokens=3, prompt_ids=(1, 2, 3),
+                                  completion_ids=tuple(map(ord, text))))
+        return out
+
+
+def test_a_pair_sampled_several_times_for_the_slow_loop_scores_the_samples_mean() -> None:
+    """A pair the slow loop's next step trains on is sampled G/K times in the validation call;
+    its search score is the mean of its samples' scores (the docstring and the round test say
+    so, nothing checked it: scoring only the first sample went unnoticed, since the scripted
+    generator samples a pair the same way every time)."""
+    task, gen = ToyTask(), AlternatingGenerator()
+    val = task.problems("val", 3, 1)
+    c = 0.5
+    adapter = FastAdapter(gen, task, SamplingParams(8), format_credit=c)
+    adapter.feed_slow(val[:2], 3, [p.id for p in val])  # 3 samples of each of the step's 2 problems
+    eb = adapter.evaluate(val, {"context": "Solve."}, capture_traces=True)
+    assert gen.sequences == 3 + 3 + 1
+    sampled = adapter.cache.sampled(["Solve."], val, "base")
+    h = context_hash("Solve.")
+    rewards = [[r["reward"] for r in sampled[(h, p.id)]] for p in val[:2]]
+    assert rewards == [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]  # samples of one pair differ
+    # every answer is readable: a sample scores c + (1 - c) * reward, the pair their mean
+    assert eb.scores == pytest.approx([c + (1 - c) * 2 / 3, c + (1 - c) / 3, c + (1 - c) * 1.0])
+    assert [t["samples"] for t in eb.trajectories] == [3, 3, 1]
+    assert [t["reward"] for t in eb.trajectories] == [0.0, 0.0, 1.0]  # reflection sees the worst sample
+
+
+def test_rollouts_without_token_ids_are_not_offered_to_the_slow_loop() -> None:
+    """`RolloutCache.sampled` serves a pair to the trainer only if every one of its rollouts has
+    prompt and completion token ids (the trainer trains on the ids; a backend may not report
+    them). Nothing checked that: without the check, id-less rollouts were handed over."""
+    from fastslow.fast.adapter import Scored
+
+    task = ToyTask()
+    val = task.problems("val", 2, 1)
+    adapter = FastAdapter(LongTraceGenerator(200), task, SamplingParams(8))  # reports no token ids
+    adapter.feed_slow(val, 2, [p.id for p in val])
+    adapter.evaluate(val, {"context": "Solve."})
+    h = context_hash("Solve.")
+    assert [len(adapter.cache.get(h, p.id, "base").trajectory["rollouts"]) for p in val] == [2, 2]
+    assert adapter.cache.sampled(["Solve."], val, "base") == {}
+    # one rollout of a pair without ids is enough to keep the pair out
+    cache = RolloutCache()
+    full = {"prompt_ids": (1,), "completion_ids": (2,), "logprobs": (-0.1,), "reward": 1.0}
+    cache.put(h, val[0].id, "w", Scored(1.0, {"rollouts": [full, full]}))
+    cache.put(h, val[1].id, "w", Scored(1.0, {"rollouts": [full, {**full, "completion_ids": ()}]}))
+    assert list(cache.sampled(["Solve."], val, "w")) == [(h, val[0].id)]
+
 def test_rollouts_generated_ahead_share_the_call_and_count_when_first_used() -> None:
     task, gen = ToyTask(), ScriptedGenerator()
     val, train = task.problems("val", 4, 1), task.problems("train", 6, 0)

@@ -6,6 +6,7 @@ round must still finish within budget, with every reflection either used or reje
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -82,11 +83,16 @@ def test_reflective_round_with_llama_cpp_server(llama_server: str, tmp_path: Pat
     lines: list[str] = []
     new, summary = run_round(pool, gen, task, task.problems("train", 4, 0), task.problems("val", 2, 1),
                              cfg, 0, tmp_path, log=lines.append)
-    calls = summary["reflection_proposed"] + len(summary["reflection_failures"])
-    assert calls >= 1, "\n".join(lines[-20:])
+    # Every reflection call reached the server and got an answer: a proposal, or text the junk
+    # filter rejected (`calls >= 1` also passed when every call raised, e.g. a server that never
+    # answered). Whether SmolLM2's answer is usable is sampling (temperature 0.7), so not asserted.
+    assert summary["reflection_calls"] >= 1, "\n".join(lines[-20:])
+    raised = [f for f in summary["reflection_failures"] if re.match(r"\w+(Error|Exception|Timeout)\b", f)]
+    assert not raised, (raised, "\n".join(lines[-20:]))
+    proposals = json.loads((tmp_path / "proposals.json").read_text())
+    assert sum(p["text"] is not None for p in proposals) == summary["reflection_proposed"] == summary["proposed"]
     assert gen.prompts == summary["generations"] and summary["metric_calls"] <= 12
     assert summary["num_candidates"] >= 1 and len(new.entries) == 1
     assert Pool.from_json(tmp_path / "pool.json").texts == new.texts
     # Whatever SmolLM2 wrote either became a candidate or was rejected with a reason.
-    if summary["reflection_proposed"] == 0:
-        assert sorted(new.texts) == sorted(pool.texts)
+    assert summary["reflection_calls"] == summary["reflection_proposed"] + len(summary["reflection_failures"])

@@ -268,6 +268,35 @@ def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
     assert pool.entries[0].val_mean > summaries[0]["seed_val_means"][f"seed-{context_hash(SEEDS[0])[:8]}"]
 
 
+
+def test_a_context_carried_into_the_next_round_keeps_its_lineage(tmp_path: Path) -> None:
+    """Round 1 seeded with round 0's pool (same weights, one cache): each context carried over
+    keeps the born_round and parent it had (a seed stays a seed, -1 and no parent; round 0's
+    child keeps round 0 and its parent); only the contexts round 1 found are born in round 1.
+    Nothing checked a carried entry's lineage: rebuilt as one of round 1's candidates, it was
+    stamped born in round 1 without a parent."""
+    from fastslow.fast import RolloutCache
+
+    seeds = ["Reply with the sum as <answer>N</answer>.", SEEDS[1]]
+    cache, gen = RolloutCache(), ScriptedGenerator()
+    first, _ = run_round(Pool.seed(seeds, 4), gen, TASK, TRAIN, VAL,
+                         FastConfig(pool_size=4, max_metric_calls=30, minibatch_size=3), 0, tmp_path / "r0",
+                         log=quiet, cache=cache)
+    second, _ = run_round(first, gen, TASK, TRAIN, VAL,
+                          FastConfig(pool_size=4, max_metric_calls=60, minibatch_size=3), 1, tmp_path / "r1",
+                          log=quiet, cache=cache)
+    before = {e.hash: e for e in first.entries}
+    carried = [e for e in second.entries if e.hash in before]
+    assert sorted(e.born_round for e in carried) == [-1, 0]  # a seed and round 0's child
+    for e in carried:
+        assert (e.born_round, e.parent) == (before[e.hash].born_round, before[e.hash].parent)
+    assert [e.parent for e in carried if e.born_round == -1] == [None]
+    assert all(e.parent is not None for e in carried if e.born_round == 0)
+    found = [e for e in second.entries if e.hash not in before]
+    assert found and all(e.born_round == 1 and e.parent is not None for e in found)
+    assert [e.born_round for e in Pool.from_json(tmp_path / "r1" / "pool.json").entries] == \
+        [e.born_round for e in second.entries]
+
 def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
