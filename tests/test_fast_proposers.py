@@ -251,23 +251,13 @@ def test_reflective_proposer_survives_bad_reflection(fake_server: Any, mode: str
     assert len(prop.failures) == 1 and lines
 
 
-def test_reflective_proposer_good_reply_and_urllib_fallback(fake_server: Any, monkeypatch: Any) -> None:
+def test_reflective_proposer_good_reply(fake_server: Any) -> None:
     prop = ReflectiveProposer(build_reflection_lm(_settings(fake_server)))
     assert prop({"context": "Solve."}, DATASET, ["context"]) == {
         "context": "Solve the problem step by step. End with <answer>N</answer>."}
     req = fake_server.requests[-1]
     assert req["model"] == "fake" and "Solve." in req["messages"][0]["content"]
     assert "Expected answer: 2" in req["messages"][0]["content"]  # gepa's reflection prompt
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_openai(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "openai":
-            raise ImportError("no openai")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_openai)
     lm = build_reflection_lm(_settings(fake_server))
     assert lm("hello") == GOOD
     fake_server.modes = ["error"]

@@ -174,17 +174,14 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
 
 def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     """Centered-free trailing rolling mean (shorter windows at the start), same length as input."""
-    v = np.asarray(values, dtype=float)
+    import polars as pl
+
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    finite = np.isfinite(v)  # a missing value leaves only the windows holding it short of it
-    csum = np.cumsum(np.insert(np.where(finite, v, 0.0), 0, 0.0))
-    count = np.cumsum(np.insert(finite, 0, False).astype(int))
-    idx = np.arange(1, v.size + 1)
-    lo = np.maximum(idx - window, 0)
-    n = count[idx] - count[lo]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, (csum[idx] - csum[lo]) / np.maximum(n, 1), np.nan)
+    v = np.asarray(values, dtype=float)
+    # a missing (non-finite) value is null, so only the windows holding it are short of it
+    s = pl.Series(np.where(np.isfinite(v), v, np.nan)).fill_nan(None)
+    return s.rolling_mean(window, min_samples=1).fill_null(float("nan")).to_numpy()
 
 
 def kl_to_reach(kl: np.ndarray, r: np.ndarray, level: float) -> tuple[float, int]:

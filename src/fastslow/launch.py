@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -115,21 +114,15 @@ def accelerate_config(strategy: str | None = None, root: str | Path | None = Non
     return path
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free TCP port for the rendezvous (accelerate's default 29500 collides between jobs on a node)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,
                   config_file: str | Path | None = None, port: int | None = None,
                   python: str | None = None, accelerate_args: Sequence[str] = ()) -> list[str]:
     """The argv that runs `python -m <module> <args>` on `gpus` GPUs of this node.
 
     gpus <= 1: the module directly. gpus > 1: `accelerate launch` with the strategy's config file
-    (or `config_file`), one process per GPU, one machine, and a rendezvous port (`port`, else a free
-    one). `accelerate_args` go to `accelerate launch` before the module (e.g. ['--mixed_precision', 'no']).
+    (or `config_file`), one process per GPU, one machine, and a rendezvous port (`port`, else 0:
+    accelerate picks a free one as it launches, where its default 29500 would collide between jobs
+    sharing a node). `accelerate_args` go to `accelerate launch` before the module (e.g. ['--mixed_precision', 'no']).
     """
     if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
         raise ValueError(f"not a module name: {module!r}")
@@ -145,7 +138,7 @@ def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy:
             "--num_processes", str(gpus),
             "--num_machines", "1",
             "--machine_rank", "0",
-            "--main_process_port", str(port if port is not None else free_port()),
+            "--main_process_port", str(port if port is not None else 0),
             *map(str, accelerate_args),
             "-m", module, *args]
 

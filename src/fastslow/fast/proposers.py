@@ -17,14 +17,11 @@ minibatch acceptance, validation and the Pareto state; a proposer only writes te
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import random
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -428,8 +425,7 @@ def _messages(prompt: Any) -> list[dict[str, Any]]:
 class OpenAICompatibleLM:
     """Chat completions from any OpenAI-compatible server (vLLM, llama.cpp, hosted APIs).
 
-    Uses the `openai` client when installed, else a plain HTTP POST to
-    `{base_url}/chat/completions`. No retries: a failed reflection simply proposes nothing.
+    Uses the `openai` client (a dependency). No retries: a failed reflection simply proposes nothing.
     The API key is read from the environment variable `api_key_env` (local servers need none).
     """
 
@@ -446,28 +442,13 @@ class OpenAICompatibleLM:
         self.api_key = os.environ.get(api_key_env) or "not-needed"
 
     def __call__(self, prompt: Any) -> str:
-        try:
-            import openai
-        except ImportError:
-            return self._post(_messages(prompt))
+        import openai
+
         client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
                                timeout=self.timeout_s, max_retries=0)
         resp = client.chat.completions.create(model=self.model, messages=_messages(prompt),
                                               max_tokens=self.max_tokens, temperature=self.temperature)
         return resp.choices[0].message.content or ""
-
-    def _post(self, messages: list[dict[str, Any]]) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
-                           "temperature": self.temperature}).encode()
-        req = urllib.request.Request(self.base_url + "/chat/completions", data=body, method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {self.api_key}"})
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310 - configured URL
-            data = json.loads(resp.read().decode("utf-8", "replace"))
-        try:
-            return data["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(f"malformed chat completion response: {str(data)[:200]}") from e
 
 
 class HFReflectionLM:

@@ -331,14 +331,6 @@ def device_memory_check(model_dir: str | Path, cfg: SlowConfig) -> tuple[str | N
     return memory_verdict(memory_floor(model_dir, cfg), device_bytes)
 
 
-def _disable_dropout(model: Any) -> None:
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-
-
 # ---------------------------------------------------------------- the cycle
 
 
@@ -409,7 +401,9 @@ def run_distill_cycle(
         warning = rounding_warning(model, cfg.lr)
         if warning:
             log.warning("FST-distill %s cycle %d: %s", run_id, cycle, warning)
-        _disable_dropout(model)
+        from trl.trainer.utils import disable_dropout_in_model
+
+        disable_dropout_in_model(model)  # TRL's, as its trainers do
         teacher = copy.deepcopy(model).eval().requires_grad_(False)  # θ_c, frozen for the cycle
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(model)
