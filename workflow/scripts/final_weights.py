@@ -10,15 +10,13 @@ from fastslow.jobs import snakemake_job
 smk = snakemake  # noqa: F821 - injected by Snakemake
 with snakemake_job(smk, parent=smk.wildcards.experiment) as tracker:
     src = Path(smk.input.model)
+
+    def link_or_copy(f: str, dest: str) -> None:
+        try:
+            os.link(f, dest)
+        except OSError:  # another filesystem: copy instead
+            shutil.copy2(f, dest)
+
     with atomic_path(smk.output[0], is_dir=True) as tmp:
-        for f in src.rglob("*"):
-            dest = tmp / f.relative_to(src)
-            if f.is_dir():
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(f, dest)
-            except OSError:  # another filesystem: copy instead
-                shutil.copy2(f, dest)
+        shutil.copytree(src, tmp, copy_function=link_or_copy, dirs_exist_ok=True)
     tracker.log_checkpoint(smk.output[0], "final_weights")
