@@ -29,6 +29,7 @@ class FakeVLLMGenerator:
         self.myself = self
 
     def generate(self, conversations: list, params: SamplingParams) -> list[Generation]:
+        getattr(self, "sizes", []).append(len(conversations))
         return [Generation(text="x" * (i % 3 + 1), prompt_tokens=5, completion_tokens=2,
                            completion_ids=(40 + i % 7, 41)) for i in range(len(conversations))]
 
@@ -38,11 +39,13 @@ def test_vllm_evaluation_sizes_the_engine_and_releases_it_before_the_kl_pass(
     made: list[tuple[tuple, dict]] = []
     engines: list[weakref.ref] = []
     events: list[Any] = []
+    sizes: list[int] = []
     real_load = convert.load_model
 
     def make_generator(*args: Any, **kwargs: Any) -> FakeVLLMGenerator:
         made.append((args, kwargs))
         gen = FakeVLLMGenerator(**kwargs)
+        gen.sizes = sizes
         engines.append(weakref.ref(gen))
         return gen
 
@@ -67,6 +70,7 @@ def test_vllm_evaluation_sizes_the_engine_and_releases_it_before_the_kl_pass(
     assert args == ("vllm", tiny_model_dir) and kwargs["gpu_memory_utilization"] == 0.45
     longest = max(len(ids) for ids in encode_prompts(tokenizer, [build_messages(context, p) for p in problems]))
     assert kwargs["max_model_len"] == longest + 7
+    assert sizes == [2, 2, 2]  # generation.batch_size prompts a vLLM call (it was 32 whatever the config)
     # The engine was collected and CUDA's cache emptied before the policy loaded, on the GPU.
     assert events[:2] == [("empty_cache", True), ("load", Path(tiny_model_dir), "cuda", True)]
     assert summary["kl_to_base"] == 0.0 and summary["entropy"] > 0 and len(rows) == 6

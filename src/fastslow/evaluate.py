@@ -162,7 +162,10 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
         max_model_len = longest_prompt(tokenizer, [build_messages(context, p) for p in problems]) + params.max_new_tokens
     generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size,
                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
-    rows = sample_and_score(generator, task, problems, context, k, params)
+    # vLLM schedules a call's prompts itself and each call waits for its longest sample, so it gets
+    # `batch_size` prompts a call (paper.yaml: 256); the HF generator batches within a call.
+    chunk = batch_size if backend == "vllm" else 32
+    rows = sample_and_score(generator, task, problems, context, k, params, chunk=chunk)
     summary = summarize(rows, k)
     if not divergence:
         for r in rows:
