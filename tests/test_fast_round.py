@@ -257,6 +257,24 @@ def test_a_child_proposed_twice_is_accepted_in_the_iteration_gepa_accepted_it() 
     assert recorded.accepted_calls(result) == {1: 1}
 
 
+def test_the_same_child_proposed_on_several_minibatches_is_accepted_where_it_scored(tmp_path: Path) -> None:
+    """n = 3 proposals an iteration, each the same child of the same parent on its own minibatch:
+    GEPA accepts the best-scoring one, and the record marked the first call, whose child may not
+    even have beaten its parent."""
+    def proposer(candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
+        return {"context": SEEDS[0] + "\nAnswer in <answer></answer>."}
+
+    cfg = FastConfig(pool_size=1, max_metric_calls=45, minibatch_size=3, proposals_per_iteration=3)
+    _, summary = run_round(Pool.seed(SEEDS[:1], k=1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path,
+                           log=quiet, proposer=proposer)
+    rows = json.loads((tmp_path / "proposals.json").read_text())
+    assert summary["accepted"] == 1 and len(rows) == 5  # 3 calls, then 2 on the budget left
+    sums = [sum(r["child_scores"]) for r in rows]
+    assert len(set(sums)) > 1  # the minibatches told the calls apart
+    (accepted,) = [r for r in rows if r["accepted"]]
+    assert sum(accepted["child_scores"]) == max(sums) > sum(accepted["parent_scores"])
+
+
 def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
     gen = ScriptedGenerator()
     cfg = FastConfig(pool_size=2, max_metric_calls=60, minibatch_size=3)

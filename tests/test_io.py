@@ -159,3 +159,21 @@ def test_json_text_is_standard_json():
     text = json_text({"math": {"rl": float("nan"), "fst": 0.5, "inf": float("inf")}, "when": Path("x")})
     assert json.loads(text) == {"math": {"rl": None, "fst": 0.5, "inf": None}, "when": "x"}
     assert "NaN" not in text
+
+
+def test_link_tree_links_every_file_but_snakemakes_timestamp(tmp_path):
+    """A run's final weights are hard links to its last cycle's model (final_weights.py). The
+    cycle's `.snakemake_timestamp` was linked too, so Snakemake touching the final model's touched
+    the cycle's, which then looked newer than its evaluation (re-run under --notemp)."""
+    from fastslow.io import link_tree
+
+    src = tmp_path / "cycle2/model"
+    (src / "sub").mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "sub/tokenizer.json", ".hidden", ".snakemake_timestamp"):
+        (src / name).write_text(name)
+    with atomic_path(tmp_path / "final/model", is_dir=True) as tmp:
+        link_tree(src, tmp)
+    out = tmp_path / "final/model"
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == [".hidden", "config.json", "model.safetensors", "sub/tokenizer.json"]
+    assert all((out / f).stat().st_ino == (src / f).stat().st_ino for f in files)  # links, not copies

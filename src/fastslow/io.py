@@ -109,6 +109,23 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def link_tree(src: str | Path, dst: str | Path) -> None:
+    """Hard links in `dst` (an existing directory) to every file under `src` (copies across file
+    systems): a second name for a model, no second copy. Snakemake's `.snakemake_timestamp` stays
+    behind: linked, Snakemake touching the new directory's would touch the source's too, making it
+    look newer than what was built from it."""
+
+    def link_or_copy(f: str, dest: str) -> None:
+        try:
+            os.link(f, dest)
+        except OSError:  # another filesystem: copy instead
+            shutil.copy2(f, dest)
+
+    # copytree's copystat gives dst src's modes (atomic_path gives plain ones after)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".snakemake_timestamp"), copy_function=link_or_copy,
+                    dirs_exist_ok=True)
+
+
 def write_parquet(rows: Sequence[Mapping[str, Any]] | Any, path: str | Path,
                   schema: Mapping[str, Any] | None = None) -> Path:
     """Rows (list of dicts) or a polars DataFrame → Parquet, atomically."""

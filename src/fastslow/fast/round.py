@@ -58,6 +58,7 @@ sampled twice as often.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -459,13 +460,15 @@ class RecordedProposer:
         self.inner = inner
         self.calls: list[dict[str, Any]] = []
         self.iteration = 0  # GEPA's, from its callbacks (this object is one of them)
-        self.accepted: list[tuple[int, int, list[int]]] = []  # (iteration, candidate index, parents)
+        # (iteration, candidate index, parents, the child's minibatch score sum GEPA accepted)
+        self.accepted: list[tuple[int, int, list[int], float]] = []
 
     def on_iteration_start(self, event: Mapping[str, Any]) -> None:
         self.iteration = event["iteration"]
 
     def on_candidate_accepted(self, event: Mapping[str, Any]) -> None:
-        self.accepted.append((event["iteration"], event["new_candidate_idx"], list(event["parent_ids"])))
+        self.accepted.append((event["iteration"], event["new_candidate_idx"], list(event["parent_ids"]),
+                              float(event["new_score"])))
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                  components_to_update: list[str]) -> dict[str, str]:
@@ -479,20 +482,24 @@ class RecordedProposer:
                            "records": list(reflective_dataset.get(COMPONENT) or [])})
         return out
 
-    def accepted_calls(self, result: Any) -> dict[int, int]:
+    def accepted_calls(self, result: Any, child_sums: Sequence[float | None] = ()) -> dict[int, int]:
         """Which calls' children GEPA accepted: {call index: candidate index}. GEPA says which
-        candidate it accepted in which iteration (`on_candidate_accepted`); the call is the one
-        of that iteration with the candidate's text and its parent's (GEPA drops a child that
-        repeats another of the same iteration, so at most one call matches)."""
+        candidate it accepted in which iteration, with its minibatch score sum
+        (`on_candidate_accepted`); the call is one of that iteration with the candidate's text and
+        its parent's. Several calls of one iteration (proposals_per_iteration > 1) can propose
+        the same child from the same parent, each on its own minibatch, and GEPA takes the best:
+        then it is the call whose child scored that sum (`child_sums`, per call), else the first."""
         texts = [c[COMPONENT] for c in result.candidates]
         out: dict[int, int] = {}
-        for iteration, idx, parents in self.accepted:
+        for iteration, idx, parents, score in self.accepted:
             parent = next((texts[p] for p in parents if p is not None), None)
-            for j, call in enumerate(self.calls):
-                if (j not in out and call["iteration"] == iteration and call["text"] == texts[idx]
-                        and call["parent"] == parent):
-                    out[j] = idx
-                    break
+            calls = [j for j, call in enumerate(self.calls)
+                     if j not in out and call["iteration"] == iteration and call["text"] == texts[idx]
+                     and call["parent"] == parent]
+            scored = [j for j in calls if j < len(child_sums) and child_sums[j] is not None
+                      and math.isclose(child_sums[j], score, abs_tol=1e-9)]
+            if calls:
+                out[(scored or calls)[0]] = idx
         return out
 
     def rows(self, round_index: int, cache: RolloutCache, weights_id: str, result: Any,
@@ -503,23 +510,23 @@ class RecordedProposer:
         credit, a mean over samples; the child's None where it was not evaluated), whether GEPA
         accepted the child (`accepted_calls`) and whether it is in the new pool, and the feedback
         records the proposer read."""
-        accepted = self.accepted_calls(result)
+        def scores(h: str | None, ids: list[str]) -> list[float] | None:
+            scored = [cache.get(h, pid, weights_id) for pid in ids] if h else [None]
+            return None if None in scored else [s.score for s in scored]
+
+        minibatches = [list(dict.fromkeys(str(r.get("problem_id")) for r in call["records"])) for call in self.calls]
+        children = [None if call["text"] is None else context_hash(call["text"]) for call in self.calls]
+        child_scores = [scores(h, ids) for h, ids in zip(children, minibatches, strict=True)]
+        accepted = self.accepted_calls(result, [None if s is None else sum(s) for s in child_scores])
         known: set[str] = set()  # texts the records hold already: accepted children, parents shown
         out = []
         for i, call in enumerate(self.calls):
-            parent = context_hash(call["parent"])
-            child = None if call["text"] is None else context_hash(call["text"])
-            ids = list(dict.fromkeys(str(r.get("problem_id")) for r in call["records"]))
-
-            def scores(h: str | None, ids: list[str] = ids) -> list[float] | None:
-                scored = [cache.get(h, pid, weights_id) for pid in ids] if h else [None]
-                return None if None in scored else [s.score for s in scored]
-
+            parent, child, ids = context_hash(call["parent"]), children[i], minibatches[i]
             out.append({
                 "round": round_index, "call": i, "how": call["how"], "note": call["note"],
                 "parent_hash": parent, "parent_text": None if parent in known else call["parent"],
                 "hash": child, "text": call["text"], "minibatch": ids,
-                "parent_scores": scores(parent), "child_scores": scores(child),
+                "parent_scores": scores(parent, ids), "child_scores": child_scores[i],
                 "accepted": i in accepted, "in_pool": i in accepted and child in pool,
                 "feedback": [{"problem_id": str(r.get("problem_id")), "score": float(r.get("Score", 0.0)),
                               "parsed_answer": r.get("parsed_answer"), "feedback": r.get("Feedback"),

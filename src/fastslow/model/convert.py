@@ -197,15 +197,20 @@ def _link_or_copy_tree(src: Path, dst: Path) -> None:
     links to the blobs themselves. The base weights are read-only inputs: training writes
     its checkpoints elsewhere, so sharing them is safe and saves tens of GB at paper scale.
     """
-    def link_or_copy(path: str, target: str) -> None:
-        real = Path(path).resolve()
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part.startswith(".") for part in rel.parts):
+            continue  # .git, .cache/huggingface download metadata
+        target = dst / rel
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        real = path.resolve()
         if real.stat().st_size >= LINK_THRESHOLD_BYTES:
-            Path(target).symlink_to(real)
+            target.symlink_to(real)
         else:
             shutil.copy2(real, target)
-
-    # names starting with "." (.git, .cache/huggingface download metadata) stay behind
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".*"), copy_function=link_or_copy, dirs_exist_ok=True)
 
 
 def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
