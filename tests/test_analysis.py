@@ -177,3 +177,57 @@ def test_a_tidy_summary_reads_task_first_then_its_scores():
     assert list(tidy) == [*SUMMARY_ORDER, "extra"]
     assert tidy["mean_at_k"] == 0.25 and tidy["best_at_k"] == 0.5
     assert format_table([tidy], list(tidy)).startswith("task  point  context_id  mean_at_k  ")
+
+
+def test_kl_to_reach_orders_evaluations_by_kl_not_by_step():
+    """The smallest KL at which the reward reaches a level: evaluations in step order whose KL is
+    not monotone (KL can fall between cycles) must be sorted by KL first. The old tests only had
+    KL rising with the step, so dropping the sort went unnoticed."""
+    kl = np.array([0.0, 0.08, 0.03, 0.05])
+    r = np.array([0.1, 0.6, 0.5, 0.2])
+    # by KL: 0.0 (0.1), 0.03 (0.5), 0.05 (0.2), 0.08 (0.6): 0.5 is reached at KL 0.03 (index 2)
+    assert kl_to_reach(kl, r, 0.5) == (0.03, 2)
+    assert kl_to_reach(kl, r, 0.55) == (0.08, 1)
+    # the running max is along KL: 0.2 is reached at KL 0.03 (0.5 >= 0.2), not at index 3
+    assert kl_to_reach(kl, r, 0.2) == (0.03, 2)
+
+
+def test_best_at_k_is_the_mean_over_problems_of_each_problems_best_sample():
+    """best@k takes each problem's best of its k samples (axis 1 of problems x samples), then
+    the mean over problems; nothing checked best@k's number, so a max over problems passed."""
+    from fastslow.evaluate import best_at_k, summarize
+
+    rewards = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    assert best_at_k(np.array(rewards)) == pytest.approx(2 / 3)
+    rows = [{"problem_id": f"p{i}", "reward": r, "completion_tokens": 3}
+            for i, pair in enumerate(rewards) for r in pair]
+    assert summarize(rows, k=2)["best@2"] == pytest.approx(2 / 3)
+    assert best_at_k(np.array([[0.0, 0.5, 0.25]])) == pytest.approx(0.5)
+
+
+def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
+    """`build_curves`: the initial weights are step 0 (cycle -1, no training task) and the
+    evaluation after cycle c is at (c + 1) * T, with T = slow.steps_per_cycle of the run's own
+    settings, so methods compare at matched steps. No unit test built the table, so cycle * T
+    (the last cycle one T short, cycle 0 on top of the initial point) passed."""
+    import json
+
+    from fastslow.curves import build_curves
+    from fastslow.experiments import RunSpec
+    from fastslow.layout import cycle_dir, eval_point_file
+
+    results = str(tmp_path)
+    spec = RunSpec("efficiency", "rl", "math-s0", ("math", "math", "hover"), seed=0, eval_tasks=("math",),
+                   overrides={"slow": {"steps_per_cycle": 5}}, eval_every=2)
+    points = {"init": 0.1, "cycle1": 0.3, "cycle2": 0.4}  # eval_every 2: cycle 0 is not evaluated
+    for point, mean in points.items():
+        path = tmp_path / eval_point_file(spec, point, "math", results).removeprefix(results + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"k": 2, "mean@2": mean, "mean@2_se": 0.01, "best@2": mean + 0.1}))
+    for c in (1, 2):
+        d = tmp_path / cycle_dir(spec, c, results).removeprefix(results + "/")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cycle.json").write_text(json.dumps({"seconds": 10.0 * c}))
+    rows = build_curves({spec.key: spec}, "efficiency", {"slow": {"steps_per_cycle": 100}, "fast": {}}, results)
+    got = [(r["cycle"], r["step"], r["train_task"], r["mean_at_k"], r["cycle_seconds"]) for r in rows]
+    assert got == [(-1, 0, None, 0.1, None), (1, 10, "math", 0.3, 10.0), (2, 15, "hover", 0.4, 20.0)]

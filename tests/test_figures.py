@@ -87,6 +87,29 @@ def test_claims_without_any_reward_are_undetermined(tmp_path):
     assert gain["measured"] == pytest.approx(0.25) and gain["verdict"] == "reproduced" and not gain["note"]
 
 
+def test_a_claim_measured_exactly_at_its_threshold_follows_its_direction():
+    """A plasticity gain of exactly 0 (FST-init ends where RL-init does) does not reproduce "ends
+    higher" (> 0, strict), while a stage recovery gap of exactly 0 (FST as good as RL) does
+    reproduce "recovers at least as well" (>= 0, `strict=False`). No test had a value on the
+    threshold, so swapping > and >= went unnoticed."""
+    pla = []
+    for init, final in (("base", 0.1), ("efficiency/rl/math-default-s0", 0.3), ("efficiency/fst/math-default-s0", 0.3)):
+        rows = _rows("plasticity", "rl", "hover_hard", [0.0, final], init=init)
+        pla += [{**r, "run": f"{r['run']}@{init}"} for r in rows]
+    (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
+    assert gain["measured"] == 0.0 and not gain["note"]
+    assert gain["verdict"] == "not reproduced"
+    seq = ["hover", "hover", "codeio", "codeio"]
+    rows = []
+    for method in ("rl", "fst"):  # the same curves: each stage's best gap is exactly 0
+        rows += _rows("continual", method, "hover.codeio", [0.2, 0.5, 0.6, 0.4, 0.4], train_task=seq, eval_task="hover")
+        rows += _rows("continual", method, "hover.codeio", [0.0, 0.0, 0.0, 0.1, 0.1], train_task=seq, eval_task="codeio")
+    claims = [r for r in build_claims({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)})
+              if r["claim"] == "continual_stage_recovery"]
+    assert {r["task"] for r in claims} == {"hover", "codeio"}
+    for r in claims:
+        assert r["measured"] == 0.0 and not r["note"] and r["verdict"] == "reproduced", r
+
 def test_continual_normalisation_and_stage_recovery(tmp_path):
     seq = ["hover", "hover", "codeio", "codeio"]
     rows = []

@@ -118,6 +118,26 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     assert metrics["reused_rollouts"].to_list() == [0, 0]
 
 
+def test_frac_zero_std_groups_is_over_each_problems_g_rollouts(runs: dict[str, Any]) -> None:
+    """frac_zero_std_groups is the share of advantage groups (baseline "problem": a problem's G
+    rollouts across contexts) whose rewards all tie, i.e. that carry no gradient. Only the
+    column's presence was checked, so a spread over the wrong axis (copy g across problems)
+    passed."""
+    import numpy as np
+    import polars as pl
+
+    for name in ("first", "second", "whole"):
+        result = runs[name]
+        rollouts = pl.read_parquet(result.rollouts_path)
+        spread = (rollouts.group_by(["step", "problem_id"])
+                  .agg(pl.col("reward").std(ddof=0).alias("std"), pl.len().alias("n")))
+        assert set(spread["n"]) == {4}  # G rollouts per problem
+        want = (spread.group_by("step").agg((pl.col("std").map_elements(
+            lambda x: bool(np.isclose(x, 0.0)), return_dtype=pl.Boolean)).mean().alias("frac")).sort("step"))
+        metrics = pl.read_parquet(result.metrics_path).sort("step")
+        assert metrics["step"].to_list() == want["step"].to_list()
+        assert metrics["frac_zero_std_groups"].to_list() == pytest.approx(want["frac"].to_list()), name
+
 def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:
     calls = runs["tracker"].calls
     assert [step for _, step in calls] == [0, 1, 2, 3]

@@ -532,6 +532,35 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
     assert asked == [prompts] and trainer.reused == set()
 
 
+@pytest.mark.parametrize("vllm", [False, True])
+def test_reused_rows_need_one_log_prob_per_completion_token(tiny_model_dir, tokenizer, tmp_path, vllm: bool) -> None:
+    """A given row whose log-probs do not match its completion token for token (one for two
+    tokens) has no usable sampling log-probs: on the vLLM path it is generated (a mismatch), on
+    the HF path it is reused but trained as on-policy (`reuse_unweighted`), never weighted by
+    misaligned log-probs. The splice test's rows had log-probs of the right length or none, so a
+    check of presence only passed."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    trainer.use_vllm = vllm
+    trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1
+    asked: list[list[list[int]]] = []
+
+    def fake_generate(prompt_ids: list, images: Any, fields: Any, *_: Any, **__: Any) -> Any:
+        asked.append([list(p) for p in prompt_ids])
+        return [[100 + len(p)] for p in prompt_ids], ([[-1.0] for _ in prompt_ids] if vllm else None)
+
+    trainer._generate_rows = fake_generate
+    prompts = [[1, 2], [3, 4, 5]]
+    trainer.reuse_rows = {0: ([1, 2], [11, 12], [-0.1, -0.2]), 1: ([3, 4, 5], [13, 14], [-0.3])}
+    completions, logprobs = trainer._generate_single_turn(prompts, None, {}, 2)
+    if vllm:
+        assert asked == [[[3, 4, 5]]] and trainer.reuse_mismatches == 1
+        assert completions == [[11, 12], [103]] and logprobs == [[-0.1, -0.2], [-1.0]]
+        assert trainer.reused == {0}
+    else:
+        assert asked == [] and completions == [[11, 12], [13, 14]]
+        assert trainer.reused == {0, 1} and set(trainer.behaviour) == {0}
+        assert trainer.reuse_unweighted == 1 and trainer.reuse_mismatches == 0
+
 def test_reused_rows_train_against_the_policy_that_sampled_them(tiny_model_dir, tokenizer, tmp_path) -> None:
     """HF path, fast.reuse_in_slow: a reused row's per-token log-probs from its sampler (the
     fast round's generator, bf16 on the CPU default) become that row's old log-probs in the

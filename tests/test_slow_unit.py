@@ -143,6 +143,32 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
     assert all(math.isnan(x) for x in kl_and_entropy(base, base, tokenizer, [[1]], [[]]))
 
 
+def test_kl_is_policy_to_base_not_base_to_policy(tiny_model_dir, tokenizer) -> None:
+    """KL(π_θ ‖ π_base) weighs the log-ratio by the policy's probabilities. With the 0.05 noise
+    of the test above the two directions agree to ~6e-5 relative, inside its 1e-4 tolerance, so
+    KL(π_base ‖ π_θ) passed; moved 10x further they differ by tens of percent."""
+    import torch
+
+    from fastslow.slow import kl_and_entropy
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=0)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    prompts, completions = [[1, 2, 3, 4], [5, 6]], [[7, 8, 9], [10, 11]]
+    forward = reverse = 0.0
+    with torch.no_grad():
+        for p, c in zip(prompts, completions, strict=True):
+            ids = torch.tensor([p + c])
+            lp = torch.log_softmax(policy(ids).logits[0, len(p) - 1: -1].float(), -1)
+            lq = torch.log_softmax(base(ids).logits[0, len(p) - 1: -1].float(), -1)
+            forward += float((lp.exp() * (lp - lq)).sum()) / 5
+            reverse += float((lq.exp() * (lq - lp)).sum()) / 5
+    assert abs(forward - reverse) > 0.1 * forward  # the directions are told apart
+    kl, _ = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2)
+    assert kl == pytest.approx(forward, rel=1e-4)
+
 def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, monkeypatch) -> None:
     """evaluation.divergence_tokens: each pass holds at most `max_tokens` positions (rows x
     (longest prompt + longest completion)), whole prompts while they fit, a prompt's

@@ -130,6 +130,14 @@ def test_extract_number_and_labels() -> None:
     assert normalize_label("unsupported", labels) is None
 
 
+
+def test_extract_number_reads_the_value_after_the_last_equals_sign() -> None:
+    """A worked answer "x = 2 + 3 = 5" states 5: the part after the last "=" is read. Only
+    one-"=" answers were tested, so reading after the first "=" (three numbers: ambiguous) passed."""
+    assert extract_number("x = 2 + 3 = 5") == (5, "read the value after the last '='")
+    assert extract_number("d = 3 * 4 m = 12 m")[0] == 12
+    assert extract_number("a = 1, b = 2")[0] == 2
+
 # --- per-task scoring on right / wrong / malformed / empty / huge completions --------------
 @pytest.mark.parametrize("name", CHEAP)
 def test_reward_and_feedback_cases(name: str, generated: dict[str, list[Problem]]) -> None:
