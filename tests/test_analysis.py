@@ -97,6 +97,7 @@ def test_a_curve_still_rising_slowly_runs_c_mid_to_its_bound_and_is_unidentified
     assert fit.a < 0.9 * A_BOUND * r.max()  # not the A bound: only C_mid's says it is unidentified
     assert not fit.identified
 
+
 def test_fit_sigmoid_needs_three_points():
     with pytest.raises(ValueError, match="at least 3 points"):
         fit_sigmoid(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.1, 0.2]))

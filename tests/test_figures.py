@@ -110,6 +110,7 @@ def test_a_claim_measured_exactly_at_its_threshold_follows_its_direction():
     for r in claims:
         assert r["measured"] == 0.0 and not r["note"] and r["verdict"] == "reproduced", r
 
+
 def test_continual_normalisation_and_stage_recovery(tmp_path):
     seq = ["hover", "hover", "codeio", "codeio"]
     rows = []

@@ -138,6 +138,7 @@ def test_frac_zero_std_groups_is_over_each_problems_g_rollouts(runs: dict[str, A
         assert metrics["step"].to_list() == want["step"].to_list()
         assert metrics["frac_zero_std_groups"].to_list() == pytest.approx(want["frac"].to_list()), name
 
+
 def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:
     calls = runs["tracker"].calls
     assert [step for _, step in calls] == [0, 1, 2, 3]

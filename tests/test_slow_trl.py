@@ -561,6 +561,7 @@ def test_reused_rows_need_one_log_prob_per_completion_token(tiny_model_dir, toke
         assert trainer.reused == {0, 1} and set(trainer.behaviour) == {0}
         assert trainer.reuse_unweighted == 1 and trainer.reuse_mismatches == 0
 
+
 def test_reused_rows_train_against_the_policy_that_sampled_them(tiny_model_dir, tokenizer, tmp_path) -> None:
     """HF path, fast.reuse_in_slow: a reused row's per-token log-probs from its sampler (the
     fast round's generator, bf16 on the CPU default) become that row's old log-probs in the

@@ -169,6 +169,7 @@ def test_kl_is_policy_to_base_not_base_to_policy(tiny_model_dir, tokenizer) -> N
     kl, _ = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2)
     assert kl == pytest.approx(forward, rel=1e-4)
 
+
 def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, monkeypatch) -> None:
     """evaluation.divergence_tokens: each pass holds at most `max_tokens` positions (rows x
     (longest prompt + longest completion)), whole prompts while they fit, a prompt's
