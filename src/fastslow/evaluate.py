@@ -75,6 +75,12 @@ SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "be
 RUN_IDS = ("mlflow_run_id", "cycle_run_id")
 
 
+def summary_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Evaluation summaries as a log's text table (`format_table`): the first one's keys, less
+    its MLflow run ids."""
+    return format_table(summaries, [k for k in summaries[0] if k not in RUN_IDS])
+
+
 def run_ids(tracker: Any, pool: str | Path | None = None) -> dict[str, str | None]:
     """The MLflow runs behind an evaluation: the job's own (`mlflow_run_id`) and, for a point
     after a cycle (`pool` is that cycle's pool.json), the cycle job's that wrote those weights and

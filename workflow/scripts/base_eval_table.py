@@ -3,7 +3,7 @@
 import json
 import logging
 
-from fastslow.evaluate import RUN_IDS, format_table, tidy_summary
+from fastslow.evaluate import summary_table, tidy_summary
 from fastslow.io import write_parquet
 from fastslow.jobs import snakemake_job
 
@@ -12,4 +12,4 @@ with snakemake_job(smk, parent="foundation") as tracker:
     rows = [tidy_summary(json.loads(open(p, encoding="utf-8").read())) for p in smk.input.summaries]
     write_parquet(rows, smk.output[0])
     tracker.log_table(smk.output[0], "base_eval")
-    logging.getLogger("base_eval").info("base model, seed context:\n%s", format_table(rows, [k for k in rows[0] if k not in RUN_IDS]))
+    logging.getLogger("base_eval").info("base model, seed context:\n%s", summary_table(rows))
