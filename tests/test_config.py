@@ -625,7 +625,8 @@ def test_overrides_are_validated_per_method():
 # --- the slow loop's keys: what SlowConfig reads ----------------------------------------------------
 
 NEW_SLOW = {"top_p": 0.95, "scale_rewards": "batch", "max_grad_norm": 1.0, "weight_decay": 0.01,
-            "adam_beta1": 0.8, "adam_beta2": 0.99, "activation_checkpointing": True, "vllm_mode": "colocate"}
+            "adam_beta1": 0.8, "adam_beta2": 0.99, "activation_checkpointing": True, "vllm_mode": "colocate",
+            "vllm_enable_sleep_mode": True}
 
 
 def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
@@ -657,6 +658,7 @@ def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
     ({"weight_decay": -0.1}, "slow.weight_decay: expected a number >= 0"),
     ({"adam_beta2": 1.0}, "slow.adam_beta2: expected a number < 1"),
     ({"vllm_mode": "server"}, "slow.vllm_mode: expected one of 'colocate'"),
+    ({"vllm_enable_sleep_mode": "on"}, "slow.vllm_enable_sleep_mode: expected a boolean"),
     ({"seed": 3}, "slow: unknown key 'seed'"),
 ])
 def test_bad_slow_loop_keys_are_one_line(slow, expected):

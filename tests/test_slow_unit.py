@@ -354,6 +354,11 @@ def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path)
     args = grpo_args(cfg, 2, tmp_path, max_prompt_tokens=700)
     assert args.vllm_max_model_length == 796 and args.vllm_gpu_memory_utilization == 0.25
     assert grpo_args(cfg, 2, tmp_path).vllm_max_model_length is None
+    assert not args.vllm_enable_sleep_mode  # TRL's sleep mode only when asked for
+    asleep = SlowConfig(num_generations=4, problems_per_step=2, use_vllm=True, vllm_enable_sleep_mode=True)
+    assert grpo_args(asleep, 2, tmp_path).vllm_enable_sleep_mode
+    with pytest.raises(ValueError, match="SlowConfig.vllm_enable_sleep_mode: expected true or false, got 'yes'"):
+        SlowConfig(vllm_enable_sleep_mode="yes")
     plain = SlowConfig(num_generations=4, problems_per_step=2, max_new_tokens=96)
     assert grpo_args(plain, 2, tmp_path, max_prompt_tokens=700).vllm_max_model_length is None
     # The vLLM/trainer mismatch enters as CISPO's per-token weight min(rho, tau), not TRL's

@@ -89,6 +89,11 @@ class SlowConfig:
         "mode samples a whole group from its first prompt).", default="colocate")
     vllm_gpu_memory_utilization: float = _help("GPU memory fraction vLLM may take (colocate).",
                                                default=0.3)
+    vllm_enable_sleep_mode: bool = _help(
+        "Put the colocated vLLM engine to sleep (TRL's sleep level 2: weights and KV cache "
+        "released) while the step trains, and wake it for the next generation, which re-pushes "
+        "the weights; frees its GPU share for the backward pass at a host-device transfer per "
+        "step.", default=False)
     seed: int = _help("Seed of sampling, data order and everything random in the run; with "
                       "use_vllm, vLLM's sampler is seeded by TRL (the process index), not by this.",
                       default=0)
@@ -145,6 +150,8 @@ class SlowConfig:
             raise bad("max_grad_norm", "None or a positive float")
         if self.vllm_mode != "colocate":
             raise bad("vllm_mode", "'colocate' (server mode would drop the per-rollout contexts)")
+        if not isinstance(self.vllm_enable_sleep_mode, bool):
+            raise bad("vllm_enable_sleep_mode", "true or false")
         if not 0 < self.vllm_gpu_memory_utilization < 1:
             raise bad("vllm_gpu_memory_utilization", expected["vllm_gpu_memory_utilization"])
 

@@ -628,6 +628,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         vllm_mode=cfg.vllm_mode,
         vllm_gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         vllm_max_model_length=max_model_length,
+        vllm_enable_sleep_mode=cfg.vllm_enable_sleep_mode,
         # vLLM samples, the trainer scores: CISPO's weight sg(min(rho, tau)) with rho = pi_theta /
         # pi_vLLM per token, the cap tau the step's own. TRL's default (a whole sequence dropped
         # once its summed log-ratio passes ln 3) is a different loss than the paper's.
