@@ -286,8 +286,10 @@ def test_only_fst_earning_reward_is_said_in_the_claims_and_fig2(tmp_path, saved)
         assert claims[claim]["verdict"] == "undetermined" and claims[claim]["note"] == note
     assert claims["asymptote_gap"]["verdict"] == "reproduced" and claims["asymptote_gap"]["note"] == ""
     fig2({"efficiency": eff}, tmp_path / "fig2.pdf")
-    texts = [t.get_text() for t in saved[0].axes[0].texts]
-    assert texts == [note.replace("; ", ";\n")]
+    ax = saved[0].axes[0]
+    task, *wrapped = ax.get_title().split("\n")  # the note under the panel's title, not on its curves
+    assert task == "math" and " ".join(wrapped) == note and not ax.texts
+    assert max(map(len, wrapped)) <= 44
 
 
 def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
@@ -987,7 +989,7 @@ def test_fig3_fits_no_sigmoid_through_a_curve_without_reward(tmp_path, saved):
     fits = FIGURES["fig3"](_zero_tables("fig3"), tmp_path / "fig3.pdf")
     assert np.isnan(fits["hover"]["rl"]) and np.isnan(fits["hover"]["fst"])
     (ax,) = saved[0].axes
-    assert [t.get_text() for t in ax.texts] == ["no reward (RL, FST): no fit"]
+    assert ax.get_title() == "hover\nno reward (RL, FST): no fit" and not ax.texts
     assert len(ax.lines) == 0  # neither a fitted curve nor an asymptote
 
 
@@ -1277,3 +1279,98 @@ def test_fig9_labels_values_in_one_notation_and_a_lone_two_setting_variant_by_it
         assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), ax.get_title()
         label, area = ax.xaxis.label.get_window_extent(), ax.get_window_extent()
         assert area.x0 - 20 <= label.x0 and label.x1 <= area.x1 + 20, ax.get_title()
+
+
+# --- what a reader sees: notes off the curves, panels the captions name (a visual review) -------------
+
+def _five_task_efficiency():
+    """paper.yaml's efficiency experiment: five tasks, two methods, two seeds (Fig 4/11 need hover
+    and physics; Fig 2/3 draw the paper's three)."""
+    rows = []
+    for task in ("codeio", "hover", "hover_hard", "math", "physics"):
+        for method, top in (("rl", 0.4), ("fst", 0.6)):
+            base = _rows("efficiency", method, task, [0.1, top / 2, top, top])
+            rows += base + _seed(base, 1, 0.02)
+    return pl.DataFrame(rows).select(CURVE_COLUMNS)
+
+
+@pytest.mark.parametrize(("fig", "tasks", "runs"), [("fig2", ["codeio", "math", "hover_hard"], 12),
+                                                    ("fig3", ["codeio", "math", "hover_hard"], 12),
+                                                    ("fig4", ["codeio", "hover", "physics"], 12),
+                                                    ("fig11", ["codeio", "math", "hover", "physics"], 16)])
+def test_efficiency_figures_draw_their_captions_tasks_and_count_only_their_runs(tmp_path, saved, fig, tasks, runs):
+    """Fig 2 and 3 drew all five of paper.yaml's efficiency tasks (19-inch strips), and every
+    footnote counted the whole table's 20 runs, not the panels' runs."""
+    FIGURES[fig]({"efficiency": _five_task_efficiency()}, tmp_path / f"{fig}.pdf")
+    drawn = [ax for ax in saved[0].axes if ax.get_title()]
+    assert [ax.get_title().split("\n")[0] for ax in drawn] == tasks
+    assert saved[0].texts[-1].get_text().startswith(f"{runs} runs, seeds [0, 1]")
+
+
+def test_a_panel_without_one_of_its_methods_says_so(tmp_path, saved):
+    """Fig 2's title promises FST vs RL; a table without RL drew FST alone without a word."""
+    eff = pl.DataFrame(_rows("efficiency", "fst", "math", [0.1, 0.3, 0.5])).select(CURVE_COLUMNS)
+    for i, fig in enumerate(("fig2", "fig3", "fig4", "fig7")):
+        tables = {"efficiency": eff, "stargraph": eff.with_columns(pl.lit("stargraph").alias("experiment"))}
+        FIGURES[fig](tables, tmp_path / f"{fig}.pdf")
+        assert "no RL run" in saved[i].axes[0].get_title(), fig
+    assert saved[0].texts[-1].get_text().startswith("1 run, seeds [0]")  # not "1 runs"
+
+
+def test_fig3_says_an_unidentified_asymptote_in_its_legend(tmp_path, saved):
+    """A curve still rising at its last point has no identified A: the label sat at the
+    extrapolation's end, on the other method's curve. It is the fit line's legend entry now."""
+    rows = _rows("efficiency", "rl", "math", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])  # a straight line up
+    rows += _rows("efficiency", "fst", "math", [0.1, 0.3, 0.45, 0.5, 0.5, 0.5])
+    fits = figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    assert np.isnan(fits["math"]["rl"]) and not np.isnan(fits["math"]["fst"])
+    (ax,) = saved[0].axes
+    labels = ax.get_legend_handles_labels()[1]
+    assert "RL fit: A not identified" in labels and "FST fit" in labels
+    assert "A not identified" not in [t.get_text() for t in ax.texts]
+
+
+def test_fig5_has_one_legend_beside_its_panels(tmp_path, saved):
+    """The legend sat in each panel's lower right corner, over the RL-init line's end."""
+    rows = []
+    for src in ("math", "physics"):
+        for init, ys in {"base": [0.1, 0.3, 0.4], f"efficiency/rl/{src}-default-s0": [0.3, 0.1, 0.02],
+                         f"efficiency/fst/{src}-default-s0": [0.3, 0.4, 0.5]}.items():
+            rows += [{**r, "run": f"{r['run']}@{init}"} for r in _rows("plasticity", "rl", "hover_hard", ys, init=init)]
+    rows = list({r["run"] + str(r["step"]): r for r in rows}.values())  # the base run once
+    figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig5.pdf")
+    first, last = saved[0].axes
+    assert first.get_legend() is None and _beside(last)
+    assert [t.get_text() for t in last.get_legend().get_texts()] == ["Base init", "FST init", "RL init"]
+
+
+def _continual(methods=("rl", "fst")):
+    seq = ["hover", "hover", "codeio", "codeio"]
+    return pl.DataFrame([r for m in methods for task in ("hover", "codeio")
+                         for r in _rows("continual", m, "hover.codeio", [0.1, 0.3, 0.5, 0.2, 0.7],
+                                        train_task=seq, eval_task=task)]).select(CURVE_COLUMNS)
+
+
+def test_fig6_tells_tasks_apart_by_colour_and_methods_by_line_style(tmp_path, saved):
+    """Each method's task lines shared its colour and line style (only a shade apart): FST on
+    codeio and FST on physics could not be followed where they cross."""
+    fig6({"continual": _continual()}, tmp_path / "fig6.pdf")
+    ax, ax2 = saved[0].axes
+    drawn = {ln.get_label(): ln for ln in ax2.lines if not ln.get_label().startswith("_")}
+    assert set(drawn) == {"RL: hover", "RL: codeio", "FST: hover", "FST: codeio"}
+    for task in ("hover", "codeio"):
+        assert drawn[f"RL: {task}"].get_color() == drawn[f"FST: {task}"].get_color()
+        assert drawn[f"RL: {task}"].get_linestyle() == "--" and drawn[f"FST: {task}"].get_linestyle() == "-"
+    assert drawn["FST: hover"].get_color() != drawn["FST: codeio"].get_color()
+    assert not {ln.get_color() for ln in drawn.values()} & set(figures.COLORS.values())
+    # the left panel: no line from hover's last point (step 20) to codeio's first (step 30)
+    fst = next(ln for ln in ax.lines if ln.get_label() == "FST")
+    x, y = np.asarray(fst.get_xdata(), float), np.asarray(fst.get_ydata(), float)
+    gap = int(np.flatnonzero(np.isnan(x))[0])
+    assert x[gap - 1] == 20 and x[gap + 1] == 30 and np.isnan(y[gap]) and np.isnan(x).sum() == 1
+    assert "own peak" not in saved[0].texts[-1].get_text()
+
+
+def test_fig6_with_one_method_says_its_curve_is_normalised_by_its_own_peak(tmp_path, saved):
+    fig6({"continual": _continual(("fst",))}, tmp_path / "fig6.pdf")
+    assert saved[0].texts[-1].get_text().endswith("Only FST runs: each stage normalised by that method's own peak.")

@@ -62,7 +62,7 @@ def _plt():
 def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
     runs = sorted({r for df in frames for r in df["run"].unique().to_list()})
     seeds = sorted({s for df in frames for s in df["seed"].unique().to_list()})
-    text = f"{len(runs)} runs, seeds {seeds}. " + extra
+    text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, seeds {seeds}. " + extra
     fig.text(0.01, 0.005, text.strip(), fontsize=7, color="#555555", ha="left", va="bottom")
 
 
@@ -117,6 +117,30 @@ def _tasks(df: pl.DataFrame, col: str = "eval_task") -> list[str]:
     return sorted(df[col].unique().to_list())
 
 
+#: The tasks of Fig 2 and Fig 3 in the paper (its efficiency experiment also runs hover and physics,
+#: for Fig 4 and Fig 11).
+EFFICIENCY_TASKS = ("codeio", "math", "hover_hard")
+
+
+def _panel_tasks(df: pl.DataFrame, wanted: tuple[str, ...] | list[str]) -> list[str]:
+    """The tasks of `wanted` the table has, in that order; all of the table's when it has none
+    of them (a config of one's own tasks)."""
+    return [t for t in wanted if t in _tasks(df)] or _tasks(df)
+
+
+def _missing_methods(present: Any, methods: tuple[str, ...] = ("rl", "fst")) -> str:
+    """"no RL run" for a panel whose title promises a method the table has no run of."""
+    absent = [LABELS[m] for m in methods if m not in present]
+    return f"no {' or '.join(absent)} run" if absent else ""
+
+
+def _note_title(ax: Any, title: str, note: str, width: int = 44) -> None:
+    """The panel's title with a note under it (wrapped to the panel): notes drawn inside the axes
+    sat on the curves."""
+    lines = [title] + [w for part in note.split("\n") for w in textwrap.wrap(part, width)] if note else [title]
+    ax.set_title("\n".join(lines), fontsize=9 if note else None)
+
+
 # The shortest reward axis: curves at 0 everywhere (the CPU default) sit at the bottom of 0..0.1,
 # not in the middle of matplotlib's -0.05..0.05, which draws rewards no run can have.
 REWARD_MIN_TOP = 0.1
@@ -125,7 +149,8 @@ REWARD_MIN_TOP = 0.1
 def _corner_note(ax: Any, text: str) -> None:
     """A grey note in the axes' top-left corner: why a panel shows less than it seems to (no
     reward, no fit, lines lying on each other)."""
-    ax.text(0.02, 0.95, text, transform=ax.transAxes, va="top", fontsize=8, color="#555555")
+    ax.text(0.02, 0.95, text, transform=ax.transAxes, va="top", fontsize=8, color="#555555",
+            bbox={"fc": "white", "alpha": 0.8, "lw": 0, "pad": 1})  # legible where a curve runs under it
 
 
 def _step_axis(ax: Any) -> None:
@@ -154,7 +179,8 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     FST→GEPA over its axes."""
     plt = _plt()
     df = tables["efficiency"]
-    tasks = _tasks(df)
+    tasks = _panel_tasks(df, EFFICIENCY_TASKS)
+    df = df.filter(pl.col("eval_task").is_in(tasks))
     radar = tables.get("radar")
     rows = 2 if radar is not None and radar.height else 1
     ncols = max(len(tasks), 2 if rows == 2 else 1)  # the radar row needs two columns
@@ -163,6 +189,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     for i, task in enumerate(tasks):
         ax = fig.add_subplot(rows, ncols, i + 1)
         curves = {}
+        txt = ""
         for method in ("rl", "fst"):
             c = seed_curve(df, eval_task=task, method=method)
             if c.height:
@@ -173,7 +200,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
             ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
             ratios[task] = ratio
-            ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1)
+            ax.axhline(float(rl["mean_at_k"].max()), color=COLORS["rl"], ls=":", lw=1, label="RL peak")
             onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
                                       fst["step"].to_numpy(), fst["mean_at_k"].to_numpy())
             if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
@@ -184,12 +211,11 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                 why, _ = steps_to_peak_note(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                             fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
                 txt = why.replace(": ", ":\n", 1) if why else f"steps to RL's peak: {ratio:.1f}×"
-            where = dict(x=0.02, y=0.95, ha="left") if onset is None else dict(x=0.98, y=0.5, ha="right")
-            ax.text(s=txt, transform=ax.transAxes, va="top", fontsize=8, **where)
-        ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
+        _note_title(ax, task, txt or _missing_methods(curves))
+        ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
         _step_axis(ax)
         _reward_axis(ax)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
     if rows == 2:
         _radars(fig, radar, ncols=ncols)
     fig.suptitle("Fig 2 — data efficiency: FST vs RL at matched steps")
@@ -240,18 +266,22 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     """Asymptote: 4-parameter sigmoid fit per curve, upper asymptote A annotated."""
     plt = _plt()
     df = tables["efficiency"]
-    tasks = _tasks(df)
+    tasks = _panel_tasks(df, EFFICIENCY_TASKS)
+    df = df.filter(pl.col("eval_task").is_in(tasks))
     fig, axes = _axes(plt, len(tasks))
     fits: dict[str, dict[str, float]] = {}
     drew_fit = drew_errors = False  # what the footnote explains
     for ax, task in zip(axes, tasks, strict=False):
         no_fit: list[str] = []
+        present = set()
         for method in ("rl", "fst"):
             c = seed_curve(df, eval_task=task, method=method)
             if not c.height:
                 continue
+            present.add(method)
             x, y = c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy()
-            ax.scatter(x, y, color=COLORS[method], s=12, label=f"{LABELS[method]} (val)")
+            ax.scatter(x, y, color=COLORS[method], s=12, marker=LINES[method][1], label=f"{LABELS[method]} (val)",
+                       zorder=_line(method)["zorder"])
             if no_reward(y):  # a flat 0 has no level to fit (a fit put "A=0.00" on a 0..0.0008 axis)
                 no_fit.append(LABELS[method])
                 fits.setdefault(task, {})[method] = float("nan")
@@ -266,26 +296,25 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             except ValueError:
                 continue
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
-            ax.plot(xs, fit(xs), color=COLORS[method])
+            # still rising (or no convergence): A is the fit's bound, said in the legend (a label
+            # at the curve's end lay on the other method's curve)
+            ax.plot(xs, fit(xs), color=COLORS[method],
+                    label=f"{LABELS[method]} fit" + ("" if fit.identified else ": A not identified"))
             drew_fit = True
             xe = np.linspace(x.max(), 2 * x.max(), 50)
             ax.plot(xe, fit(xe), color=COLORS[method], ls=":")
-            # labels at the extrapolation's right end, clear of the points (at the last point they
-            # ran into the other method's curve)
-            if not fit.identified:  # still rising (or no convergence): A is the fit's bound
-                ax.text(xe[-1], float(fit(xe[-1:])[0]), "A not identified", color=COLORS[method], fontsize=8,
-                        ha="right", va="bottom")
+            if not fit.identified:
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
             ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
             fits.setdefault(task, {})[method] = fit.a
-        if no_fit:
-            _corner_note(ax, f"no reward ({', '.join(no_fit)}): no fit")
-        ax.set(title=task, xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+        notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else []) + [_missing_methods(present)]
+        _note_title(ax, task, "; ".join(n for n in notes if n))
+        ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
         _reward_axis(ax)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
     _footnote(fig, [df], " ".join(  # no reward (the CPU default), too few points: no fit to explain
         ([] if not drew_fit else ["Solid: fit window; dotted: extrapolation."])
@@ -300,7 +329,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
     and method."""
     plt = _plt()
     df = tables["efficiency"]
-    tasks = [t for t in tasks if t in _tasks(df)] or _tasks(df)
+    tasks = _panel_tasks(df, tasks)
+    df = df.filter(pl.col("eval_task").is_in(tasks))  # the footnote counts the runs drawn
     fig, axes = _axes(plt, len(tasks))
     last: dict[str, dict[str, dict[str, float]]] = {}
     for ax, task in zip(axes, tasks, strict=False):
@@ -314,7 +344,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
-        ax.set(title=task, xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
+        _note_title(ax, task, _missing_methods(last.get(task, {})))
+        ax.set(xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
         ax.legend(fontsize=8)
@@ -366,9 +397,12 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
         ax.set_title(f"from {src} checkpoints\n→ RL on {target}", fontsize=10)
         _step_axis(ax)
-        ax.legend(fontsize=8, loc="lower right")
     for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
+    # one legend, beside the last panel: inside, it hid the RL-init line's end, which the
+    # plasticity claim reads
+    handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
+    axes[-1].legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.suptitle("Fig 5 — plasticity probe")
     _footnote(fig, [df])
     _save(fig, out)
@@ -410,7 +444,25 @@ def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
                           .otherwise(None).alias("normalised")))
 
 
-STAGE_MARKERS = ("o", "s", "^", "D", "v")  # Fig 6's right panel: one per task, as well as its shade
+STAGE_MARKERS = ("o", "s", "^", "D", "v")  # Fig 6's right panel: one per task, as well as its colour
+#: Fig 6's right panel: a colour per task (none of the methods' own), the method as line style
+STAGE_COLORS = ("#ff7f0e", "#d62728", "#8c564b", "#17becf", "#bcbd22")
+
+
+def stage_segments(sub: pl.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """A method's normalised curve (steps and `col`, sorted by step) with a gap between stages:
+    the line from one stage's last point to the next one's first would draw a change of task as
+    a drop or a rise in accuracy."""
+    steps, values, tasks = sub["step"].to_list(), sub[col].to_list(), sub["train_task"].to_list()
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (x, y, task) in enumerate(zip(steps, values, tasks, strict=True)):
+        if i and task != tasks[i - 1]:
+            xs.append(float("nan"))
+            ys.append(float("nan"))
+        xs.append(float(x))
+        ys.append(float("nan") if y is None else float(y))
+    return np.array(xs), np.array(ys)
 
 
 def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
@@ -424,15 +476,16 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.4), sharex=True)
     starts = stage_starts(df)
     stages = list(starts)
-    for method in sorted(norm["method"].unique().to_list()):
+    methods = sorted(norm["method"].unique().to_list())
+    for method in methods:
         sub = norm.filter(pl.col("method") == method).sort("step")
-        ax.plot(sub["step"], sub["normalised"], color=COLORS[method], ls="-" if method == "fst" else "--",
+        ax.plot(*stage_segments(sub, "normalised"), color=COLORS[method], ls="-" if method == "fst" else "--",
                 marker="o", ms=3, label=LABELS[method])
-        for task in stages:
+        for i, task in enumerate(stages):  # the task by colour and marker, the method by line style
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
-            ax2.plot(all_t["step"], all_t["mean_at_k"], color=COLORS[method], ls="-" if method == "fst" else "--",
-                     marker=STAGE_MARKERS[stages.index(task) % len(STAGE_MARKERS)], ms=3,
-                     alpha=0.4 + 0.6 * (stages.index(task) + 1) / len(stages), label=f"{LABELS[method]}: {task}")
+            ax2.plot(all_t["step"], all_t["mean_at_k"], color=STAGE_COLORS[i % len(STAGE_COLORS)],
+                     ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=3,
+                     label=f"{LABELS[method]}: {task}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
         _step_axis(a)
@@ -448,11 +501,15 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     ax.set_title("normalised accuracy on the current task", pad=14)
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set_title("every task's accuracy (forgetting)", pad=14)
+    if ax2.lines and no_reward(*(ln.get_ydata() for ln in ax2.lines)):
+        _corner_note(ax2, "no reward on any task:\nthe lines overlap at 0")
     _reward_axis(ax2)
     ax.legend(fontsize=8)
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
     fig.suptitle(f"Fig 6 — continual learning: {' → '.join(stages)}")
-    _footnote(fig, [df])
+    # one method's curve divided by its own peak reaches 1.0 on every stage by construction
+    _footnote(fig, [df], "" if len(methods) != 1 else
+              f"Only {LABELS.get(methods[0], methods[0])} runs: each stage normalised by that method's own peak.")
     _save(fig, out)
     return norm
 
@@ -477,7 +534,9 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
             else:
                 stayed.append(LABELS[method])
-    ax.set(title="Fig 7 — star-graph search", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    missing = _missing_methods(numbers["last"])
+    ax.set(title="Fig 7 — star-graph search" + (f" ({missing})" if missing else ""), xlabel="RL step",
+           ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
     ax.legend(loc="upper left")
