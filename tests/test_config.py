@@ -903,3 +903,17 @@ def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkey
     for fine in ("results/models/tiny-random", "./results/models/tiny-random/", str(tmp_path / "mymodel"),
                  "./mymodel", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"):
         assert reflection(fine)["fast"]["reflection"]["path"] == fine
+
+
+def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
+    """Snakemake compares params by repr: the same settings merged in another order were
+    "changed params" and re-ran every job (`--configfile own.yaml` vs `--configfile
+    config/config.yaml own.yaml`)."""
+    from fastslow.config import job_params
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    shuffled = {k: (dict(reversed(list(v.items()))) if isinstance(v, dict) else v) for k, v in reversed(cfg.items())}
+    assert shuffled == cfg and repr(shuffled) != repr(cfg)
+    sections = ("model", "generation", "seed_context", "slow", "fast")
+    assert repr(job_params(shuffled, sections)) == repr(job_params(cfg, sections))
+    assert job_params(cfg, sections) == {k: cfg[k] for k in sections}

@@ -174,3 +174,40 @@ def test_workflow_scripts_reach_what_they_run():
     assert "fastslow.figures" not in cycle
     figure = provenance.library_modules(scripts / "figure.py")
     assert "fastslow.figures" in figure and "fastslow.slow.trainer" not in figure
+
+
+def test_excluded_modules_are_digested_per_job_instead(package):
+    """pkg.a names pkg.sub.e for importlib (as fastslow.tasks names every task's module): with it
+    excluded, an edit of e (or of what only e imports) leaves the script's digest as it was and
+    changes e's own `task_digest`, not that of another excluded module."""
+    root, script = package
+    (root / "sub/other.py").write_text("O = 1\n")
+    excluded = ("pkg.sub.e", "pkg.sub.other")
+    assert provenance.library_modules(script, root, exclude=excluded) == tuple(
+        m for m in REACHED if m not in ("pkg.sub.e", "pkg.sub.deep", "pkg.sub.f2"))
+    script_before = digest(package, exclude=excluded)
+    e_before = provenance.task_digest(["pkg.sub.e"], root, exclude=excluded)
+    other_before = provenance.task_digest(["pkg.sub.other"], root, exclude=excluded)
+    assert e_before != other_before
+    (root / "sub/f2.py").write_text("F2 = 3\n")  # imported only through e
+    assert digest(package, exclude=excluded) == script_before
+    assert provenance.task_digest(["pkg.sub.e"], root, exclude=excluded) != e_before
+    assert provenance.task_digest(["pkg.sub.other"], root, exclude=excluded) == other_before
+    assert digest(package) != provenance.script_digest(script, root, exclude=excluded)  # without: e counts
+    with pytest.raises(ModuleNotFoundError, match="no module pkg.nope"):
+        provenance.task_digest(["pkg.nope"], root)
+
+
+def test_every_task_module_is_left_out_of_the_rules_code_and_in_its_tasks_own():
+    """The real package: no workflow script reaches a task's module but through fastslow.tasks'
+    registry, and each task's digest holds its own module, not another task's."""
+    from fastslow.config import load_config, task_modules
+    from fastslow.tasks import TASK_MODULES, TASK_NAMES
+
+    scripts = ROOT / "workflow/scripts"
+    for script in scripts.glob("*.py"):
+        assert not set(provenance.library_modules(script, exclude=TASK_MODULES)) & set(TASK_MODULES), script.name
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    digests = {name: provenance.task_digest(task_modules(cfg, name), exclude=TASK_MODULES) for name in TASK_NAMES}
+    assert digests["hover"] == digests["hover_hard"] and digests["math"] != digests["hover"]
+    assert len(set(digests.values())) == len(TASK_MODULES)

@@ -190,16 +190,52 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     assert len(jobs) == 6
     assert {r.info.status for r in jobs} == {"FINISHED"}
     # each job names the library code it ran (its rule's `code` param, fastslow.provenance)
-    from fastslow.provenance import script_digest
+    from fastslow.provenance import script_digest, task_digest
+    from fastslow.tasks import TASK_MODULES
 
     codes = {r.data.tags["fastslow.rule"]: r.data.tags["fastslow.code"] for r in jobs}
-    assert codes["task_data"] == script_digest(ROOT / "workflow/scripts/task_data.py")
+    assert codes["task_data"] == script_digest(ROOT / "workflow/scripts/task_data.py", exclude=TASK_MODULES)
     assert len(set(codes.values())) == 4  # four rules, four scripts reaching different modules
+    # and the jobs that build a task, the code of that task (its module and what it imports)
+    tagged = {r.data.tags["fastslow.task_code"] for r in jobs if "fastslow.task_code" in r.data.tags}
+    assert tagged == {task_digest([f"fastslow.tasks.{m}"], exclude=TASK_MODULES) for m in ("math_task", "hover")}
+    assert len(tagged) == 2
     # each row names the run that evaluated it, which logs a run's evaluation's metric names at step 0
     base = {r.info.run_id: r for r in jobs if r.data.tags["fastslow.rule"] == "evaluate_base"}
     assert set(table["mlflow_run_id"]) == set(base)
     for row in table.iter_rows(named=True):
         assert base[row["mlflow_run_id"]].data.metrics[f"eval/{row['task']}/mean_at_2"] == row["mean_at_k"]
+
+
+@pytest.mark.workflow
+def test_an_edit_of_one_tasks_code_or_the_overlays_spelling_reruns_only_what_it_should(smoke_workdir, tmp_path):
+    """After the base evaluation table is built (math and hover):
+    - the same settings given as `--configfile config/smoke.yaml` alone (config/config.yaml is the
+      Snakefile's own) are the same params: the merged config's key order was part of them, so
+      switching between the two documented spellings re-ran every job;
+    - an edit of hover's code (a package copy first on PYTHONPATH) re-runs hover's jobs and the
+      table, not math's: every task module was in every job's code digest."""
+    target = "results/tables/base_eval.parquet"
+    tasks = ["--config", "data={tasks: [math, hover]}"]
+    overlay_only = snakemake(target, "-n", "--configfile", "config/smoke.yaml", *tasks, cwd=smoke_workdir, timeout=300)
+    assert "Nothing to be done" in overlay_only.stdout, overlay_only.stdout[-3000:]
+    package = tmp_path / "src"  # beside a workflow/, where the package finds its config schema
+    shutil.copytree(ROOT / "src" / "fastslow", package / "fastslow",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "workflow").symlink_to(ROOT / "workflow")
+    hover = package / "fastslow/tasks/hover.py"
+    code = hover.read_text()
+    hover.write_text(code.replace("    def judge(self, problem: Problem, completion: str) -> Judgement:\n",
+                                  "    def judge(self, problem: Problem, completion: str) -> Judgement:\n"
+                                  "        completion = completion.strip()\n", 1))
+    assert hover.read_text() != code
+    env = {**os.environ, "PYTHONPATH": str(package), "FASTSLOW_CACHE_DIR": str(tmp_path / "cache")}
+    out = snakemake(target, "-n", *SMOKE, *tasks, cwd=smoke_workdir, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    planned = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    output: (\S+)", out.stdout, flags=re.M)
+    assert sorted(planned) == [("base_eval_table", target),
+                               ("evaluate_base", "results/eval/base/hover.samples.parquet,"),
+                               ("task_data", "results/data/hover/train.parquet,")], out.stdout[-3000:]
 
 
 @pytest.mark.workflow

@@ -582,13 +582,32 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     return "hf", opts
 
 
+def task_modules(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """The library modules that build and score task `name` under this config (`task_spec`'s
+    registry entry: its family's module, or the loaders' for a file or a Hugging Face dataset)."""
+    from fastslow.tasks import task_module
+
+    return (task_module(task_spec(config, name)[0]),)
+
+
+def canonical(value: Any) -> Any:
+    """`value` with every mapping's keys sorted, recursively (lists keep their order): a job's
+    params in one order whichever config file set a key first. Snakemake compares params by their
+    repr, so `--configfile a.yaml b.yaml` after `--configfile b.yaml` re-ran every job."""
+    if isinstance(value, Mapping):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
 def own_task_params(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The `task_data` params of a user's file task: its data.files entry and the file's sha256
     (a changed file makes its splits out of date, whatever its size or mtime); {} for others."""
     own = config["data"].get("files", {}).get(name)
     if not own:
         return {}
-    return {**own, "sha256": file_sha256(own["path"])}
+    return canonical({**own, "sha256": file_sha256(own["path"])})
 
 
 def file_sha256(path: str | Path) -> str:
@@ -622,8 +641,8 @@ MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",)}
 def job_params(config: Mapping[str, Any], sections: Sequence[str]) -> dict[str, Any]:
     """A job's params: the config's `sections` (a run's effective settings) less their
     MEMORY_BOUNDS. Snakemake reruns a job whose params changed."""
-    return {k: {n: v for n, v in config[k].items() if n not in MEMORY_BOUNDS[k]}
-            if k in MEMORY_BOUNDS else config[k] for k in sections}
+    return canonical({k: {n: v for n, v in config[k].items() if n not in MEMORY_BOUNDS[k]}
+                      if k in MEMORY_BOUNDS else config[k] for k in sections})
 
 
 def evaluation_options(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -107,9 +107,10 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
             raise ValueError(f"snakemake_job of run {tags['fastslow.run']!r} was given run {run.key!r}")
         config, run_tags = run_settings(run, smk.config)
         tags.update(run_tags)
-    code = dict(smk.params.items()).get("code")  # the library's digest (fastslow.provenance)
-    if code:
-        tags["fastslow.code"] = code
+    params = dict(smk.params.items())
+    for name in ("code", "task_code"):  # the library's digest and its task's (fastslow.provenance)
+        if params.get(name):
+            tags[f"fastslow.{name}"] = params[name]
     with job_run(rule=smk.rule, wildcards=wildcards, config=config, tracking_json=smk.input.tracking,
                  parent=parent, extra_tags=tags or None) as tracker:
         yield tracker

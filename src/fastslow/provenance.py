@@ -15,6 +15,11 @@ counts whether or not the job calls it, so the digest errs towards re-running. N
 module name built at run time (none today), and files the library reads that no rule names.
 `ast.unparse` prints some code differently in another Python minor version (f-strings since
 3.12), so a new Python changes the digests: the README says how `--touch` accepts that.
+
+Task modules are the exception (`task_digest`): `fastslow.tasks` names every task's module in a
+string, so every job that can build a task would reach them all, and an edit of one task's reward
+would re-run every task's jobs. The rules leave them out of their `code` (``exclude=``) and the
+jobs that build tasks get a `task_code` param of their own tasks' modules instead.
 """
 
 from __future__ import annotations
@@ -162,25 +167,31 @@ def _with_parents(name: str) -> Iterable[str]:
     return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
 
-def library_modules(script: str | Path, package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
-    """Dotted names of the package's modules `script` can run, sorted."""
-    return tuple(sorted(_closure(script, package_dir)))
+def library_modules(script: str | Path, package_dir: Path = PACKAGE_DIR,
+                    exclude: Iterable[str] = ()) -> tuple[str, ...]:
+    """Dotted names of the package's modules `script` can run, sorted; with `exclude`, not
+    through those modules (nor them)."""
+    return tuple(sorted(_closure(script, package_dir, frozenset(exclude))))
 
 
-def _closure(script: str | Path, package_dir: Path) -> dict[str, Path]:
-    """The package's modules `script` can run, by name (a name imported with ``from module import
-    name`` that is not a module, an attribute, is no module of the package and is skipped)."""
+def _closure(script: str | Path | None, package_dir: Path, exclude: frozenset[str] = frozenset(),
+             roots: Iterable[str] = ()) -> dict[str, Path]:
+    """The package's modules `script` (or, without one, the modules `roots`) can run, by name, not
+    going through the `exclude`d ones (a name imported with ``from module import name`` that is
+    not a module, an attribute, is no module of the package and is skipped)."""
     package = package_dir.name
-    script = Path(script)
-    if not script.is_file():
-        raise FileNotFoundError(f"no script {script} to digest")
     modules = _package_modules(package_dir)
-    _, todo = _read(script.resolve(), package, "__main__")
+    todo = list(roots)
+    if script is not None:
+        script = Path(script)
+        if not script.is_file():
+            raise FileNotFoundError(f"no script {script} to digest")
+        todo += _read(script.resolve(), package, "__main__")[1]
     seen: dict[str, Path] = {}
     stack = [parent for name in todo for parent in _with_parents(name)]
     while stack:
         name = stack.pop()
-        if name in seen or name not in modules:
+        if name in seen or name not in modules or name in exclude:
             continue
         seen[name] = modules[name]
         for imported in _read(seen[name], package, name)[1]:
@@ -188,13 +199,32 @@ def _closure(script: str | Path, package_dir: Path) -> dict[str, Path]:
     return seen
 
 
-def script_digest(script: str | Path, package_dir: Path = PACKAGE_DIR, extra: Sequence[str | Path] = ()) -> str:
-    """A digest of the code of every package module `script` can run (`library_modules`) and of
-    the bytes of the `extra` files (data the library reads, e.g. accelerate configs), as hex:
-    equal exactly when none of them changed but for comments, docstrings and layout."""
+def script_digest(script: str | Path, package_dir: Path = PACKAGE_DIR, extra: Sequence[str | Path] = (),
+                  exclude: Iterable[str] = ()) -> str:
+    """A digest of the code of every package module `script` can run (`library_modules`, not
+    through the `exclude`d modules) and of the bytes of the `extra` files (data the library reads,
+    e.g. accelerate configs), as hex: equal exactly when none of them changed but for comments,
+    docstrings and layout."""
+    return _digest(_closure(script, package_dir, frozenset(exclude)), package_dir, extra)
+
+
+def task_digest(modules: Iterable[str], package_dir: Path = PACKAGE_DIR, exclude: Iterable[str] = ()) -> str:
+    """A digest of the code the task `modules` can run, not through the other `exclude`d modules
+    (the other tasks': their package names them all), as hex: what a job that builds those tasks
+    runs beyond its rule's `script_digest` with the task modules excluded."""
+    modules = sorted(modules)
+    known = _package_modules(package_dir)
+    unknown = [m for m in modules if m not in known]
+    if unknown:
+        raise ModuleNotFoundError(f"no module {', '.join(unknown)} in {package_dir} to digest")
+    others = frozenset(exclude) - set(modules)
+    return _digest(_closure(None, package_dir, others, roots=modules), package_dir, ())
+
+
+def _digest(closure: dict[str, Path], package_dir: Path, extra: Sequence[str | Path]) -> str:
     package = package_dir.name
     digest = hashlib.sha256()
-    for name, path in sorted(_closure(script, package_dir).items()):
+    for name, path in sorted(closure.items()):
         code_hash, _ = _read(path, package, name)
         digest.update(f"{name}\0{code_hash}\0".encode())
     for path in sorted(Path(p) for p in extra):

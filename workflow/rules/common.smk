@@ -5,9 +5,11 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
-from fastslow.config import ConfigError, job_params, model_name, own_task_params, validate_config
+from fastslow.config import (ConfigError, canonical, job_params, model_name, own_task_params, task_modules,
+                              validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
-from fastslow.provenance import script_digest
+from fastslow.provenance import script_digest, task_digest
+from fastslow.tasks import TASK_MODULES
 from fastslow.layout import FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint
 
@@ -100,7 +102,31 @@ def library_code(script, extra=()):
     Snakemake re-runs a job whose script changed; with this param also one whose library code
     changed (comments and docstrings aside): a fix in the trainer retrains, one in figures.py
     redraws. The init_* rules have none (see above)."""
-    return script_digest(Path(workflow.current_basedir).parent / "scripts" / script, extra=extra)
+    return script_digest(Path(workflow.current_basedir).parent / "scripts" / script, extra=extra,
+                         exclude=TASK_MODULES)
+
+
+_TASK_CODE = {}
+
+
+def task_code_of(task):
+    """Param `task_code` of a job that builds task `task`: a digest of the modules that build and
+    score it (fastslow.provenance.task_digest). Every rule's `code` leaves the task modules out,
+    so an edit of one task's reward re-runs that task's jobs (and what reads them), not every
+    task's."""
+    if task not in _TASK_CODE:
+        _TASK_CODE[task] = task_digest(task_modules(config, task), exclude=TASK_MODULES)
+    return _TASK_CODE[task]
+
+
+def task_code(wc):
+    """`task_code_of` the job's {task} wildcard."""
+    return task_code_of(wc.task)
+
+
+def cycle_task_code(wc):
+    """`task_code_of` the task the cycle trains on (its run's schedule)."""
+    return task_code_of(run_of(wc).schedule[int(wc.cycle)])
 
 
 def heavy_threads():

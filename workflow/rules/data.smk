@@ -30,13 +30,14 @@ rule task_data:
         own=lambda wc: ancient(config["data"]["files"][wc.task]["path"]) if wc.task in config["data"]["files"] else [],
     params:
         code=library_code("task_data.py"),
+        task_code=task_code,
         # a change of the task's generator options makes its splits out of date
-        options=lambda wc: config["data"]["options"].get(wc.task, {}),
+        options=lambda wc: canonical(config["data"]["options"].get(wc.task, {})),
         # and so does any other setting the splits are made from
         source=lambda wc: None if wc.task in config["data"]["files"] else config["data"]["source"],
         seed=config["data"]["seed"],
-        sizes=config["data"]["sizes"],
-        hf_dataset=lambda wc: config["data"]["hf_datasets"].get(wc.task, {}),
+        sizes=canonical(config["data"]["sizes"]),
+        hf_dataset=lambda wc: canonical(config["data"]["hf_datasets"].get(wc.task, {})),
         own=lambda wc: own_task_params(config, wc.task),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},

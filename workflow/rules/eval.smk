@@ -8,6 +8,7 @@ rule evaluate_base:
         problems=data_file("{task}", "val"),
     params:
         code=library_code("evaluate_base.py"),
+        task_code=task_code,
         settings=job_params(config, EVALUATION_SETTINGS),
     output:
         samples=f"{RESULTS}/eval/base/{{task}}.samples.parquet",

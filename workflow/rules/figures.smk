@@ -89,6 +89,7 @@ rule channel_eval:
         unpack(channel_inputs),
     params:
         code=library_code("channel_eval.py"),
+        task_code=task_code,
         settings=run_settings(EVALUATION_SETTINGS),
     output:
         f"{RUN}/channels/{{combo}}/{{task}}.json",

@@ -11,6 +11,7 @@ rule cycle:
     params:
         # a multi-GPU cycle trains under accelerate's config (fastslow.launch): mixed precision, sharding
         code=library_code("cycle.py", extra=ACCELERATE_CONFIGS),
+        task_code=cycle_task_code,
         settings=cycle_settings,
     output:
         model=temp(directory(f"{RUN}/cycle{{cycle}}/model")),
@@ -45,6 +46,7 @@ rule cycle_frozen:
         unpack(cycle_inputs),
     params:
         code=library_code("cycle.py"),
+        task_code=cycle_task_code,
         settings=cycle_settings,
     output:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
@@ -87,6 +89,7 @@ rule evaluate_point:
         unpack(eval_inputs),
     params:
         code=library_code("evaluate_point.py"),
+        task_code=task_code,
         settings=run_settings(EVALUATION_SETTINGS),
     output:
         summary=f"{RUN}/eval/{{point}}/{{task}}.json",

@@ -19,7 +19,8 @@ from typing import Any
 
 from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, Task
 
-__all__ = ["DIFFICULTIES", "LOADER_NAMES", "SPLITS", "TASK_NAMES", "Problem", "Task", "get_task", "task_class"]
+__all__ = ["DIFFICULTIES", "LOADER_NAMES", "SPLITS", "TASK_MODULES", "TASK_NAMES", "Problem", "Task", "get_task",
+           "task_class", "task_module"]
 
 # family -> (module, class, difficulties it supports)
 _FAMILIES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -38,6 +39,18 @@ _VARIANTS: dict[str, tuple[str, str]] = {
 TASK_NAMES: tuple[str, ...] = tuple(_VARIANTS)
 #: Names of the real-data loaders (need options: a path, a dataset id, or network access).
 LOADER_NAMES: tuple[str, ...] = ("file", "hf", "polaris", "hover_real", "hover_hard_real")
+#: The module of each offline task family: a job's code digest leaves them out and counts only
+#: its own tasks' (`task_module`, `fastslow.provenance.task_digest`).
+TASK_MODULES: tuple[str, ...] = tuple(sorted({module for module, _, _ in _FAMILIES.values()}))
+
+
+def task_module(name: str) -> str:
+    """The module that builds (and scores) registry task `name`: its family's, or the loaders'."""
+    if name in LOADER_NAMES:
+        return "fastslow.tasks.loaders"
+    if name not in _VARIANTS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)}")
+    return _FAMILIES[_VARIANTS[name][0]][0]
 
 
 def get_task(name: str, /, **options: Any) -> Task:
