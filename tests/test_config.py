@@ -50,6 +50,9 @@ BAD = [
     ({"fast": {"preset": "medium"}}, "fast.preset: expected one of 'light', 'full'"),
     ({"fast": {"proposer": "magic"}}, "fast.proposer"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "openai"}}}, "fast.reflection.base_url"),
+    # no scheme: every reflection call failed (APIConnectionError) and FST trained as RL would
+    ({"fast": {"reflection": {"base_url": "localhost:8000"}}},
+     "fast.reflection.base_url: expected an http:// or https:// URL (e.g. http://localhost:8000/v1), got 'localhost:8000'"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Improve: <curr_param>"}}},
      "fast.reflection.prompt_template: Missing placeholder(s) in prompt template: <side_info>"),
     ({"fast": {"reflection": {"api_key_env": "MY-KEY"}}}, "fast.reflection.api_key_env"),

@@ -282,3 +282,37 @@ def test_a_model_directory_the_workflow_cannot_prompt_stops_its_base_model_job_i
         prepare_base_model(str(no_system), tmp_path / "out2")
     assert not any((tmp_path / f"out{i}").exists() for i in (1, 2))
     assert prepare_base_model(str(variant("fine")), tmp_path / "out3").is_dir()
+
+
+@pytest.mark.parametrize("method", ["fst", "fst_distill"])
+def test_a_gpu_setting_on_a_cpu_machine_stops_the_cycle_before_the_fast_round(
+        method: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slow.use_vllm: true on a machine without CUDA (paper.yaml with a CPU overlay): the cycle job
+    ran its whole fast round and only then failed, in the slow loop's device check. The cycle now
+    runs that check right after reading the slow settings: no generator built, no round run."""
+    import torch
+
+    import fastslow.fast
+    import fastslow.model.generation
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_problems
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+
+    def fast_round(*args, **kwargs):
+        raise AssertionError("the fast round started")
+
+    monkeypatch.setattr(fastslow.fast, "run_round", fast_round)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", fast_round)
+    config = load_config("config/config.yaml", "config/smoke.yaml", overrides={"slow": {"use_vllm": True}})
+    train = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(8)],
+                           tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method=method, name="r", schedule=("math",), seed=0)
+    with pytest.raises(RuntimeError) as err:
+        run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c0")
+    assert one_line(err) == ("slow loop: use_vllm needs a CUDA GPU, and none is visible here; set "
+                             "slow.use_vllm=false to run on CPU")
+    assert not (tmp_path / "c0").exists() and not (tmp_path / "c0.fast").exists()

@@ -192,6 +192,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep pytest output clean
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server API; no /models, as on some servers
+        srv: Any = self.server
+        srv.gets.append(self.path)
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         srv: Any = self.server
         length = int(self.headers.get("Content-Length", 0))
@@ -224,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[Any]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.requests, srv.modes = [], ["good"]
+    srv.requests, srv.modes, srv.gets = [], ["good"], []
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     try:
@@ -419,3 +426,41 @@ def test_a_litellm_reflection_model_without_its_key_stops_the_cycle_first(monkey
     assert reflection_environment_error(settings) is None
     monkeypatch.setitem(sys.modules, "litellm", None)  # not installed: import fails
     assert "needs the litellm package" in reflection_environment_error(settings)
+
+
+def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_first(fake_server, tmp_path):
+    """A reflection endpoint nobody listens on (or one that never answers): every reflection
+    call failed with APIConnectionError, the round logged one ERROR and FST trained as RL would,
+    exit code 0. The cycle now stops first thing, in one line naming fast.reflection.base_url. An
+    endpoint that answers, even 404 on /models (some servers do not implement it), passes."""
+    import socket
+
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast.proposers import reflection_environment_error
+
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}", "model": "m", "timeout_s": 5}
+    problem = reflection_environment_error(settings)
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith(f"fast.reflection.base_url 'http://127.0.0.1:{port}': cannot connect to "
+                              f"http://127.0.0.1:{port}/v1 (ConnectError: ")
+    assert "Connection refused" in problem and problem.endswith(
+        "start the server or fix the URL (every reflection call would fail)")
+    config = load_config("config/config.yaml", "config/smoke.yaml",
+                         overrides={"fast": {"proposer": "reflective", "reflection": settings}})
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    with pytest.raises(ValueError, match=r"^fast\.reflection\.base_url 'http://127\.0\.0\.1:\d+': cannot connect"):
+        run_cycle(spec, config, 0, tmp_path / "no-model", None, tmp_path / "no-train.parquet", tmp_path / "c0")
+
+    with socket.socket() as s:  # accepts connections, never answers: a timeout (min(10 s, timeout_s))
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        silent = {**settings, "base_url": f"http://127.0.0.1:{s.getsockname()[1]}/v1", "timeout_s": 0.5}
+        assert "(ReadTimeout: " in reflection_environment_error(silent)
+
+    assert reflection_environment_error(_settings(fake_server)) is None  # 404 on /models: reached
+    assert fake_server.gets == ["/v1/models"] and fake_server.requests == []  # no completion spent

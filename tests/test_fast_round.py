@@ -526,25 +526,56 @@ def test_several_proposals_take_fresh_minibatches_each_iteration(tmp_path: Path)
     assert s["prefetch_used"] == s["prefetched"] == 8
 
 
-def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The pool stays as it was (the round goes on), but the failure is logged once at ERROR
-    level with the last error, and the summary counts the calls and the failed ones."""
+def test_a_round_whose_reflection_calls_all_raise_fails(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every reflection call raised (a wrong model name or key, a server gone): the round went on,
+    logged one ERROR, and the cycle trained as RL would, exit code 0. Now the round raises, in one
+    line with the last error, after writing what it tried (proposals.json). A round of a single
+    call (one error may be a blip) still only logs."""
     import logging
 
     from fastslow.fast import ReflectiveProposer
 
     def broken(prompt: Any) -> str:
-        raise ConnectionError("reflection server unreachable")
+        raise ConnectionError("reflection server\nunreachable")
+
+    cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
+    proposer = ReflectiveProposer(broken, logger=quiet)
+    with pytest.raises(RuntimeError, match=r"^fast round 0: all \d+ reflection calls raised, nothing was proposed "
+                       r"\(last error: ConnectionError: reflection server unreachable\); check fast\.reflection$"):
+        run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                  proposer=proposer)
+    assert proposer.calls >= 2 and proposer.raised_calls == proposer.calls
+    assert (tmp_path / "proposals.json").exists() and not (tmp_path / "pool.json").exists()
+
+    one = FastConfig(pool_size=1, max_metric_calls=18, minibatch_size=3)  # room for one iteration
+    with caplog.at_level(logging.ERROR, logger="fastslow.fast.round"):
+        new, s = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, one, 0, tmp_path / "one",
+                           log=quiet, proposer=ReflectiveProposer(broken, logger=quiet))
+    assert s["reflection_calls"] == s["reflection_failed_calls"] == 1 and new.texts == [SEEDS[0]]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "all 1 reflection calls failed" in errors[0].getMessage()
+
+
+def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A reflection model that answers, with nothing usable every time (a small local model's
+    junk): the pool stays as it was (the round goes on), the failure is logged once at ERROR
+    level with the last reason, and the summary counts the calls and the failed ones."""
+    import logging
+
+    from fastslow.fast import ReflectiveProposer
+
+    def junk(prompt: Any) -> str:
+        return "```\n#### !!!! ???? ....\n```"
 
     pool = Pool.seed(SEEDS[:2], 2)
     cfg = FastConfig(pool_size=2, max_metric_calls=45, minibatch_size=3)
     with caplog.at_level(logging.ERROR, logger="fastslow.fast.round"):
         new, s = run_round(pool, ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
-                           proposer=ReflectiveProposer(broken, logger=quiet))
+                           proposer=ReflectiveProposer(junk, logger=quiet))
     assert sorted(new.texts) == sorted(pool.texts)
     assert s["reflection_calls"] >= 2 and s["reflection_failed_calls"] == s["reflection_calls"]
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and "reflection server unreachable" in errors[0].getMessage()
+    assert len(errors) == 1 and "mostly non-letters" in errors[0].getMessage()
 
     def fine(prompt: Any) -> str:
         return "```\nSolve the problem. Give the final answer as <answer>N</answer>.\n```"

@@ -95,6 +95,8 @@ def _expected(error: Any) -> str:
         return f"missing required key; {error.message}"
     if kw == "pattern" and v == "^[A-Za-z0-9_]+$":
         return f"names use letters, digits and '_' only, got {error.instance!r}"
+    if kw == "pattern" and v == "^https?://":
+        return f"expected an http:// or https:// URL (e.g. http://localhost:8000/v1), got {error.instance!r}"
     return error.message
 
 

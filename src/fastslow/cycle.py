@@ -97,8 +97,10 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     slow_cfg = None
     if spec.trains:
         from fastslow.slow.config import SlowConfig
+        from fastslow.slow.loop import check_device
 
         slow_cfg = SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed})
+        check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
             from fastslow.slow.trainer import per_rank_batches
 

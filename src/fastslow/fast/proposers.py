@@ -11,7 +11,9 @@ minibatch acceptance, validation and the Pareto state; a proposer only writes te
   output extraction) with a configurable reflection model; `build_reflection_lm` makes that
   model from settings: any OpenAI-compatible endpoint, a LiteLLM model name or a local Hugging
   Face model. A call that errors, times out or returns junk proposes nothing (the parent
-  stays as it is) and is counted and logged; the round goes on.
+  stays as it is) and is counted and logged; the round goes on, unless every one of its (at
+  least two) calls raised (no reply to judge: a connection or HTTP error, a timeout): then the
+  reflection setup is broken, and the round raises.
 """
 
 from __future__ import annotations
@@ -441,14 +443,32 @@ class OpenAICompatibleLM:
         self.temperature = float(temperature)
         self.api_key = os.environ.get(api_key_env) or "not-needed"
 
-    def __call__(self, prompt: Any) -> str:
+    def client(self, timeout_s: float | None = None) -> Any:
+        """The `openai` client for the endpoint (no retries), with this model's timeout by default."""
         import openai
 
-        client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
-                               timeout=self.timeout_s, max_retries=0)
-        resp = client.chat.completions.create(model=self.model, messages=_messages(prompt),
-                                              max_tokens=self.max_tokens, temperature=self.temperature)
+        return openai.OpenAI(base_url=self.base_url, api_key=self.api_key,
+                             timeout=self.timeout_s if timeout_s is None else timeout_s, max_retries=0)
+
+    def __call__(self, prompt: Any) -> str:
+        resp = self.client().chat.completions.create(model=self.model, messages=_messages(prompt),
+                                                     max_tokens=self.max_tokens, temperature=self.temperature)
         return resp.choices[0].message.content or ""
+
+    def connection_error(self, timeout_s: float = 10.0) -> str | None:
+        """Why the endpoint cannot be reached (refused, unknown host, timeout), or None: asks it
+        for `/models` within `timeout_s`. An answer of any HTTP status counts as reached (some
+        servers do not implement `/models`; a wrong key or model shows in the calls themselves)."""
+        import openai
+
+        try:
+            self.client(min(timeout_s, self.timeout_s)).models.list()
+        except openai.APIConnectionError as e:  # APITimeoutError included
+            cause = e.__cause__ or e
+            return " ".join(f"{type(cause).__name__}: {cause}".split())
+        except Exception:  # it answered, with an error status or an odd body
+            return None
+        return None
 
 
 class HFReflectionLM:
@@ -473,9 +493,17 @@ class HFReflectionLM:
 
 
 def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
-    """What keeps a `litellm` reflection model from being called from here, or None: the litellm
-    package missing, or the provider's API key unset (`litellm.validate_environment`). Without
-    them every reflection call fails, the pool never changes, and FST trains as RL would."""
+    """What keeps the reflection model from being called from here, or None: for `litellm`, the
+    litellm package missing or the provider's API key unset (`litellm.validate_environment`);
+    for `openai`, an endpoint that cannot be connected to (`OpenAICompatibleLM.connection_error`).
+    Without them every reflection call fails, the pool never changes, and FST trains as RL would."""
+    if settings.get("kind", "openai") == "openai":
+        lm = build_reflection_lm(settings)
+        problem = lm.connection_error()
+        if problem:
+            return (f"fast.reflection.base_url {settings['base_url']!r}: cannot connect to {lm.base_url} "
+                    f"({problem}); start the server or fix the URL (every reflection call would fail)")
+        return None
     if settings.get("kind") != "litellm":
         return None
     try:
@@ -540,8 +568,9 @@ class ReflectiveProposer:
     """GEPA's LLM reflection (its default prompt and extraction, `StatelessReflectionLM`) with
     a guard: a reflection call that raises (HTTP error, timeout) or yields junk (`junk_reason`)
     proposes nothing for that component, which GEPA treats as "no proposal" (no metric calls
-    spent). `failures` lists what went wrong, for the round summary; `calls` counts the calls
-    and `failed_calls` those that proposed nothing because of such a failure."""
+    spent). `failures` lists what went wrong, for the round summary; `calls` counts the calls,
+    `failed_calls` those that proposed nothing because of such a failure and `raised_calls` those
+    of them that raised (no reply to judge, unlike junk)."""
 
     def __init__(self, lm: LanguageModel, prompt_template: str | None = None,
                  logger: Callable[[str], None] | None = None, max_chars: int = 8000) -> None:
@@ -554,6 +583,7 @@ class ReflectiveProposer:
         self.proposed = 0  # proposals that passed `junk_reason`, handed to GEPA to evaluate
         self.calls = 0
         self.failed_calls = 0
+        self.raised_calls = 0
 
     def __call__(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                  components_to_update: list[str]) -> dict[str, str]:
@@ -564,6 +594,7 @@ class ReflectiveProposer:
             reason = f"{type(e).__name__}: {str(e)[:200]}"
             self.failures.append(reason)
             self.failed_calls += 1
+            self.raised_calls += 1
             self.log(f"reflective: reflection call failed ({reason}); no proposal")
             return {}
         out = {}

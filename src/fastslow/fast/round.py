@@ -428,6 +428,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         summary["reflection_proposed"] = proposer_fn.proposed  # not accepted: GEPA judges them
         summary["reflection_calls"] = proposer_fn.calls
         summary["reflection_failed_calls"] = proposer_fn.failed_calls
+        if proposer_fn.calls >= 2 and proposer_fn.raised_calls == proposer_fn.calls:
+            # Not one call got a reply (wrong model name or key, server gone, every call timed
+            # out): going on would train this cycle as RL. The job fails (proposals.json is
+            # written), and a rerun starts from this cycle. Junk replies are not counted here.
+            last = " ".join(proposer_fn.failures[-1].split())
+            raise RuntimeError(f"fast round {round_index}: all {proposer_fn.calls} reflection calls raised, "
+                               f"nothing was proposed (last error: {last}); check fast.reflection")
         if proposer_fn.calls and proposer_fn.failed_calls == proposer_fn.calls:
             # The round goes on (the pool stays as it was), but a reflection setup that never
             # works must not pass for a search that found nothing better.
