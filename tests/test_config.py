@@ -543,6 +543,11 @@ def test_paper_scale_hover_asks_whether_the_claim_is_supported():
                               "hover_hard_real, hover_real, polaris"),
     ({"splits": {"train": "train"}}, "data.hf_datasets.hover: missing required key 'path' (a dataset id) or 'preset'"),
     ({"preset": "hover_real", "revison": "main"}, "data.hf_datasets.hover: unknown key 'revison'"),
+    # a misnamed split or column was ignored: the validation split unused, the id column not read
+    ({"path": "hover-nlp/hover", "splits": {"train": "train", "valid": "validation"}},
+     "data.hf_datasets.hover.splits: unknown key 'valid'; expected one of test, train, val"),
+    ({"preset": "hover_real", "columns": {"prompt": "claim", "id": "uid"}},
+     "data.hf_datasets.hover.columns: unknown key 'id'; expected one of answer, prompt"),
 ])
 def test_a_bad_hf_entry_is_one_line_naming_the_key(entry, expected):
     with pytest.raises(ConfigError) as info:
