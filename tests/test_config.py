@@ -865,6 +865,31 @@ def test_a_fast_budget_below_a_rounds_minimum_with_k_contexts_is_one_line():
         validate_config(cfg)
 
 
+def test_a_train_split_too_small_for_a_fast_round_is_one_line_naming_data_sizes_train(tmp_path):
+    """data.sizes.train: 1 passed the check, then every cycle with a fast round died with a
+    traceback: the cycle cuts the round's validation and minibatch problems from the train split
+    (`gepa_split`), so one problem leaves the minibatches none. RL alone needs no minimum."""
+    from fastslow.cycle import gepa_split
+    from fastslow.fast import FastConfig, Pool, run_round
+    from fastslow.tasks import get_task
+
+    assert all(gepa_split([1, 2], 4)) and not all(gepa_split([1], 4))  # 2: the true minimum
+    with pytest.raises(ConfigError) as err:
+        _smoke(data={"sizes": {"train": 1}})
+    assert str(err.value) == ("config error: data.sizes.train: expected an integer >= 2 with a fast method (a fast "
+                              "round validates on some train problems and reflects on the others), got 1")
+    assert _smoke(data={"sizes": {"train": 2}})
+    cfg = deep_update(_default(), {"data": {"sizes": {"train": 1}}})
+    cfg["experiments"] = {"efficiency": {"tasks": ["math"], "methods": ["rl"], "cycles": 2}}
+    assert validate_config(cfg)
+    # the round's own check names what it got
+    reflect, pareto = gepa_split(get_task("math").problems("train", 1, 0), 4)
+    with pytest.raises(ValueError, match=r"^a fast round needs train and validation problems, got 0 train and 1 "
+                                         r"validation problems \(.*2 problems at least: data\.sizes\.train\)$"):
+        run_round(Pool.seed("Solve.", 2), None, get_task("math"), reflect, pareto, FastConfig(pool_size=2), 0,
+                  tmp_path / "r")
+
+
 @pytest.mark.parametrize("distinct", [1, 2, 3])
 def test_the_config_budget_minimum_is_the_rounds(distinct, tmp_path):
     """config.round_minimum states fastslow.fast.round.run_round's own check: both agree."""

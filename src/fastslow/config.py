@@ -362,14 +362,23 @@ def round_minimum(contexts: int, val_problems: int, minibatch_size: int) -> int:
     return contexts * val_problems + 2 * minibatch_size + val_problems
 
 
+#: The fewest train problems a fast round can run on (`fastslow.cycle.gepa_split` cuts them into
+#: its minibatch problems and its validation problems, both non-empty).
+FAST_MIN_TRAIN = 2
+
+
 def fast_budget_error(settings: Mapping[str, Any], cycles: int) -> str | None:
     """What is wrong with the fast-round budget of a run with these effective settings and
     `cycles` cycles (None: nothing): the budget of its preset (fast.preset) must cover a round's
     minimum (`round_minimum`) with as many distinct contexts as its pool can hold, K
     (fast.pool_size), from the second cycle on (the first round starts from the seed context
     alone). The validation set and the minibatch are cut to the train split (data.sizes.train,
-    an upper bound) as the cycle cuts them (`fastslow.cycle.gepa_split`)."""
+    an upper bound) as the cycle cuts them (`fastslow.cycle.gepa_split`), which needs two train
+    problems at least: one to validate on and one for the minibatches."""
     fast, train = settings["fast"], settings["data"]["sizes"]["train"]
+    if train < FAST_MIN_TRAIN:
+        return (f"data.sizes.train: expected an integer >= {FAST_MIN_TRAIN} with a fast method (a fast "
+                f"round validates on some train problems and reflects on the others), got {train}")
     contexts = fast["pool_size"] if cycles > 1 else 1
     val = min(fast["val_problems"], max(1, train // 2))
     minibatch = min(fast["minibatch_size"], train - val)
