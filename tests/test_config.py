@@ -430,6 +430,33 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
                     overrides={"experiments": {"continual": {"sequence": ["hover", "codio"]}}})
 
 
+def test_task_names_are_checked_under_every_data_source_against_what_it_can_build(monkeypatch):
+    """Under source hf, data.tasks was never checked ('mathh' passed `snakemake -n`); under
+    offline, an experiment could name a data.hf_datasets entry, which task_spec reads under hf
+    only: its task_data job died late with a traceback. One known set for both: the generators,
+    data.files and (under hf only) data.hf_datasets."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "paper.yaml", overrides={"data": {"tasks": ["math", "mathh"]}})
+    assert str(err.value).startswith("config error: data.tasks[1]: unknown task 'mathh'; expected one of codeio, ")
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "config.yaml", overrides={
+            "data": {"hf_datasets": {"mine": {"path": "org/mine"}}},
+            "experiments": {"efficiency": {"tasks": ["math", "mine"]}}})
+    assert str(err.value).startswith("config error: experiments.efficiency.tasks[1]: unknown task 'mine'; ")
+    assert str(err.value).endswith("(data.hf_datasets.mine is read under data.source 'hf' only, this config's "
+                                   "is 'offline')")
+    with pytest.raises(ConfigError, match=r"^config error: data\.tasks\[1\]: unknown task 'mine'; .* under data\.source"):
+        load_config(ROOT / "config" / "config.yaml", overrides={
+            "data": {"hf_datasets": {"mine": {"path": "org/mine"}}, "tasks": ["math", "mine"]}})
+    # under hf the entry is a task, as is a file under any source
+    cfg = load_config(ROOT / "config" / "paper.yaml", overrides={
+        "data": {"hf_datasets": {"mine": {"path": "org/mine"}}, "tasks": ["math", "mine"],
+                 "files": {"parity": {"path": "config/parity.jsonl"}}},
+        "experiments": {"continual": {"sequence": ["mine", "parity"]}}})
+    assert cfg["data"]["tasks"] == ["math", "mine"]
+
+
 @pytest.mark.parametrize(("experiments", "expected"), [
     # a misspelt name said "no default-variant runs of 'efficency' match (define it before ...)"
     ({"plasticity": {"init": {"experiment": "efficency"}}},

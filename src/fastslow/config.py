@@ -300,7 +300,6 @@ def _check_semantics(config: dict[str, Any]) -> None:
         raise ConfigError(f"config error: model.base: {problem}")
     config["model"]["base"] = canonical_model_base(config["model"]["base"])
     from fastslow.experiments import check_experiments
-    from fastslow.tasks import TASK_NAMES
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES
 
     files = config["data"].get("files", {})
@@ -314,16 +313,29 @@ def _check_semantics(config: dict[str, Any]) -> None:
         if entry.get("labels") and entry.get("scorer", "exact") != "label":
             raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "
                               f"got scorer {entry.get('scorer', 'exact')!r}")
-    if config["data"]["source"] == "offline":
-        known = (*TASK_NAMES, *files)
-        for i, name in enumerate(config["data"]["tasks"]):
-            if name not in known:
-                raise ConfigError(
-                    f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(known)}"
-                )
+    known = known_tasks(config["data"])
+    for i, name in enumerate(config["data"]["tasks"]):
+        if name not in known:
+            raise ConfigError(f"config error: data.tasks[{i}]: {unknown_task(config['data'], name)}")
     _check_task_options(config["data"]["options"])
     _check_hf_datasets(config["data"].get("hf_datasets", {}))
     check_experiments(config)
+
+
+def known_tasks(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The task names this `data` section can build (`task_spec`): the registered generators,
+    the user's files (data.files) and, under `source: hf` only, the data.hf_datasets entries."""
+    from fastslow.tasks import TASK_NAMES
+
+    hf = data.get("hf_datasets", {}) if data["source"] == "hf" else {}
+    return tuple(dict.fromkeys((*TASK_NAMES, *data.get("files", {}), *hf)))
+
+
+def unknown_task(data: Mapping[str, Any], name: str) -> str:
+    """The error text for a task name outside `known_tasks(data)`."""
+    hint = (f" (data.hf_datasets.{name} is read under data.source 'hf' only, this config's is "
+            f"{data['source']!r})" if name in data.get("hf_datasets", {}) else "")
+    return f"unknown task {name!r}; expected one of {', '.join(known_tasks(data))}{hint}"
 
 
 def micro_batch_fits(rows: int, micro: Any) -> bool:
