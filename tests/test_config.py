@@ -433,6 +433,33 @@ def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
                     overrides={"experiments": {"continual": {"sequence": ["hover", "codio"]}}})
 
 
+def test_task_names_are_checked_under_every_data_source_against_what_it_can_build(monkeypatch):
+    """Under source hf, data.tasks was never checked ('mathh' passed `snakemake -n`); under
+    offline, an experiment could name a data.hf_datasets entry, which task_spec reads under hf
+    only: its task_data job died late with a traceback. One known set for both: the generators,
+    data.files and (under hf only) data.hf_datasets."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "paper.yaml", overrides={"data": {"tasks": ["math", "mathh"]}})
+    assert str(err.value).startswith("config error: data.tasks[1]: unknown task 'mathh'; expected one of codeio, ")
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "config.yaml", overrides={
+            "data": {"hf_datasets": {"mine": {"path": "org/mine"}}},
+            "experiments": {"efficiency": {"tasks": ["math", "mine"]}}})
+    assert str(err.value).startswith("config error: experiments.efficiency.tasks[1]: unknown task 'mine'; ")
+    assert str(err.value).endswith("(data.hf_datasets.mine is read under data.source 'hf' only, this config's "
+                                   "is 'offline')")
+    with pytest.raises(ConfigError, match=r"^config error: data\.tasks\[1\]: unknown task 'mine'; .* under data\.source"):
+        load_config(ROOT / "config" / "config.yaml", overrides={
+            "data": {"hf_datasets": {"mine": {"path": "org/mine"}}, "tasks": ["math", "mine"]}})
+    # under hf the entry is a task, as is a file under any source
+    cfg = load_config(ROOT / "config" / "paper.yaml", overrides={
+        "data": {"hf_datasets": {"mine": {"path": "org/mine"}}, "tasks": ["math", "mine"],
+                 "files": {"parity": {"path": "config/parity.jsonl"}}},
+        "experiments": {"continual": {"sequence": ["mine", "parity"]}}})
+    assert cfg["data"]["tasks"] == ["math", "mine"]
+
+
 @pytest.mark.parametrize(("experiments", "expected"), [
     # a misspelt name said "no default-variant runs of 'efficency' match (define it before ...)"
     ({"plasticity": {"init": {"experiment": "efficency"}}},
@@ -546,6 +573,11 @@ def test_paper_scale_hover_asks_whether_the_claim_is_supported():
                               "hover_hard_real, hover_real, polaris"),
     ({"splits": {"train": "train"}}, "data.hf_datasets.hover: missing required key 'path' (a dataset id) or 'preset'"),
     ({"preset": "hover_real", "revison": "main"}, "data.hf_datasets.hover: unknown key 'revison'"),
+    # a misnamed split or column was ignored: the validation split unused, the id column not read
+    ({"path": "hover-nlp/hover", "splits": {"train": "train", "valid": "validation"}},
+     "data.hf_datasets.hover.splits: unknown key 'valid'; expected one of test, train, val"),
+    ({"preset": "hover_real", "columns": {"prompt": "claim", "id": "uid"}},
+     "data.hf_datasets.hover.columns: unknown key 'id'; expected one of answer, prompt"),
 ])
 def test_a_bad_hf_entry_is_one_line_naming_the_key(entry, expected):
     with pytest.raises(ConfigError) as info:
@@ -861,6 +893,31 @@ def test_a_fast_budget_below_a_rounds_minimum_with_k_contexts_is_one_line():
     cfg["experiments"] = {"efficiency": {**rl_only["efficiency"], "methods": ["rl", "gepa"]}}
     with pytest.raises(ConfigError, match=r"^config error: fast\.max_metric_calls\.light: 1 is below "):
         validate_config(cfg)
+
+
+def test_a_train_split_too_small_for_a_fast_round_is_one_line_naming_data_sizes_train(tmp_path):
+    """data.sizes.train: 1 passed the check, then every cycle with a fast round died with a
+    traceback: the cycle cuts the round's validation and minibatch problems from the train split
+    (`gepa_split`), so one problem leaves the minibatches none. RL alone needs no minimum."""
+    from fastslow.cycle import gepa_split
+    from fastslow.fast import FastConfig, Pool, run_round
+    from fastslow.tasks import get_task
+
+    assert all(gepa_split([1, 2], 4)) and not all(gepa_split([1], 4))  # 2: the true minimum
+    with pytest.raises(ConfigError) as err:
+        _smoke(data={"sizes": {"train": 1}})
+    assert str(err.value) == ("config error: data.sizes.train: expected an integer >= 2 with a fast method (a fast "
+                              "round validates on some train problems and reflects on the others), got 1")
+    assert _smoke(data={"sizes": {"train": 2}})
+    cfg = deep_update(_default(), {"data": {"sizes": {"train": 1}}})
+    cfg["experiments"] = {"efficiency": {"tasks": ["math"], "methods": ["rl"], "cycles": 2}}
+    assert validate_config(cfg)
+    # the round's own check names what it got
+    reflect, pareto = gepa_split(get_task("math").problems("train", 1, 0), 4)
+    with pytest.raises(ValueError, match=r"^a fast round needs train and validation problems, got 0 train and 1 "
+                                         r"validation problems \(.*2 problems at least: data\.sizes\.train\)$"):
+        run_round(Pool.seed("Solve.", 2), None, get_task("math"), reflect, pareto, FastConfig(pool_size=2), 0,
+                  tmp_path / "r")
 
 
 @pytest.mark.parametrize("distinct", [1, 2, 3])

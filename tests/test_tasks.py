@@ -409,6 +409,10 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: rows[:5] + [{**rows[5], "id": "q1"}] + rows[6:], "row 6: duplicate id 'q1'"),
     (lambda rows: rows[:2] + [{**rows[2], "split": "dev"}] + rows[3:], "row 3: split 'dev'"),
     (lambda rows: rows[:1] + [{**rows[1], "metadata": [1]}] + rows[2:], "row 2: metadata"),
+    # a misspelt split column was ignored: the rows were hash-split, test rows leaking into train
+    (lambda rows: [{**r, "splt": "test"} for r in rows],
+     "unknown column(s) 'splt'; expected id, prompt, answer, split, metadata"),
+    (lambda rows: rows[:2] + [{**rows[2], "prompt": 42}] + rows[3:], "row 3: prompt: expected text, got int 42"),
 ])
 def test_bad_user_files_fail_with_one_line(tmp_path: Path, mutate, reason: str) -> None:
     path = _jsonl(tmp_path / "bad.jsonl", mutate(_rows(8)))

@@ -374,6 +374,37 @@ def test_a_too_small_problem_space_is_a_task_data_error(monkeypatch: pytest.Monk
         get_task("codeio", max_prompt_chars=1).problems("val", 1, seed=0)
 
 
+@pytest.mark.parametrize("sources, expected", [
+    # a misspelt dataset was skipped item by item: the mixture silently became basic_arithmetic alone
+    ([{"dataset": "basic_arithmetic"}, {"dataset": "chain_summ", "weight": 3}],
+     "math: source 'chain_summ': reasoning-gym cannot create this dataset "
+     "(ValueError: Dataset 'chain_summ' not registered)"),
+    # a misspelt config key ended in "the generator's problem space is too small"
+    ([{"dataset": "chain_sum", "config": {"max_termz": 2}}],
+     "math: source 'chain_sum': reasoning-gym cannot create this dataset (TypeError: "
+     "ChainSumConfig.__init__() got an unexpected keyword argument 'max_termz')"),
+])
+def test_a_source_reasoning_gym_rejects_stops_the_split_naming_it(sources: list, expected: str) -> None:
+    from fastslow.tasks.base import TaskDataError
+
+    with pytest.raises(TaskDataError) as info:
+        get_task("math", sources=sources).problems("train", 20, 0)
+    assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("source, expected", [
+    ({"dataset": "chain_sum", "weight": "heavy"}, "math: source 'chain_sum': weight: expected a positive number, "
+                                                  "got str 'heavy'"),
+    ({"dataset": "chain_sum", "weight": [2]}, "math: source 'chain_sum': weight: expected a positive number, "
+                                              "got list [2]"),
+    ({"dataset": "chain_sum", "config": ["max_terms", 2]}, "math: source 'chain_sum': config: expected a mapping"),
+])
+def test_a_bad_source_weight_or_config_is_one_line_naming_the_source_and_key(source: dict, expected: str) -> None:
+    with pytest.raises(ValueError) as info:
+        get_task("math", sources=[{"dataset": "basic_arithmetic"}, source])
+    assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("args", [["--help"], [], ["only-one.json"], ["a.json", "b.json", "c.json"]])
 def test_the_codeio_worker_prints_usage_on_wrong_arguments(args: list[str], tmp_path: Path) -> None:
     """`python -m fastslow.tasks.codeio --help` was an IndexError traceback: one usage line, exit 2."""

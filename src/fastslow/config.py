@@ -302,7 +302,6 @@ def _check_semantics(config: dict[str, Any]) -> None:
         raise ConfigError(f"config error: model.base: {problem}")
     config["model"]["base"] = canonical_model_base(config["model"]["base"])
     from fastslow.experiments import check_experiments
-    from fastslow.tasks import TASK_NAMES
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES
 
     files = config["data"].get("files", {})
@@ -316,16 +315,29 @@ def _check_semantics(config: dict[str, Any]) -> None:
         if entry.get("labels") and entry.get("scorer", "exact") != "label":
             raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "
                               f"got scorer {entry.get('scorer', 'exact')!r}")
-    if config["data"]["source"] == "offline":
-        known = (*TASK_NAMES, *files)
-        for i, name in enumerate(config["data"]["tasks"]):
-            if name not in known:
-                raise ConfigError(
-                    f"config error: data.tasks[{i}]: unknown task {name!r}; expected one of {', '.join(known)}"
-                )
+    known = known_tasks(config["data"])
+    for i, name in enumerate(config["data"]["tasks"]):
+        if name not in known:
+            raise ConfigError(f"config error: data.tasks[{i}]: {unknown_task(config['data'], name)}")
     _check_task_options(config["data"]["options"])
     _check_hf_datasets(config["data"].get("hf_datasets", {}))
     check_experiments(config)
+
+
+def known_tasks(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The task names this `data` section can build (`task_spec`): the registered generators,
+    the user's files (data.files) and, under `source: hf` only, the data.hf_datasets entries."""
+    from fastslow.tasks import TASK_NAMES
+
+    hf = data.get("hf_datasets", {}) if data["source"] == "hf" else {}
+    return tuple(dict.fromkeys((*TASK_NAMES, *data.get("files", {}), *hf)))
+
+
+def unknown_task(data: Mapping[str, Any], name: str) -> str:
+    """The error text for a task name outside `known_tasks(data)`."""
+    hint = (f" (data.hf_datasets.{name} is read under data.source 'hf' only, this config's is "
+            f"{data['source']!r})" if name in data.get("hf_datasets", {}) else "")
+    return f"unknown task {name!r}; expected one of {', '.join(known_tasks(data))}{hint}"
 
 
 def micro_batch_fits(rows: int, micro: Any) -> bool:
@@ -364,14 +376,23 @@ def round_minimum(contexts: int, val_problems: int, minibatch_size: int) -> int:
     return contexts * val_problems + 2 * minibatch_size + val_problems
 
 
+#: The fewest train problems a fast round can run on (`fastslow.cycle.gepa_split` cuts them into
+#: its minibatch problems and its validation problems, both non-empty).
+FAST_MIN_TRAIN = 2
+
+
 def fast_budget_error(settings: Mapping[str, Any], cycles: int) -> str | None:
     """What is wrong with the fast-round budget of a run with these effective settings and
     `cycles` cycles (None: nothing): the budget of its preset (fast.preset) must cover a round's
     minimum (`round_minimum`) with as many distinct contexts as its pool can hold, K
     (fast.pool_size), from the second cycle on (the first round starts from the seed context
     alone). The validation set and the minibatch are cut to the train split (data.sizes.train,
-    an upper bound) as the cycle cuts them (`fastslow.cycle.gepa_split`)."""
+    an upper bound) as the cycle cuts them (`fastslow.cycle.gepa_split`), which needs two train
+    problems at least: one to validate on and one for the minibatches."""
     fast, train = settings["fast"], settings["data"]["sizes"]["train"]
+    if train < FAST_MIN_TRAIN:
+        return (f"data.sizes.train: expected an integer >= {FAST_MIN_TRAIN} with a fast method (a fast "
+                f"round validates on some train problems and reflects on the others), got {train}")
     contexts = fast["pool_size"] if cycles > 1 else 1
     val = min(fast["val_problems"], max(1, train // 2))
     minibatch = min(fast["minibatch_size"], train - val)

@@ -232,17 +232,16 @@ def check_experiments(config: dict[str, Any]) -> None:
     """Cross-field checks of the experiments (called by config validation): known tasks, and every
     run's effective settings (the config with its experiment's `overrides` and its variant's) a
     valid config, with the same one-line errors, whether the experiment has variants or not."""
-    from fastslow.tasks import TASK_NAMES
+    from fastslow.config import known_tasks, unknown_task
 
-    known = set(TASK_NAMES) | set(config["data"].get("hf_datasets", {})) | set(config["data"].get("files", {}))
+    known = known_tasks(config["data"])  # what task_spec builds under this data source
     # Before expand, which would blame a typo on a later experiment's init finding no run. A run's
     # schedule and evaluation tasks are its experiment's tasks or sequence: nothing else to check.
     for name, exp in config.get("experiments", {}).items():
         for key in ("sequence", "tasks"):
             for i, task in enumerate(exp.get(key) or []):
                 if task not in known:
-                    raise _err(f"experiments.{name}.{key}[{i}]: unknown task {task!r}; "
-                               f"expected one of {', '.join(sorted(known))}")
+                    raise _err(f"experiments.{name}.{key}[{i}]: {unknown_task(config['data'], task)}")
     checked: set[tuple[str, str, str]] = set()
     runs = expand(config)
     for run in runs.values():

@@ -65,7 +65,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastslow.config import round_minimum
+from fastslow.config import FAST_MIN_TRAIN, round_minimum
 from fastslow.fast.adapter import (
     COMPONENT,
     FastAdapter,
@@ -263,7 +263,9 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     log = log or logger.info
     cfg.validate()
     if not val_problems or not train_problems:
-        raise ValueError("a fast round needs train and validation problems")
+        raise ValueError(f"a fast round needs train and validation problems, got {len(train_problems)} train "
+                         f"and {len(val_problems)} validation problems (the cycle cuts both from the "
+                         f"task's train split, which needs {FAST_MIN_TRAIN} problems at least: data.sizes.train)")
     run_dir = Path(run_dir)
     gepa_dir = run_dir / "gepa"
     shutil.rmtree(gepa_dir, ignore_errors=True)

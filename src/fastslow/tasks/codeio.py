@@ -100,9 +100,8 @@ class CodeIOTask(ReasoningGymTask):
 
     def entry(self, source: Source, split: str, seed: int, attempt: int) -> dict[str, Any] | None:
         chunk, idx = divmod(attempt, self.chunk_size)
-        ds_seed = stable_int("rg", self.family, self.difficulty, source.dataset, seed, split, chunk, bits=31)
-        with quiet():
-            ds = self.dataset(source, ds_seed)
+        ds_seed = self.dataset_seed(source, split, seed, chunk)
+        ds = self.dataset(source, ds_seed)
         # Mirror the first draw of CodeIODataset.__getitem__ to learn the program before running it:
         # programs owned by another split are skipped without executing anything.
         program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)

@@ -1,9 +1,9 @@
 """Real datasets behind the `Task` protocol: a user's own file, or a Hugging Face dataset.
 
 `LocalFileTask` / `load_task_file(path)` read Parquet or JSONL with columns id, prompt, answer
-and optional metadata / split. `HFDatasetTask` loads a Hugging Face dataset id, at an optional
-`revision` (or a packaged builder such as "parquet" with `data_files`), and maps its columns onto
-ours; `datasets` is imported only when problems are first requested. Both validate every row
+and optional metadata / split (no others). `HFDatasetTask` loads a Hugging Face dataset id, at an
+optional `revision` (or a packaged builder such as "parquet" with `data_files`), and maps its
+columns onto ours; `datasets` is imported only when problems are first requested. Both validate every row
 and raise a one-line `ValueError` naming the file (or dataset), the row and the reason.
 
 Splits: a file's `split` column, an explicit HF split per our split, or — when one source split
@@ -49,6 +49,8 @@ SCORERS = ("exact", "numeric", "label")
 FILE_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
 FILE_TYPES = ".parquet, .jsonl or .ndjson"
 REQUIRED_COLUMNS = ("id", "prompt", "answer")
+#: Every column a task file may have (another is an error: a misspelt `split` would hash-split).
+FILE_COLUMNS = (*REQUIRED_COLUMNS, "split", "metadata")
 
 #: Paper-scale presets: options for `HFDatasetTask` (need network access to the Hub). A config
 #: reaches them as `data.hf_datasets.<task>: {preset: <name>}` (fastslow.config.task_spec).
@@ -152,6 +154,10 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise TaskDataError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
+    unknown = [c for c in columns if c not in FILE_COLUMNS]
+    if unknown:
+        raise TaskDataError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; expected "
+                            f"{', '.join(FILE_COLUMNS)} (put other fields in metadata)")
     out, seen = [], {}
     for i, row in enumerate(rows, start=row_base):
         i = row.get("_row", i)  # the source's own row number when rows were filtered
@@ -172,7 +178,10 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
         if pid in seen:
             raise TaskDataError(f"{where}: duplicate id {pid[:60]!r} (first seen in row {seen[pid]})")
         seen[pid] = i
-        if not isinstance(values["prompt"], str) or not values["prompt"].strip():
+        if values["prompt"] is not None and not isinstance(values["prompt"], str):
+            raise TaskDataError(f"{where}: prompt: expected text, got {type(values['prompt']).__name__} "
+                                f"{values['prompt']!r:.60}")
+        if values["prompt"] is None or not values["prompt"].strip():
             raise TaskDataError(f"{where}: empty prompt")
         if values["answer"] is None or str(values["answer"]).strip() == "":
             raise TaskDataError(f"{where}: empty answer")

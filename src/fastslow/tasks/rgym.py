@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import random
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastslow.tasks.base import ANSWER_FORMAT
+from fastslow.tasks.base import ANSWER_FORMAT, Problem, TaskDataError
 from fastslow.tasks.generated import Candidate, GeneratedTask, stable_int
 
 
@@ -42,7 +43,18 @@ def as_source(value: Source | Mapping[str, Any], task: str = "task") -> Source:
     if unknown:
         raise ValueError(f"{task}: source {value.get('dataset')!r} has unknown key(s) {unknown}; "
                          "expected dataset, config, weight")
-    return Source(str(value["dataset"]), dict(value.get("config") or {}), float(value.get("weight", 1.0)))
+    config, weight = value.get("config") or {}, value.get("weight", 1.0)
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{task}: source {value['dataset']!r}: config: expected a mapping of the "
+                         f"dataset's options, got {type(config).__name__} {config!r}")
+    try:
+        number = math.nan if isinstance(weight, bool) else float(weight)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{task}: source {value['dataset']!r}: weight: expected a positive number, "
+                         f"got {type(weight).__name__} {weight!r}")
+    return Source(str(value["dataset"]), dict(config), number)
 
 
 @contextlib.contextmanager
@@ -92,25 +104,44 @@ class ReasoningGymTask(GeneratedTask):
         self._datasets: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
     def dataset(self, source: Source, seed: int) -> Any:
-        """A reasoning-gym dataset instance for `source` with `seed` (a few kept in memory)."""
+        """A reasoning-gym dataset instance for `source` with `seed` (a few kept in memory); a
+        dataset reasoning-gym cannot create (unknown name, bad config) is a TaskDataError."""
         key = (json.dumps([source.dataset, dict(source.config)], sort_keys=True, default=str), seed)
         if key not in self._datasets:
             import reasoning_gym
 
-            with quiet():
-                self._datasets[key] = reasoning_gym.create_dataset(
-                    source.dataset, seed=seed, size=self.chunk_size, **dict(source.config))
+            try:
+                with quiet():
+                    made = reasoning_gym.create_dataset(source.dataset, seed=seed, size=self.chunk_size,
+                                                        **dict(source.config))
+            except Exception as exc:
+                reason = " ".join(str(exc).split()) or "no message"
+                raise TaskDataError(f"{self.name}: source {source.dataset!r}: reasoning-gym cannot create "
+                                    f"this dataset ({type(exc).__name__}: {reason})") from None
+            self._datasets[key] = made
             while len(self._datasets) > 8:
                 self._datasets.popitem(last=False)
         return self._datasets[key]
 
+    def dataset_seed(self, source: Source, split: str, seed: int, chunk: int) -> int:
+        """The seed of chunk `chunk` of `source`'s item stream for (split, seed)."""
+        return stable_int("rg", self.family, self.difficulty, source.dataset, seed, split, chunk, bits=31)
+
+    def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+        # Every source's first dataset before any item is drawn (the ones the first items use,
+        # kept): a source reasoning-gym rejects stops the split naming it, instead of being
+        # skipped item by item as if its generator had failed.
+        for source in self.sources:
+            self.dataset(source, self.dataset_seed(source, split, seed, 0))
+        return super().problems(split, n, seed)
+
     def entry(self, source: Source, split: str, seed: int, attempt: int) -> dict[str, Any] | None:
         """Item `attempt` of `source`'s stream for (split, seed); None if the generator failed."""
         chunk, idx = divmod(attempt, self.chunk_size)
-        ds_seed = stable_int("rg", self.family, self.difficulty, source.dataset, seed, split, chunk, bits=31)
+        ds = self.dataset(source, self.dataset_seed(source, split, seed, chunk))
         try:
             with quiet():
-                return self.dataset(source, ds_seed)[idx]
+                return ds[idx]
         except Exception:  # a generator bug on one item must not stop the split
             return None
 
