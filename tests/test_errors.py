@@ -316,3 +316,85 @@ def test_a_gpu_setting_on_a_cpu_machine_stops_the_cycle_before_the_fast_round(
     assert one_line(err) == ("slow loop: use_vllm needs a CUDA GPU, and none is visible here; set "
                              "slow.use_vllm=false to run on CPU")
     assert not (tmp_path / "c0").exists() and not (tmp_path / "c0.fast").exists()
+
+
+def _cycle_that_must_not_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """(spec, config, train file) of an FST cycle whose fast round and generator raise if built."""
+    import fastslow.fast
+    import fastslow.model.generation
+    from fastslow.config import load_config
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_problems
+
+    def fast_round(*args, **kwargs):
+        raise AssertionError("the fast round started")
+
+    monkeypatch.setattr(fastslow.fast, "run_round", fast_round)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", fast_round)
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    train = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(8)],
+                           tmp_path / "train.parquet")
+    return RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0), config, train
+
+
+def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk was found when the cycle saved its weights, after the fast round and every RL
+    step, as torch's 'basic_ios::clear: iostream error'. The cycle checks the space its weights
+    need (the initial model's size here, cycle 0) first, in one line."""
+    import shutil
+
+    import fastslow.io
+    from fastslow.cycle import run_cycle
+    from fastslow.io import tree_bytes
+
+    spec, config, train = _cycle_that_must_not_start(monkeypatch, tmp_path)
+    needed = tree_bytes(tiny_model_dir)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(fastslow.io.shutil, "disk_usage", lambda p: usage._replace(free=needed - 1))
+    with pytest.raises(OSError) as err:
+        run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c0")
+    gib = 1024 ** 3
+    assert one_line(err) == (f"not enough disk space for cycle 0 of e/fst/r: {(needed - 1) / gib:.2f} GiB free at "
+                             f"{tmp_path}, it needs about {needed / gib:.2f} GiB; free some space or move results/ "
+                             "to a larger file system")
+    assert not (tmp_path / "c0").exists() and not (tmp_path / "c0.fast").exists()
+
+
+HOLD_LOCK = """
+import sys, time
+from fastslow.io import exclusive_lock
+with exclusive_lock(sys.argv[1], "test"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_process_on_one_cycle_stops_in_one_line(tiny_model_dir: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle job a killed Snakemake left running, and its rerun after `--unlock`: the two wrote
+    the same cycle (the first removed the second's live temporaries as stale, and took its fast
+    round's files as its own). The second stops now, naming the first; once the first is gone
+    (killed: the kernel drops its lock), the cycle can run again."""
+    import signal
+    import subprocess
+    import sys
+
+    from fastslow.cycle import run_cycle
+    from fastslow.io import LockedError, exclusive_lock
+
+    spec, config, train = _cycle_that_must_not_start(monkeypatch, tmp_path)
+    lock = tmp_path / "c0.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError) as err:
+            run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c0")
+        assert one_line(err).startswith(f"cycle 0 of e/fst/r ({tmp_path / 'c0'}) is being written by another "
+                                        f"process (pid {holder.pid} on ")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with exclusive_lock(lock, "test"):  # the dead holder's lock is gone with it
+        assert lock.read_text().startswith("pid ")
+    assert not lock.exists()  # removed once the block completes

@@ -255,6 +255,57 @@ def test_a_stop_signal_while_ranks_run_marks_run_killed_and_stops_them(tmp_path,
         os.kill(int(pid_file.read_text()), 0)
 
 
+def test_a_killed_jobs_ranks_stop_with_it(tmp_path, tracking):
+    """SIGKILL (or the OOM killer) gives the job no chance to forward anything: its ranks, in
+    their own session, kept running and renamed a cycle into place after Snakemake had recorded
+    the job as failed. The kernel now stops them with their parent (PR_SET_PDEATHSIG)."""
+    path, _ = tracking
+    pid_file = tmp_path / "rank.pid"
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHED, str(path), str(pid_file)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().strip() == "started"
+    rank = int(pid_file.read_text())
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(rank, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(rank, signal.SIGKILL)
+        pytest.fail("the rank outlived its killed job")
+
+
+def test_a_stop_signal_while_the_store_is_busy_stops_the_job_within_seconds(tracking):
+    """SIGTERM while another writer holds the SQLite store: the job waited for the store to take
+    its KILLED status (30 s and more; a server that is down, minutes), past SLURM's KillWait.
+    It waits STOP_CLOSE_SECONDS now, says so in its log, and stops; the run stays RUNNING for
+    the job's next run to close."""
+    import sqlite3
+
+    from fastslow.tracking import STOP_CLOSE_SECONDS
+
+    path, info = tracking
+    proc = _start_and_wait(path, TERMINAL + SCRIPT)
+    db = sqlite3.connect(info["tracking_uri"].removeprefix("sqlite:///"), timeout=1, isolation_level=None)
+    db.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STOP_CLOSE_SECONDS + 10) == -signal.SIGTERM
+        assert time.monotonic() - started < STOP_CLOSE_SECONDS + 10
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+        if proc.poll() is None:
+            proc.kill()
+    (run,) = _runs(info, "long/x=1")
+    assert run.info.status == "RUNNING"
+
+
 def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, monkeypatch):
     """The tracking files pin the store and experiment they were made for: a job asked for another
     stops before it logs anything, in one line naming both and what to delete."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from fastslow.config import make_task
 from fastslow.experiments import RunSpec
-from fastslow.io import write_json, write_parquet
+from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
 
 log = logging.getLogger("fastslow.cycle")
@@ -83,7 +83,15 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
               prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any = None,
               gpus: int = 0) -> dict[str, Any]:
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
-    steps run in `slow_processes(gpus)` processes (see the module docstring)."""
+    steps run in `slow_processes(gpus)` processes (see the module docstring). One process at a
+    time: a second one (a job a killed Snakemake left running, and its rerun) stops in one line
+    (`fastslow.io.exclusive_lock` on `<out_dir>.lock`)."""
+    with exclusive_lock(out_dir.with_name(out_dir.name + ".lock"), f"cycle {cycle} of {spec.key} ({out_dir})"):
+        return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus)
+
+
+def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
+               prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any, gpus: int) -> dict[str, Any]:
     from fastslow.fast import FastConfig, Pool, RolloutCache, run_round
     from fastslow.memory import limit_heap_fragmentation, release_free_memory, release_gpu_memory
     from fastslow.model.generation import make_generator
@@ -119,6 +127,14 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         problem = reflection_environment_error(cfg["fast"]["reflection"])
         if problem:
             raise ValueError(problem)
+    if spec.trains:  # now, not when the trained weights are saved at the cycle's end
+        saved = [prev_dir / d for d in ("model", "trainer_state")] if prev_dir is not None else []
+        needed = sum(tree_bytes(d) for d in saved if d.exists()) or tree_bytes(init_model)
+        # the previous cycle's weights and optimiser state (the first cycle's: its initial weights,
+        # a lower bound): what this one saves
+        problem = free_space_error(out_dir.parent, needed, f"cycle {cycle} of {spec.key}")
+        if problem:
+            raise OSError(problem)
     task_name = spec.schedule[cycle]
     task = make_task(cfg, task_name)
     train = load_problems(train_file)

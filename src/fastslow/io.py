@@ -109,6 +109,65 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class LockedError(RuntimeError):
+    """Another live process holds the lock (`exclusive_lock`)."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock (`fcntl.flock`) on the file `path` while the block runs, or raise a
+    one-line LockedError naming `what` and the holder (its pid and host, which it writes into the
+    file). The kernel drops a lock when its holder dies, however it dies, so only a live process
+    refuses another: a job left running by a killed Snakemake (`--unlock`, then a rerun started
+    a second copy of it, and the two wrote each other's temporaries). On a file system without
+    locks (some network mounts) the block runs unlocked. The file is removed once the block completes."""
+    import fcntl
+    import socket
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    locked = False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = True
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
+            raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
+                              "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
+        except OSError:  # ENOLCK, EOPNOTSUPP: no locks on this file system
+            pass
+        if locked:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield
+        if locked:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    finally:
+        os.close(fd)
+
+
+def free_space_error(directory: str | Path, needed: int, what: str) -> str | None:
+    """One line saying that `directory`'s file system has less than `needed` bytes free for
+    `what`, or None."""
+    free = shutil.disk_usage(directory).free
+    if free >= needed:
+        return None
+    gib = 1024 ** 3
+    return (f"not enough disk space for {what}: {free / gib:.2f} GiB free at {directory}, it needs about "
+            f"{needed / gib:.2f} GiB; free some space or move results/ to a larger file system")
+
+
+def tree_bytes(path: str | Path) -> int:
+    """Bytes of the files under `path` (links followed: a linked model counts its weights)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 def link_tree(src: str | Path, dst: str | Path) -> None:
     """Hard links in `dst` (an existing directory) to every file under `src` (copies across file
     systems): a second name for a model, no second copy. Snakemake's `.snakemake_timestamp` stays

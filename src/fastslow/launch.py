@@ -143,6 +143,17 @@ def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy:
             "-m", module, *args]
 
 
+#: Run first in `run`'s child: on Linux its parent's death (SIGKILL, the OOM killer) sends it
+#: SIGTERM (PR_SET_PDEATHSIG, kept across exec), which accelerate's launcher passes on to its
+#: ranks; a parent already gone by then ends it at once. Then it becomes the command.
+_WITH_PARENT = ("import ctypes, os, signal, sys\n"
+                "if sys.platform.startswith('linux'):\n"
+                "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+                "    if os.getppid() != int(sys.argv[1]):\n"
+                "        sys.exit(1)\n"
+                "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
 def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None) -> None:
     """Run `command`, forwarding SIGTERM/SIGINT/SIGHUP (SLURM's time limit, scancel, Ctrl-C, the
@@ -150,11 +161,13 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
     CalledProcessError on a non-zero exit. `stdout` and `stderr` are Popen's (e.g. the rule's log
     file; default: inherited). A forwarded signal is then passed on to the handler this replaced
     (the MLflow run's, which ends it KILLED), not reported as the ranks' non-zero exit. A signal
-    the job ignores (SIGHUP under nohup) stays ignored."""
+    the job ignores (SIGHUP under nohup) stays ignored. A job killed outright (SIGKILL, out of
+    memory) cannot forward anything: its ranks get SIGTERM from the kernel (`_WITH_PARENT`)."""
     if stdout is not None or stderr is not None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # our own lines before the ranks'
-    proc = subprocess.Popen(list(command), env=None if env is None else dict(env), cwd=cwd,
+    proc = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, str(os.getpid()), *command],
+                            env=None if env is None else dict(env), cwd=cwd,
                             start_new_session=True, stdout=stdout, stderr=stderr)
 
     received: list[int] = []

@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,6 +41,10 @@ TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" a
 TAG_PREVIOUS = "fastslow.previous_run"
 #: Signals that stop a job: scancel / SLURM's time limit, Ctrl-C, and the terminal closing (SIGHUP).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+#: Seconds a stopped job waits for the tracking store to mark its run KILLED before it stops
+#: anyway (a busy SQLite file or a server that is down would hold it past SLURM's KillWait, and
+#: it is SIGKILLed): the run is then left RUNNING, and the job's next run closes it KILLED.
+STOP_CLOSE_SECONDS = 5.0
 
 
 def tracking_uri(results_dir: str | Path = "results") -> str:
@@ -324,7 +329,18 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     _retry(client.log_batch, run_id, params=[Param(k, v) for k, v in params.items()])  # it sends 100 at a time
 
     def _on_signal(signum, frame):  # noqa: ARG001
-        _retry(client.set_terminated, run_id, "KILLED")
+        def close() -> None:
+            with contextlib.suppress(Exception):
+                _retry(client.set_terminated, run_id, "KILLED")
+                closed.append(True)
+
+        closed: list[bool] = []
+        closer = threading.Thread(target=close, daemon=True)
+        closer.start()
+        closer.join(STOP_CLOSE_SECONDS)
+        log.warning("stopped by %s: MLflow run %s %s", signal.Signals(signum).name, run_id,
+                    "marked KILLED" if closed else f"left RUNNING (the store did not answer within "
+                    f"{STOP_CLOSE_SECONDS:g} s; the job's next run closes it)")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
