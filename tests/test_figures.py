@@ -898,6 +898,21 @@ def test_a_radar_axis_without_an_evaluation_is_a_gap_not_a_zero():
         [0.6, 0.0], [])
 
 
+
+def test_fig2s_radars_share_one_legend_in_the_captions_order(tmp_path, saved, efficiency):
+    """Each radar had its own legend over its outer circle, ordered Base, FST, RL (the inits'
+    sorted names); the caption's is Base, RL, FST. One legend now, beside the second radar."""
+    rows = []
+    for init in ("base", "efficiency/fst/math-default-s0", "efficiency/rl/math-default-s0"):
+        for task in ("math", "codeio", "physics"):
+            rows += [{**r, "run": f"{r['run']}@{init}"} for r in _rows("radar", "gepa", task, [0.1, 0.3], init=init)]
+    fig2({"efficiency": efficiency, "radar": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig2.pdf")
+    mean, best = [ax for ax in saved[0].axes if ax.name == "polar"]
+    assert mean.get_legend() is None
+    assert [t.get_text() for t in best.get_legend().get_texts()] == ["Base→GEPA", "RL→GEPA", "FST→GEPA"]
+    assert best.get_legend().get_window_extent().x0 >= best.get_window_extent().x1
+
+
 # --- legibility: axes a reader can take at face value ----------------------------------------------
 
 

@@ -234,6 +234,13 @@ def radar_values(last: pl.DataFrame, init: str, metric: str, axes_tasks: list[st
             [t for t, v in means.items() if v is None])
 
 
+def _init_rank(init: str) -> tuple[int, str]:
+    """A radar's starting points in the caption's order: Base, RL, FST, then any other."""
+    method = "base" if init == "base" else init.split("/")[1]
+    order = ("base", "rl", "fst")
+    return (order.index(method) if method in order else len(order), init)
+
+
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
     from matplotlib.ticker import MaxNLocator
@@ -244,7 +251,7 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
         drawn: list[float] = []
-        for init in sorted(last["init"].unique().to_list()):
+        for init in sorted(last["init"].unique().to_list(), key=_init_rank):  # the caption's order
             vals, missing = radar_values(last, init, metric, axes_tasks)
             drawn += vals
             method = "base" if init == "base" else init.split("/")[1]
@@ -252,6 +259,7 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
                     label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
         ax.set_xticks(angles, axes_tasks, fontsize=7)
+        ax.tick_params(axis="x", pad=6)  # spoke labels clear of the polygons' outline
         if not np.nansum(drawn):  # every polygon is a point at the centre: say so
             ax.text(0, 0, "0 on every axis", ha="center", va="center", fontsize=7, color="#555555")
         _reward_axis(ax)  # the centre is 0: an all-zero radar is a point there, not a ring
@@ -259,7 +267,8 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
         ax.set_rlabel_position(180 / len(axes_tasks))  # few enough not to pile up on one another
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
-        ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.9, -0.1))
+    # one legend for both radars (the same starting points), right of the second, off its circle
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0))
 
 
 def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
