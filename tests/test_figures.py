@@ -996,6 +996,10 @@ def test_fig6_without_reward_keeps_both_panels_on_the_runs_steps(tmp_path, saved
 
     height, width = matplotlib.image.imread(tmp_path / "fig6.png").shape[:2]
     assert width < 3000 and height < 1000
+    # every line lies at 0 on the right panel: said there (the stage lines' 0..1 hid it)
+    assert "no reward on any task:\nthe lines overlap at 0" in [t.get_text() for t in ax2.texts]
+    fig6({"continual": _continual()}, tmp_path / "fig6.pdf")  # with reward: no such note
+    assert not any("overlap" in t.get_text() for t in saved[1].axes[1].texts)
 
 
 def test_fig3_fits_no_sigmoid_through_a_curve_without_reward(tmp_path, saved):

@@ -572,3 +572,19 @@ def test_a_duplicate_row_of_a_file_task_is_named_with_its_twin(tmp_path: Path) -
                      path=_jsonl(tmp_path / "dup.jsonl", rows), name="mine")
     assert "mine: problems q0 (train) and q9 (train) have the same prompt and answer" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_the_workflows_own_split_files_are_valid_task_files(tmp_path: Path) -> None:
+    """results/data/<task>/<split>.parquet carries a `task` column: pointing data.files at one
+    must not fail on it as an unknown column (a misspelt `split` still does, above)."""
+    import polars as pl
+
+    from fastslow.tasks import get_task
+    from fastslow.tasks.data import write_problems
+
+    problems = get_task("math").problems("train", 6, seed=0)
+    path = write_problems(problems, tmp_path / "train.parquet")
+    assert "task" in pl.read_parquet(path).columns
+    task = load_task_file(path)
+    assert {p.id for split in SPLITS for p in task.problems(split, 6, seed=0)} == {p.id for p in problems}

@@ -111,6 +111,21 @@ def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
     assert "config error: slow.num_generations: expected an integer, got str '8'" in out.stderr, out.stderr[-2000:]
 
 
+def test_an_overlay_given_alone_keeps_the_default_configs_experiment_order(tmp_path):
+    """`--configfile overlay.yaml` alone: Snakemake merges the overlay's keys first, so an
+    overlay naming plasticity put it before efficiency, whose runs it starts from ("'efficiency'
+    is defined after 'plasticity'"), and one naming reuse stopped sharing efficiency's identical
+    run. The experiments now keep config/config.yaml's order: both spellings plan the same jobs."""
+    work = workflow_copy(tmp_path / "wf")  # the Snakefile's own config/config.yaml is the working directory's
+    (work / "mine.yaml").write_text("experiments:\n  plasticity: {seeds: [0]}\n  reuse: {seeds: [0]}\n")
+    plans = []
+    for configs in (["--configfile", "mine.yaml"], ["--configfile", "config/config.yaml", "mine.yaml"]):
+        out = snakemake("-n", "--quiet", "rules", *configs, cwd=work, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        plans.append(out.stdout[out.stdout.index("Job stats"):])
+    assert plans[0] == plans[1]
+
+
 @pytest.mark.workflow
 def test_a_local_base_model_saved_again_in_place_is_prepared_again(tiny_model_dir, tmp_path):
     """model.base a local directory: weights saved again in place make the prepared copy out

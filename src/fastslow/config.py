@@ -624,6 +624,25 @@ def canonical(value: Any) -> Any:
     return value
 
 
+def follow_order(config: dict[str, Any], reference: Mapping[str, Any]) -> None:
+    """Put `config`'s experiments, and each one's variants, in `reference`'s order (the default
+    config file's), the ones it lacks after them in their own order, in place. Snakemake merges
+    `--configfile overlay.yaml` alone with the overlay's keys first, and an experiment's order
+    matters: a run reads an *earlier* experiment's identical run's files, and `init` needs its
+    source experiment earlier (`fastslow.experiments.expand`)."""
+    def reorder(mapping: dict[str, Any], ref: Any) -> dict[str, Any]:
+        first = [k for k in (ref if isinstance(ref, Mapping) else {}) if k in mapping]
+        return {k: mapping[k] for k in first + [k for k in mapping if k not in first]}
+
+    experiments, ref = config.get("experiments"), reference.get("experiments") or {}
+    if not isinstance(experiments, dict):
+        return
+    config["experiments"] = reorder(experiments, ref)
+    for name, exp in config["experiments"].items():
+        if isinstance(exp, dict) and isinstance(exp.get("variants"), dict):
+            exp["variants"] = reorder(exp["variants"], (ref.get(name) or {}).get("variants"))
+
+
 def own_task_params(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The `task_data` params of a user's file task: its data.files entry and the file's sha256
     (a changed file makes its splits out of date, whatever its size or mtime); {} for others."""

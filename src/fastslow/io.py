@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -120,7 +121,8 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     file). The kernel drops a lock when its holder dies, however it dies, so only a live process
     refuses another: a job left running by a killed Snakemake (`--unlock`, then a rerun started
     a second copy of it, and the two wrote each other's temporaries). On a file system without
-    locks (some network mounts) the block runs unlocked. The file is removed once the block completes."""
+    locks (Lustre without its `flock` mount option; NFS mounted `nolock` locks within one node
+    only) the block runs unlocked, with a warning. The lock's file is removed when the block ends."""
     import fcntl
     import socket
 
@@ -136,16 +138,17 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
             holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
             raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
                               "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
-        except OSError:  # ENOLCK, EOPNOTSUPP: no locks on this file system
-            pass
+        except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
+            logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
+                                                "nothing stops a second process writing it", what, err)
         if locked:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         yield
+    finally:
         if locked:
             with contextlib.suppress(OSError):
                 path.unlink()
-    finally:
         os.close(fd)
 
 

@@ -28,9 +28,11 @@ itself) and fst_distill refuses more than one process.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,6 +168,8 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
     if stdout is not None or stderr is not None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # our own lines before the ranks'
+    if shutil.which(command[0], path=(env or os.environ).get("PATH")) is None:  # as Popen would say
+        raise FileNotFoundError(errno.ENOENT, "no such command", command[0])
     proc = subprocess.Popen([sys.executable, "-c", _WITH_PARENT, str(os.getpid()), *command],
                             env=None if env is None else dict(env), cwd=cwd,
                             start_new_session=True, stdout=stdout, stderr=stderr)

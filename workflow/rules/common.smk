@@ -2,17 +2,21 @@
 import sys
 from pathlib import Path
 
+import yaml
+
 from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
-from fastslow.config import (ConfigError, canonical, job_params, model_name, own_task_params, task_modules,
-                              validate_config)
+from fastslow.config import (ConfigError, canonical, follow_order, job_params, model_name, own_task_params,
+                              task_modules, validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
 from fastslow.layout import FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint
 
+# Experiments in the default config file's order, whichever file set them first (follow_order)
+follow_order(config, yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text()) or {})
 # Validate and fill defaults before any rule is defined: a bad key stops here, in one line.
 try:
     # --config's nested values arrive as text; validate_config reads them back as YAML

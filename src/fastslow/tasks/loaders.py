@@ -51,6 +51,9 @@ FILE_TYPES = ".parquet, .jsonl or .ndjson"
 REQUIRED_COLUMNS = ("id", "prompt", "answer")
 #: Every column a task file may have (another is an error: a misspelt `split` would hash-split).
 FILE_COLUMNS = (*REQUIRED_COLUMNS, "split", "metadata")
+#: Columns a task file may have and are not read: `task`, which the workflow's own split files
+#: (results/data/<task>/<split>.parquet) carry, so they stay valid task files.
+IGNORED_COLUMNS = ("task",)
 
 #: Paper-scale presets: options for `HFDatasetTask` (need network access to the Hub). A config
 #: reaches them as `data.hf_datasets.<task>: {preset: <name>}` (fastslow.config.task_spec).
@@ -154,7 +157,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise TaskDataError(f"{source}: missing column(s) {', '.join(missing)} (found: {', '.join(columns) or 'none'})")
-    unknown = [c for c in columns if c not in FILE_COLUMNS]
+    unknown = [c for c in columns if c not in FILE_COLUMNS and c not in IGNORED_COLUMNS]
     if unknown:
         raise TaskDataError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; expected "
                             f"{', '.join(FILE_COLUMNS)} (put other fields in metadata)")
