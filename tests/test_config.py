@@ -82,6 +82,13 @@ BAD = [
     ({"data": {"options": {"physics": {"rel_tol": float("nan")}}}},
      "data.options.physics.rel_tol: expected a finite number, got nan"),
     ({"slow": {"num_generations": 8.0}}, "slow.num_generations: expected an integer, got float 8.0"),
+    # a key that also takes null says so, and an integer key says integer ([integer, "null"])
+    ({"slow": {"micro_batch_size": 0}}, "slow.micro_batch_size: expected an integer >= 1 or null, got 0"),
+    ({"slow": {"micro_batch_size": 2.0}}, "slow.micro_batch_size: expected an integer or null, got float 2.0"),
+    ({"slow": {"max_grad_norm": "none"}}, "slow.max_grad_norm: expected a number or null, got str 'none'"),
+    ({"slow": {"max_grad_norm": -1}}, "slow.max_grad_norm: expected a number > 0 or null, got -1"),
+    ({"experiments": {"ablations": {"variants": {"k8": 8}}}},
+     "experiments.ablations.variants.k8: expected an object or null, got int 8"),
     # what the slow loop checks of its batches (SlowConfig), checked before any job
     ({"slow": {"micro_batch_size": 3}},
      "slow.micro_batch_size: expected null or a divisor of P*G = 8 (slow.problems_per_step x slow.num_generations; "
