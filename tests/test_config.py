@@ -507,6 +507,33 @@ def test_a_continual_sequence_lists_each_task_once():
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(("experiment", "expected"), [
+    # tasks beside a sequence were ignored (one continual run through the sequence)
+    ({"continual": {"tasks": ["math"]}},
+     "experiments.continual.tasks: ['math'] beside sequence ['hover', 'codeio', 'physics']; an experiment is one "
+     "run per task (tasks) or one continual run (sequence): keep one"),
+    # each kind of experiment ignored the other's cycle count
+    ({"efficiency": {"cycles_per_stage": 3}},
+     "experiments.efficiency.cycles_per_stage: 3 without a 'sequence' (cycles per task of a continual run); "
+     "a 'tasks' experiment's runs take 'cycles'"),
+    ({"continual": {"cycles": 3}},
+     "experiments.continual.cycles: 3 with a 'sequence', whose run takes 'cycles_per_stage' cycles per task; "
+     "set that instead"),
+])
+def test_a_key_the_kind_of_experiment_ignores_is_an_error(experiment, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiment})
+    assert str(info.value) == f"config error: {expected}"
+
+
+def test_a_validated_config_is_valid_again():
+    """No cycle count is filled into an experiment that does not read it (a filled-in config, e.g.
+    bench_fst_step's with its --sets, is validated again)."""
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert "cycles" not in cfg["experiments"]["continual"] and "cycles_per_stage" not in cfg["experiments"]["radar"]
+    assert validate_config(copy.deepcopy(cfg)) == cfg
+
+
 def test_every_stage_end_of_a_continual_run_is_evaluated():
     """3 cycles a stage, a point every 2 cycles: the stages' last cycles (2, 5) are points too."""
     from fastslow.experiments import expand

@@ -28,6 +28,10 @@ METHODS = ("rl", "fst", "gepa", "fst_distill")
 TRAINS = {"rl": True, "fst": True, "gepa": False, "fst_distill": True}
 FAST = {"rl": False, "fst": True, "gepa": True, "fst_distill": True}
 _SAFE = re.compile(r"^[A-Za-z0-9_]+$")
+#: Cycles of a `tasks` experiment's runs and per task of a `sequence` experiment's run, when left
+#: out. Not schema defaults: filled into every experiment, each would be the other kind's key,
+#: which `expand` refuses (the kind of experiment that does not read it ignored it).
+CYCLES, CYCLES_PER_STAGE = 4, 2
 #: What a method's cycle reads of a section it has no use for (`fastslow.cycle.run_cycle`): its
 #: cycle job's params keep only these keys of it (`RunSpec.cycle_params`), so a setting the cycle
 #: never reads retrains nothing. rl has no fast round: of `fast` it reads pool_size alone (always 1,
@@ -189,11 +193,24 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                        f"by their task, so list each task once")
         if seq is None and not exp.get("tasks"):
             raise _err(f"{where}.tasks: expected a non-empty list of tasks (or a 'sequence'), got {exp.get('tasks')!r}")
+        # keys the other kind of experiment reads: left there, they were silently ignored
+        if seq is not None and exp.get("tasks"):
+            raise _err(f"{where}.tasks: {exp['tasks']} beside sequence {seq}; an experiment is one run per "
+                       f"task (tasks) or one continual run (sequence): keep one")
+        if seq is None and "cycles_per_stage" in exp:
+            raise _err(f"{where}.cycles_per_stage: {exp['cycles_per_stage']!r} without a 'sequence' (cycles per "
+                       f"task of a continual run); a 'tasks' experiment's runs take 'cycles'")
+        if seq is not None and "cycles" in exp:
+            raise _err(f"{where}.cycles: {exp['cycles']!r} with a 'sequence', whose run takes "
+                       f"'cycles_per_stage' cycles per task; set that instead")
+
+        # a variant's `cycles` replaces it (in a sequence experiment: cycles per stage)
+        own_cycles = exp.get("cycles", CYCLES) if seq is None else exp.get("cycles_per_stage", CYCLES_PER_STAGE)
 
         def schedules(cycles: int | None) -> list[tuple[str, ...]]:
             if seq is not None:  # noqa: B023 - evaluated within this iteration
-                return [tuple(t for t in seq for _ in range(cycles or exp["cycles_per_stage"]))]  # noqa: B023
-            return [(t,) * (cycles or exp["cycles"]) for t in exp["tasks"]]  # noqa: B023
+                return [tuple(t for t in seq for _ in range(cycles or own_cycles))]  # noqa: B023
+            return [(t,) * (cycles or own_cycles) for t in exp["tasks"]]  # noqa: B023
 
         eval_tasks = tuple(dict.fromkeys(seq)) if seq is not None else ()
         inits: list[str | None] = [None]
