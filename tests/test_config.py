@@ -534,6 +534,27 @@ def test_a_validated_config_is_valid_again():
     assert validate_config(copy.deepcopy(cfg)) == cfg
 
 
+def test_a_warmup_as_long_as_a_run_is_a_config_warning(caplog):
+    """slow.warmup_steps W >= a run's cycles x T RL steps: its lr never reached slow.lr, silently
+    (step s < W trains at lr x s/W). A warning, not an error; gepa (radar) trains nothing."""
+    caplog.set_level("WARNING", logger="fastslow.experiments")
+    load_config(ROOT / "config" / "config.yaml")
+    assert not caplog.records
+    load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {
+        "radar": {"overrides": {"slow": {"warmup_steps": 50}}},
+        "plasticity": {"overrides": {"slow": {"warmup_steps": 7}}},
+        "ablations": {"overrides": {"slow": {"warmup_steps": 3}}}}})
+    assert [r.getMessage() for r in caplog.records] == [
+        "config warning: experiments.plasticity: slow.warmup_steps 7 >= its runs' 6 RL steps (2 cycles x 3 "
+        "slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 7 trains at lr x s/7)",
+        "config warning: experiments.ablations (variants k1, k4, k2_prompt_baseline, full_gepa): "
+        "slow.warmup_steps 3 >= its runs' 3 RL steps (1 cycle x 3 slow.steps_per_cycle): their learning rate "
+        "never reaches slow.lr 1e-05 (step s < 3 trains at lr x s/3)",
+        "config warning: experiments.ablations (variant t1): slow.warmup_steps 3 >= its runs' 3 RL steps "
+        "(3 cycles x 1 slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 3 "
+        "trains at lr x s/3)"]
+
+
 def test_every_stage_end_of_a_continual_run_is_evaluated():
     """3 cycles a stage, a point every 2 cycles: the stages' last cycles (2, 5) are points too."""
     from fastslow.experiments import expand
