@@ -206,6 +206,30 @@ def test_best_at_k_is_the_mean_over_problems_of_each_problems_best_sample():
     assert best_at_k(np.array([[0.0, 0.5, 0.25]])) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize(("k", "n", "expected"), [
+    (0, 2, "evaluate_weights: k: expected an integer >= 1, got 0"),
+    (2.0, 2, "evaluate_weights: k: expected an integer >= 1, got 2.0"),
+    (2, 0, "evaluate_weights: problems: expected at least one problem, got []"),
+])
+def test_evaluate_weights_refuses_no_samples_before_loading_a_model(monkeypatch, k, n, expected):
+    """k = 0 or no problems returned NaN scores (divergence off), k = 2.0 stopped in range(),
+    after the model was loaded."""
+    from fastslow import evaluate
+    from fastslow.model import generation
+    from fastslow.model.generation import SamplingParams
+    from fastslow.tasks import get_task
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(generation, "make_generator", lambda *a, **kw: type("G", (), {"generate": no_model})())
+    task = get_task("math")
+    with pytest.raises(ValueError) as info:
+        evaluate.evaluate_weights("no/model", task, task.problems("val", n, 0) if n else [], "ctx", k,
+                                  SamplingParams(4), divergence=False)
+    assert str(info.value) == expected
+
+
 def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
     """`build_curves`: the initial weights are step 0 (cycle -1, no training task) and the
     evaluation after cycle c is at (c + 1) * T, with T = slow.steps_per_cycle of the run's own

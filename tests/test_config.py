@@ -82,6 +82,13 @@ BAD = [
     ({"data": {"options": {"physics": {"rel_tol": float("nan")}}}},
      "data.options.physics.rel_tol: expected a finite number, got nan"),
     ({"slow": {"num_generations": 8.0}}, "slow.num_generations: expected an integer, got float 8.0"),
+    # a key that also takes null says so, and an integer key says integer ([integer, "null"])
+    ({"slow": {"micro_batch_size": 0}}, "slow.micro_batch_size: expected an integer >= 1 or null, got 0"),
+    ({"slow": {"micro_batch_size": 2.0}}, "slow.micro_batch_size: expected an integer or null, got float 2.0"),
+    ({"slow": {"max_grad_norm": "none"}}, "slow.max_grad_norm: expected a number or null, got str 'none'"),
+    ({"slow": {"max_grad_norm": -1}}, "slow.max_grad_norm: expected a number > 0 or null, got -1"),
+    ({"experiments": {"ablations": {"variants": {"k8": 8}}}},
+     "experiments.ablations.variants.k8: expected an object or null, got int 8"),
     # what the slow loop checks of its batches (SlowConfig), checked before any job
     ({"slow": {"micro_batch_size": 3}},
      "slow.micro_batch_size: expected null or a divisor of P*G = 8 (slow.problems_per_step x slow.num_generations; "
@@ -498,6 +505,54 @@ def test_a_continual_sequence_lists_each_task_once():
                     overrides={"experiments": {"continual": {"sequence": ["hover", "codeio", "hover"]}}})
     assert "experiments.continual.sequence: task 'hover' appears twice" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("experiment", "expected"), [
+    # tasks beside a sequence were ignored (one continual run through the sequence)
+    ({"continual": {"tasks": ["math"]}},
+     "experiments.continual.tasks: ['math'] beside sequence ['hover', 'codeio', 'physics']; an experiment is one "
+     "run per task (tasks) or one continual run (sequence): keep one"),
+    # each kind of experiment ignored the other's cycle count
+    ({"efficiency": {"cycles_per_stage": 3}},
+     "experiments.efficiency.cycles_per_stage: 3 without a 'sequence' (cycles per task of a continual run); "
+     "a 'tasks' experiment's runs take 'cycles'"),
+    ({"continual": {"cycles": 3}},
+     "experiments.continual.cycles: 3 with a 'sequence', whose run takes 'cycles_per_stage' cycles per task; "
+     "set that instead"),
+])
+def test_a_key_the_kind_of_experiment_ignores_is_an_error(experiment, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiment})
+    assert str(info.value) == f"config error: {expected}"
+
+
+def test_a_validated_config_is_valid_again():
+    """No cycle count is filled into an experiment that does not read it (a filled-in config, e.g.
+    bench_fst_step's with its --sets, is validated again)."""
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert "cycles" not in cfg["experiments"]["continual"] and "cycles_per_stage" not in cfg["experiments"]["radar"]
+    assert validate_config(copy.deepcopy(cfg)) == cfg
+
+
+def test_a_warmup_as_long_as_a_run_is_a_config_warning(caplog):
+    """slow.warmup_steps W >= a run's cycles x T RL steps: its lr never reached slow.lr, silently
+    (step s < W trains at lr x s/W). A warning, not an error; gepa (radar) trains nothing."""
+    caplog.set_level("WARNING", logger="fastslow.experiments")
+    load_config(ROOT / "config" / "config.yaml")
+    assert not caplog.records
+    load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {
+        "radar": {"overrides": {"slow": {"warmup_steps": 50}}},
+        "plasticity": {"overrides": {"slow": {"warmup_steps": 7}}},
+        "ablations": {"overrides": {"slow": {"warmup_steps": 3}}}}})
+    assert [r.getMessage() for r in caplog.records] == [
+        "config warning: experiments.plasticity: slow.warmup_steps 7 >= its runs' 6 RL steps (2 cycles x 3 "
+        "slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 7 trains at lr x s/7)",
+        "config warning: experiments.ablations (variants k1, k4, k2_prompt_baseline, full_gepa): "
+        "slow.warmup_steps 3 >= its runs' 3 RL steps (1 cycle x 3 slow.steps_per_cycle): their learning rate "
+        "never reaches slow.lr 1e-05 (step s < 3 trains at lr x s/3)",
+        "config warning: experiments.ablations (variant t1): slow.warmup_steps 3 >= its runs' 3 RL steps "
+        "(3 cycles x 1 slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 3 "
+        "trains at lr x s/3)"]
 
 
 def test_every_stage_end_of_a_continual_run_is_evaluated():

@@ -97,6 +97,20 @@ def test_pool_seed_and_contexts_cycle() -> None:
         Pool.seed([], k=2)
 
 
+@pytest.mark.parametrize(("texts", "k", "expected"), [
+    # k = 0 made a pool without entries, whose contexts() divided by zero
+    ("a", 0, "Pool.seed: k: expected an integer >= 1, got 0"),
+    ("a", 2.0, "Pool.seed: k: expected an integer >= 1, got 2.0"),
+    # an empty context was a pool entry (the config refuses an empty seed_context)
+    ("", 2, "Pool.seed: texts: expected non-empty contexts, got ''"),
+    (["a", "  "], 2, "Pool.seed: texts: expected non-empty contexts, got '  '"),
+])
+def test_pool_seed_refuses_an_empty_context_or_no_slots(texts, k, expected) -> None:
+    with pytest.raises(ValueError) as info:
+        Pool.seed(texts, k)
+    assert str(info.value) == expected
+
+
 def test_fast_config_budget_and_schema_shape() -> None:
     cfg = FastConfig.from_dict({"pool_size": 4, "preset": "full", "max_metric_calls": {"light": 10, "full": 99},
                                 "minibatch_size": 2, "val_problems": 8, "proposer": "feedback_editor",

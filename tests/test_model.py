@@ -200,6 +200,22 @@ def test_model_fingerprint_follows_the_files_of_a_local_directory(tiny_model_dir
 
 # --- HF generation on the tiny model -------------------------------------------------------
 
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"temperature": -0.5}, "SamplingParams.temperature: expected a finite number >= 0 (0: greedy), got -0.5"),
+    ({"temperature": float("inf")}, "SamplingParams.temperature: expected a finite number >= 0 (0: greedy), got inf"),
+    ({"top_p": 0.0}, "SamplingParams.top_p: expected a number in (0, 1], got 0.0"),
+    ({"top_p": 1.5}, "SamplingParams.top_p: expected a number in (0, 1], got 1.5"),
+    ({"max_new_tokens": 0}, "SamplingParams.max_new_tokens: expected an integer >= 1, got 0"),
+    ({"max_new_tokens": 8.0}, "SamplingParams.max_new_tokens: expected an integer >= 1, got 8.0"),
+])
+def test_sampling_params_are_checked_when_made(kwargs: dict[str, Any], expected: str) -> None:
+    """They were taken, and sampled with: a negative temperature as greedy, top_p 1.5 as none."""
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**kwargs)
+    assert str(info.value) == expected
+    assert SamplingParams(8, temperature=0.0, top_p=1.0).temperature == 0.0  # greedy
+
+
 def test_greedy_equals_bare_generate(gen: HFGenerator, tiny_model: Any, tokenizer: Any) -> None:
     params = SamplingParams(max_new_tokens=12, temperature=0.0)
     ours = gen.generate([MIXED[1]], params)[0]

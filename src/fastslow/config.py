@@ -81,12 +81,14 @@ def _expected(error: Any) -> str:
     if kw == "type" and "number" in _types(schema) and isinstance(error.instance, float) \
             and not math.isfinite(error.instance):
         return f"expected a finite number, got {error.instance!r}"
-    if kw == "type":
-        return f"expected {'an' if str(v)[0] in 'aeiou' else 'a'} {v}, got {type(error.instance).__name__} {error.instance!r}"
+    if kw == "type":  # `type: [number, "null"]`: "a number or null"
+        kinds = " or ".join(k if k == "null" else f"{'an' if k[0] in 'aeiou' else 'a'} {k}"
+                            for k in _types(schema))
+        return f"expected {kinds}, got {type(error.instance).__name__} {error.instance!r}"
     if kw in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kw]
-        kind = "an integer" if schema.get("type") == "integer" else "a number"
-        return f"expected {kind} {op} {v}, got {error.instance!r}"
+        kind = "an integer" if "integer" in _types(schema) else "a number"
+        return f"expected {kind} {op} {v}{' or null' if 'null' in _types(schema) else ''}, got {error.instance!r}"
     if kw == "minItems":
         return f"expected a list with at least {v} item(s), got {error.instance!r}"
     if kw == "minLength":

@@ -153,6 +153,10 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     `params.max_new_tokens`; before the KL/entropy pass it is shut down and its GPU memory
     returned, and that pass runs on the GPU when there is one.
     """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"evaluate_weights: k: expected an integer >= 1, got {k!r}")
+    if not problems:
+        raise ValueError(f"evaluate_weights: problems: expected at least one problem, got {problems!r}")
     import torch
 
     from fastslow.memory import release_gpu_memory

@@ -20,14 +20,20 @@ experiment/variant labels, with the earlier run's id. A method is data:
 from __future__ import annotations
 
 import copy
+import logging
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+log = logging.getLogger(__name__)
 METHODS = ("rl", "fst", "gepa", "fst_distill")
 TRAINS = {"rl": True, "fst": True, "gepa": False, "fst_distill": True}
 FAST = {"rl": False, "fst": True, "gepa": True, "fst_distill": True}
 _SAFE = re.compile(r"^[A-Za-z0-9_]+$")
+#: Cycles of a `tasks` experiment's runs and per task of a `sequence` experiment's run, when left
+#: out. Not schema defaults: filled into every experiment, each would be the other kind's key,
+#: which `expand` refuses (the kind of experiment that does not read it ignored it).
+CYCLES, CYCLES_PER_STAGE = 4, 2
 #: What a method's cycle reads of a section it has no use for (`fastslow.cycle.run_cycle`): its
 #: cycle job's params keep only these keys of it (`RunSpec.cycle_params`), so a setting the cycle
 #: never reads retrains nothing. rl has no fast round: of `fast` it reads pool_size alone (always 1,
@@ -189,11 +195,24 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                        f"by their task, so list each task once")
         if seq is None and not exp.get("tasks"):
             raise _err(f"{where}.tasks: expected a non-empty list of tasks (or a 'sequence'), got {exp.get('tasks')!r}")
+        # keys the other kind of experiment reads: left there, they were silently ignored
+        if seq is not None and exp.get("tasks"):
+            raise _err(f"{where}.tasks: {exp['tasks']} beside sequence {seq}; an experiment is one run per "
+                       f"task (tasks) or one continual run (sequence): keep one")
+        if seq is None and "cycles_per_stage" in exp:
+            raise _err(f"{where}.cycles_per_stage: {exp['cycles_per_stage']!r} without a 'sequence' (cycles per "
+                       f"task of a continual run); a 'tasks' experiment's runs take 'cycles'")
+        if seq is not None and "cycles" in exp:
+            raise _err(f"{where}.cycles: {exp['cycles']!r} with a 'sequence', whose run takes "
+                       f"'cycles_per_stage' cycles per task; set that instead")
+
+        # a variant's `cycles` replaces it (in a sequence experiment: cycles per stage)
+        own_cycles = exp.get("cycles", CYCLES) if seq is None else exp.get("cycles_per_stage", CYCLES_PER_STAGE)
 
         def schedules(cycles: int | None) -> list[tuple[str, ...]]:
             if seq is not None:  # noqa: B023 - evaluated within this iteration
-                return [tuple(t for t in seq for _ in range(cycles or exp["cycles_per_stage"]))]  # noqa: B023
-            return [(t,) * (cycles or exp["cycles"]) for t in exp["tasks"]]  # noqa: B023
+                return [tuple(t for t in seq for _ in range(cycles or own_cycles))]  # noqa: B023
+            return [(t,) * (cycles or own_cycles) for t in exp["tasks"]]  # noqa: B023
 
         eval_tasks = tuple(dict.fromkeys(seq)) if seq is not None else ()
         inits: list[str | None] = [None]
@@ -259,6 +278,33 @@ def check_experiments(config: dict[str, Any]) -> None:
             where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
     _check_fast_budgets(runs, config)
+    _warn_short_warmup(runs, config)
+
+
+def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
+    """A config warning (not an error: a short test run may mean it) for the training runs whose
+    slow.warmup_steps W are at least their RL steps, cycles x slow.steps_per_cycle: the lr scheduler
+    (HF `constant_with_warmup`, carried over a run's cycles) trains step s < W at lr x s/W, so
+    their learning rate never reaches slow.lr. One line per experiment and step count, naming its
+    variants but the default; a shared run's warning is the earlier run's."""
+    short: dict[tuple[Any, ...], list[str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for run in runs.values():
+        if not run.trains or run.shared or (run.experiment, run.variant) in seen:
+            continue
+        seen.add((run.experiment, run.variant))  # the cycle count and slow section are the variant's
+        slow = run.settings(config)["slow"]
+        if slow["warmup_steps"] >= run.cycles * slow["steps_per_cycle"]:
+            key = (run.experiment, slow["warmup_steps"], run.cycles, slow["steps_per_cycle"], slow["lr"])
+            short.setdefault(key, []).append(run.variant)
+    for (experiment, warmup, cycles, steps, lr), variants in short.items():
+        named = [v for v in variants if v != "default"]
+        where = f"experiments.{experiment}" + (f" (variant{'s' if len(named) > 1 else ''} {', '.join(named)})"
+                                               if named else "")
+        log.warning("config warning: %s: slow.warmup_steps %d >= its runs' %d RL steps (%d cycle%s x %d "
+                    "slow.steps_per_cycle): their learning rate never reaches slow.lr %s (step s < %d trains "
+                    "at lr x s/%d)", where, warmup, cycles * steps, cycles, "s" if cycles > 1 else "", steps,
+                    lr, warmup, warmup)
 
 
 def _check_fast_budgets(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:

@@ -95,9 +95,13 @@ class Pool:
     @classmethod
     def seed(cls, texts: str | Sequence[str], k: int) -> Pool:
         """The initial pool: the given seed context(s), deduplicated."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"Pool.seed: k: expected an integer >= 1, got {k!r}")
         texts = [texts] if isinstance(texts, str) else list(texts)
         seen: dict[str, PoolEntry] = {}
         for t in texts:
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError(f"Pool.seed: texts: expected non-empty contexts, got {t!r}")
             e = PoolEntry(text=t)
             seen.setdefault(e.hash, e)
         if not seen:

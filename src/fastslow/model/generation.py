@@ -18,11 +18,14 @@ import copy
 import functools
 import hashlib
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from fastslow.config import is_number
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,18 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(f"SamplingParams.{name}: expected {expected}, got {getattr(self, name)!r}")
+
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
+                or self.max_new_tokens < 1:
+            raise bad("max_new_tokens", "an integer >= 1")
+        if not (is_number(self.temperature) and 0 <= self.temperature < math.inf):
+            raise bad("temperature", "a finite number >= 0 (0: greedy)")
+        if not (is_number(self.top_p) and 0 < self.top_p <= 1):
+            raise bad("top_p", "a number in (0, 1]")
 
 
 @dataclass(frozen=True)
