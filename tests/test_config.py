@@ -977,3 +977,30 @@ def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
     sections = ("model", "generation", "seed_context", "slow", "fast")
     assert repr(job_params(shuffled, sections)) == repr(job_params(cfg, sections))
     assert job_params(cfg, sections) == {k: cfg[k] for k in sections}
+
+
+def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path, monkeypatch):
+    """data.options.<task>: each option (or list item) that names an existing file, relative to
+    the working directory, is a task_data param by its sha256, in sorted order; other values
+    (a word, a number, a missing path, a directory) are not. Only the option's text was."""
+    from fastslow.config import file_sha256, option_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "words.txt").write_text("apple pear\n")
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists/extra.txt").write_text("fig\n")
+    options = {"words_file": "words.txt", "mode": "hard", "rel_tol": 0.1, "missing": "gone.txt", "folder": "lists",
+               "more": ["lists/extra.txt", "plum"], "aaa": {"inner": "words.txt"}}
+    cfg = {"data": {"options": {"mytask": options, "other": {}}}}
+    files = option_files(cfg, "mytask")
+    assert list(files) == ["aaa.inner", "more[0]", "words_file"]
+    assert files["words_file"] == file_sha256("words.txt") == files["aaa.inner"]
+    assert files["more[0]"] == file_sha256("lists/extra.txt")
+    assert option_files(cfg, "other") == {} == option_files(cfg, "math")
+    (tmp_path / "words.txt").write_text("kiwi lime plum\n")  # an edit: another digest, one a dry run sees
+    assert option_files(cfg, "mytask")["words_file"] != files["words_file"]
+    assert option_files(cfg, "mytask")["more[0]"] == files["more[0]"]
+    # the shipped configs name no file in their options: the param is {} for their tasks
+    shipped = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
+    monkeypatch.chdir(ROOT)
+    assert all(option_files(shipped, task) == {} for task in shipped["data"]["options"])
