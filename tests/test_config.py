@@ -534,25 +534,27 @@ def test_a_validated_config_is_valid_again():
     assert validate_config(copy.deepcopy(cfg)) == cfg
 
 
-def test_a_warmup_as_long_as_a_run_is_a_config_warning(caplog):
-    """slow.warmup_steps W >= a run's cycles x T RL steps: its lr never reached slow.lr, silently
-    (step s < W trains at lr x s/W). A warning, not an error; gepa (radar) trains nothing."""
+def test_a_warmup_longer_than_a_run_is_a_config_warning(caplog):
+    """slow.warmup_steps W > a run's cycles x T RL steps: its lr never came near slow.lr, silently
+    (step s < W trains at lr x s/W). A warning, not an error; gepa (radar) trains nothing; W equal
+    to the steps (the smoke config's) is not warned about."""
     caplog.set_level("WARNING", logger="fastslow.experiments")
     load_config(ROOT / "config" / "config.yaml")
+    load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
     assert not caplog.records
     load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {
         "radar": {"overrides": {"slow": {"warmup_steps": 50}}},
         "plasticity": {"overrides": {"slow": {"warmup_steps": 7}}},
-        "ablations": {"overrides": {"slow": {"warmup_steps": 3}}}}})
+        "ablations": {"overrides": {"slow": {"warmup_steps": 4}}}}})
     assert [r.getMessage() for r in caplog.records] == [
-        "config warning: experiments.plasticity: slow.warmup_steps 7 >= its runs' 6 RL steps (2 cycles x 3 "
+        "config warning: experiments.plasticity: slow.warmup_steps 7 > its runs' 6 RL steps (2 cycles x 3 "
         "slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 7 trains at lr x s/7)",
         "config warning: experiments.ablations (variants k1, k4, k2_prompt_baseline, full_gepa): "
-        "slow.warmup_steps 3 >= its runs' 3 RL steps (1 cycle x 3 slow.steps_per_cycle): their learning rate "
-        "never reaches slow.lr 1e-05 (step s < 3 trains at lr x s/3)",
-        "config warning: experiments.ablations (variant t1): slow.warmup_steps 3 >= its runs' 3 RL steps "
-        "(3 cycles x 1 slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 3 "
-        "trains at lr x s/3)"]
+        "slow.warmup_steps 4 > its runs' 3 RL steps (1 cycle x 3 slow.steps_per_cycle): their learning rate "
+        "never reaches slow.lr 1e-05 (step s < 4 trains at lr x s/4)",
+        "config warning: experiments.ablations (variant t1): slow.warmup_steps 4 > its runs' 3 RL steps "
+        "(3 cycles x 1 slow.steps_per_cycle): their learning rate never reaches slow.lr 1e-05 (step s < 4 "
+        "trains at lr x s/4)"]
 
 
 def test_every_stage_end_of_a_continual_run_is_evaluated():
@@ -1032,3 +1034,30 @@ def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
     sections = ("model", "generation", "seed_context", "slow", "fast")
     assert repr(job_params(shuffled, sections)) == repr(job_params(cfg, sections))
     assert job_params(cfg, sections) == {k: cfg[k] for k in sections}
+
+
+def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path, monkeypatch):
+    """data.options.<task>: each option (or list item) that names an existing file, relative to
+    the working directory, is a task_data param by its sha256, in sorted order; other values
+    (a word, a number, a missing path, a directory) are not. Only the option's text was."""
+    from fastslow.config import file_sha256, option_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "words.txt").write_text("apple pear\n")
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists/extra.txt").write_text("fig\n")
+    options = {"words_file": "words.txt", "mode": "hard", "rel_tol": 0.1, "missing": "gone.txt", "folder": "lists",
+               "more": ["lists/extra.txt", "plum"], "aaa": {"inner": "words.txt"}}
+    cfg = {"data": {"options": {"mytask": options, "other": {}}}}
+    files = option_files(cfg, "mytask")
+    assert list(files) == ["aaa.inner", "more[0]", "words_file"]
+    assert files["words_file"] == file_sha256("words.txt") == files["aaa.inner"]
+    assert files["more[0]"] == file_sha256("lists/extra.txt")
+    assert option_files(cfg, "other") == {} == option_files(cfg, "math")
+    (tmp_path / "words.txt").write_text("kiwi lime plum\n")  # an edit: another digest, one a dry run sees
+    assert option_files(cfg, "mytask")["words_file"] != files["words_file"]
+    assert option_files(cfg, "mytask")["more[0]"] == files["more[0]"]
+    # the shipped configs name no file in their options: the param is {} for their tasks
+    shipped = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
+    monkeypatch.chdir(ROOT)
+    assert all(option_files(shipped, task) == {} for task in shipped["data"]["options"])

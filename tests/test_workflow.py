@@ -150,6 +150,58 @@ def test_a_local_base_model_saved_again_in_place_is_prepared_again(tiny_model_di
     assert "rule base_model:" in again.stdout and "Params have changed" in again.stdout, again.stdout[-3000:]
 
 
+_WORDS_TASK = """
+from pathlib import Path
+
+from fastslow.tasks.base import ANSWER_FORMAT, Judgement, extract_answer
+from fastslow.tasks.generated import Candidate, GeneratedTask
+
+
+class WordsTask(GeneratedTask):
+    family = "words"
+
+    def __init__(self, name=None, difficulty="default", words_file: str = "words.txt") -> None:
+        super().__init__(name, difficulty)
+        self.words = Path(words_file).read_text().split()
+
+    def candidate(self, rng, index, split, seed, attempt):
+        word, n = rng.choice(self.words), rng.randrange(1000)
+        return Candidate(f"Write {word} {n}. {ANSWER_FORMAT}", f"{word}{n}", {}, key=f"{word}{n}")
+
+    def judge(self, problem, completion):
+        given = extract_answer(completion)
+        return Judgement(float(given == problem.answer), problem.answer, given)
+"""
+
+
+@pytest.mark.workflow
+def test_an_edit_of_a_file_a_tasks_option_names_remakes_its_splits(tmp_path):
+    """A Python task of the user's whose generator reads a file an option names
+    (data.options.words.words_file): an edit of that file re-plans the task's splits (its sha256
+    is a param of task_data). Only the option's text was: `-n` said nothing to be done."""
+    work = workflow_copy(tmp_path)  # with a copy of the package, the task registered in it
+    src = work / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "fastslow/tasks/words.py").write_text(_WORDS_TASK)
+    registry = src / "fastslow/tasks/__init__.py"
+    registry.write_text(registry.read_text().replace(
+        '    "codeio": (', '    "words": ("fastslow.tasks.words", "WordsTask", ("default",)),\n    "codeio": (', 1))
+    words = work / "words.txt"
+    words.write_text("apple pear plum fig\n")
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    args = ["results/data/words/train.parquet", *SMOKE, "--config", "data={options: {words: {words_file: words.txt}}}",
+            "--directory", str(work), "--snakefile", str(work / "Snakefile")]
+    built = snakemake("--cores", "1", *args, env=env, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert set(pl.read_parquet(work / "results/data/words/train.parquet")["answer"].str.extract(r"^([a-z]+)")) \
+        <= {"apple", "pear", "plum", "fig"}
+    assert "Nothing to be done" in snakemake("-n", *args, env=env, timeout=120).stdout
+    words.write_text("kiwi lime\n")
+    again = snakemake("-n", *args, env=env, timeout=120)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "rule task_data:" in again.stdout and "Params have changed" in again.stdout, again.stdout[-3000:]
+
+
 def readme_columns() -> dict[str, set[str]]:
     """The README's "What the tables hold" rows: file -> the columns (or keys) it names."""
     text = (ROOT / "README.md").read_text()

@@ -654,6 +654,30 @@ def own_task_params(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return canonical({**own, "sha256": file_sha256(own["path"])})
 
 
+def option_files(config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """The `task_data` params of the files task `name`'s options name: {option: sha256} for each
+    option under data.options.<name> whose value is a string naming an existing file (relative to
+    the working directory, as the task opens it), keys sorted. An edit of a file a generator reads
+    (a `words_file`) makes the task's splits out of date, as a changed option does; a string that
+    names no file (a word, a missing path) is left out. Items of a list option are `option[i]`."""
+    found: dict[str, str] = {}
+
+    def visit(key: str, value: Any) -> None:
+        if isinstance(value, str):
+            if os.path.isfile(value):
+                found[key] = file_sha256(value)
+        elif isinstance(value, Mapping):
+            for k in value:
+                visit(f"{key}.{k}", value[k])
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                visit(f"{key}[{i}]", v)
+
+    for option, value in (config["data"].get("options", {}).get(name) or {}).items():
+        visit(str(option), value)
+    return {k: found[k] for k in sorted(found)}
+
+
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's bytes, read in 1 MiB blocks; cached per (path, size, mtime)."""
     st = Path(path).stat()

@@ -283,7 +283,7 @@ def check_experiments(config: dict[str, Any]) -> None:
 
 def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
     """A config warning (not an error: a short test run may mean it) for the training runs whose
-    slow.warmup_steps W are at least their RL steps, cycles x slow.steps_per_cycle: the lr scheduler
+    slow.warmup_steps W exceed their RL steps, cycles x slow.steps_per_cycle: the lr scheduler
     (HF `constant_with_warmup`, carried over a run's cycles) trains step s < W at lr x s/W, so
     their learning rate never reaches slow.lr. One line per experiment and step count, naming its
     variants but the default; a shared run's warning is the earlier run's."""
@@ -294,14 +294,14 @@ def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None
             continue
         seen.add((run.experiment, run.variant))  # the cycle count and slow section are the variant's
         slow = run.settings(config)["slow"]
-        if slow["warmup_steps"] >= run.cycles * slow["steps_per_cycle"]:
+        if slow["warmup_steps"] > run.cycles * slow["steps_per_cycle"]:
             key = (run.experiment, slow["warmup_steps"], run.cycles, slow["steps_per_cycle"], slow["lr"])
             short.setdefault(key, []).append(run.variant)
     for (experiment, warmup, cycles, steps, lr), variants in short.items():
         named = [v for v in variants if v != "default"]
         where = f"experiments.{experiment}" + (f" (variant{'s' if len(named) > 1 else ''} {', '.join(named)})"
                                                if named else "")
-        log.warning("config warning: %s: slow.warmup_steps %d >= its runs' %d RL steps (%d cycle%s x %d "
+        log.warning("config warning: %s: slow.warmup_steps %d > its runs' %d RL steps (%d cycle%s x %d "
                     "slow.steps_per_cycle): their learning rate never reaches slow.lr %s (step s < %d trains "
                     "at lr x s/%d)", where, warmup, cycles * steps, cycles, "s" if cycles > 1 else "", steps,
                     lr, warmup, warmup)

@@ -39,6 +39,8 @@ rule task_data:
         sizes=canonical(config["data"]["sizes"]),
         hf_dataset=lambda wc: canonical(config["data"]["hf_datasets"].get(wc.task, {})),
         own=lambda wc: own_task_params(config, wc.task),
+        # the content (sha256) of each file an option names (a generator's `words_file`)
+        option_files=lambda wc: option_files(config, wc.task),
     output:
         **{split: data_file("{task}", split) for split in SPLITS},
     log:
