@@ -1039,13 +1039,15 @@ def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
 def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path, monkeypatch):
     """data.options.<task>: each option (or list item) that names an existing file, relative to
     the working directory, is a task_data param by its sha256, in sorted order; other values
-    (a word, a number, a missing path, a directory) are not. Only the option's text was."""
+    (a word, even one a file is named after, a number, a missing path, a directory) are not.
+    Only the option's text was."""
     from fastslow.config import file_sha256, option_files
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "words.txt").write_text("apple pear\n")
     (tmp_path / "lists").mkdir()
     (tmp_path / "lists/extra.txt").write_text("fig\n")
+    (tmp_path / "hard").write_text("a file that happens to be named like a bare option word\n")
     options = {"words_file": "words.txt", "mode": "hard", "rel_tol": 0.1, "missing": "gone.txt", "folder": "lists",
                "more": ["lists/extra.txt", "plum"], "aaa": {"inner": "words.txt"}}
     cfg = {"data": {"options": {"mytask": options, "other": {}}}}
@@ -1061,3 +1063,27 @@ def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path
     shipped = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
     monkeypatch.chdir(ROOT)
     assert all(option_files(shipped, task) == {} for task in shipped["data"]["options"])
+
+
+def test_experiments_follow_the_default_configs_order_and_init_sources_come_first():
+    """Snakemake merges `--configfile overlay.yaml` alone with the overlay's keys first: the
+    experiments are put back in config/config.yaml's order (which decides shared runs and where
+    an init may point), and an experiment an init names goes before the one naming it, so a
+    default experiment can start from an overlay's own."""
+    import copy
+
+    from fastslow.config import follow_order, validate_config
+
+    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    overlay = {"experiments": {"mine": {"tasks": ["math"], "methods": ["rl"], "cycles": 1},
+                               "plasticity": {"init": {"experiment": "mine", "tasks": ["math"], "methods": ["rl"]}},
+                               "reuse": {"seeds": [0]}}}
+    merged = copy.deepcopy(overlay)  # as Snakemake merges an overlay given alone: its keys first
+    for name, exp in default["experiments"].items():
+        merged["experiments"][name] = {**exp, **merged["experiments"].get(name, {})}
+    merged.update({k: v for k, v in default.items() if k != "experiments"})
+    follow_order(merged, default)
+    names = list(merged["experiments"])
+    assert names.index("mine") < names.index("plasticity")
+    assert [n for n in names if n != "mine"] == list(default["experiments"])
+    validate_config(merged)  # "'mine' is defined after 'plasticity'" before

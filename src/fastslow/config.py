@@ -631,7 +631,8 @@ def follow_order(config: dict[str, Any], reference: Mapping[str, Any]) -> None:
     config file's), the ones it lacks after them in their own order, in place. Snakemake merges
     `--configfile overlay.yaml` alone with the overlay's keys first, and an experiment's order
     matters: a run reads an *earlier* experiment's identical run's files, and `init` needs its
-    source experiment earlier (`fastslow.experiments.expand`)."""
+    source experiment earlier (`fastslow.experiments.expand`), so an experiment an `init` names
+    comes before the one naming it (an overlay's own, named by a default experiment's init)."""
     def reorder(mapping: dict[str, Any], ref: Any) -> dict[str, Any]:
         first = [k for k in (ref if isinstance(ref, Mapping) else {}) if k in mapping]
         return {k: mapping[k] for k in first + [k for k in mapping if k not in first]}
@@ -639,7 +640,19 @@ def follow_order(config: dict[str, Any], reference: Mapping[str, Any]) -> None:
     experiments, ref = config.get("experiments"), reference.get("experiments") or {}
     if not isinstance(experiments, dict):
         return
-    config["experiments"] = reorder(experiments, ref)
+    ordered, placed = reorder(experiments, ref), {}
+
+    def place(name: str, seen: tuple[str, ...] = ()) -> None:  # an init's source before its user
+        if name in placed or name in seen or name not in ordered:
+            return
+        init = ordered[name].get("init") if isinstance(ordered[name], dict) else None
+        if isinstance(init, Mapping) and isinstance(init.get("experiment"), str):
+            place(init["experiment"], (*seen, name))
+        placed[name] = ordered[name]
+
+    for name in ordered:
+        place(name)
+    config["experiments"] = placed
     for name, exp in config["experiments"].items():
         if isinstance(exp, dict) and isinstance(exp.get("variants"), dict):
             exp["variants"] = reorder(exp["variants"], (ref.get(name) or {}).get("variants"))
@@ -656,15 +669,17 @@ def own_task_params(config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 def option_files(config: Mapping[str, Any], name: str) -> dict[str, str]:
     """The `task_data` params of the files task `name`'s options name: {option: sha256} for each
-    option under data.options.<name> whose value is a string naming an existing file (relative to
-    the working directory, as the task opens it), keys sorted. An edit of a file a generator reads
-    (a `words_file`) makes the task's splits out of date, as a changed option does; a string that
-    names no file (a word, a missing path) is left out. Items of a list option are `option[i]`."""
+    option under data.options.<name> whose value is a path (with a `/` or a file extension) to an
+    existing file (relative to the working directory, as the task opens it), keys sorted. An edit
+    of a file a generator reads (a `words_file`) makes the task's splits out of date, as a changed
+    option does; a string that names no file (a missing path) is left out, and so is a bare word
+    (`mode: hard`) even where a file of that name happens to exist. Items of a list option are
+    `option[i]`."""
     found: dict[str, str] = {}
 
     def visit(key: str, value: Any) -> None:
         if isinstance(value, str):
-            if os.path.isfile(value):
+            if ("/" in value or os.sep in value or Path(value).suffix) and os.path.isfile(value):
                 found[key] = file_sha256(value)
         elif isinstance(value, Mapping):
             for k in value:

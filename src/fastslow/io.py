@@ -122,7 +122,8 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     refuses another: a job left running by a killed Snakemake (`--unlock`, then a rerun started
     a second copy of it, and the two wrote each other's temporaries). On a file system without
     locks (Lustre without its `flock` mount option; NFS mounted `nolock` locks within one node
-    only) the block runs unlocked, with a warning. The lock's file is removed when the block ends."""
+    only) the block runs unlocked, with a warning, and its file stays. Locked, the file is removed when
+    the block ends."""
     import fcntl
     import socket
 
