@@ -125,7 +125,8 @@ EFFICIENCY_TASKS = ("codeio", "math", "hover_hard")
 def _panel_tasks(df: pl.DataFrame, wanted: tuple[str, ...] | list[str]) -> list[str]:
     """The tasks of `wanted` the table has, in that order; all of the table's when it has none
     of them (a config of one's own tasks)."""
-    return [t for t in wanted if t in _tasks(df)] or _tasks(df)
+    have = _tasks(df)
+    return [t for t in wanted if t in have] or have
 
 
 def _missing_methods(present: Any, methods: tuple[str, ...] = ("rl", "fst")) -> str:
@@ -234,9 +235,15 @@ def radar_values(last: pl.DataFrame, init: str, metric: str, axes_tasks: list[st
             [t for t, v in means.items() if v is None])
 
 
+def _init_method(init: str) -> str:
+    """The method of a radar's starting point: "base", or the method of the run whose weights it
+    is ("<experiment>/<method>/<run>")."""
+    return "base" if init == "base" else init.split("/")[1]
+
+
 def _init_rank(init: str) -> tuple[int, str]:
     """A radar's starting points in the caption's order: Base, RL, FST, then any other."""
-    method = "base" if init == "base" else init.split("/")[1]
+    method = _init_method(init)
     order = ("base", "rl", "fst")
     return (order.index(method) if method in order else len(order), init)
 
@@ -254,7 +261,7 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
         for init in sorted(last["init"].unique().to_list(), key=_init_rank):  # the caption's order
             vals, missing = radar_values(last, init, metric, axes_tasks)
             drawn += vals
-            method = "base" if init == "base" else init.split("/")[1]
+            method = _init_method(init)
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
                     label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)

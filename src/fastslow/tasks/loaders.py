@@ -1,10 +1,11 @@
 """Real datasets behind the `Task` protocol: a user's own file, or a Hugging Face dataset.
 
 `LocalFileTask` / `load_task_file(path)` read Parquet or JSONL with columns id, prompt, answer
-and optional metadata / split (no others). `HFDatasetTask` loads a Hugging Face dataset id, at an
-optional `revision` (or a packaged builder such as "parquet" with `data_files`), and maps its
-columns onto ours; `datasets` is imported only when problems are first requested. Both validate every row
-and raise a one-line `ValueError` naming the file (or dataset), the row and the reason.
+and optional metadata / split (no others but an ignored `task`). `HFDatasetTask` loads a Hugging
+Face dataset id, at an optional `revision` (or a packaged builder such as "parquet" with
+`data_files`), and maps its columns onto ours; `datasets` is imported only when problems are
+first requested. Both validate every row and raise a one-line `ValueError` naming the file (or
+dataset), the row and the reason.
 
 Splits: a file's `split` column, an explicit HF split per our split, or — when one source split
 serves several of ours — a hash partition of the row ids (stable, disjoint, no seed involved).
