@@ -404,6 +404,7 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
     assert run.data.params["fast.pool_size"] == "4" and run.data.params["run.variant"] == "k4"
     assert not [k for k in run.data.params if k.startswith("experiments.")]
     assert (run.data.tags["fastslow.run"], run.data.tags["fastslow.variant"]) == ("ablations/fst/math-k4-s0", "k4")
+    assert run.data.tags["fastslow.versions"].startswith("torch==")  # every job: its libraries' versions
     with pytest.raises(ValueError, match="snakemake_job of run 'ablations/fst/math-k4-s0' was given run "
                                          "'ablations/fst/math-k1-s0'"), \
             snakemake_job(job(wildcards), run=runs["ablations/fst/math-k1-s0"]):
@@ -510,3 +511,55 @@ def test_a_job_log_holds_library_warnings_but_not_trls_deprecated_attribute(tmp_
     logged = log.read_text()
     assert "a library's own warning" in logged
     assert "is_gradient_checkpointing" not in logged
+
+
+def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
+    """`slow.bf16: auto` is resolved per machine (bf16 autocast where native, else fp32), but the
+    params and MLflow say "auto": two machines ran the same params, nothing reran, and no record
+    said which trained in bf16. The cycle now tags its MLflow run with the resolved value and
+    writes it, with torch's threads, into cycle.json."""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.slow.config import native_bf16_available
+
+    class Tags:
+        run_id = "r1"
+
+        def __init__(self) -> None:
+            self.tags: dict[str, str] = {}
+
+        def set_tags(self, tags):
+            self.tags.update(tags)
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    spec = RunSpec(experiment="e", method="rl", name="math-default-s0", schedule=("math", "math"), seed=0)
+    for cycle, bf16 in enumerate(("auto", False)):
+        config["slow"]["bf16"] = bf16
+        tracker = Tags()
+        run_cycle(spec, config, cycle, tmp_path / "init", tmp_path / f"cycle{cycle - 1}" if cycle else None,
+                  train, tmp_path / f"cycle{cycle}", tracker=tracker)
+        expected = native_bf16_available() if bf16 == "auto" else False
+        summary = json.loads((tmp_path / f"cycle{cycle}" / "cycle.json").read_text())
+        assert summary["bf16_training"] is expected
+        assert tracker.tags["fastslow.bf16_training"] == str(expected).lower()
+        import torch
+
+        assert summary["torch_threads"] == torch.get_num_threads() >= 1
+
+
+def test_the_libraries_versions_a_job_is_tagged_with():
+    """The versions of the libraries that decide a job's numbers (code digests cover fastslow only;
+    every job's MLflow run is tagged with them, test_a_runs_jobs_log_its_own_settings)."""
+    from importlib.metadata import version
+
+    from fastslow.jobs import library_versions
+
+    tagged = dict(item.split("==") for item in library_versions().split())
+    assert tagged["torch"] == version("torch") and tagged["trl"] == version("trl")
+    assert {"transformers", "gepa", "reasoning-gym"} <= set(tagged)
+    assert "vllm" not in tagged or tagged["vllm"] == version("vllm")  # only what is installed

@@ -246,6 +246,9 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
         assert pl.read_parquet(smoke_workdir / f"results/data/math/{split}.parquet").height > 0
     samples = pl.read_parquet(smoke_workdir / "results/eval/base/math.samples.parquet")
     assert samples.height == 4 * 2
+    # a run's evaluation samples' columns (run and point too), so one glob reads both kinds
+    assert set(samples.columns) == readme_columns()["eval/<point>/<task>.samples.parquet"] | {"run"}
+    assert (set(samples["run"]), set(samples["point"])) == ({"base"}, {"init"})
     log = (smoke_workdir / "results/logs/base_eval_table.log").read_text()
     assert "mean_at_k" in log and "hover" in log
     info = json.loads((smoke_workdir / "results/mlflow/experiment.json").read_text())

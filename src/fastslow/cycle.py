@@ -90,6 +90,12 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus)
 
 
+def _torch_threads() -> int | None:
+    """torch's intra-op threads in this process (None where torch was never imported)."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
+
+
 def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
                prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any, gpus: int) -> dict[str, Any]:
     from fastslow.fast import FastConfig, Pool, RolloutCache, run_round
@@ -109,6 +115,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
 
         slow_cfg = SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed})
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
+        if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
+            tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
         if processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
             from fastslow.slow.trainer import per_rank_batches
 
@@ -244,6 +252,9 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                "global_step": (cycle + 1) * steps, "weights": str(weights_of(spec, out_dir, init_model)),
                "pool_best": pool.entries[0].id, "seconds": time.perf_counter() - started,
                "mlflow_run_id": getattr(tracker, "run_id", None),  # the cycle job's run (None untracked)
+               # how this machine computed it: `slow.bf16: auto` resolved (None: no training), threads
+               "bf16_training": slow_cfg.bf16 if slow_cfg is not None else None,
+               "torch_threads": _torch_threads(),
                "slow_reward_mean": (sum(m["reward_mean"] for m in slow_metrics) / len(slow_metrics)
                                     if slow_metrics and "reward_mean" in slow_metrics[0] else None)}
     write_json(summary, out_dir / CYCLE_FILE)

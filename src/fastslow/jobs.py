@@ -24,6 +24,9 @@ from fastslow.tracking import JobTracker, job_run
 
 RUN_WILDCARDS = ("experiment", "method", "run")
 
+#: The libraries whose versions decide a job's numbers, tagged on its MLflow run (`fastslow.versions`).
+VERSIONED_LIBRARIES = ("torch", "transformers", "trl", "gepa", "vllm", "reasoning-gym")
+
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -90,12 +93,26 @@ def run_settings(run: Any, config: dict[str, Any]) -> tuple[dict[str, Any], dict
     return settings, {"fastslow.variant": run.variant}
 
 
+def library_versions() -> str:
+    """The installed versions of `VERSIONED_LIBRARIES` (those installed), e.g. `torch==2.13.0
+    transformers==5.23.0 ...`: two machines run the same params and code digests, so nothing
+    reruns, yet a library's version can change what they compute."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in VERSIONED_LIBRARIES:
+        with contextlib.suppress(PackageNotFoundError):
+            found.append(f"{name}=={version(name)}")
+    return " ".join(found)
+
+
 @contextlib.contextmanager
 def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Iterator[JobTracker]:
     """Logging + an MLflow child run for the job described by the `snakemake` object. A job of one
     run (wildcards experiment, method and run) is tagged with it (`fastslow.run`, `fastslow.method`);
     given that run's `RunSpec` as `run`, it logs the run's settings (`run_settings`), else the
-    global config (final_weights, which only links files)."""
+    global config (final_weights, which only links files). Every job is tagged with its libraries'
+    versions (`library_versions`) and its threads."""
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
     setup_logging(smk.log[0] if len(smk.log) else None, job_label(smk.rule, wildcards))
     config, tags = dict(smk.config), {}
@@ -107,6 +124,9 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
             raise ValueError(f"snakemake_job of run {tags['fastslow.run']!r} was given run {run.key!r}")
         config, run_tags = run_settings(run, smk.config)
         tags.update(run_tags)
+    tags["fastslow.versions"] = library_versions()
+    if getattr(smk, "threads", None) is not None:
+        tags["fastslow.threads"] = str(smk.threads)
     params = dict(smk.params.items())
     for name in ("code", "task_code"):  # the library's digest and its task's (fastslow.provenance)
         if params.get(name):

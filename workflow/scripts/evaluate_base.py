@@ -22,7 +22,8 @@ with snakemake_job(smk, parent="foundation") as tracker:
                                      ev["k"], params, **evaluation_options(cfg))
     summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary,
                **run_ids(tracker)}
-    write_parquet([{"task": task_name, **r} for r in rows], smk.output.samples)
+    # the samples table of a run's evaluation (evaluate_point), its run and point the summary's
+    write_parquet([{"run": "base", "point": "init", "task": task_name, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)
     # the names a run's evaluation logs (evaluate_point), at step 0: the initial weights
     tracker.log_metrics({f"eval/{task_name}/{k}": v for k, v in summary.items() if isinstance(v, float)}, step=0)
