@@ -29,6 +29,7 @@ from fastslow.analysis import (
 )
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
+from fastslow.tasks import DIFFICULTIES
 
 log = logging.getLogger("fastslow.figures")
 
@@ -46,6 +47,32 @@ def _line(method: str) -> dict[str, Any]:
 
 # figure → experiments whose curves it reads: in fastslow.layout (the Snakefile needs it
 # without this module's numpy/polars/matplotlib imports).
+
+
+#: The paper's names of the tasks, for what a figure draws only: tables, MLflow metrics and file
+#: names keep the ids. A difficulty variant `<task>_<level>` of a named task is "<name>-<level>"
+#: (hover_hard: HoVer-hard, math_hard: Math-hard); `task_label`.
+TASK_LABELS = {"codeio": "CodeIO", "math": "Math", "hover": "HoVer", "physics": "Physics",
+               "stargraph": "Star graph", "path_star": "Star graph"}  # path_star: reasoning-gym's name
+
+
+def task_label(task: str) -> str:
+    """A task's name in a figure: the paper's (TASK_LABELS, HoVer-hard for hover_hard), else the
+    id unchanged (a researcher's own task)."""
+    if task in TASK_LABELS:
+        return TASK_LABELS[task]
+    family, _, level = task.rpartition("_")
+    return f"{TASK_LABELS[family]}-{level}" if family in TASK_LABELS and level in DIFFICULTIES else task
+
+
+#: Readable names of variants (Fig 10's, Fig 9's bars by name); any other is its name with
+#: spaces for its underscores (`variant_label`). Metric keys keep the names.
+VARIANT_LABELS = {"no_reuse": "no reuse", "reuse": "rollout reuse"}
+
+
+def variant_label(variant: str) -> str:
+    """A variant's name in a figure (VARIANT_LABELS, else its name with spaces for underscores)."""
+    return VARIANT_LABELS.get(variant, variant.replace("_", " "))
 
 
 def _plt():
@@ -212,7 +239,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                 why, _ = steps_to_peak_note(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                             fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
                 txt = why.replace(": ", ":\n", 1) if why else f"steps to RL's peak: {ratio:.1f}×"
-        _note_title(ax, task, txt or _missing_methods(curves))
+        _note_title(ax, task_label(task), txt or _missing_methods(curves))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
         _step_axis(ax)
         _reward_axis(ax)
@@ -263,9 +290,10 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
             drawn += vals
             method = _init_method(init)
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
-                    label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
+                    label=f"{LABELS.get(method, method)}→GEPA"
+                    + (f" (none on {', '.join(map(task_label, missing))})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
-        ax.set_xticks(angles, axes_tasks, fontsize=7)
+        ax.set_xticks(angles, [task_label(t) for t in axes_tasks], fontsize=7)
         ax.tick_params(axis="x", pad=6)  # spoke labels clear of the polygons' outline
         if not np.nansum(drawn):  # every polygon is a point at the centre: say so
             ax.text(0, 0, "0 on every axis", ha="center", va="center", fontsize=7, color="#555555")
@@ -326,7 +354,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
             fits.setdefault(task, {})[method] = fit.a
         notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else []) + [_missing_methods(present)]
-        _note_title(ax, task, "; ".join(n for n in notes if n))
+        _note_title(ax, task_label(task), "; ".join(n for n in notes if n))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
         _reward_axis(ax)
@@ -360,7 +388,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
-        _note_title(ax, task, _missing_methods(last.get(task, {})))
+        _note_title(ax, task_label(task), _missing_methods(last.get(task, {})))
         ax.set(xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
@@ -411,7 +439,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
             _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
-        ax.set_title(f"from {src} checkpoints\n→ RL on {target}", fontsize=10)
+        ax.set_title(f"from {task_label(src)} checkpoints\n→ RL on {task_label(target)}", fontsize=10)
         _step_axis(ax)
     for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
@@ -501,17 +529,17 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=STAGE_COLORS[i % len(STAGE_COLORS)],
                      ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=3,
-                     label=f"{LABELS[method]}: {task}")
+                     label=f"{LABELS[method]}: {task_label(task)}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
         _step_axis(a)
         for task, step in starts.items():
             if step > 0:
                 a.axvline(step, color="#bbbbbb", lw=0.8)
-            a.text(step, 1.02, task, transform=a.get_xaxis_transform(), fontsize=8)
+            a.text(step, 1.02, task_label(task), transform=a.get_xaxis_transform(), fontsize=8)
     zero = norm.filter(pl.col("peak") <= 0).group_by("train_task").agg(pl.col("step").mean())
     for task, step in zip(zero["train_task"], zero["step"], strict=True):
-        ax.text(step, 0.5, f"{task}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
+        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
                 fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
@@ -522,7 +550,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     _reward_axis(ax2)
     ax.legend(fontsize=8)
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
-    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(stages)}")
+    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(map(task_label, stages))}")
     # one method's curve divided by its own peak reaches 1.0 on every stage by construction
     _footnote(fig, [df], "" if len(methods) != 1 else
               f"Only {LABELS.get(methods[0], methods[0])} runs: each stage normalised by that method's own peak.")
@@ -585,7 +613,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
         ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
-    ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
     for a in (ax, ax2):
         _step_axis(a)
@@ -593,7 +621,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     ax.legend(fontsize=8)
     fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
-    _footnote(fig, frames, f"No run on {task}: {', '.join(absent)}." if absent else "")
+    _footnote(fig, frames, f"No run on {task_label(task)}: {', '.join(absent)}." if absent else "")
     _save(fig, out)
     return numbers
 
@@ -729,7 +757,8 @@ def _panel_texts(panels: list[tuple[str, dict[str, Any], list[str]]], reference:
     out = []
     for i, (key, ctx, bars) in enumerate(panels):
         by_name = key in ("variant", "other")
-        ticks = bars if by_name else _panel_labels(key, bars, {b: {**reference, **changes.get(b, {})} for b in bars})
+        ticks = ([variant_label(b) for b in bars] if by_name
+                 else _panel_labels(key, bars, {b: {**reference, **changes.get(b, {})} for b in bars}))
         ticks = [f"{label}*" if b in early else label for b, label in zip(bars, ticks, strict=True)]
         letter = f"({chr(ord('a') + i)}) " if len(panels) > 1 else ""
         if key == "variant":
@@ -815,7 +844,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if not math.isnan(rl):
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
-    fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
+    fig.suptitle(f"Fig 9 — {task_label(task)} ablations (val mean@{k} at step {step})")
     default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
@@ -855,12 +884,14 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     last = {}
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
-        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=COLORS["fst"], ls=styles[i % 4])
+        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=variant_label(v), color=COLORS["fst"],
+                ls=styles[i % 4])
         last[v] = float(c["mean_at_k"][-1])
     per_step = seconds_per_step(df)
     order = [v for v in variants if v in per_step]  # the bars in the legend's order
-    bars = ax2.bar(order, [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75, edgecolor="white",
-                   hatch=[hatches[variants.index(v) % 4] for v in order])
+    bars = ax2.bar(range(len(order)), [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75,
+                   edgecolor="white", hatch=[hatches[variants.index(v) % 4] for v in order])
+    ax2.set_xticks(range(len(order)), [variant_label(v) for v in order])
     ax2.bar_label(bars, fmt="%.2f", fontsize=8)  # the ratio is what the claim reads
     if len(variants) > 1 and no_reward(df["mean_at_k"]):  # the lines lie on each other at 0
         _corner_note(ax, "no reward for any variant:\nthe lines overlap at 0")
@@ -870,7 +901,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax2.set(title="wall time per RL step\n(a cycle job's: loading, fast round, T steps, saving)",
             ylabel="seconds / step")
     ax.legend(fontsize=8)
-    fig.suptitle(f"Fig 10 — rollout reuse on {df['eval_task'][0]}")
+    fig.suptitle(f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
     _footnote(fig, [df])
     _save(fig, out)
     return {"seconds_per_step": per_step, "last": last}
