@@ -1433,6 +1433,47 @@ def test_an_own_tasks_panel_is_titled_by_its_id(tmp_path, saved):
     assert saved[0].axes[0].get_title().split("\n")[0] == "my_task" and list(ratios) == ["my_task"]
 
 
+def _radar_table(inits, tasks):
+    rows = []
+    for init in inits:
+        for task in tasks:
+            rows += [{**r, "run": f"{r['run']}@{init}"} for r in _rows("radar", "gepa", task, [0.1, 0.3], init=init)]
+    return pl.DataFrame(rows).select(CURVE_COLUMNS)
+
+
+def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path, saved, efficiency):
+    """The caption groups the radar's axes by in-distribution, cross-domain and easy→hard; the
+    axes were alphabetical in one colour. The group follows from what the RL/FST starting points
+    were trained on (their run names): math in-distribution, math_hard easy→hard, physics and
+    codeio cross-domain; an own task the registry does not know is in no group."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.legend import Legend
+
+    inits = ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0")
+    fig2({"efficiency": efficiency, "radar": _radar_table(inits, ("codeio", "math", "math_hard", "my_task",
+                                                                  "physics"))}, tmp_path / "fig2.pdf")
+    mean, best = [ax for ax in saved[0].axes if ax.name == "polar"]
+    for ax in (mean, best):
+        ticks = ax.get_xticklabels()
+        assert [t.get_text() for t in ticks] == ["Math", "CodeIO", "Physics", "Math-hard", "my_task"]
+        colours = [to_rgb(t.get_color()) for t in ticks]
+        groups = ["in-distribution", "cross-domain", "cross-domain", "easy→hard"]
+        assert colours[:4] == [to_rgb(figures.RADAR_GROUPS[g]) for g in groups]
+        assert colours[4] == to_rgb("black")
+    (key,) = [a for a in best.get_children() if isinstance(a, Legend) and a is not best.get_legend()]
+    assert [t.get_text() for t in key.get_texts()] == ["in-distribution", "cross-domain", "easy→hard"]
+    assert key.get_title().get_text() == "axes (trained on Math)"
+    assert [t.get_text() for t in best.get_legend().get_texts()] == ["Base→GEPA", "RL→GEPA", "FST→GEPA"]
+    # starting points trained on different tasks (or none but the base model): no group to tell
+    assert figures.radar_axes(_radar_table(("base", "efficiency/rl/math-default-s0",
+                                            "efficiency/fst/physics-default-s0"), ("math", "physics"))) == {
+        "math": None, "physics": None}
+    assert figures.radar_axes(_radar_table(("base",), ("math", "physics"))) == {"math": None, "physics": None}
+    assert figures.radar_group("hover_hard", ("from_efficiency_fst_math-default-s0-hover",)) is None
+    assert figures._init_tasks("radar/fst/from_efficiency_fst_math-default-s0-hover.codeio-k2-s1") == (
+        "hover", "codeio")
+
+
 def test_fig10s_variant_names_are_readable_and_its_metrics_keep_them(tmp_path, saved):
     """Variant names were drawn raw (no_reuse, fst_reuse); the legend and the bars read "no
     reuse", "fst reuse" now, and the metrics keep the names."""

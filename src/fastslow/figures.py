@@ -29,7 +29,7 @@ from fastslow.analysis import (
 )
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
-from fastslow.tasks import DIFFICULTIES
+from fastslow.tasks import DIFFICULTIES, TASK_NAMES
 
 log = logging.getLogger("fastslow.figures")
 
@@ -268,6 +268,58 @@ def _init_method(init: str) -> str:
     return "base" if init == "base" else init.split("/")[1]
 
 
+def _init_tasks(init: str) -> tuple[str, ...]:
+    """The tasks a radar's starting point was trained on: none for the base model, else those of
+    its run's name ("<experiment>/<method>/[<init prefix>-]<tasks>-<variant>-s<seed>", the tasks
+    joined by '.'; `fastslow.experiments`)."""
+    if init == "base":
+        return ()
+    return tuple(init.split("/")[2].rsplit("-", 2)[0].split("-")[-1].split("."))
+
+
+#: Fig 2's radar axes grouped as in the caption, in its order, with its colours (sage, coral;
+#: the third's name is cut off in the caption we could read).
+RADAR_GROUPS = {"in-distribution": "#5f8f5a", "cross-domain": "#e0664f", "easy→hard": "#b07d12"}
+
+
+def _task_family(task: str) -> str | None:
+    """The registry family of an offline task (math of math_hard; `fastslow.tasks`), None for a
+    task the registry does not know."""
+    if task not in TASK_NAMES:
+        return None
+    family, _, level = task.rpartition("_")
+    return family if family in TASK_NAMES and level in DIFFICULTIES else task
+
+
+def radar_group(task: str, sources: tuple[str, ...]) -> str | None:
+    """The group of radar axis `task` for starting points trained on `sources`: in-distribution
+    (a source task), easy→hard (another difficulty of a source's family: math_hard after math),
+    cross-domain (a task of another family); None where it cannot be told (no trained starting
+    point, a task the registry does not know)."""
+    if task in sources:
+        return "in-distribution"
+    family, families = _task_family(task), {_task_family(s) for s in sources}
+    if not sources or family is None or None in families:
+        return None
+    return "easy→hard" if family in families else "cross-domain"
+
+
+def _trained_on(last: pl.DataFrame) -> tuple[str, ...]:
+    """The tasks the radar's trained starting points were trained on when they share them, else
+    none: one of math and one of physics would put an axis in two groups at once."""
+    sources = {_init_tasks(i) for i in last["init"].unique().to_list() if i != "base"}
+    return next(iter(sources)) if len(sources) == 1 else ()
+
+
+def radar_axes(last: pl.DataFrame) -> dict[str, str | None]:
+    """The radar's axis tasks, grouped in the caption's order (RADAR_GROUPS; ungrouped last), each
+    with its group (`radar_group`, for the starting points' training tasks `_trained_on`)."""
+    trained = _trained_on(last)
+    groups = {t: radar_group(t, trained) for t in _tasks(last)}
+    order = list(RADAR_GROUPS)
+    return dict(sorted(groups.items(), key=lambda tg: (order.index(tg[1]) if tg[1] else len(order), tg[0])))
+
+
 def _init_rank(init: str) -> tuple[int, str]:
     """A radar's starting points in the caption's order: Base, RL, FST, then any other."""
     method = _init_method(init)
@@ -276,11 +328,14 @@ def _init_rank(init: str) -> tuple[int, str]:
 
 
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
-    """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
+    """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA, the axes
+    grouped and their labels coloured by group where the groups are known (`radar_axes`)."""
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
-    axes_tasks = _tasks(last)
+    groups = radar_axes(last)
+    axes_tasks = list(groups)
     angles = np.linspace(0, 2 * np.pi, len(axes_tasks), endpoint=False)
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
@@ -294,6 +349,9 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
                     + (f" (none on {', '.join(map(task_label, missing))})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
         ax.set_xticks(angles, [task_label(t) for t in axes_tasks], fontsize=7)
+        for task, tick in zip(axes_tasks, ax.get_xticklabels(), strict=True):  # each axis in its group's colour
+            if groups[task]:
+                tick.set(color=RADAR_GROUPS[groups[task]], fontweight="bold")
         ax.tick_params(axis="x", pad=6)  # spoke labels clear of the polygons' outline
         if not np.nansum(drawn):  # every polygon is a point at the centre: say so
             ax.text(0, 0, "0 on every axis", ha="center", va="center", fontsize=7, color="#555555")
@@ -302,7 +360,14 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
         ax.set_rlabel_position(180 / len(axes_tasks))  # few enough not to pile up on one another
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
-    # one legend for both radars (the same starting points), right of the second, off its circle
+    # one legend for both radars (the same starting points), right of the second, off its circle,
+    # and under it the axes' groups (the tick labels' colours)
+    drawn_groups = [g for g in RADAR_GROUPS if g in groups.values()]
+    if drawn_groups:
+        trained = ", ".join(map(task_label, _trained_on(last)))
+        ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=g) for g in drawn_groups],
+                                title=f"axes (trained on {trained})", fontsize=7,
+                                title_fontsize=7, loc="lower left", bbox_to_anchor=(1.15, 0.0)))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0))
 
 
