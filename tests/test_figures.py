@@ -1474,6 +1474,26 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
         "hover", "codeio")
 
 
+def test_fig9_shows_the_seeds_spread_of_a_bar_with_several_seeds(tmp_path, saved, efficiency):
+    """Fig 9's bars were one seed-averaged value each; a variant run with two seeds now has an
+    error bar of ±1 standard error over its seeds, a one-seed bar none, and the footnote says so."""
+    k1 = _rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")
+    abl = pl.DataFrame(k1 + _seed(k1, 1, 0.1)).select(CURVE_COLUMNS)  # at step 20: 0.35 and 0.45
+    values = fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")
+    assert values["k1"] == pytest.approx(0.4) and values["default"] == pytest.approx(0.5)
+    (ax,) = saved[0].axes
+    from matplotlib.container import BarContainer
+
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    (k1_err, default_err) = bars.errorbar.lines[2][0].get_segments()
+    assert [y for _, y in k1_err] == pytest.approx([0.35, 0.45])  # 0.4 ± std/√2 = 0.05
+    assert np.isnan(default_err).all()  # efficiency's one FST seed
+    assert "Error bars: ±1 standard error over seeds" in saved[0].texts[-1].get_text()
+    fig9({"ablations": pl.DataFrame(k1).select(CURVE_COLUMNS), "efficiency": efficiency}, tmp_path / "one.pdf")
+    assert [c.errorbar for c in saved[1].axes[0].containers] == [None]
+    assert "Error bars" not in saved[1].texts[-1].get_text()
+
+
 def test_fig10s_variant_names_are_readable_and_its_metrics_keep_them(tmp_path, saved):
     """Variant names were drawn raw (no_reuse, fst_reuse); the legend and the bars read "no
     reuse", "fst reuse" now, and the metrics keep the names."""

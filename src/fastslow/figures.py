@@ -708,6 +708,14 @@ def value_at_step(df: pl.DataFrame, step: int) -> float:
     return float(sub["mean_at_k"][-1]) if sub.height else float("nan")
 
 
+def seed_se_at_step(df: pl.DataFrame, step: int) -> float:
+    """The standard error over seeds of a curve's mean@k at `step` (each seed's `value_at_step`):
+    Fig 9's error bar; NaN (no bar) with fewer than two seeds evaluated by then."""
+    per_seed = [value_at_step(seed_curve(df, seed=s), step) for s in df["seed"].unique().to_list()]
+    per_seed = [v for v in per_seed if not math.isnan(v)]
+    return float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else float("nan")
+
+
 #: Fig 9's panels: the settings the paper ablates, in its panel order, with their short names.
 ABLATED = {"fast.pool_size": "K", "slow.baseline": "baseline", "slow.steps_per_cycle": "T", "fast.preset": "GEPA"}
 PANEL_TITLES = {"fast.pool_size": "pool size K", "slow.baseline": "advantage baseline",
@@ -858,12 +866,14 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if eff is not None:
         compared.append(eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["fst", "rl"])))
     step = common_step(pl.concat(compared, how="diagonal_relaxed"))
-    curves = {v: seed_curve(abl, variant=v) for v in sorted(abl["variant"].unique().to_list())}
+    runs = {v: rows_where(abl, variant=v) for v in sorted(abl["variant"].unique().to_list())}  # each bar's rows
     frames = [abl]
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))
-        curves.setdefault("default", seed_curve(eff, eval_task=task, method="fst"))
+        runs.setdefault("default", rows_where(eff, eval_task=task, method="fst"))
+    curves = {v: seed_curve(r) for v, r in runs.items()}
     values = {v: value_at_step(c, step) for v, c in curves.items()}
+    spread = {v: seed_se_at_step(r, step) for v, r in runs.items()}
     # a bar whose run has no evaluation at the step (a variant with another T) shows an earlier one
     read_at = {v: int(c.filter(pl.col("step") <= step)["step"].max() or 0) for v, c in curves.items()}
     early = {v: at for v, at in read_at.items() if at != step}
@@ -888,14 +898,16 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False, gridspec_kw={"width_ratios": widths},
                              figsize=(max(4.0, sum(widths) + 0.5 * len(widths) + 1.5), 3.4))
     for i, (ax, (key, _, bars), text) in enumerate(zip(axes[0], panels, texts, strict=True)):
-        drawn = ax.bar(range(len(bars)), [values[b] for b in bars],
-                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars])
+        se = [spread[b] for b in bars]  # NaN: one seed, no error bar; none at all in a panel of one-seed bars
+        drawn = ax.bar(range(len(bars)), [values[b] for b in bars], yerr=None if np.isnan(se).all() else se,
+                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars],
+                       error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 3})
         ax.set_xticks(range(len(bars)), text["ticks"])
         for b, tick in zip(bars, ax.get_xticklabels(), strict=True):
             if b == "default":  # told apart at zero reward too, where a bar has no colour to show
                 tick.set(color="#2e7d32", fontweight="bold")
         ax.set_xlabel(text["xlabel"])
-        ax.bar_label(drawn, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
+        ax.bar_label(drawn, fmt="%.2f", fontsize=7, padding=2)  # a bar of height 0 is otherwise no bar at all
         ax.margins(y=0.12)  # room above the tallest bar for its label
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
@@ -914,6 +926,8 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
             "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
+    if any(not math.isnan(se) for se in spread.values()):
+        note += " Error bars: ±1 standard error over seeds (bars of one seed have none)."
     if early:
         note += " *: not evaluated at step {}; read at step {}.".format(
             step, ", ".join(f"{at} ({v})" for v, at in sorted(early.items())))
