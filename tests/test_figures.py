@@ -288,7 +288,7 @@ def test_only_fst_earning_reward_is_said_in_the_claims_and_fig2(tmp_path, saved)
     fig2({"efficiency": eff}, tmp_path / "fig2.pdf")
     ax = saved[0].axes[0]
     task, *wrapped = ax.get_title().split("\n")  # the note under the panel's title, not on its curves
-    assert task == "math" and " ".join(wrapped) == note and not ax.texts
+    assert task == "Math" and " ".join(wrapped) == note and not ax.texts
     assert max(map(len, wrapped)) <= 44
 
 
@@ -404,7 +404,7 @@ def test_fig3_fits_the_seed_mean_curve_per_task_and_method(tmp_path, saved):
                     "math": {"rl": pytest.approx(0.45, abs=2e-3), "fst": pytest.approx(0.7, abs=2e-3)}}
     (fig,) = saved
     for ax, task in zip(fig.axes, ("codeio", "math"), strict=True):
-        assert ax.get_title() == task and ax.get_ylabel() == "val mean@4"
+        assert ax.get_title() == figures.task_label(task) and ax.get_ylabel() == "val mean@4"
         for method, points in zip(("rl", "fst"), ax.collections, strict=True):  # scattered: the seed mean
             assert list(points.get_offsets()[:, 0]) == list(steps)
             assert list(points.get_offsets()[:, 1]) == pytest.approx(curves[task, method])
@@ -455,7 +455,8 @@ def test_fig4_fig11_plot_reward_against_kl(tmp_path, saved, kl_table, figure, ta
     out = tmp_path / "fig.pdf"
     figure({"efficiency": df}, out)
     (fig,) = saved
-    assert [ax.get_title() for ax in fig.axes] == tasks  # fig4 has no math panel; no physics in the table
+    # fig4 has no math panel; no physics in the table
+    assert [ax.get_title() for ax in fig.axes] == [figures.task_label(t) for t in tasks]
     for ax, task in zip(fig.axes, tasks, strict=True):
         assert "KL" in ax.get_xlabel() and ax.get_ylabel() == "val mean@4"
         for method, line, points in zip(("rl", "fst"), ax.lines, ax.collections, strict=True):
@@ -486,8 +487,8 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
     out = tmp_path / "fig5.pdf"
     figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
     (fig,) = saved
-    assert [ax.get_title() for ax in fig.axes] == [f"from {s} checkpoints\n→ RL on hover_hard"
-                                                   for s in ("math", "physics")]
+    assert [ax.get_title() for ax in fig.axes] == [f"from {s} checkpoints\n→ RL on HoVer-hard"
+                                                   for s in ("Math", "Physics")]
     for ax, src in zip(fig.axes, ("math", "physics"), strict=True):
         assert _lines(ax) == {"Base init": pytest.approx([0.1, 0.22, 0.32]),  # seed mean: +.05 and -.01
                               "RL init": pytest.approx(inits[f"efficiency/rl/{src}-default-s0"]),
@@ -516,7 +517,7 @@ def test_fig5_draws_each_target_task_apart_and_returns_its_numbers(tmp_path, sav
                       "math": {"math": {"base": 0.0, "rl": 0.0, "fst": 0.0}}}
     assert figures.figure_metrics("fig5", finals)["fig5/hover_hard/math/fst"] == 0.25
     hover, math_ax = saved[0].axes
-    assert hover.get_title().endswith("→ RL on hover_hard") and math_ax.get_title().endswith("→ RL on math")
+    assert hover.get_title().endswith("→ RL on HoVer-hard") and math_ax.get_title().endswith("→ RL on Math")
     assert _lines(hover)["RL init"] == pytest.approx([0.1, 0.3])  # hover_hard's alone, not the mean with math's
     assert hover.get_shared_y_axes().joined(hover, math_ax)
     assert [t.get_text() for t in math_ax.texts] == ["no reward from any init:\nthe lines overlap at 0"]
@@ -590,7 +591,7 @@ def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
                   "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, out)
     (fig,) = saved
     ax, ax2 = fig.axes[:2]
-    assert ax.get_title() == "hover: validation reward" and ax.get_ylabel() == "val mean@4"
+    assert ax.get_title() == "HoVer: validation reward" and ax.get_ylabel() == "val mean@4"
     assert _lines(ax) == {"RL": pytest.approx([0.3, 0.35, 0.45, 0.5]), "FST": pytest.approx([0.3, 0.45, 0.6, 0.7]),
                           "FST-distill": pytest.approx([0.3, 0.4, 0.6, 0.65]),
                           "GEPA only": pytest.approx([0.3, 0.5, 0.55, 0.6])}
@@ -619,11 +620,11 @@ def test_fig10_reward_and_seconds_per_step(tmp_path, saved):
     figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, out)
     (fig,) = saved
     ax, ax2 = fig.axes
-    assert _lines(ax) == {"no_reuse": pytest.approx([0.1, 0.2, 0.3, 0.35]),
-                          "reuse": pytest.approx([0.1, 0.25, 0.3, 0.4])}
+    assert _lines(ax) == {"no reuse": pytest.approx([0.1, 0.2, 0.3, 0.35]),
+                          "rollout reuse": pytest.approx([0.1, 0.25, 0.3, 0.4])}
     assert list(ax.lines[0].get_xdata()) == [0, 2, 4, 6]
     # 3 cycles of T=2 steps: (30 + 34 + 32) / 6 and (20 + 22 + 24) / 6 seconds per RL step
-    assert _bar_heights(ax2) == {"no_reuse": pytest.approx(16.0), "reuse": pytest.approx(11.0)}
+    assert _bar_heights(ax2) == {"no reuse": pytest.approx(16.0), "rollout reuse": pytest.approx(11.0)}
     assert ax2.get_ylabel() == "seconds / step"
     _written(out)
 
@@ -637,7 +638,7 @@ def test_fig10_seconds_per_step_with_seeds_and_sparse_evaluation(tmp_path, saved
         rows = _reuse_rows("reuse", [0.1, 0.2, 0.3, 0.4, 0.5], [30.0] * 4)
         rows = [r for r in rows if r["cycle"] in (-1, 1, 3)]
     figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
-    assert _bar_heights(saved[0].axes[1]) == {"reuse": pytest.approx(15.0)}  # 30 s per 2-step cycle
+    assert _bar_heights(saved[0].axes[1]) == {"rollout reuse": pytest.approx(15.0)}  # 30 s per 2-step cycle
 
 
 def _problems(means):
@@ -1008,7 +1009,7 @@ def test_fig3_fits_no_sigmoid_through_a_curve_without_reward(tmp_path, saved):
     fits = FIGURES["fig3"](_zero_tables("fig3"), tmp_path / "fig3.pdf")
     assert np.isnan(fits["hover"]["rl"]) and np.isnan(fits["hover"]["fst"])
     (ax,) = saved[0].axes
-    assert ax.get_title() == "hover\nno reward (RL, FST): no fit" and not ax.texts
+    assert ax.get_title() == "HoVer\nno reward (RL, FST): no fit" and not ax.texts
     assert len(ax.lines) == 0  # neither a fitted curve nor an asymptote
 
 
@@ -1041,7 +1042,7 @@ def test_fig8_names_the_methods_without_a_run_on_its_task(tmp_path, saved):
     """The smoke config has no efficiency run on hover: Fig 8's title promised FST and RL, its
     panels had neither, and nothing said why."""
     FIGURES["fig8"]({"ceiling": _zero_tables("fig8")["ceiling"]}, tmp_path / "fig8.pdf")
-    assert any(t.get_text().endswith("No run on hover: RL, FST.") for t in saved[0].texts)
+    assert any(t.get_text().endswith("No run on HoVer: RL, FST.") for t in saved[0].texts)
 
 
 def test_fig10s_variants_are_fst_runs_in_fsts_colour(tmp_path, saved):
@@ -1313,10 +1314,10 @@ def _five_task_efficiency():
     return pl.DataFrame(rows).select(CURVE_COLUMNS)
 
 
-@pytest.mark.parametrize(("fig", "tasks", "runs"), [("fig2", ["codeio", "math", "hover_hard"], 12),
-                                                    ("fig3", ["codeio", "math", "hover_hard"], 12),
-                                                    ("fig4", ["codeio", "hover", "physics"], 12),
-                                                    ("fig11", ["codeio", "math", "hover", "physics"], 16)])
+@pytest.mark.parametrize(("fig", "tasks", "runs"), [("fig2", ["CodeIO", "Math", "HoVer-hard"], 12),
+                                                    ("fig3", ["CodeIO", "Math", "HoVer-hard"], 12),
+                                                    ("fig4", ["CodeIO", "HoVer", "Physics"], 12),
+                                                    ("fig11", ["CodeIO", "Math", "HoVer", "Physics"], 16)])
 def test_efficiency_figures_draw_their_captions_tasks_and_count_only_their_runs(tmp_path, saved, fig, tasks, runs):
     """Fig 2 and 3 drew all five of paper.yaml's efficiency tasks (19-inch strips), and every
     footnote counted the whole table's 20 runs, not the panels' runs."""
@@ -1376,11 +1377,11 @@ def test_fig6_tells_tasks_apart_by_colour_and_methods_by_line_style(tmp_path, sa
     fig6({"continual": _continual()}, tmp_path / "fig6.pdf")
     ax, ax2 = saved[0].axes
     drawn = {ln.get_label(): ln for ln in ax2.lines if not ln.get_label().startswith("_")}
-    assert set(drawn) == {"RL: hover", "RL: codeio", "FST: hover", "FST: codeio"}
-    for task in ("hover", "codeio"):
+    assert set(drawn) == {"RL: HoVer", "RL: CodeIO", "FST: HoVer", "FST: CodeIO"}
+    for task in ("HoVer", "CodeIO"):
         assert drawn[f"RL: {task}"].get_color() == drawn[f"FST: {task}"].get_color()
         assert drawn[f"RL: {task}"].get_linestyle() == "--" and drawn[f"FST: {task}"].get_linestyle() == "-"
-    assert drawn["FST: hover"].get_color() != drawn["FST: codeio"].get_color()
+    assert drawn["FST: HoVer"].get_color() != drawn["FST: CodeIO"].get_color()
     assert not {ln.get_color() for ln in drawn.values()} & set(figures.COLORS.values())
     # the left panel: no line from hover's last point (step 20) to codeio's first (step 30)
     fst = next(ln for ln in ax.lines if ln.get_label() == "FST")
@@ -1393,3 +1394,115 @@ def test_fig6_tells_tasks_apart_by_colour_and_methods_by_line_style(tmp_path, sa
 def test_fig6_with_one_method_says_its_curve_is_normalised_by_its_own_peak(tmp_path, saved):
     fig6({"continual": _continual(("fst",))}, tmp_path / "fig6.pdf")
     assert saved[0].texts[-1].get_text().endswith("Only FST runs: each stage normalised by that method's own peak.")
+
+
+# --- a second visual review: names a reader knows, what a bar's seeds say ---------------------
+
+def _drawn_words(fig):
+    """Every string a figure draws (titles, tick labels, legends, notes), as one text."""
+    from matplotlib.text import Text
+
+    return " ".join(t.get_text() for t in fig.findobj(Text))
+
+
+def test_task_labels_are_the_papers_names_and_an_own_task_keeps_its_id():
+    assert [figures.task_label(t) for t in ("codeio", "math", "hover", "hover_hard", "physics", "stargraph",
+                                            "path_star", "math_hard")] == [
+        "CodeIO", "Math", "HoVer", "HoVer-hard", "Physics", "Star graph", "Star graph", "Math-hard"]
+    assert [figures.task_label(t) for t in ("my_task", "my_hard", "hover_harder")] == ["my_task", "my_hard",
+                                                                                      "hover_harder"]
+
+
+@pytest.mark.parametrize("fig", sorted(FIGURES, key=lambda f: int(f[3:])))
+def test_figures_draw_the_papers_task_names_not_their_ids(tmp_path, saved, fig):
+    """Panel titles, legends, radar spokes and Fig 6's stage labels showed the ids (hover_hard,
+    codeio); they show the paper's names now, while the figure's metrics keep the ids."""
+    import re
+
+    result = FIGURES[fig](_zero_tables(fig), tmp_path / f"{fig}.pdf")
+    words = _drawn_words(saved[0])
+    assert not re.findall(r"\b(codeio|math|hover|hover_hard|physics|stargraph|path_star)\b", words), words
+    if fig == "fig5":
+        assert "from Math checkpoints\n→ RL on HoVer-hard" in words
+        assert "fig5/hover_hard/math/fst" in figures.figure_metrics(fig, result)
+
+
+def test_an_own_tasks_panel_is_titled_by_its_id(tmp_path, saved):
+    rows = _rows("efficiency", "rl", "my_task", [0.1, 0.2]) + _rows("efficiency", "fst", "my_task", [0.1, 0.3])
+    ratios = fig2({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig2.pdf")
+    assert saved[0].axes[0].get_title().split("\n")[0] == "my_task" and list(ratios) == ["my_task"]
+
+
+def _radar_table(inits, tasks):
+    rows = []
+    for init in inits:
+        for task in tasks:
+            rows += [{**r, "run": f"{r['run']}@{init}"} for r in _rows("radar", "gepa", task, [0.1, 0.3], init=init)]
+    return pl.DataFrame(rows).select(CURVE_COLUMNS)
+
+
+def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path, saved, efficiency):
+    """The caption groups the radar's axes by in-distribution, cross-domain and easy→hard; the
+    axes were alphabetical in one colour. The group follows from what the RL/FST starting points
+    were trained on (their run names): math in-distribution, math_hard easy→hard, physics and
+    codeio cross-domain; an own task the registry does not know is in no group."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.legend import Legend
+
+    inits = ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0")
+    fig2({"efficiency": efficiency, "radar": _radar_table(inits, ("codeio", "math", "math_hard", "my_task",
+                                                                  "physics"))}, tmp_path / "fig2.pdf")
+    mean, best = [ax for ax in saved[0].axes if ax.name == "polar"]
+    for ax in (mean, best):
+        ticks = ax.get_xticklabels()
+        assert [t.get_text() for t in ticks] == ["Math", "CodeIO", "Physics", "Math-hard", "my_task"]
+        colours = [to_rgb(t.get_color()) for t in ticks]
+        groups = ["in-distribution", "cross-domain", "cross-domain", "easy→hard"]
+        assert colours[:4] == [to_rgb(figures.RADAR_GROUPS[g]) for g in groups]
+        assert colours[4] == to_rgb("black")
+    (key,) = [a for a in best.get_children() if isinstance(a, Legend) and a is not best.get_legend()]
+    assert [t.get_text() for t in key.get_texts()] == ["in-distribution", "cross-domain", "easy→hard"]
+    assert key.get_title().get_text() == "axes (trained on Math)"
+    assert [t.get_text() for t in best.get_legend().get_texts()] == ["Base→GEPA", "RL→GEPA", "FST→GEPA"]
+    # starting points trained on different tasks (or none but the base model): no group to tell
+    assert figures.radar_axes(_radar_table(("base", "efficiency/rl/math-default-s0",
+                                            "efficiency/fst/physics-default-s0"), ("math", "physics"))) == {
+        "math": None, "physics": None}
+    assert figures.radar_axes(_radar_table(("base",), ("math", "physics"))) == {"math": None, "physics": None}
+    assert figures.radar_group("hover_hard", ("from_efficiency_fst_math-default-s0-hover",)) is None
+    assert figures._init_tasks("radar/fst/from_efficiency_fst_math-default-s0-hover.codeio-k2-s1") == (
+        "hover", "codeio")
+
+
+def test_fig9_shows_the_seeds_spread_of_a_bar_with_several_seeds(tmp_path, saved, efficiency):
+    """Fig 9's bars were one seed-averaged value each; a variant run with two seeds now has an
+    error bar of ±1 standard error over its seeds, a one-seed bar none, and the footnote says so."""
+    k1 = _rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")
+    abl = pl.DataFrame(k1 + _seed(k1, 1, 0.1)).select(CURVE_COLUMNS)  # at step 20: 0.35 and 0.45
+    values = fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")
+    assert values["k1"] == pytest.approx(0.4) and values["default"] == pytest.approx(0.5)
+    (ax,) = saved[0].axes
+    from matplotlib.container import BarContainer
+
+    (bars,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+    (k1_err, default_err) = bars.errorbar.lines[2][0].get_segments()
+    assert [y for _, y in k1_err] == pytest.approx([0.35, 0.45])  # 0.4 ± std/√2 = 0.05
+    assert np.isnan(default_err).all()  # efficiency's one FST seed
+    assert "Error bars: ±1 standard error over seeds" in saved[0].texts[-1].get_text()
+    fig9({"ablations": pl.DataFrame(k1).select(CURVE_COLUMNS), "efficiency": efficiency}, tmp_path / "one.pdf")
+    assert [c.errorbar for c in saved[1].axes[0].containers] == [None]
+    assert "Error bars" not in saved[1].texts[-1].get_text()
+
+
+def test_fig10s_variant_names_are_readable_and_its_metrics_keep_them(tmp_path, saved):
+    """Variant names were drawn raw (no_reuse, fst_reuse); the legend and the bars read "no
+    reuse", "fst reuse" now, and the metrics keep the names."""
+    rows = (_reuse_rows("fst_reuse", [0.1, 0.25, 0.3, 0.4], [20.0, 22.0, 24.0])
+            + _reuse_rows("no_reuse", [0.1, 0.2, 0.3, 0.35], [30.0, 34.0, 32.0]))
+    result = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    ax, ax2 = saved[0].axes
+    assert [t.get_text() for t in ax2.get_xticklabels()] == ["fst reuse", "no reuse"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fst reuse", "no reuse"]
+    assert "_" not in _drawn_words(saved[0])
+    assert set(figures.figure_metrics("fig10", result)) == {
+        f"fig10/{k}/{v}" for k in ("seconds_per_step", "last") for v in ("fst_reuse", "no_reuse")}

@@ -29,6 +29,7 @@ from fastslow.analysis import (
 )
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
+from fastslow.tasks import DIFFICULTIES, TASK_NAMES
 
 log = logging.getLogger("fastslow.figures")
 
@@ -46,6 +47,32 @@ def _line(method: str) -> dict[str, Any]:
 
 # figure → experiments whose curves it reads: in fastslow.layout (the Snakefile needs it
 # without this module's numpy/polars/matplotlib imports).
+
+
+#: The paper's names of the tasks, for what a figure draws only: tables, MLflow metrics and file
+#: names keep the ids. A difficulty variant `<task>_<level>` of a named task is "<name>-<level>"
+#: (hover_hard: HoVer-hard, math_hard: Math-hard); `task_label`.
+TASK_LABELS = {"codeio": "CodeIO", "math": "Math", "hover": "HoVer", "physics": "Physics",
+               "stargraph": "Star graph", "path_star": "Star graph"}  # path_star: reasoning-gym's name
+
+
+def task_label(task: str) -> str:
+    """A task's name in a figure: the paper's (TASK_LABELS, HoVer-hard for hover_hard), else the
+    id unchanged (a researcher's own task)."""
+    if task in TASK_LABELS:
+        return TASK_LABELS[task]
+    family, _, level = task.rpartition("_")
+    return f"{TASK_LABELS[family]}-{level}" if family in TASK_LABELS and level in DIFFICULTIES else task
+
+
+#: Readable names of variants (Fig 10's, Fig 9's bars by name); any other is its name with
+#: spaces for its underscores (`variant_label`). Metric keys keep the names.
+VARIANT_LABELS = {"no_reuse": "no reuse", "reuse": "rollout reuse"}
+
+
+def variant_label(variant: str) -> str:
+    """A variant's name in a figure (VARIANT_LABELS, else its name with spaces for underscores)."""
+    return VARIANT_LABELS.get(variant, variant.replace("_", " "))
 
 
 def _plt():
@@ -212,7 +239,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
                 why, _ = steps_to_peak_note(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                             fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
                 txt = why.replace(": ", ":\n", 1) if why else f"steps to RL's peak: {ratio:.1f}×"
-        _note_title(ax, task, txt or _missing_methods(curves))
+        _note_title(ax, task_label(task), txt or _missing_methods(curves))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])} (running max)")
         _step_axis(ax)
         _reward_axis(ax)
@@ -241,6 +268,58 @@ def _init_method(init: str) -> str:
     return "base" if init == "base" else init.split("/")[1]
 
 
+def _init_tasks(init: str) -> tuple[str, ...]:
+    """The tasks a radar's starting point was trained on: none for the base model, else those of
+    its run's name ("<experiment>/<method>/[<init prefix>-]<tasks>-<variant>-s<seed>", the tasks
+    joined by '.'; `fastslow.experiments`)."""
+    if init == "base":
+        return ()
+    return tuple(init.split("/")[2].rsplit("-", 2)[0].split("-")[-1].split("."))
+
+
+#: Fig 2's radar axes grouped as in the caption, in its order, with its colours (sage, coral;
+#: the third's name is cut off in the caption we could read).
+RADAR_GROUPS = {"in-distribution": "#5f8f5a", "cross-domain": "#e0664f", "easy→hard": "#b07d12"}
+
+
+def _task_family(task: str) -> str | None:
+    """The registry family of an offline task (math of math_hard; `fastslow.tasks`), None for a
+    task the registry does not know."""
+    if task not in TASK_NAMES:
+        return None
+    family, _, level = task.rpartition("_")
+    return family if family in TASK_NAMES and level in DIFFICULTIES else task
+
+
+def radar_group(task: str, sources: tuple[str, ...]) -> str | None:
+    """The group of radar axis `task` for starting points trained on `sources`: in-distribution
+    (a source task), easy→hard (another difficulty of a source's family: math_hard after math),
+    cross-domain (a task of another family); None where it cannot be told (no trained starting
+    point, a task the registry does not know)."""
+    if task in sources:
+        return "in-distribution"
+    family, families = _task_family(task), {_task_family(s) for s in sources}
+    if not sources or family is None or None in families:
+        return None
+    return "easy→hard" if family in families else "cross-domain"
+
+
+def _trained_on(last: pl.DataFrame) -> tuple[str, ...]:
+    """The tasks the radar's trained starting points were trained on when they share them, else
+    none: one of math and one of physics would put an axis in two groups at once."""
+    sources = {_init_tasks(i) for i in last["init"].unique().to_list() if i != "base"}
+    return next(iter(sources)) if len(sources) == 1 else ()
+
+
+def radar_axes(last: pl.DataFrame) -> dict[str, str | None]:
+    """The radar's axis tasks, grouped in the caption's order (RADAR_GROUPS; ungrouped last), each
+    with its group (`radar_group`, for the starting points' training tasks `_trained_on`)."""
+    trained = _trained_on(last)
+    groups = {t: radar_group(t, trained) for t in _tasks(last)}
+    order = list(RADAR_GROUPS)
+    return dict(sorted(groups.items(), key=lambda tg: (order.index(tg[1]) if tg[1] else len(order), tg[0])))
+
+
 def _init_rank(init: str) -> tuple[int, str]:
     """A radar's starting points in the caption's order: Base, RL, FST, then any other."""
     method = _init_method(init)
@@ -249,11 +328,14 @@ def _init_rank(init: str) -> tuple[int, str]:
 
 
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
-    """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA."""
+    """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA, the axes
+    grouped and their labels coloured by group where the groups are known (`radar_axes`)."""
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
-    axes_tasks = _tasks(last)
+    groups = radar_axes(last)
+    axes_tasks = list(groups)
     angles = np.linspace(0, 2 * np.pi, len(axes_tasks), endpoint=False)
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
@@ -263,9 +345,13 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
             drawn += vals
             method = _init_method(init)
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
-                    label=f"{LABELS.get(method, method)}→GEPA" + (f" (none on {', '.join(missing)})" if missing else ""))
+                    label=f"{LABELS.get(method, method)}→GEPA"
+                    + (f" (none on {', '.join(map(task_label, missing))})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
-        ax.set_xticks(angles, axes_tasks, fontsize=7)
+        ax.set_xticks(angles, [task_label(t) for t in axes_tasks], fontsize=7)
+        for task, tick in zip(axes_tasks, ax.get_xticklabels(), strict=True):  # each axis in its group's colour
+            if groups[task]:
+                tick.set(color=RADAR_GROUPS[groups[task]], fontweight="bold")
         ax.tick_params(axis="x", pad=6)  # spoke labels clear of the polygons' outline
         if not np.nansum(drawn):  # every polygon is a point at the centre: say so
             ax.text(0, 0, "0 on every axis", ha="center", va="center", fontsize=7, color="#555555")
@@ -274,7 +360,14 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
         ax.set_rlabel_position(180 / len(axes_tasks))  # few enough not to pile up on one another
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
-    # one legend for both radars (the same starting points), right of the second, off its circle
+    # one legend for both radars (the same starting points), right of the second, off its circle,
+    # and under it the axes' groups (the tick labels' colours)
+    drawn_groups = [g for g in RADAR_GROUPS if g in groups.values()]
+    if drawn_groups:
+        trained = ", ".join(map(task_label, _trained_on(last)))
+        ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=g) for g in drawn_groups],
+                                title=f"axes (trained on {trained})", fontsize=7,
+                                title_fontsize=7, loc="lower left", bbox_to_anchor=(1.15, 0.0)))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0))
 
 
@@ -326,7 +419,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
             fits.setdefault(task, {})[method] = fit.a
         notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else []) + [_missing_methods(present)]
-        _note_title(ax, task, "; ".join(n for n in notes if n))
+        _note_title(ax, task_label(task), "; ".join(n for n in notes if n))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
         _reward_axis(ax)
@@ -360,7 +453,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
-        _note_title(ax, task, _missing_methods(last.get(task, {})))
+        _note_title(ax, task_label(task), _missing_methods(last.get(task, {})))
         ax.set(xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
@@ -411,7 +504,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
             _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
-        ax.set_title(f"from {src} checkpoints\n→ RL on {target}", fontsize=10)
+        ax.set_title(f"from {task_label(src)} checkpoints\n→ RL on {task_label(target)}", fontsize=10)
         _step_axis(ax)
     for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
@@ -501,17 +594,17 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=STAGE_COLORS[i % len(STAGE_COLORS)],
                      ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=3,
-                     label=f"{LABELS[method]}: {task}")
+                     label=f"{LABELS[method]}: {task_label(task)}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
         _step_axis(a)
         for task, step in starts.items():
             if step > 0:
                 a.axvline(step, color="#bbbbbb", lw=0.8)
-            a.text(step, 1.02, task, transform=a.get_xaxis_transform(), fontsize=8)
+            a.text(step, 1.02, task_label(task), transform=a.get_xaxis_transform(), fontsize=8)
     zero = norm.filter(pl.col("peak") <= 0).group_by("train_task").agg(pl.col("step").mean())
     for task, step in zip(zero["train_task"], zero["step"], strict=True):
-        ax.text(step, 0.5, f"{task}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
+        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
                 fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
@@ -522,7 +615,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     _reward_axis(ax2)
     ax.legend(fontsize=8)
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
-    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(stages)}")
+    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(map(task_label, stages))}")
     # one method's curve divided by its own peak reaches 1.0 on every stage by construction
     _footnote(fig, [df], "" if len(methods) != 1 else
               f"Only {LABELS.get(methods[0], methods[0])} runs: each stage normalised by that method's own peak.")
@@ -585,7 +678,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
         ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
-    ax.set(title=f"{task}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
+    ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
     for a in (ax, ax2):
         _step_axis(a)
@@ -593,7 +686,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     ax.legend(fontsize=8)
     fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
-    _footnote(fig, frames, f"No run on {task}: {', '.join(absent)}." if absent else "")
+    _footnote(fig, frames, f"No run on {task_label(task)}: {', '.join(absent)}." if absent else "")
     _save(fig, out)
     return numbers
 
@@ -613,6 +706,14 @@ def value_at_step(df: pl.DataFrame, step: int) -> float:
     """A curve's mean@k at the last evaluated step ≤ `step`."""
     sub = df.filter(pl.col("step") <= step).sort("step")
     return float(sub["mean_at_k"][-1]) if sub.height else float("nan")
+
+
+def seed_se_at_step(df: pl.DataFrame, step: int) -> float:
+    """The standard error over seeds of a curve's mean@k at `step` (each seed's `value_at_step`):
+    Fig 9's error bar; NaN (no bar) with fewer than two seeds evaluated by then."""
+    per_seed = [value_at_step(seed_curve(df, seed=s), step) for s in df["seed"].unique().to_list()]
+    per_seed = [v for v in per_seed if not math.isnan(v)]
+    return float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else float("nan")
 
 
 #: Fig 9's panels: the settings the paper ablates, in its panel order, with their short names.
@@ -729,7 +830,8 @@ def _panel_texts(panels: list[tuple[str, dict[str, Any], list[str]]], reference:
     out = []
     for i, (key, ctx, bars) in enumerate(panels):
         by_name = key in ("variant", "other")
-        ticks = bars if by_name else _panel_labels(key, bars, {b: {**reference, **changes.get(b, {})} for b in bars})
+        ticks = ([variant_label(b) for b in bars] if by_name
+                 else _panel_labels(key, bars, {b: {**reference, **changes.get(b, {})} for b in bars}))
         ticks = [f"{label}*" if b in early else label for b, label in zip(bars, ticks, strict=True)]
         letter = f"({chr(ord('a') + i)}) " if len(panels) > 1 else ""
         if key == "variant":
@@ -764,12 +866,14 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if eff is not None:
         compared.append(eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["fst", "rl"])))
     step = common_step(pl.concat(compared, how="diagonal_relaxed"))
-    curves = {v: seed_curve(abl, variant=v) for v in sorted(abl["variant"].unique().to_list())}
+    runs = {v: rows_where(abl, variant=v) for v in sorted(abl["variant"].unique().to_list())}  # each bar's rows
     frames = [abl]
     if eff is not None and eff.filter(pl.col("eval_task") == task).height:
         frames.append(eff.filter(pl.col("eval_task") == task))
-        curves.setdefault("default", seed_curve(eff, eval_task=task, method="fst"))
+        runs.setdefault("default", rows_where(eff, eval_task=task, method="fst"))
+    curves = {v: seed_curve(r) for v, r in runs.items()}
     values = {v: value_at_step(c, step) for v, c in curves.items()}
+    spread = {v: seed_se_at_step(r, step) for v, r in runs.items()}
     # a bar whose run has no evaluation at the step (a variant with another T) shows an earlier one
     read_at = {v: int(c.filter(pl.col("step") <= step)["step"].max() or 0) for v, c in curves.items()}
     early = {v: at for v, at in read_at.items() if at != step}
@@ -794,14 +898,16 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False, gridspec_kw={"width_ratios": widths},
                              figsize=(max(4.0, sum(widths) + 0.5 * len(widths) + 1.5), 3.4))
     for i, (ax, (key, _, bars), text) in enumerate(zip(axes[0], panels, texts, strict=True)):
-        drawn = ax.bar(range(len(bars)), [values[b] for b in bars],
-                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars])
+        se = [spread[b] for b in bars]  # NaN: one seed, no error bar; none at all in a panel of one-seed bars
+        drawn = ax.bar(range(len(bars)), [values[b] for b in bars], yerr=None if np.isnan(se).all() else se,
+                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars],
+                       error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 3})
         ax.set_xticks(range(len(bars)), text["ticks"])
         for b, tick in zip(bars, ax.get_xticklabels(), strict=True):
             if b == "default":  # told apart at zero reward too, where a bar has no colour to show
                 tick.set(color="#2e7d32", fontweight="bold")
         ax.set_xlabel(text["xlabel"])
-        ax.bar_label(drawn, fmt="%.2f", fontsize=7)  # a bar of height 0 is otherwise no bar at all
+        ax.bar_label(drawn, fmt="%.2f", fontsize=7, padding=2)  # a bar of height 0 is otherwise no bar at all
         ax.margins(y=0.12)  # room above the tallest bar for its label
         if not math.isnan(rl):
             ax.axhline(rl, color=COLORS["rl"], ls="--", label=f"RL at step {step}")
@@ -815,11 +921,13 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if not math.isnan(rl):
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
-    fig.suptitle(f"Fig 9 — {task} ablations (val mean@{k} at step {step})")
+    fig.suptitle(f"Fig 9 — {task_label(task)} ablations (val mean@{k} at step {step})")
     default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
             "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
+    if any(not math.isnan(se) for se in spread.values()):
+        note += " Error bars: ±1 standard error over seeds (bars of one seed have none)."
     if early:
         note += " *: not evaluated at step {}; read at step {}.".format(
             step, ", ".join(f"{at} ({v})" for v, at in sorted(early.items())))
@@ -855,12 +963,14 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     last = {}
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
-        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=v, color=COLORS["fst"], ls=styles[i % 4])
+        ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=variant_label(v), color=COLORS["fst"],
+                ls=styles[i % 4])
         last[v] = float(c["mean_at_k"][-1])
     per_step = seconds_per_step(df)
     order = [v for v in variants if v in per_step]  # the bars in the legend's order
-    bars = ax2.bar(order, [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75, edgecolor="white",
-                   hatch=[hatches[variants.index(v) % 4] for v in order])
+    bars = ax2.bar(range(len(order)), [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75,
+                   edgecolor="white", hatch=[hatches[variants.index(v) % 4] for v in order])
+    ax2.set_xticks(range(len(order)), [variant_label(v) for v in order])
     ax2.bar_label(bars, fmt="%.2f", fontsize=8)  # the ratio is what the claim reads
     if len(variants) > 1 and no_reward(df["mean_at_k"]):  # the lines lie on each other at 0
         _corner_note(ax, "no reward for any variant:\nthe lines overlap at 0")
@@ -870,7 +980,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax2.set(title="wall time per RL step\n(a cycle job's: loading, fast round, T steps, saving)",
             ylabel="seconds / step")
     ax.legend(fontsize=8)
-    fig.suptitle(f"Fig 10 — rollout reuse on {df['eval_task'][0]}")
+    fig.suptitle(f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
     _footnote(fig, [df])
     _save(fig, out)
     return {"seconds_per_step": per_step, "last": last}
