@@ -27,7 +27,7 @@ def _rows(experiment, method, task, values, *, variant="default", init="base", t
                      "problem_means": [problems[i][k] for k in sorted(problems[i])] if problems else None,
                      "best_at_k": min(1.0, v + 0.2),
                      "k": 4, "kl_to_base": (kl[i] if kl else 0.01 * i), "entropy": 0.5, "cycle_seconds": 10.0,
-                     "context_id": "seed", "eval_run_id": None, "cycle_run_id": None})
+                     "cycle_cpu_share": None, "context_id": "seed", "eval_run_id": None, "cycle_run_id": None})
     return rows
 
 
@@ -576,7 +576,19 @@ def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
     vlines = {ln.get_color(): ln.get_xdata()[0] for ln in ax.lines if ln.get_label().startswith("_")}
     assert vlines == {figures.COLORS["rl"]: 40, figures.COLORS["fst"]: 10}  # first non-zero seed mean
     assert ax.get_ylabel() == "val mean@4"
+    assert not ax.texts  # reward: no overlap note
     _written(out)
+
+
+def test_fig7_says_when_its_lines_overlap_at_zero(tmp_path, saved):
+    """At zero reward RL's line, drawn on top, hid FST's without a word (Fig 5 and 10 say so)."""
+    rows = _rows("stargraph", "rl", "stargraph", [0, 0, 0]) + _rows("stargraph", "fst", "stargraph", [0, 0, 0])
+    figures.fig7({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig7.pdf")
+    (ax,) = saved[0].axes
+    assert [t.get_text() for t in ax.texts] == ["no reward for either method:\nthe lines overlap at 0"]
+    figures.fig7({"stargraph": pl.DataFrame(rows[:3]).select(CURVE_COLUMNS)}, tmp_path / "rl_only.pdf")
+    (ax,) = saved[1].axes
+    assert not ax.texts  # one line hides nothing
 
 
 def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
@@ -776,6 +788,38 @@ def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, save
     ax, ax2 = saved[0].axes
     assert [t.get_text() for t in ax2.texts] == ["2.94", "2.82"]  # each bar's seconds
     assert [t.get_text() for t in ax.texts] == ["no reward for any variant:\nthe lines overlap at 0"]
+
+
+def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_path, saved):
+    """A smoke build beside the test suite: reuse's cycles 17 s, no reuse's 9 s, as the suite held
+    the cores while reuse ran (Snakemake's benchmarks: CPU share 17% against 47-50%, and reuse
+    used a third less CPU time). Its two cycles shared that load, so their spread was small, and
+    the claim read "not reproduced" with confidence. Each cycle now records its CPU share; the
+    bars show it, and unequal shares withhold the verdict."""
+    def table(shares):
+        rows = []
+        for variant, seconds in (("no_reuse", [20.0, 21.0, 20.5]), ("reuse", [12.0, 12.5, 12.2])):
+            rows += [{**r, "cycle_seconds": seconds[max(r["cycle"], 0)],
+                      "cycle_cpu_share": None if r["cycle"] < 0 else shares[variant]}
+                     for r in _rows("reuse", "fst", "math", [0.0, 0.1, 0.2, 0.3], variant=variant)]
+        return pl.DataFrame(rows).select(CURVE_COLUMNS)
+
+    quiet, busy = table({"no_reuse": 0.97, "reuse": 0.95}), table({"no_reuse": 0.95, "reuse": 0.45})
+    (claim,) = build_claims({"reuse": quiet})
+    assert claim["verdict"] == "reproduced"
+    (claim,) = build_claims({"reuse": busy})
+    assert claim["verdict"] == "undetermined" and claim["measured"] == pytest.approx(20.5 / 12.233, rel=1e-3)
+    assert "had the CPU unequally (no reuse 95%, rollout reuse 45% of their threads' time)" in claim["note"]
+    assert figures.cpu_shares(busy) == pytest.approx({"no_reuse": 0.95, "reuse": 0.45})
+    figures.fig10({"reuse": quiet}, tmp_path / "quiet.pdf")
+    _, ax2 = saved[-1].axes
+    assert [t.get_text() for t in ax2.texts] == ["2.05\nCPU 97%", "1.22\nCPU 95%"]
+    figures.fig10({"reuse": busy}, tmp_path / "busy.pdf")
+    _, ax2 = saved[-1].axes
+    assert "unequal CPU share:\nwall times compare load" in [t.get_text() for t in ax2.texts]
+    assert any("Not comparable: the variants' cycles had the CPU unequally" in t.get_text() for t in saved[-1].texts)
+    # cycles that recorded no share (a GPU's, or older files): the bars and the claim as before
+    assert figures.cpu_shares(table({"no_reuse": None, "reuse": None})) == {}
 
 
 def test_the_ceiling_claim_without_an_fst_run_on_its_task_says_so():

@@ -550,6 +550,9 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
         import torch
 
         assert summary["torch_threads"] == torch.get_num_threads() >= 1
+        # and the CPU time it got: wall time on a shared CPU is the other jobs' doing too
+        assert summary["device"] == "cpu" and 0 < summary["cpu_seconds"]
+        assert summary["cpu_share"] == pytest.approx(summary["cpu_seconds"] / (summary["seconds"] * summary["torch_threads"]))
 
 
 def test_the_libraries_versions_a_job_is_tagged_with():

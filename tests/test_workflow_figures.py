@@ -40,6 +40,12 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     no_reuse = reuse.filter(pl.col("variant") == "no_reuse")
     assert set(no_reuse["run"]) == {"efficiency/fst/math-default-s0"} and set(no_reuse["experiment"]) == {"reuse"}
     assert no_reuse.filter(pl.col("cycle") >= 0)["cycle_seconds"].min() > 0
+    assert 0 < reuse.filter(pl.col("cycle") >= 0)["cycle_cpu_share"].min()  # the CPU its cycles got
+    # the tiny model's rounds accept no context, so FST-distill's teacher is its student: it says so
+    distill = work / "results/runs/ceiling/fst_distill/hover-default-s0"
+    assert json.loads((distill / "cycle0/cycle.json").read_text())["teacher_is_student"] is True
+    assert "the teacher is the student, nothing is distilled" in \
+        (work / "results/logs/runs/ceiling/fst_distill/hover-default-s0/cycle0.log").read_text()
     assert not (work / "results/runs/reuse/fst/math-no_reuse-s0").exists()
     assert "the same run as efficiency/fst/math-default-s0" in (work / "results/reports/pools/reuse.html").read_text()
     # ...and its reuse run trains each cycle's first RL step on rollouts its fast round sampled

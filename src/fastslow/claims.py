@@ -48,11 +48,13 @@ from fastslow.analysis import (
     steps_to_peak_ratio,
 )
 from fastslow.figures import (
+    cpu_shares,
     cycle_seconds_per_step,
     normalised_continual,
     rows_where,
     seed_curve,
     stage_ends,
+    unequal_cpu,
 )
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
@@ -209,7 +211,9 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
     Wall time is one measurement per evaluated cycle on whatever machine ran it: the verdict
     needs the difference of the variants' means outside its 95% interval (Welch's t, from the
     cycles' spread: with two cycles each the t quantile is 4.3 to 12.7, not 2), else it is
-    undetermined, as with fewer than two cycles for a variant. The note gives the final evaluations'
+    undetermined, as with fewer than two cycles for a variant, or when the variants' cycles had the
+    CPU unequally (`unequal_cpu`: a busy machine while one ran; both cycles of a run share its load,
+    so their spread does not show it). The note gives the final evaluations'
     difference, which reuse should leave within noise (and says so when there is no reward)."""
     df = df.filter(pl.col("eval_task") == task)
     cycles = cycle_seconds_per_step(df)
@@ -223,7 +227,10 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
                f"final mean@k with reuse {final['reuse'] - final['no_reuse']:+.3f} against without"
                + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})")))
     noise, counts = "", {v: len(cycles.get(v, [])) for v in ("no_reuse", "reuse")}
-    if min(counts.values()) < 2:
+    unequal = unequal_cpu({v: s for v, s in cpu_shares(df).items() if v in ("reuse", "no_reuse")})
+    if unequal:  # a busy machine while one variant ran: the cycles' spread cannot tell that from reuse
+        noise = unequal
+    elif min(counts.values()) < 2:
         noise = (f"fewer than two cycles' wall times for a variant (no_reuse {counts['no_reuse']}, reuse "
                  f"{counts['reuse']}): no spread to tell a difference from noise")
     else:

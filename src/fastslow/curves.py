@@ -14,8 +14,8 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
-                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "context_id", "eval_run_id",
-                 "cycle_run_id")
+                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "cycle_cpu_share", "context_id",
+                 "eval_run_id", "cycle_run_id")
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
@@ -44,7 +44,9 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
-                    "cycle_seconds": info.get("seconds"), "context_id": ev.get("context_id", "seed"),
+                    "cycle_seconds": info.get("seconds"),
+                    # of its threads' time, the CPU the cycle got (None: on a GPU, or not recorded)
+                    "cycle_cpu_share": info.get("cpu_share"), "context_id": ev.get("context_id", "seed"),
                     # the MLflow runs of the evaluation and of the cycle behind the point (None:
                     # the initial weights' cycle, or files written before they were recorded)
                     "eval_run_id": ev.get("mlflow_run_id"), "cycle_run_id": info.get("mlflow_run_id"),

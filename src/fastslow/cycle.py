@@ -96,6 +96,21 @@ def _torch_threads() -> int | None:
     return torch.get_num_threads() if torch is not None else None
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children it has waited for (the
+    ranks of a multi-GPU cycle)."""
+    import resource
+
+    own, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + ranks.ru_utime + ranks.ru_stime
+
+
+def _device() -> str:
+    """Where this process computed: "cuda" when torch sees a GPU, else "cpu"."""
+    torch = sys.modules.get("torch")
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+
+
 def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
                prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any, gpus: int) -> dict[str, Any]:
     from fastslow.fast import FastConfig, Pool, RolloutCache, run_round
@@ -147,7 +162,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     task = make_task(cfg, task_name)
     train = load_problems(train_file)
     k = cfg["fast"]["pool_size"]
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     pool = Pool.from_json(prev_dir / "pool.json") if prev_dir is not None else Pool.seed(cfg["seed_context"], k)
     weights = weights_of(spec, prev_dir, init_model)
     fast_summary: dict[str, Any] = {}
@@ -225,6 +240,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         extra = _continual(spec, cycle)
         if spec.method == "fst_distill":  # the student learns to act, without context, like the teacher
             extra["student_context"] = cfg["seed_context"]
+            if pool.entries[0].text == cfg["seed_context"]:  # no context of the round's beats the seed
+                log.warning("fst_distill %s cycle %d: the pool's best context is the seed context the "
+                            "student already has: the teacher is the student, nothing is distilled this "
+                            "cycle (its steps move the weights by weight decay alone)", spec.key, cycle)
         if cache is not None:  # reuse_in_slow: the round sampled the first step's problems
             extra["first_step_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems,
                                                          weights_id)
@@ -248,13 +267,22 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
 
     pool.to_json(out_dir / "pool.json")
     write_json(fast_summary, out_dir / "fast.json")
+    seconds, cpu_seconds = time.perf_counter() - started, _cpu_seconds() - cpu_started
+    device, threads = _device(), _torch_threads()
     summary = {"run": spec.key, "method": spec.method, "cycle": cycle, "task": task_name,
                "global_step": (cycle + 1) * steps, "weights": str(weights_of(spec, out_dir, init_model)),
-               "pool_best": pool.entries[0].id, "seconds": time.perf_counter() - started,
+               "pool_best": pool.entries[0].id, "seconds": seconds,
+               # the CPU time it got (its ranks' too): wall `seconds` on a shared CPU are also the other
+               # jobs' doing; `cpu_share`, of its threads' time, says how much (1: the machine to itself)
+               "cpu_seconds": cpu_seconds, "device": device,
+               "cpu_share": cpu_seconds / (seconds * threads) if device == "cpu" and threads and seconds > 0 else None,
                "mlflow_run_id": getattr(tracker, "run_id", None),  # the cycle job's run (None untracked)
                # how this machine computed it: `slow.bf16: auto` resolved (None: no training), threads
                "bf16_training": slow_cfg.bf16 if slow_cfg is not None else None,
-               "torch_threads": _torch_threads(),
+               "torch_threads": threads,
+               # fst_distill: whether the teacher's context was the student's own (nothing distilled)
+               **({"teacher_is_student": pool.entries[0].text == cfg["seed_context"]}
+                  if spec.method == "fst_distill" else {}),
                "slow_reward_mean": (sum(m["reward_mean"] for m in slow_metrics) / len(slow_metrics)
                                     if slow_metrics and "reward_mean" in slow_metrics[0] else None)}
     write_json(summary, out_dir / CYCLE_FILE)

@@ -643,6 +643,9 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
             else:
                 stayed.append(LABELS[method])
+    drawn = [seed_curve(df, method=m)["mean_at_k"] for m in numbers["last"]]
+    if len(drawn) > 1 and no_reward(*drawn):  # RL's line, drawn on top, hides FST's
+        _corner_note(ax, "no reward for either method:\nthe lines overlap at 0")
     missing = _missing_methods(numbers["last"])
     ax.set(title="Fig 7 — star-graph search" + (f" ({missing})" if missing else ""), xlabel="RL step",
            ylabel=f"val mean@{int(df['k'][0])}")
@@ -937,8 +940,9 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
 
 
 def cycle_seconds_per_step(df: pl.DataFrame) -> dict[str, list[float]]:
-    """Each evaluated cycle's wall seconds over its T (step = (cycle + 1) x T; a cycle job's
-    whole time: loading the model, the fast round, the T RL steps, saving), by variant, over
+    """Each evaluated cycle's wall seconds over its T (step = (cycle + 1) x T; a cycle's time
+    from loading the pool and model, through the fast round and the T RL steps, to saving; the
+    job's start-up and imports are not in it), by variant, over
     every seed's run, right when only every n-th cycle is evaluated (eval_every)."""
     per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"]).sort(["run", "cycle"])
                 .with_columns((pl.col("cycle_seconds") * (pl.col("cycle") + 1) / pl.col("step")).alias("s"))
@@ -949,6 +953,35 @@ def cycle_seconds_per_step(df: pl.DataFrame) -> dict[str, list[float]]:
 def seconds_per_step(df: pl.DataFrame) -> dict[str, float]:
     """Wall seconds per RL step by variant (`cycle_seconds_per_step`, averaged)."""
     return {v: (sum(s) / len(s) if s else float("nan")) for v, s in cycle_seconds_per_step(df).items()}
+
+
+#: How unequally two variants' cycles may have had the CPU (the ratio of their mean
+#: `cycle_cpu_share`s) before their wall times compare the machine's other jobs rather than the
+#: variants: Fig 10 says so, and its claim has no verdict.
+CPU_SHARE_RATIO = 1.25
+
+
+def cpu_shares(df: pl.DataFrame) -> dict[str, float]:
+    """Each variant's mean `cycle_cpu_share` over its evaluated cycles: the CPU time a cycle got
+    of its threads' wall time (1: the cores to itself). Variants whose cycles recorded none (on a
+    GPU, or cycle.json files older than the column) are left out."""
+    if "cycle_cpu_share" not in df.columns:
+        return {}
+    per = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"]).group_by("variant", maintain_order=True)
+           .agg(pl.col("cycle_cpu_share").drop_nulls().mean()))
+    return {v: float(s) for v, s in zip(per["variant"], per["cycle_cpu_share"], strict=True) if s is not None}
+
+
+def unequal_cpu(shares: Mapping[str, float]) -> str:
+    """Why two or more variants' wall times do not compare them (`CPU_SHARE_RATIO`), or ""."""
+    if len(shares) < 2:
+        return ""
+    low, high = min(shares.values()), max(shares.values())
+    if low > 0 and high / low <= CPU_SHARE_RATIO:
+        return ""
+    got = ", ".join(f"{variant_label(v)} {s:.0%}" for v, s in sorted(shares.items()))
+    return (f"the variants' cycles had the CPU unequally ({got} of their threads' time): their wall "
+            f"times differ by what else ran on the machine, not only by the variants")
 
 
 def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
@@ -971,17 +1004,26 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     bars = ax2.bar(range(len(order)), [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75,
                    edgecolor="white", hatch=[hatches[variants.index(v) % 4] for v in order])
     ax2.set_xticks(range(len(order)), [variant_label(v) for v in order])
-    ax2.bar_label(bars, fmt="%.2f", fontsize=8)  # the ratio is what the claim reads
+    shares = cpu_shares(df)  # the CPU each variant's cycles got: wall time on a shared CPU is load too
+    ax2.bar_label(bars, [f"{per_step[v]:.2f}" + (f"\nCPU {shares[v]:.0%}" if v in shares else "") for v in order],
+                  fontsize=8)  # the ratio is what the claim reads
+    ax2.margins(y=0.2)  # room above the tallest bar for its two-line label
     if len(variants) > 1 and no_reward(df["mean_at_k"]):  # the lines lie on each other at 0
         _corner_note(ax, "no reward for any variant:\nthe lines overlap at 0")
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
-    ax2.set(title="wall time per RL step\n(a cycle job's: loading, fast round, T steps, saving)",
+    ax2.set(title="wall time per RL step\n(a cycle: loading, fast round, T steps, saving)",
             ylabel="seconds / step")
     ax.legend(fontsize=8)
     fig.suptitle(f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
-    _footnote(fig, [df])
+    note = ("CPU: the share of its threads' time each variant's cycles got (100%: the cores to "
+            "themselves)." if shares else "")
+    unequal = unequal_cpu(shares)
+    if unequal:
+        _corner_note(ax2, "unequal CPU share:\nwall times compare load")
+        note += f" Not comparable: {unequal}."
+    _footnote(fig, [df], note)
     _save(fig, out)
     return {"seconds_per_step": per_step, "last": last}
 
