@@ -1087,3 +1087,19 @@ def test_experiments_follow_the_default_configs_order_and_init_sources_come_firs
     assert names.index("mine") < names.index("plasticity")
     assert [n for n in names if n != "mine"] == list(default["experiments"])
     validate_config(merged)  # "'mine' is defined after 'plasticity'" before
+
+
+def test_a_runs_tasks_are_read_back_from_its_key_for_every_run_the_configs_define():
+    """Fig 2's radar groups, Fig 5's panels and the plasticity claim read a starting point's tasks
+    from its run's key. Each read it its own way; Fig 5's and the claim's took the key's first
+    '-' field, which for a run that itself starts from another ("from_<init>-<tasks>-...") is
+    the prefix, not the tasks."""
+    from fastslow.experiments import expand, run_tasks
+
+    for files in (("config/config.yaml",), ("config/config.yaml", "config/paper.yaml"),
+                  ("config/config.yaml", "config/smoke.yaml")):
+        for key, spec in expand(load_config(*files)).items():
+            assert run_tasks(key) == tuple(dict.fromkeys(spec.schedule)), key
+    chained = "plasticity/rl/from_efficiency_fst_math-default-s0-hover_hard-default-s0"
+    assert run_tasks(chained) == ("hover_hard",)
+    assert run_tasks("continual/fst/hover.codeio.physics-default-s0") == ("hover", "codeio", "physics")

@@ -47,6 +47,7 @@ from fastslow.analysis import (
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
+from fastslow.experiments import run_tasks
 from fastslow.figures import (
     cpu_shares,
     cycle_seconds_per_step,
@@ -403,9 +404,9 @@ def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))
         by_init = {i: float(final.filter(pl.col("init") == i)["mean_at_k"].mean())
                    for i in final["init"].unique().to_list()}
-        sources = {i.split("/")[2].split("-")[0] for i in by_init if i != "base"}
-        for src in sorted(sources):
-            inits = [i for i in by_init if i != "base" and i.split("/")[2].startswith(src + "-")]
+        tasks = {i: ".".join(run_tasks(i)) for i in by_init if i != "base"}  # each source run's
+        for src in sorted(set(tasks.values())):
+            inits = [i for i, of in tasks.items() if of == src]
             by_method: dict[str, list[str]] = {}  # several of efficiency's seeds: all of them
             for i in inits:
                 by_method.setdefault(i.split("/")[1], []).append(i)

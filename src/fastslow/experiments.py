@@ -105,6 +105,14 @@ class RunSpec:
         return params
 
 
+def run_tasks(key: str) -> tuple[str, ...]:
+    """The tasks a run trains on, in schedule order, read from its key as `expand` names it:
+    "<experiment>/<method>/[from_<init key>-]<tasks joined by '.'>-<variant>-s<seed>" (variant
+    names have no '-'; neither may the tasks, for this to read them back)."""
+    stem = key.split("/")[2].rsplit("-", 2)[0]  # less "-<variant>-s<seed>"
+    return tuple(stem.rsplit("-", 1)[-1].split("."))  # less a "from_<init key>-" prefix
+
+
 def _err(msg: str) -> Exception:
     from fastslow.config import ConfigError
 

@@ -27,6 +27,7 @@ from fastslow.analysis import (
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
+from fastslow.experiments import run_tasks
 from fastslow.io import atomic_path
 from fastslow.layout import FIGURE_EXPERIMENTS  # noqa: F401 - re-exported
 from fastslow.tasks import DIFFICULTIES, TASK_NAMES
@@ -269,12 +270,9 @@ def _init_method(init: str) -> str:
 
 
 def _init_tasks(init: str) -> tuple[str, ...]:
-    """The tasks a radar's starting point was trained on: none for the base model, else those of
-    its run's name ("<experiment>/<method>/[<init prefix>-]<tasks>-<variant>-s<seed>", the tasks
-    joined by '.'; `fastslow.experiments`)."""
-    if init == "base":
-        return ()
-    return tuple(init.split("/")[2].rsplit("-", 2)[0].split("-")[-1].split("."))
+    """The tasks a starting point was trained on: none for the base model, else its run's
+    (`fastslow.experiments.run_tasks`)."""
+    return () if init == "base" else run_tasks(init)
 
 
 #: Fig 2's radar axes grouped as in the caption, in its order, with its colours (sage, coral;
@@ -479,13 +477,12 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     and init ("base", "rl", "fst"): the figure run's metrics `fig5/<target>/<source>/<init>`."""
     plt = _plt()
     df = tables["plasticity"]
-    # init is "base" or "<experiment>/<method>/<task>-<variant>-s<seed>": one line per (method,
-    # source task), averaged over the source runs' seeds (and this experiment's own seeds).
+    # init is "base" or a run's key: one line per (method, source tasks), averaged over the
+    # source runs' seeds (and this experiment's own seeds).
     df = df.with_columns(
-        pl.when(pl.col("init") == "base").then(pl.lit("base"))
-        .otherwise(pl.col("init").str.split("/").list.get(1)).alias("init_method"),
-        pl.when(pl.col("init") == "base").then(pl.lit(None))
-        .otherwise(pl.col("init").str.split("/").list.get(2).str.split("-").list.get(0)).alias("init_task"))
+        pl.col("init").map_elements(_init_method, return_dtype=pl.String).alias("init_method"),
+        pl.col("init").map_elements(lambda i: ".".join(_init_tasks(i)) or None,
+                                    return_dtype=pl.String).alias("init_task"))
     sources = sorted(df["init_task"].drop_nulls().unique().to_list()) or ["base"]
     panels = [(target, src) for target in _tasks(df) for src in sources]  # each target on its own
     fig, axes = _axes(plt, len(panels), sharey=True)
