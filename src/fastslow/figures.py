@@ -1010,17 +1010,14 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
-    ax2.set(title="wall time per RL step\n(a cycle: loading, fast round, T steps, saving)",
-            ylabel="seconds / step")
+    unequal = unequal_cpu(shares)  # under the title: a note in the axes sat on the bars' labels
+    _note_title(ax2, "wall time per RL step\n(a cycle: loading, fast round, T steps, saving)",
+                "not comparable: unequal CPU shares (the machine's other jobs)" if unequal else "")
+    ax2.set(ylabel="seconds / step")
     ax.legend(fontsize=8)
     fig.suptitle(f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
-    note = ("CPU: the share of its threads' time each variant's cycles got (100%: the cores to "
-            "themselves)." if shares else "")
-    unequal = unequal_cpu(shares)
-    if unequal:
-        _corner_note(ax2, "unequal CPU share:\nwall times compare load")
-        note += f" Not comparable: {unequal}."
-    _footnote(fig, [df], note)
+    _footnote(fig, [df], "CPU: the share of their threads' time the cycles got (100%: the cores to "
+              f"themselves; more than {CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else "")
     _save(fig, out)
     return {"seconds_per_step": per_step, "last": last}
 
