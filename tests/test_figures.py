@@ -809,7 +809,7 @@ def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_pat
     assert claim["verdict"] == "reproduced"
     (claim,) = build_claims({"reuse": busy})
     assert claim["verdict"] == "undetermined" and claim["measured"] == pytest.approx(20.5 / 12.233, rel=1e-3)
-    assert "had the CPU unequally (no reuse 95%, rollout reuse 45% of their threads' time)" in claim["note"]
+    assert "had the CPU unequally (no_reuse 95%, reuse 45% of their threads' time)" in claim["note"]  # ids
     assert figures.cpu_shares(busy) == pytest.approx({"no_reuse": 0.95, "reuse": 0.45})
     figures.fig10({"reuse": quiet}, tmp_path / "quiet.pdf")
     _, ax2 = saved[-1].axes
@@ -821,6 +821,7 @@ def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_pat
     assert any("more than 1.25x apart, the wall times differ by load" in t.get_text() for t in saved[-1].texts)
     # cycles that recorded no share (a GPU's, or older files): the bars and the claim as before
     assert figures.cpu_shares(table({"no_reuse": None, "reuse": None})) == {}
+    assert figures.cpu_shares(table({"no_reuse": float("nan"), "reuse": 0.9})) == {"reuse": 0.9}
 
 
 def test_the_ceiling_claim_without_an_fst_run_on_its_task_says_so():
@@ -1456,6 +1457,10 @@ def test_task_labels_are_the_papers_names_and_an_own_task_keeps_its_id():
         "CodeIO", "Math", "HoVer", "HoVer-hard", "Physics", "Star graph", "Star graph", "Math-hard"]
     assert [figures.task_label(t) for t in ("my_task", "my_hard", "hover_harder")] == ["my_task", "my_hard",
                                                                                       "hover_harder"]
+    # only a registered difficulty variant is named "<Name>-<level>" (codeio has no hard one)
+    assert [figures.task_label(t) for t in ("codeio_hard", "path_star_hard", "math_easy")] == [
+        "codeio_hard", "path_star_hard", "Math-easy"]
+    assert figures.tasks_label("hover.codeio.physics") == "HoVer → CodeIO → Physics"  # a continual run's
 
 
 @pytest.mark.parametrize("fig", sorted(FIGURES, key=lambda f: int(f[3:])))
@@ -1515,6 +1520,10 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
         "math": None, "physics": None}
     assert figures.radar_axes(_radar_table(("base",), ("math", "physics"))) == {"math": None, "physics": None}
     assert figures.radar_group("hover_hard", ("from_efficiency_fst_math-default-s0-hover",)) is None
+    # easy→hard goes up in difficulty only: math after math_hard is none of the caption's groups
+    assert figures.radar_group("math_hard", ("math",)) == "easy→hard"
+    assert figures.radar_group("math", ("math_hard",)) is None
+    assert figures.radar_group("math_easy", ("math",)) is None
     assert figures._init_tasks("radar/fst/from_efficiency_fst_math-default-s0-hover.codeio-k2-s1") == (
         "hover", "codeio")
 
@@ -1537,6 +1546,14 @@ def test_fig9_shows_the_seeds_spread_of_a_bar_with_several_seeds(tmp_path, saved
     fig9({"ablations": pl.DataFrame(k1).select(CURVE_COLUMNS), "efficiency": efficiency}, tmp_path / "one.pdf")
     assert [c.errorbar for c in saved[1].axes[0].containers] == [None]
     assert "Error bars" not in saved[1].texts[-1].get_text()
+    # seeds evaluated at different steps (no step shared by every run: read at the earliest last
+    # step, 15): the bar is the seed mean there, seed 1's alone, and so is its error bar's spread
+    # (none); it took seed 0's last value before 15 as well, a spread the bar did not average
+    other_t = [{**r, "step": r["step"] // 10 * 15} for r in _seed(k1, 1, 0.2) if r["step"] <= 10]
+    values = fig9({"ablations": pl.DataFrame(k1 + other_t).select(CURVE_COLUMNS), "efficiency": efficiency},
+                  tmp_path / "late.pdf")
+    assert values["k1"] == pytest.approx(0.5)  # seed 1 at step 15
+    assert [c.errorbar for c in saved[2].axes[0].containers] == [None]
 
 
 def test_fig10s_variant_names_are_readable_and_its_metrics_keep_them(tmp_path, saved):

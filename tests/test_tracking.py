@@ -393,7 +393,7 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
     assert run_settings(runs["efficiency/rl/math-default-s0"], config)[0]["fast"]["pool_size"] == 1
 
     def job(wildcards):
-        return SimpleNamespace(log=[], wildcards=wildcards, params={},
+        return SimpleNamespace(log=[], wildcards=wildcards, params={}, threads=2,
                                config=config, input=SimpleNamespace(tracking=str(path)), rule="cycle")
 
     monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: None)  # the test's own logging stays
@@ -405,6 +405,7 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
     assert not [k for k in run.data.params if k.startswith("experiments.")]
     assert (run.data.tags["fastslow.run"], run.data.tags["fastslow.variant"]) == ("ablations/fst/math-k4-s0", "k4")
     assert run.data.tags["fastslow.versions"].startswith("torch==")  # every job: its libraries' versions
+    assert run.data.tags["fastslow.threads"] == "2"  # ...and its threads
     with pytest.raises(ValueError, match="snakemake_job of run 'ablations/fst/math-k4-s0' was given run "
                                          "'ablations/fst/math-k1-s0'"), \
             snakemake_job(job(wildcards), run=runs["ablations/fst/math-k1-s0"]):
@@ -552,6 +553,8 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
         assert summary["torch_threads"] == torch.get_num_threads() >= 1
         # and the CPU time it got: wall time on a shared CPU is the other jobs' doing too
         assert summary["device"] == "cpu" and 0 < summary["cpu_seconds"]
+        # the cycle's own CPU time, not the process's since it started (timer slack: 50 ms)
+        assert summary["cpu_seconds"] <= summary["seconds"] * summary["torch_threads"] + 0.05
         assert summary["cpu_share"] == pytest.approx(summary["cpu_seconds"] / (summary["seconds"] * summary["torch_threads"]))
 
 

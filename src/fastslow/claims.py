@@ -228,7 +228,7 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
                f"final mean@k with reuse {final['reuse'] - final['no_reuse']:+.3f} against without"
                + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})")))
     noise, counts = "", {v: len(cycles.get(v, [])) for v in ("no_reuse", "reuse")}
-    unequal = unequal_cpu({v: s for v, s in cpu_shares(df).items() if v in ("reuse", "no_reuse")})
+    unequal = unequal_cpu({v: s for v, s in cpu_shares(df).items() if v in ("reuse", "no_reuse")}, label=str)
     if unequal:  # a busy machine while one variant ran: the cycles' spread cannot tell that from reuse
         noise = unequal
     elif min(counts.values()) < 2:

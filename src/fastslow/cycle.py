@@ -98,7 +98,7 @@ def _torch_threads() -> int | None:
 
 def _cpu_seconds() -> float:
     """User and system CPU seconds of this process and of its children it has waited for (the
-    ranks of a multi-GPU cycle)."""
+    ranks of a multi-GPU cycle, codeio's scoring subprocesses)."""
     import resource
 
     own, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -63,7 +63,13 @@ def task_label(task: str) -> str:
     if task in TASK_LABELS:
         return TASK_LABELS[task]
     family, _, level = task.rpartition("_")
-    return f"{TASK_LABELS[family]}-{level}" if family in TASK_LABELS and level in DIFFICULTIES else task
+    registered = task in TASK_NAMES and family in TASK_LABELS  # codeio_hard is no task: its id stays
+    return f"{TASK_LABELS[family]}-{level}" if registered else task
+
+
+def tasks_label(tasks: str) -> str:
+    """A run's tasks as its key joins them ("hover.codeio.physics"), each by `task_label`."""
+    return " → ".join(map(task_label, tasks.split(".")))
 
 
 #: Readable names of variants (Fig 10's, Fig 9's bars by name); any other is its name with
@@ -291,15 +297,24 @@ def _task_family(task: str) -> str | None:
 
 def radar_group(task: str, sources: tuple[str, ...]) -> str | None:
     """The group of radar axis `task` for starting points trained on `sources`: in-distribution
-    (a source task), easy→hard (another difficulty of a source's family: math_hard after math),
+    (a source task), easy→hard (a harder difficulty of a source's family: math_hard after math),
     cross-domain (a task of another family); None where it cannot be told (no trained starting
-    point, a task the registry does not know)."""
+    point, a task the registry does not know) or is none of these (an easier difficulty)."""
     if task in sources:
         return "in-distribution"
     family, families = _task_family(task), {_task_family(s) for s in sources}
     if not sources or family is None or None in families:
         return None
-    return "easy→hard" if family in families else "cross-domain"
+    if family not in families:
+        return "cross-domain"
+    harder = all(_level(task) > _level(s) for s in sources if _task_family(s) == family)
+    return "easy→hard" if harder else None  # hard→easy (math after math_hard) is none of the caption's
+
+
+def _level(task: str) -> int:
+    """A registry task's difficulty as a rank (easy < default < hard)."""
+    family, _, level = task.rpartition("_")
+    return DIFFICULTIES.index(level) if family and level in DIFFICULTIES else DIFFICULTIES.index("default")
 
 
 def _trained_on(last: pl.DataFrame) -> tuple[str, ...]:
@@ -501,7 +516,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
             _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
-        ax.set_title(f"from {task_label(src)} checkpoints\n→ RL on {task_label(target)}", fontsize=10)
+        ax.set_title(f"from {tasks_label(src)} checkpoints\n→ RL on {task_label(target)}", fontsize=10)
         _step_axis(ax)
     for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
@@ -709,11 +724,11 @@ def value_at_step(df: pl.DataFrame, step: int) -> float:
 
 
 def seed_se_at_step(df: pl.DataFrame, step: int) -> float:
-    """The standard error over seeds of a curve's mean@k at `step` (each seed's `value_at_step`):
-    Fig 9's error bar; NaN (no bar) with fewer than two seeds evaluated by then."""
-    per_seed = [value_at_step(seed_curve(df, seed=s), step) for s in df["seed"].unique().to_list()]
-    per_seed = [v for v in per_seed if not math.isnan(v)]
-    return float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else float("nan")
+    """The standard error over seeds of a curve's mean@k at `step`, over the seeds evaluated at
+    that very step (those the seed mean there averages, `seed_curve`): Fig 9's error bar on the
+    bar it reads at `step`; NaN (no bar) with fewer than two such seeds."""
+    per_seed = df.filter(pl.col("step") == step).group_by("seed").agg(pl.col("mean_at_k").mean())["mean_at_k"]
+    return float(per_seed.std(ddof=1) / math.sqrt(per_seed.len())) if per_seed.len() > 1 else float("nan")
 
 
 #: Fig 9's panels: the settings the paper ablates, in its panel order, with their short names.
@@ -873,9 +888,9 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
         runs.setdefault("default", rows_where(eff, eval_task=task, method="fst"))
     curves = {v: seed_curve(r) for v, r in runs.items()}
     values = {v: value_at_step(c, step) for v, c in curves.items()}
-    spread = {v: seed_se_at_step(r, step) for v, r in runs.items()}
     # a bar whose run has no evaluation at the step (a variant with another T) shows an earlier one
     read_at = {v: int(c.filter(pl.col("step") <= step)["step"].max() or 0) for v, c in curves.items()}
+    spread = {v: seed_se_at_step(r, read_at[v]) for v, r in runs.items()}  # over the seeds its bar averages
     early = {v: at for v, at in read_at.items() if at != step}
     for v, at in early.items():
         log.warning("fig9: %s has no evaluation at step %d; its bar shows step %d (marked *)", v, step, at)
@@ -965,18 +980,19 @@ def cpu_shares(df: pl.DataFrame) -> dict[str, float]:
     if "cycle_cpu_share" not in df.columns:
         return {}
     per = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"]).group_by("variant", maintain_order=True)
-           .agg(pl.col("cycle_cpu_share").drop_nulls().mean()))
+           .agg(pl.col("cycle_cpu_share").cast(pl.Float64).drop_nulls().drop_nans().mean()))
     return {v: float(s) for v, s in zip(per["variant"], per["cycle_cpu_share"], strict=True) if s is not None}
 
 
-def unequal_cpu(shares: Mapping[str, float]) -> str:
-    """Why two or more variants' wall times do not compare them (`CPU_SHARE_RATIO`), or ""."""
+def unequal_cpu(shares: Mapping[str, float], label: Any = None) -> str:
+    """Why two or more variants' wall times do not compare them (`CPU_SHARE_RATIO`), or "";
+    the variants named by `label` (the figure's `variant_label`; the claims table keeps ids)."""
     if len(shares) < 2:
         return ""
     low, high = min(shares.values()), max(shares.values())
     if low > 0 and high / low <= CPU_SHARE_RATIO:
         return ""
-    got = ", ".join(f"{variant_label(v)} {s:.0%}" for v, s in sorted(shares.items()))
+    got = ", ".join(f"{(label or variant_label)(v)} {s:.0%}" for v, s in sorted(shares.items()))
     return (f"the variants' cycles had the CPU unequally ({got} of their threads' time): their wall "
             f"times differ by what else ran on the machine, not only by the variants")
 
