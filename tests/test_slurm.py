@@ -45,8 +45,9 @@ SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yam
 
 
 def _timing(column: str) -> bool:
-    """Columns that time a job (seconds, tokens/s) differ between any two runs; nothing else may."""
-    return column.endswith(("seconds", "_per_s"))
+    """Columns that time a job (seconds, tokens/s, the CPU share it got) differ between any two runs;
+    nothing else may."""
+    return column.endswith(("seconds", "_per_s", "cpu_share"))
 PARTITION = "fastslow"
 # Every variable the profile reads: cleared so the developer's own settings never leak in.
 PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
