@@ -295,17 +295,20 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
     local, remote = _copy_workflow(tmp_path / "local"), _copy_workflow(tmp_path / "slurm")
     snakemake = [sys.executable, "-m", "snakemake"]  # the repo's venv: sbatch jobs reuse this python
     # One CPU per SLURM job, so two jobs share the two-core test node; the local reference run
-    # uses two threads: outputs must not depend on where or on how many threads a job ran.
+    # uses two threads: outputs must not depend on where or on how many threads a job ran. Nor on
+    # Python's string hashing (set iteration order): the builds hash strings differently (sbatch
+    # passes the environment on, --export=ALL).
     slurm_env = _clean_env(SLURM_CONF=str(slurm_cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
                            FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
-                           FASTSLOW_SLURM_MAX_GPUS="0")
+                           FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
     # This cluster has no accounting database: job states come from squeue (MinJobAge = 1 h),
     # and no account is set (the plugin would validate it with sacctmgr).
     t0 = time.monotonic()
     remote_proc = _run([*snakemake, "--profile", "profiles/slurm", *SMOKE, "--slurm-status-command", "squeue",
                         "--slurm-init-seconds-before-status-checks", "2"], remote, slurm_env,
                        tmp_path / "slurm.log")
-    local_proc = _run([*snakemake, "--cores", "2", *SMOKE], local, _clean_env(), tmp_path / "local.log")
+    local_proc = _run([*snakemake, "--cores", "2", *SMOKE], local, _clean_env(PYTHONHASHSEED="2"),
+                      tmp_path / "local.log")
     try:
         rc_local = local_proc.wait(timeout=900)
         rc_remote = remote_proc.wait(timeout=max(60.0, 900 - (time.monotonic() - t0)))
