@@ -249,6 +249,32 @@ def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkey
     assert float(torch.nn.functional.cosine_similarity(delta32, delta16, dim=0)) > 0.5
 
 
+def _first_step_sampled(model_dir: Path) -> tuple[Any, ...]:
+    """What a fast round with fast.reuse_in_slow hands the first RL step: for each of the step's
+    (context, problem) rows, 2 samples of an fp32 HFGenerator with the cycle's initial weights,
+    their per-token log-probs shifted by -2 (as if another sampler found the tokens less likely).
+    Returns the task, config (G = 4: 2 contexts × 2 samples), problems, the first step's
+    problems, the rows' (context hash, problem id) keys, the generations and the rollouts as given."""
+    from fastslow.model.convert import load_model, load_tokenizer
+    from fastslow.model.generation import HFGenerator, SamplingParams
+    from fastslow.slow.loop import first_step_problems
+    from fastslow.tasks.base import build_messages
+
+    task, cfg = LengthTask(), dataclasses.replace(_cfg(2), bf16=False)  # fp32 sampler and step
+    problems = task.problems("train", 3, 0)
+    step = first_step_problems(None, problems, cfg)
+    assert len(step) == cfg.problems_per_step
+    gen = HFGenerator(load_model(model_dir, dtype="float32"), load_tokenizer(model_dir))
+    keys = [(context_hash(text), p.id) for p in step for _, text in CONTEXTS for _ in range(2)]
+    convs = [build_messages(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
+    gens = gen.generate(convs, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    given: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for key, g in zip(keys, gens, strict=True):
+        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
+                                          "logprobs": [lp - 2.0 for lp in g.token_logprobs]})
+    return task, cfg, problems, step, keys, gens, given
+
+
 def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: Path, tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     """fast.reuse_in_slow, slow side: rollouts an HFGenerator sampled with the same weights for
@@ -261,23 +287,7 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     The rollout records carry the sampler's log-prob sums."""
     import polars as pl
 
-    from fastslow.model.convert import load_model, load_tokenizer
-    from fastslow.model.generation import HFGenerator, SamplingParams
-    from fastslow.slow.loop import first_step_problems
-    from fastslow.tasks.base import build_messages
-
-    task, cfg = LengthTask(), dataclasses.replace(_cfg(2), bf16=False)  # fp32 sampler and step
-    problems = task.problems("train", 3, 0)
-    step = first_step_problems(None, problems, cfg)
-    assert len(step) == cfg.problems_per_step
-    gen = HFGenerator(load_model(tiny_model_dir, dtype="float32"), load_tokenizer(tiny_model_dir))
-    keys = [(context_hash(text), p.id) for p in step for _, text in CONTEXTS for _ in range(2)]
-    convs = [build_messages(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
-    gens = gen.generate(convs, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
-    given: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for key, g in zip(keys, gens, strict=True):
-        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
-                                          "logprobs": [lp - 2.0 for lp in g.token_logprobs]})
+    task, cfg, problems, step, keys, gens, given = _first_step_sampled(tiny_model_dir)
     bad = (context_hash(CONTEXTS[1][1]), step[1].id)  # other prompt tokens: must be generated
     given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
     with caplog.at_level(logging.INFO, logger="fastslow.slow"):
@@ -300,3 +310,20 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
             assert first["completion_tokens"][i] == g.completion_tokens
             assert first["logprob_sum"][i] == pytest.approx(g.logprob_sum - 2.0 * g.completion_tokens,
                                                             rel=1e-4, abs=1e-4)
+
+
+def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Every row of the first step given by the fast round: the step generated no token, so its
+    tok/s is NaN (not measured), not 0 (which read like a stall), and its log line says so; the
+    next step generates and has a rate."""
+    task, cfg, problems, *_, given = _first_step_sampled(tiny_model_dir)
+    with caplog.at_level(logging.INFO, logger="fastslow.slow"):
+        result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
+                           "toy/run", 0, progress=False, first_step_rollouts=given)
+    assert [m["reused_rollouts"] for m in result.metrics] == [8, 0]
+    assert math.isnan(result.metrics[0]["generated_tokens_per_s"])
+    assert result.metrics[1]["generated_tokens_per_s"] > 0
+    lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
+    assert "tok none generated here (8 rollouts reused from the fast round" in lines[0]
+    assert "tok/s" in lines[1] and "none generated" not in lines[1]

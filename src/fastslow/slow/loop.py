@@ -530,7 +530,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "scoring_seconds": score_s,
         "training_seconds": seconds - gen_s - score_s,
         "step_seconds": seconds,
-        "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)),
+        # NaN, not 0, for a step that generated nothing (every row reused): no rate was measured
+        "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)) if generated_tokens else math.nan,
         "reused_rollouts": reused,
         "reused_is_weight": float(weight_sum / reused_tokens) if float(reused_tokens) > 0 else math.nan,
     }
@@ -687,11 +688,12 @@ def run_cycle(
                 # time left in this cycle's steps: the steps so far, on average, times those to go
                 left = sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1)
                 reused = int(metrics.get("reused_rollouts") or 0)  # taken from the fast round: no tok/s
+                rate = metrics["generated_tokens_per_s"]
                 log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "%d tok at %.1f tok/s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
+                         "%d tok %s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
-                         metrics["generated_tokens_per_s"],
+                         "none generated here" if math.isnan(rate) else f"at {rate:.1f} tok/s",
                          f" ({reused} rollouts reused from the fast round, not generated)" if reused else "",
                          metrics["step_seconds"], metrics["generation_seconds"], metrics["training_seconds"],
                          f", steps ~{left:.0f}s left" if left else "")
