@@ -612,6 +612,9 @@ def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
                            "FST-distill": pytest.approx([0.8, 0.7, 0.65, 0.6]), "GEPA only": pytest.approx([0.8] * 4)}
     assert {ln.get_label(): ln.get_linestyle() for ln in ax.lines}["GEPA only"] == "--"
     assert any(t.get_text().startswith("4 runs, seeds [0]") for t in fig.texts)  # efficiency's math runs left out
+    # GEPA only's x is the step its round stands beside, which the figure says (it takes no RL step)
+    assert any("GEPA only trains no weights: its round c is drawn at step (c + 1) × T" in t.get_text()
+               for t in fig.texts)
     _written(out)
 
 

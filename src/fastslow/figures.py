@@ -701,7 +701,10 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     ax.legend(fontsize=8)
     fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
-    _footnote(fig, frames, f"No run on {task_label(task)}: {', '.join(absent)}." if absent else "")
+    notes = [f"{LABELS['gepa']} trains no weights: its round c is drawn at step (c + 1) × T, beside the "
+             "others' cycle c." if "gepa" in numbers["last"] else "",  # its x is not its own: no RL step
+             f"No run on {task_label(task)}: {', '.join(absent)}." if absent else ""]
+    _footnote(fig, frames, " ".join(n for n in notes if n))
     _save(fig, out)
     return numbers
 
