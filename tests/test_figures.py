@@ -1516,6 +1516,19 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
     (key,) = [a for a in best.get_children() if isinstance(a, Legend) and a is not best.get_legend()]
     assert [t.get_text() for t in key.get_texts()] == ["in-distribution", "cross-domain", "easy→hard"]
     assert key.get_title().get_text() == "axes (trained on Math)"
+    # the saved figure holds the whole key (clipped to the polar axes, its right part was cut off)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = saved[0]
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the saved figure is closed: a canvas of its own
+    inches = fig.dpi_scale_trans.inverted()
+    saved_box = fig.get_tightbbox(renderer)
+    for legend in (key, best.get_legend()):
+        box = legend.get_window_extent(renderer).transformed(inches)
+        assert saved_box.x0 <= box.x0 and box.x1 <= saved_box.x1 + 1e-6, (box, saved_box)
+    # the radius labels over the polygons, on a white ground (a polygon's edge crossed "0.4")
+    assert best.yaxis.get_zorder() > max(line.get_zorder() for line in best.lines)
+    assert all(t.get_bbox_patch() is not None for t in best.get_yticklabels())
     assert [t.get_text() for t in best.get_legend().get_texts()] == ["Base→GEPA", "RL→GEPA", "FST→GEPA"]
     # starting points trained on different tasks (or none but the base model): no group to tell
     assert figures.radar_axes(_radar_table(("base", "efficiency/rl/math-default-s0",

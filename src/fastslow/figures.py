@@ -219,7 +219,8 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     radar = tables.get("radar")
     rows = 2 if radar is not None and radar.height else 1
     ncols = max(len(tasks), 2 if rows == 2 else 1)  # the radar row needs two columns
-    fig = plt.figure(figsize=(3.8 * max(ncols, 1.5), 3.2 * rows))
+    # the radars' legends stand right of the second radar: room for them, or the radars close up
+    fig = plt.figure(figsize=(3.8 * max(ncols, 1.5) + (1.6 if rows == 2 else 0), 3.2 * rows))
     ratios = {}
     for i, task in enumerate(tasks):
         ax = fig.add_subplot(rows, ncols, i + 1)
@@ -372,15 +373,23 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
         ax.yaxis.set_major_locator(MaxNLocator(3))  # radius labels between the first two spokes,
         ax.set_rlabel_position(180 / len(axes_tasks))  # few enough not to pile up on one another
         ax.tick_params(axis="y", labelsize=7)
+        # the radius labels readable where a polygon's edge crosses them: on a white ground, above
+        # the polygons (the radius axis, its grey rings with it, drawn after them)
+        for label in ax.get_yticklabels():
+            label.set_bbox({"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 0.6})
+        ax.yaxis.set_zorder(2.5)
         ax.set_title(f"{'Mean' if j == 0 else 'Best'}@{int(last['k'][0])}", fontsize=9)
     # one legend for both radars (the same starting points), right of the second, off its circle,
     # and under it the axes' groups (the tick labels' colours)
     drawn_groups = [g for g in RADAR_GROUPS if g in groups.values()]
     if drawn_groups:
         trained = ", ".join(map(task_label, _trained_on(last)))
-        ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=g) for g in drawn_groups],
-                                title=f"axes (trained on {trained})", fontsize=7,
-                                title_fontsize=7, loc="lower left", bbox_to_anchor=(1.15, 0.0)))
+        key = ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=g) for g in drawn_groups],
+                                      title=f"axes (trained on {trained})", fontsize=7,
+                                      title_fontsize=7, loc="lower left", bbox_to_anchor=(1.15, 0.0)))
+        # add_artist clips it to the polar axes: the saved figure's tight bounding box then left
+        # out all of it past the axes and cut its right side off
+        key.set_clip_on(False)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0))
 
 
