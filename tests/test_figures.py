@@ -575,6 +575,8 @@ def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
                           "FST": pytest.approx([0, 0.05, 0.3, 0.5, 0.7, 0.7])}  # FST: mean of its two seeds
     vlines = {ln.get_color(): ln.get_xdata()[0] for ln in ax.lines if ln.get_label().startswith("_")}
     assert vlines == {figures.COLORS["rl"]: 40, figures.COLORS["fst"]: 10}  # first non-zero seed mean
+    # an evaluated step: the escape came between it and the evaluation before, which the note says
+    assert any("first evaluation (every 10 steps) whose mean@k" in t.get_text() for t in fig.texts)
     assert ax.get_ylabel() == "val mean@4"
     assert not ax.texts  # reward: no overlap note
     _written(out)

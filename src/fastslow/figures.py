@@ -674,7 +674,11 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     _reward_axis(ax)
     ax.legend(loc="upper left")
     never = f"; none for {', '.join(stayed)}" if stayed else ""  # short: a wider note widens the PNG
-    _footnote(fig, [df], f"Dotted: first step whose mean@k is above 2 standard errors (leaving zero reward){never}.")
+    # an escape step is an evaluated step: the escape itself came after the evaluation before it
+    steps = np.unique(df["step"].to_numpy())
+    every = f" (every {int(np.diff(steps).min())} steps)" if len(steps) > 1 else ""
+    _footnote(fig, [df], f"Dotted: first evaluation{every} whose mean@k is above 2 standard errors "
+                         f"(leaving zero reward){never}.")
     _save(fig, out)
     return numbers
 
