@@ -10,7 +10,7 @@ import pytest
 
 from fastslow import figures
 from fastslow.analysis import fit_sigmoid
-from fastslow.claims import build_claims
+from fastslow.claims import CLAIM_TEXT, build_claims, claims_frame, figure_claims
 from fastslow.curves import CURVE_COLUMNS
 from fastslow.figures import FIGURES, fig2, fig6, fig9, normalised_continual
 
@@ -45,6 +45,27 @@ def test_fig2_ratio_and_files(tmp_path, efficiency):
     # RL peaks (0.4) at step 30; FST first reaches 0.4 at step 10 -> 3.0x
     assert ratios == {"math": pytest.approx(3.0)}
     assert out.stat().st_size > 1000 and out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_each_figure_has_its_own_claims(efficiency):
+    """`results/tables/claims/<fig>.csv` holds the claims its figure shows, from that figure's
+    tables alone; every claim names its figures; a figure without a claim is refused by name."""
+    from fastslow.layout import CLAIM_FIGURE_NAMES, CLAIM_FIGURES, FIGURE_EXPERIMENTS
+
+    assert CLAIM_FIGURES.keys() == CLAIM_TEXT.keys()
+    assert set(CLAIM_FIGURE_NAMES) <= set(FIGURE_EXPERIMENTS) and "fig9" not in CLAIM_FIGURE_NAMES
+    every = build_claims({"efficiency": efficiency})
+    assert {(r["claim"], r["figures"]) for r in every} == {
+        ("sample_efficiency_ratio", "fig2"), ("asymptote_gap", "fig3"), ("kl_reduction_at_matched_reward", "fig4 fig11")}
+    for fig, claim in (("fig2", "sample_efficiency_ratio"), ("fig3", "asymptote_gap"),
+                       ("fig4", "kl_reduction_at_matched_reward"), ("fig11", "kl_reduction_at_matched_reward")):
+        assert figure_claims({"efficiency": efficiency}, fig) == [r for r in every if r["claim"] == claim]
+    assert figure_claims({"efficiency": efficiency}, "fig7") == []  # no star-graph table: nothing to judge
+    with pytest.raises(ValueError, match=r"^fig9 shows no claim of the paper's; figures with claims: fig2, fig3"):
+        figure_claims({"efficiency": efficiency}, "fig9")
+    table = claims_frame(figure_claims({"efficiency": efficiency}, "fig2"))
+    assert table.columns[:3] == ["claim", "figures", "task"] and table["verdict"].to_list() == ["reproduced"]
+    assert claims_frame([]).columns == table.columns  # an empty table keeps its columns
 
 
 def test_claims_on_hand_made_curves(efficiency):
@@ -470,7 +491,23 @@ def test_fig4_fig11_plot_reward_against_kl(tmp_path, saved, kl_table, figure, ta
     rl = fig.axes[0].lines[0]
     assert list(rl.get_xdata()) == pytest.approx([0, .015, .03, .07])
     assert list(rl.get_ydata()) == pytest.approx([.1, .15, .7 / 3, 1.1 / 3])
+    assert not any(ax.texts for ax in fig.axes)  # reward: no overlap note
     _written(out)
+
+
+def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
+    """No reward for either method (the CPU default): one method's markers hid the other's at 0,
+    and with KL 0 too every checkpoint of both sat on the origin, and nothing said why."""
+    rows = _rows("efficiency", "rl", "hover", [0.0] * 3) + _rows("efficiency", "fst", "hover", [0.0] * 3)
+    still = [{**r, "kl_to_base": 0.0} for r in rows]
+    moved = [{**r, "kl_to_base": float("nan") if r["step"] == 0 else r["kl_to_base"]} for r in rows]
+    for table, clause in ((rows, False), (still, True), (moved, False)):
+        saved.clear()
+        figures.fig4({"efficiency": pl.DataFrame(table).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+        (ax,) = saved[0].axes
+        (note,) = [t.get_text() for t in ax.texts]
+        assert note.startswith("no reward for either method:\nthe markers overlap at 0")
+        assert ("at KL 0 (neither policy moved)" in note) is clause
 
 
 def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):

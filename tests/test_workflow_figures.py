@@ -33,6 +33,13 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert claims.height >= 5 and {"claim", "measured", "paper", "runs"} <= set(claims.columns)
     # Fig 7's, Fig 10's and forgetting's rows come from their own experiments' tables
     assert {"zero_reward_escape", "reuse_speedup", "continual_forgetting"} <= set(claims["claim"])
+    # one figure's claims, from its own tables: one job on what `all` built, the table's Fig 7 rows
+    out = snakemake("--cores", "1", "results/tables/claims/fig7.csv", *SMOKE, cwd=work)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "rule figure_claims:" in out.stderr and "rule cycle:" not in out.stderr
+    fig7 = pl.read_csv(work / "results/tables/claims/fig7.csv")
+    assert fig7["claim"].to_list() == ["zero_reward_escape"]
+    assert fig7.equals(claims.filter(pl.col("figures") == "fig7"), null_equal=True)
     assert pl.read_csv(work / "results/tables/channels.csv").height >= 1
     assert sorted(p.name for p in (work / "results/reports/pools").glob("*.html"))
     # Fig 10's no-reuse run is efficiency's FST math run: trained once, read under its own labels

@@ -57,6 +57,7 @@ from fastslow.figures import (
     stage_ends,
     unequal_cpu,
 )
+from fastslow.layout import CLAIM_FIGURE_NAMES, CLAIM_FIGURES
 
 #: The paper's values (arXiv 2605.12484) for each claim and task, as stated in its figures.
 PAPER = {
@@ -82,6 +83,25 @@ CLAIM_TEXT = {
     "reuse_speedup": ("rollout reuse makes FST's RL steps cheaper (wall seconds per RL step without reuse / "
                       "with it, fast rounds included); > 1 reproduces"),
 }
+
+#: The claims table's columns, in order.
+CLAIM_COLUMNS: dict[str, Any] = {"claim": pl.String, "figures": pl.String, "task": pl.String,
+                                 "measured": pl.Float64, "paper": pl.Float64, "verdict": pl.String,
+                                 "meaning": pl.String, "runs": pl.String, "note": pl.String}
+
+
+def claims_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """Claim rows (`build_claims`) as the claims table, its columns in `CLAIM_COLUMNS`' order and
+    types (an empty table has them too)."""
+    return pl.DataFrame(rows, schema=CLAIM_COLUMNS)
+
+
+def figure_claims(tables: Mapping[str, pl.DataFrame], fig: str) -> list[dict[str, Any]]:
+    """The claims `fig` shows (`CLAIM_FIGURES`), measured on the curves tables it reads alone: a
+    reviewer who rebuilds one figure gets its verdicts without every other experiment."""
+    if fig not in CLAIM_FIGURE_NAMES:
+        raise ValueError(f"{fig} shows no claim of the paper's; figures with claims: {', '.join(CLAIM_FIGURE_NAMES)}")
+    return [row for row in build_claims(tables) if fig in CLAIM_FIGURES[row["claim"]]]
 
 
 def _final_problems(df: pl.DataFrame, step: int | None = None, **where: Any) -> dict[str, float]:
@@ -145,8 +165,8 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
     else:
         ok = measured > threshold if strict else measured >= threshold
         verdict = "reproduced" if ok else "not reproduced"
-    return {"claim": claim, "task": task, "measured": measured, "paper": paper, "verdict": verdict,
-            "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
+    return {"claim": claim, "figures": " ".join(CLAIM_FIGURES[claim]), "task": task, "measured": measured,
+            "paper": paper, "verdict": verdict, "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
 
 
 def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> dict[str, Any]:

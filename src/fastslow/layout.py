@@ -154,6 +154,22 @@ FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "fig10": ("reuse",),  # its no_reuse run is shared with efficiency's: read through the run, not the table
     "fig11": ("efficiency",),
 }
+#: The figures that show each claim: `results/tables/claims/<fig>.csv` holds theirs
+#: (`fastslow.claims.figure_claims`), and the claims table names them (its `figures` column).
+CLAIM_FIGURES: dict[str, tuple[str, ...]] = {
+    "sample_efficiency_ratio": ("fig2",),
+    "asymptote_gap": ("fig3",),
+    "kl_reduction_at_matched_reward": ("fig4", "fig11"),
+    "plasticity_gain": ("fig5",),
+    "continual_stage_recovery": ("fig6",),
+    "continual_forgetting": ("fig6",),
+    "zero_reward_escape": ("fig7",),
+    "ceiling_exceeded": ("fig8",),
+    "reuse_speedup": ("fig10",),
+}
+#: The figures that show a claim, in figure order.
+CLAIM_FIGURE_NAMES: tuple[str, ...] = tuple(sorted({f for figs in CLAIM_FIGURES.values() for f in figs},
+                                                   key=lambda f: int(f.removeprefix("fig"))))
 #: figure → {experiment: the experiment whose tasks restrict it}. Fig 8 plots efficiency's runs on
 #: the ceiling's task only, Fig 9 on the ablations' task: their table holds those runs alone, so
 #: rebuilding either figure trains none of efficiency's runs on other tasks.

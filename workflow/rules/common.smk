@@ -12,7 +12,7 @@ from fastslow.config import (ConfigError, canonical, follow_order, job_params, m
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
-from fastslow.layout import FIGURE_EXPERIMENTS
+from fastslow.layout import CLAIM_FIGURE_NAMES, FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint
 
 # Experiments in the default config file's order, whichever file set them first (follow_order)

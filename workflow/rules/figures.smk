@@ -55,6 +55,26 @@ rule claims:
         "../scripts/claims.py"
 
 
+rule figure_claims:
+    # The claims one figure shows, from the curves it reads alone: `snakemake
+    # results/tables/claims/fig7.csv` builds Fig 7's runs and judges them, and nothing else.
+    input:
+        tracking=ancient(tracking("figures")),
+        tables=figure_tables,
+    params:
+        code=library_code("claims.py"),
+    output:
+        f"{RESULTS}/tables/claims/{{fig}}.csv",
+    log:
+        f"{RESULTS}/logs/claims/{{fig}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/claims/{{fig}}.tsv",
+    wildcard_constraints:
+        fig="|".join(CLAIM_FIGURE_NAMES),
+    script:
+        "../scripts/claims.py"
+
+
 rule pool_evolution:
     # Every cycle's pool of every FST/GEPA run of an experiment: its contexts, the best one's diff
     # to its parent, and what the round proposed (the cycle's fast/proposals.json).
