@@ -381,3 +381,42 @@ def test_the_gpu_memory_is_read_without_initialising_cuda_here(monkeypatch) -> N
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: calls.append(i))
     assert gpu_memory_bytes() is None  # the child has no GPU: it fails, and no check is made
     assert calls == []  # ...and this process never asked CUDA
+
+
+@pytest.mark.parametrize("accepted", [True, False])
+def test_the_cycle_says_whether_the_teacher_is_the_student(accepted: bool, tiny_model_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """An fst_distill cycle distils its round's best context into the weights; when the round
+    kept only the seed context, the teacher sees what the student sees: cycle.json says so
+    (`teacher_is_student`) and the log warns. When the round found a better context, the teacher
+    is that context, and neither. (The round is stubbed: the 135M and tiny models accept none.)"""
+    import logging
+
+    import fastslow.fast
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
+    from fastslow.tasks.data import write_problems
+
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    seed = config["seed_context"]
+    found = "Add the two numbers, then answer with the sum alone."
+
+    def round_(pool, *args, **kwargs):
+        new = Pool.seed([found, seed] if accepted else [seed], pool.k)
+        return new, {"best_val_mean": 0.5, "generations": 0, "metric_calls": 0, "proposed": 1,
+                     "accepted": int(accepted), "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0,
+                     "slow_sample_seconds": 0.0}
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    train = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(8)],
+                           tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method="fst_distill", name="r", schedule=("math",), seed=0)
+    with caplog.at_level(logging.WARNING, logger="fastslow"):
+        run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c0")
+    summary = json.loads((tmp_path / "c0/cycle.json").read_text())
+    assert summary["teacher_is_student"] is (not accepted)
+    assert ("the teacher is the student" in caplog.text) is (not accepted)
+    assert read_state(tmp_path / "c0")["teacher_context_id"] == Pool.seed([found if accepted else seed], 1).entries[0].id
