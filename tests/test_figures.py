@@ -386,6 +386,11 @@ def saved(monkeypatch):
     return figs
 
 
+def _unwrapped(text) -> str:
+    """A figure text as one line: a footnote is wrapped to the figure's width at spaces."""
+    return text.get_text().replace("\n", " ")
+
+
 def _written(out):
     assert out.stat().st_size > 1000 and out.with_suffix(".png").stat().st_size > 1000
 
@@ -566,12 +571,12 @@ def test_fig3_footnote_explains_only_what_is_drawn(tmp_path, saved):
     error bars the figure did not have."""
     rows = _rows("efficiency", "rl", "math", [0.0, 0.0, 0.0]) + _rows("efficiency", "fst", "math", [0.0, 0.0, 0.0])
     figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
-    note = saved[0].texts[-1].get_text()
+    note = _unwrapped(saved[0].texts[-1])
     assert note.startswith("2 runs") and "fit window" not in note and "standard error" not in note
     # reward, but two evaluations after step 0 (the smoke config's): error bars, too few points to fit
     rows = _rows("efficiency", "fst", "math", [0.0, 0.2, 0.3], se=0.02)
     assert figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf") == {}
-    note = saved[1].texts[-1].get_text()
+    note = _unwrapped(saved[1].texts[-1])
     assert "fit window" not in note and "Bars: ±1 standard error over val problems." in note
 
 
@@ -613,7 +618,7 @@ def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
     vlines = {ln.get_color(): ln.get_xdata()[0] for ln in ax.lines if ln.get_label().startswith("_")}
     assert vlines == {figures.COLORS["rl"]: 40, figures.COLORS["fst"]: 10}  # first non-zero seed mean
     # an evaluated step: the escape came between it and the evaluation before, which the note says
-    assert any("first evaluation (every 10 steps) whose mean@k" in t.get_text() for t in fig.texts)
+    assert any("first evaluation (every 10 steps) whose mean@k" in _unwrapped(t) for t in fig.texts)
     assert ax.get_ylabel() == "val mean@4"
     assert not ax.texts  # reward: no overlap note
     _written(out)
@@ -650,9 +655,9 @@ def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
     assert _lines(ax2) == {"RL": pytest.approx([0.8, 0.6, 0.5, 0.4]), "FST": pytest.approx([0.8, 0.75, 0.7, 0.7]),
                            "FST-distill": pytest.approx([0.8, 0.7, 0.65, 0.6]), "GEPA only": pytest.approx([0.8] * 4)}
     assert {ln.get_label(): ln.get_linestyle() for ln in ax.lines}["GEPA only"] == "--"
-    assert any(t.get_text().startswith("4 runs, seeds [0]") for t in fig.texts)  # efficiency's math runs left out
+    assert any(_unwrapped(t).startswith("4 runs, seeds [0]") for t in fig.texts)  # efficiency's math runs left out
     # GEPA only's x is the step its round stands beside, which the figure says (it takes no RL step)
-    assert any("GEPA only trains no weights: its round c is drawn at step (c + 1) × T" in t.get_text()
+    assert any("GEPA only trains no weights: its round c is drawn at step (c + 1) × T" in _unwrapped(t)
                for t in fig.texts)
     _written(out)
 
@@ -860,7 +865,7 @@ def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_pat
     _, ax2 = saved[-1].axes
     assert "not comparable: unequal CPU shares" in ax2.get_title()
     assert "not comparable" not in saved[-2].axes[1].get_title()  # the quiet one's
-    assert any("more than 1.25x apart, the wall times differ by load" in t.get_text() for t in saved[-1].texts)
+    assert any("more than 1.25x apart, the wall times differ by load" in _unwrapped(t) for t in saved[-1].texts)
     # cycles that recorded no share (a GPU's, or older files): the bars and the claim as before
     assert figures.cpu_shares(table({"no_reuse": None, "reuse": None})) == {}
     assert figures.cpu_shares(table({"no_reuse": float("nan"), "reuse": 0.9})) == {"reuse": 0.9}
@@ -1035,6 +1040,32 @@ def _zero_tables(fig):
                                  + rows("reuse", "fst", "hover", variant="reuse"))}}[fig]
 
 
+@pytest.mark.parametrize("fig", sorted(FIGURES, key=lambda f: int(f[3:])))
+def test_no_figure_hides_a_note_under_its_legend_or_runs_its_footnote_past_its_width(tmp_path, saved, fig):
+    """With no reward (the CPU default) the figures say so in a corner note: Fig 7's legend sat on
+    its note. A footnote wider than the figure widened the saved figure, the plot left in one
+    corner: the footnote wraps to the figure's width."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FIGURES[fig](_zero_tables(fig), tmp_path / f"{fig}.pdf")
+    (drawn,) = saved
+    renderer = FigureCanvasAgg(drawn).get_renderer()  # the saved figure is closed: a canvas of its own
+    drawn.tight_layout()  # laid out as saved, less the footnote's room: the same sizes
+    (footnote,) = [t for t in drawn.texts if t.get_gid() == "footnote"]
+    assert footnote.get_window_extent(renderer).x1 <= drawn.bbox.x1, _unwrapped(footnote)
+    notes = []
+    for ax in drawn.axes:
+        legend = ax.get_legend()
+        for text in ax.texts:
+            notes += [text.get_text()] if "overlap at 0" in text.get_text() else []
+            if legend is not None and text.get_text():
+                assert not legend.get_window_extent(renderer).overlaps(text.get_window_extent(renderer)), \
+                    (fig, text.get_text())
+    # the figures whose lines lie on one another at 0 say so (Fig 2 and 6 in their titles, Fig 3
+    # has no lines to fit, Fig 9 bars of 0)
+    assert bool(notes) is (fig in ("fig4", "fig5", "fig6", "fig7", "fig8", "fig10", "fig11")), notes
+
+
 @pytest.mark.parametrize("fig", [f for f in sorted(FIGURES, key=lambda f: int(f[3:])) if f != "fig6"])
 def test_every_figure_returns_the_numbers_it_plots(tmp_path, saved, fig):
     """A figure run's MLflow metrics are what its function returns: Fig 4, 5, 7, 8, 10 and 11
@@ -1130,7 +1161,7 @@ def test_fig8_names_the_methods_without_a_run_on_its_task(tmp_path, saved):
     """The smoke config has no efficiency run on hover: Fig 8's title promised FST and RL, its
     panels had neither, and nothing said why."""
     FIGURES["fig8"]({"ceiling": _zero_tables("fig8")["ceiling"]}, tmp_path / "fig8.pdf")
-    assert any(t.get_text().endswith("No run on HoVer: RL, FST.") for t in saved[0].texts)
+    assert any(_unwrapped(t).endswith("No run on HoVer: RL, FST.") for t in saved[0].texts)
 
 
 def test_fig10s_variants_are_fst_runs_in_fsts_colour(tmp_path, saved):
@@ -1216,7 +1247,7 @@ def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
     assert all(line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(0.3)
                for ax in axes for line in ax.get_lines())
     assert all(ax.get_lines() for ax in axes)
-    assert any("(default variant: K=8, baseline=problem, T=6, GEPA=light)" in t.get_text() for t in drawn[0].texts)
+    assert any("(default variant: K=8, baseline=problem, T=6, GEPA=light)" in _unwrapped(t) for t in drawn[0].texts)
 
 
 def test_ablation_panels_pair_only_bars_one_setting_apart():
@@ -1308,7 +1339,7 @@ def test_fig9_fits_a_later_panels_taller_bar_and_marks_bars_read_at_another_step
     assert "t3 has no evaluation at step 2; its bar shows step 0" in caplog.text
     axes = saved[0].axes
     assert [[t.get_text() for t in ax.get_xticklabels()] for ax in axes] == [["2", "4"], ["1", "2", "3*"]]
-    assert any("*: not evaluated at step 2; read at step 0 (t3)." in t.get_text() for t in saved[0].texts)
+    assert any("*: not evaluated at step 2; read at step 0 (t3)." in _unwrapped(t) for t in saved[0].texts)
     assert min(ax.get_ylim()[1] for ax in axes) >= 0.6 * 1.1  # panel (b)'s t1 bar and its label fit
     default_ticks = [t for ax in axes for t in ax.get_xticklabels() if t.get_text() == "2"]
     assert all(t.get_fontweight() == "bold" for t in default_ticks)
@@ -1379,7 +1410,7 @@ def test_fig9_labels_values_in_one_notation_and_a_lone_two_setting_variant_by_it
     assert ticks["(b) pool size K, max_metric_calls.light"] == ["K=2\nmax_metric_calls.light=32",
                                                                "K=4\nmax_metric_calls.light=64"]
     assert ticks["(c) reflection.minibatch_size_for_reflection"] == ["3", "5"]
-    assert any("default variant: K=2, " in t.get_text() and "lr=1e-5" in t.get_text() for t in fig.texts)
+    assert any("default variant: K=2, " in t.get_text() and "lr=1e-5" in _unwrapped(t) for t in fig.texts)
     titles = [ax.title.get_window_extent() for ax in fig.axes]
     assert all(a.x1 < b.x0 for a, b in itertools.pairwise(titles)), titles  # no title runs into the next
     for ax in fig.axes:  # nor a tick label into its neighbour, nor an x label out of its panel
@@ -1412,7 +1443,7 @@ def test_efficiency_figures_draw_their_captions_tasks_and_count_only_their_runs(
     FIGURES[fig]({"efficiency": _five_task_efficiency()}, tmp_path / f"{fig}.pdf")
     drawn = [ax for ax in saved[0].axes if ax.get_title()]
     assert [ax.get_title().split("\n")[0] for ax in drawn] == tasks
-    assert saved[0].texts[-1].get_text().startswith(f"{runs} runs, seeds [0, 1]")
+    assert _unwrapped(saved[0].texts[-1]).startswith(f"{runs} runs, seeds [0, 1]")
 
 
 def test_a_panel_without_one_of_its_methods_says_so(tmp_path, saved):
@@ -1422,7 +1453,7 @@ def test_a_panel_without_one_of_its_methods_says_so(tmp_path, saved):
         tables = {"efficiency": eff, "stargraph": eff.with_columns(pl.lit("stargraph").alias("experiment"))}
         FIGURES[fig](tables, tmp_path / f"{fig}.pdf")
         assert "no RL run" in saved[i].axes[0].get_title(), fig
-    assert saved[0].texts[-1].get_text().startswith("1 run, seeds [0]")  # not "1 runs"
+    assert _unwrapped(saved[0].texts[-1]).startswith("1 run, seeds [0]")  # not "1 runs"
 
 
 def test_fig3_says_an_unidentified_asymptote_in_its_legend(tmp_path, saved):
@@ -1476,12 +1507,12 @@ def test_fig6_tells_tasks_apart_by_colour_and_methods_by_line_style(tmp_path, sa
     x, y = np.asarray(fst.get_xdata(), float), np.asarray(fst.get_ydata(), float)
     gap = int(np.flatnonzero(np.isnan(x))[0])
     assert x[gap - 1] == 20 and x[gap + 1] == 30 and np.isnan(y[gap]) and np.isnan(x).sum() == 1
-    assert "own peak" not in saved[0].texts[-1].get_text()
+    assert "own peak" not in _unwrapped(saved[0].texts[-1])
 
 
 def test_fig6_with_one_method_says_its_curve_is_normalised_by_its_own_peak(tmp_path, saved):
     fig6({"continual": _continual(("fst",))}, tmp_path / "fig6.pdf")
-    assert saved[0].texts[-1].get_text().endswith("Only FST runs: each stage normalised by that method's own peak.")
+    assert _unwrapped(saved[0].texts[-1]).endswith("Only FST runs: each stage normalised by that method's own peak.")
 
 
 # --- a second visual review: names a reader knows, what a bar's seeds say ---------------------
@@ -1597,10 +1628,10 @@ def test_fig9_shows_the_seeds_spread_of_a_bar_with_several_seeds(tmp_path, saved
     (k1_err, default_err) = bars.errorbar.lines[2][0].get_segments()
     assert [y for _, y in k1_err] == pytest.approx([0.35, 0.45])  # 0.4 ± std/√2 = 0.05
     assert np.isnan(default_err).all()  # efficiency's one FST seed
-    assert "Error bars: ±1 standard error over seeds" in saved[0].texts[-1].get_text()
+    assert "Error bars: ±1 standard error over seeds" in _unwrapped(saved[0].texts[-1])
     fig9({"ablations": pl.DataFrame(k1).select(CURVE_COLUMNS), "efficiency": efficiency}, tmp_path / "one.pdf")
     assert [c.errorbar for c in saved[1].axes[0].containers] == [None]
-    assert "Error bars" not in saved[1].texts[-1].get_text()
+    assert "Error bars" not in _unwrapped(saved[1].texts[-1])
     # seeds evaluated at different steps (no step shared by every run: read at the earliest last
     # step, 15): the bar is the seed mean there, seed 1's alone, and so is its error bar's spread
     # (none); it took seed 0's last value before 15 as well, a spread the bar did not average

@@ -93,17 +93,32 @@ def _plt():
     return plt
 
 
+#: Characters of a 7-pt footnote a line, per inch of figure width (DejaVu Sans sets three of the
+#: figures' notes at 20.4-20.7 characters an inch: 18 keeps a line inside the figure), and a
+#: line's height in inches (7 pt at matplotlib's 1.2 line spacing).
+FOOTNOTE_CHARS_PER_INCH = 18
+FOOTNOTE_LINE_INCHES = 0.12
+
+
 def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
     runs = sorted({r for df in frames for r in df["run"].unique().to_list()})
     seeds = sorted({s for df in frames for s in df["seed"].unique().to_list()})
     text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, seeds {seeds}. " + extra
-    fig.text(0.01, 0.005, text.strip(), fontsize=7, color="#555555", ha="left", va="bottom")
+    # wrapped to the figure's width (wider, it widened the saved figure, the plot left in a corner
+    # of white space); `_save` leaves room for its lines
+    lines = textwrap.wrap(text.strip(), max(40, int(fig.get_figwidth() * FOOTNOTE_CHARS_PER_INCH)),
+                          break_long_words=False, break_on_hyphens=False)
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=7, color="#555555", ha="left", va="bottom",
+             gid="footnote")
+    fig.footnote_lines = len(lines)
 
 
 def _save(fig: Any, out: str | Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    # room for the footnote: 0.04 of the height for one line, a 7-pt line more for each other
+    extra_lines = max(getattr(fig, "footnote_lines", 1) - 1, 0)
+    fig.tight_layout(rect=(0, 0.04 + extra_lines * FOOTNOTE_LINE_INCHES / fig.get_figheight(), 1, 1))
     for path in (out, out.with_suffix(".png")):  # atomically: a killed job leaves no half a figure
         with atomic_path(path) as tmp:
             fig.savefig(tmp, bbox_inches="tight")  # a title wider than a one-panel figure: not cut
@@ -671,14 +686,15 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             else:
                 stayed.append(LABELS[method])
     drawn = [seed_curve(df, method=m)["mean_at_k"] for m in numbers["last"]]
-    if len(drawn) > 1 and no_reward(*drawn):  # RL's line, drawn on top, hides FST's
+    overlap = len(drawn) > 1 and no_reward(*drawn)
+    if overlap:  # RL's line, drawn on top, hides FST's
         _corner_note(ax, "no reward for either method:\nthe lines overlap at 0")
     missing = _missing_methods(numbers["last"])
     ax.set(title="Fig 7 — star-graph search" + (f" ({missing})" if missing else ""), xlabel="RL step",
            ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper right" if overlap else "upper left")  # not over the note in the top-left corner
     never = f"; none for {', '.join(stayed)}" if stayed else ""  # short: a wider note widens the PNG
     # an escape step is an evaluated step: the escape itself came after the evaluation before it
     steps = np.unique(df["step"].to_numpy())
@@ -712,12 +728,15 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
         ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
+    drawn = [seed_curve(df, method=m, eval_task=task)["mean_at_k"] for m in numbers["last"]]
+    if len(drawn) > 1 and no_reward(*drawn):  # the last method's line hides the others'
+        _corner_note(ax, "no reward for any method:\nthe lines overlap at 0")
     ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
     for a in (ax, ax2):
         _step_axis(a)
     _reward_axis(ax)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")  # the top-left corner holds a note, if any
     fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
     notes = [f"{LABELS['gepa']} trains no weights: its round c is drawn at step (c + 1) × T, beside the "
