@@ -513,6 +513,15 @@ def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
         (note,) = [t.get_text() for t in ax.texts]
         assert note.startswith("no reward for either method:\nthe markers overlap at 0")
         assert ("at KL 0 (neither policy moved)" in note) is clause
+    # FST earned reward, RL neither reward nor KL (the addition overlay's run): RL's markers lie
+    # on the origin, under FST's first one, and its legend entry had nothing to show
+    fst = _rows("efficiency", "fst", "hover", [0.0, 0.5, 0.7])
+    saved.clear()
+    figures.fig4({"efficiency": pl.DataFrame(still[:3] + fst).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    (ax,) = saved[0].axes
+    assert not ax.texts  # a corner note would cover FST's curve: RL's legend entry says it
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "RL (no reward, KL 0:\nevery checkpoint at the origin)", "FST"]
 
 
 def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):

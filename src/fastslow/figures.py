@@ -485,17 +485,23 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
             if not sub.height:
                 continue
-            drawn.append(sub)
+            drawn.append((method, sub))
             ax.scatter(sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy(), color=COLORS[method],
                        alpha=0.35, s=14)  # every checkpoint of every seed
             c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
                     color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
-        if len(drawn) > 1 and no_reward(*(d["mean_at_k"] for d in drawn)):  # one method's markers hide the other's
-            still = all((d["kl_to_base"].fill_nan(None).drop_nulls() == 0).all() for d in drawn)
+        # a method without reward whose policy never moved sits on the origin, under the other's start
+        still = [LABELS[m] for m, d in drawn
+                 if no_reward(d["mean_at_k"]) and (d["kl_to_base"].fill_nan(None).drop_nulls() == 0).all()]
+        if len(drawn) > 1 and no_reward(*(d["mean_at_k"] for _, d in drawn)):  # one method's markers hide the other's
             _corner_note(ax, "no reward for either method:\nthe markers overlap at 0"
-                         + (",\nat KL 0 (neither policy moved)" if still else ""))
+                         + (",\nat KL 0 (neither policy moved)" if len(still) == len(drawn) else ""))
+        else:  # said in its legend entry: a note in the corner would cover the other's curve
+            for line in ax.lines:
+                if line.get_label() in still:
+                    line.set_label(f"{line.get_label()} (no reward, KL 0:\nevery checkpoint at the origin)")
         _note_title(ax, task_label(task), _missing_methods(last.get(task, {})))
         ax.set(xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
