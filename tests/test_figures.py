@@ -1062,6 +1062,8 @@ def test_no_figure_hides_a_note_under_its_legend_or_runs_its_footnote_past_its_w
     drawn.tight_layout()  # laid out as saved, less the footnote's room: the same sizes
     (footnote,) = [t for t in drawn.texts if t.get_gid() == "footnote"]
     assert footnote.get_window_extent(renderer).x1 <= drawn.bbox.x1, _unwrapped(footnote)
+    if drawn.get_suptitle():  # the title too (Fig 3's formula over one panel was wider than it)
+        assert drawn._suptitle.get_window_extent(renderer).width <= drawn.bbox.width, drawn.get_suptitle()
     notes = []
     for ax in drawn.axes:
         legend = ax.get_legend()

@@ -113,6 +113,16 @@ def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
     fig.footnote_lines = len(lines)
 
 
+def _suptitle(fig: Any, text: str) -> None:
+    """The figure's title, wrapped to its width like the footnote (wider, it widened the saved
+    figure: Fig 3's formula over one panel)."""
+    from matplotlib.font_manager import FontProperties
+
+    size = FontProperties(size=_plt().rcParams["figure.titlesize"]).get_size_in_points()
+    width = max(20, int(fig.get_figwidth() * FOOTNOTE_CHARS_PER_INCH * 7 / size))
+    fig.suptitle("\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)))
+
+
 def _save(fig: Any, out: str | Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +279,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
         ax.legend(loc="best", fontsize=8)
     if rows == 2:
         _radars(fig, radar, ncols=ncols)
-    fig.suptitle("Fig 2 — data efficiency: FST vs RL at matched steps")
+    _suptitle(fig, "Fig 2 — data efficiency: FST vs RL at matched steps")
     _footnote(fig, [df] + ([radar] if rows == 2 else []))
     _save(fig, out)
     return ratios
@@ -461,9 +471,10 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         _step_axis(ax)
         _reward_axis(ax)
         ax.legend(fontsize=7, loc="best")
-    fig.suptitle("Fig 3 — asymptote: R − R0 = (A − R0) / (1 + (C_mid/C)^B) fitted per curve")
+    _suptitle(fig, "Fig 3 — fitted asymptote A per curve")
     _footnote(fig, [df], " ".join(  # no reward (the CPU default), too few points: no fit to explain
-        ([] if not drew_fit else ["Solid: fit window; dotted: extrapolation."])
+        ([] if not drew_fit else ["Fit: R − R0 = (A − R0) / (1 + (C_mid/C)^B).",
+                                  "Solid: fit window; dotted: extrapolation."])
         + ([] if not drew_errors else ["Bars: ±1 standard error over val problems."])))
     _save(fig, out)
     return fits
@@ -507,7 +518,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
         ax.legend(fontsize=8)
-    fig.suptitle(title)
+    _suptitle(fig, title)
     _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
     _save(fig, out)
     return last
@@ -560,7 +571,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     # plasticity claim reads
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     axes[-1].legend(handles.values(), handles.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.suptitle("Fig 5 — plasticity probe")
+    _suptitle(fig, "Fig 5 — plasticity probe")
     _footnote(fig, [df])
     _save(fig, out)
     return finals
@@ -663,7 +674,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     _reward_axis(ax2)
     ax.legend(fontsize=8)
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
-    fig.suptitle(f"Fig 6 — continual learning: {' → '.join(map(task_label, stages))}")
+    _suptitle(fig, f"Fig 6 — continual learning: {' → '.join(map(task_label, stages))}")
     # one method's curve divided by its own peak reaches 1.0 on every stage by construction
     _footnote(fig, [df], "" if len(methods) != 1 else
               f"Only {LABELS.get(methods[0], methods[0])} runs: each stage normalised by that method's own peak.")
@@ -743,7 +754,7 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         _step_axis(a)
     _reward_axis(ax)
     ax.legend(fontsize=8, loc="upper right")  # the top-left corner holds a note, if any
-    fig.suptitle("Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
+    _suptitle(fig, "Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
     notes = [f"{LABELS['gepa']} trains no weights: its round c is drawn at step (c + 1) × T, beside the "
              "others' cycle c." if "gepa" in numbers["last"] else "",  # its x is not its own: no RL step
@@ -983,7 +994,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     if not math.isnan(rl):
         values["rl"] = rl
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
-    fig.suptitle(f"Fig 9 — {task_label(task)} ablations (val mean@{k} at step {step})")
+    _suptitle(fig, f"Fig 9 — {task_label(task)} ablations (val mean@{k} at step {step})")
     default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
@@ -1078,7 +1089,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
                 "not comparable: unequal CPU shares (the machine's other jobs)" if unequal else "")
     ax2.set(ylabel="seconds / step")
     ax.legend(fontsize=8)
-    fig.suptitle(f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
+    _suptitle(fig, f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
     _footnote(fig, [df], "CPU: the share of their threads' time the cycles got (100%: the cores to "
               f"themselves; more than {CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else "")
     _save(fig, out)
