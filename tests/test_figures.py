@@ -391,6 +391,14 @@ def _unwrapped(text) -> str:
     return text.get_text().replace("\n", " ")
 
 
+def _renderer(fig):
+    """A renderer for a saved figure, to measure what it drew: `_save` closed it, so a canvas of
+    its own."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg(fig).get_renderer()
+
+
 def _written(out):
     assert out.stat().st_size > 1000 and out.with_suffix(".png").stat().st_size > 1000
 
@@ -1054,11 +1062,9 @@ def test_no_figure_hides_a_note_under_its_legend_or_runs_its_footnote_past_its_w
     """With no reward (the CPU default) the figures say so in a corner note: Fig 7's legend sat on
     its note. A footnote wider than the figure widened the saved figure, the plot left in one
     corner: the footnote wraps to the figure's width."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     FIGURES[fig](_zero_tables(fig), tmp_path / f"{fig}.pdf")
     (drawn,) = saved
-    renderer = FigureCanvasAgg(drawn).get_renderer()  # the saved figure is closed: a canvas of its own
+    renderer = _renderer(drawn)
     drawn.tight_layout()  # laid out as saved, less the footnote's room: the same sizes
     (footnote,) = [t for t in drawn.texts if t.get_gid() == "footnote"]
     assert footnote.get_window_extent(renderer).x1 <= drawn.bbox.x1, _unwrapped(footnote)
@@ -1598,10 +1604,8 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
     assert [t.get_text() for t in key.get_texts()] == ["in-distribution", "cross-domain", "easy→hard"]
     assert key.get_title().get_text() == "axes (trained on Math)"
     # the saved figure holds the whole key (clipped to the polar axes, its right part was cut off)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     fig = saved[0]
-    renderer = FigureCanvasAgg(fig).get_renderer()  # the saved figure is closed: a canvas of its own
+    renderer = _renderer(fig)
     inches = fig.dpi_scale_trans.inverted()
     saved_box = fig.get_tightbbox(renderer)
     for legend in (key, best.get_legend()):

@@ -93,42 +93,41 @@ def _plt():
     return plt
 
 
-#: Characters of a 7-pt footnote a line, per inch of figure width (DejaVu Sans sets three of the
-#: figures' notes at 20.4-20.7 characters an inch: 18 keeps a line inside the figure), and a
-#: line's height in inches (7 pt at matplotlib's 1.2 line spacing).
+#: Characters of 7-pt text a line, per inch of figure width (DejaVu Sans sets three of the
+#: figures' notes at 20.4-20.7 characters an inch: 18 keeps a line inside the figure; other sizes
+#: in proportion), and a 7-pt line's height in inches (at matplotlib's 1.2 line spacing).
 FOOTNOTE_CHARS_PER_INCH = 18
 FOOTNOTE_LINE_INCHES = 0.12
+
+
+def _fit_width(fig: Any, text: str, points: float) -> str:
+    """`text` wrapped to the figure's width at a font of `points`: a footnote or title wider than
+    the figure widened the saved figure, the plot left in a corner of white space."""
+    width = max(20, int(fig.get_figwidth() * FOOTNOTE_CHARS_PER_INCH * 7 / points))
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
 
 
 def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
     runs = sorted({r for df in frames for r in df["run"].unique().to_list()})
     seeds = sorted({s for df in frames for s in df["seed"].unique().to_list()})
     text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, seeds {seeds}. " + extra
-    # wrapped to the figure's width (wider, it widened the saved figure, the plot left in a corner
-    # of white space); `_save` leaves room for its lines
-    lines = textwrap.wrap(text.strip(), max(40, int(fig.get_figwidth() * FOOTNOTE_CHARS_PER_INCH)),
-                          break_long_words=False, break_on_hyphens=False)
-    fig.text(0.01, 0.005, "\n".join(lines), fontsize=7, color="#555555", ha="left", va="bottom",
-             gid="footnote")
-    fig.footnote_lines = len(lines)
+    fig.text(0.01, 0.005, _fit_width(fig, text.strip(), 7), fontsize=7, color="#555555", ha="left",
+             va="bottom", gid="footnote")  # `_save` leaves room for its lines
 
 
 def _suptitle(fig: Any, text: str) -> None:
-    """The figure's title, wrapped to its width like the footnote (wider, it widened the saved
-    figure: Fig 3's formula over one panel)."""
+    """The figure's title, wrapped to its width (Fig 3's formula over one panel was wider)."""
     from matplotlib.font_manager import FontProperties
 
-    size = FontProperties(size=_plt().rcParams["figure.titlesize"]).get_size_in_points()
-    width = max(20, int(fig.get_figwidth() * FOOTNOTE_CHARS_PER_INCH * 7 / size))
-    fig.suptitle("\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)))
+    fig.suptitle(_fit_width(fig, text, FontProperties(size=_plt().rcParams["figure.titlesize"]).get_size_in_points()))
 
 
 def _save(fig: Any, out: str | Path) -> None:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # room for the footnote: 0.04 of the height for one line, a 7-pt line more for each other
-    extra_lines = max(getattr(fig, "footnote_lines", 1) - 1, 0)
-    fig.tight_layout(rect=(0, 0.04 + extra_lines * FOOTNOTE_LINE_INCHES / fig.get_figheight(), 1, 1))
+    lines = max((t.get_text().count("\n") + 1 for t in fig.texts if t.get_gid() == "footnote"), default=1)
+    fig.tight_layout(rect=(0, 0.04 + (lines - 1) * FOOTNOTE_LINE_INCHES / fig.get_figheight(), 1, 1))
     for path in (out, out.with_suffix(".png")):  # atomically: a killed job leaves no half a figure
         with atomic_path(path) as tmp:
             fig.savefig(tmp, bbox_inches="tight")  # a title wider than a one-panel figure: not cut
@@ -690,9 +689,11 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fig, ax = plt.subplots(figsize=(5, 3.4))
     stayed = []
     numbers: dict[str, dict[str, float]] = {"escape_step": {}, "last": {}}
+    drawn = []
     for method in ("rl", "fst"):
         c = seed_curve(df, method=method)
         if c.height:
+            drawn.append(c["mean_at_k"])
             ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else None
             first = escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), se)
@@ -702,7 +703,6 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
             else:
                 stayed.append(LABELS[method])
-    drawn = [seed_curve(df, method=m)["mean_at_k"] for m in numbers["last"]]
     overlap = len(drawn) > 1 and no_reward(*drawn)
     if overlap:  # RL's line, drawn on top, hides FST's
         _corner_note(ax, "no reward for either method:\nthe lines overlap at 0")
@@ -736,16 +736,17 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     absent = []
     numbers: dict[str, dict[str, float]] = {"last": {}, "entropy": {}}
+    drawn = []
     for method in ("rl", "fst", "fst_distill", "gepa"):
         c = seed_curve(df, method=method, eval_task=task)
         if not c.height:
             absent.append(LABELS[method])
             continue
+        drawn.append(c["mean_at_k"])
         numbers["last"][method] = float(c["mean_at_k"][-1])
         numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
         ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
-    drawn = [seed_curve(df, method=m, eval_task=task)["mean_at_k"] for m in numbers["last"]]
     if len(drawn) > 1 and no_reward(*drawn):  # the last method's line hides the others'
         _corner_note(ax, "no reward for any method:\nthe lines overlap at 0")
     ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
