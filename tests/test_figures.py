@@ -201,6 +201,10 @@ def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_
     ([0] * 5, [0, 0, 0, 0, 0.0625], None, "undetermined", "neither method left zero reward"),
     ([.5] * 5, [.5] * 5, None, "undetermined", "FST's step-0 evaluation is already above zero"),
     ([0, 0], [0, 0, .5, .5, .5], None, "undetermined", "RL's run ends at step 10, before FST left zero"),
+    # ties: RL still at zero at the step FST left it (reproduced: RL's escape is later), and the
+    # mirror, FST still at zero at the step RL left it (refuted: FST's is later)
+    ([0, 0, 0], [0, 0, .5, .5, .5], 1.0, "reproduced", "RL's escape comes after step 20, so the ratio is above 1"),
+    ([0, 0, .5, .5, .5], [0, 0, 0], None, "not reproduced", "FST never left zero reward by step 20; RL did at step 20"),
     ([0, 0, 0, 0, .5], [0, 0], None, "undetermined", "FST never left zero reward by step 10; RL did at step 40"),
 ])
 def test_fig7s_claim_leaving_zero_reward(rl, fst, measured, verdict, note):

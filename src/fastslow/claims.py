@@ -188,13 +188,18 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
         return _row("zero_reward_escape", task, float("nan"), runs, note=(
             "FST's step-0 evaluation is already above zero: there was no zero reward to leave"))
     if math.isnan(first["rl"]):
-        if last["rl"] <= first["fst"]:  # RL's run ended before FST left zero: no bound above 1
+        # RL leaves zero after its last step: if that step is at or after FST's escape, FST was
+        # first (the mirror of FST's run reaching RL's escape above, which refutes); if before
+        # it, either may have been
+        if last["rl"] < first["fst"]:
             return _row("zero_reward_escape", task, float("nan"), runs, note=(
                 f"RL's run ends at step {last['rl']}, before FST left zero reward (step {int(first['fst'])})"
                 + plain))
+        tie = (f": RL's escape comes after step {last['rl']}, so the ratio is above 1"
+               if last["rl"] == first["fst"] else "")
         return _row("zero_reward_escape", task, last["rl"] / first["fst"], runs, bound=True, note=(
             f"a lower bound: RL never left zero reward by step {last['rl']}; FST did at step "
-            f"{int(first['fst'])}" + plain))
+            f"{int(first['fst'])}" + tie + plain))
     return _row("zero_reward_escape", task, first["rl"] / first["fst"], runs, threshold=1.0,
                 note=f"RL left zero reward at step {int(first['rl'])}, FST at step {int(first['fst'])}" + plain)
 
