@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -118,6 +122,15 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert split and all(0 <= seeds and 0 <= search and 0 <= slow and seeds + search + slow <= total
                          for seeds, search, slow, total in split)
     assert max(seeds for seeds, _, _, _ in split) > 0
+    # the README's query without a browser, as printed there, lists the continual experiment's runs
+    snippet = re.search(r"Without a browser.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert snippet and info["tracking_uri"].endswith("results/mlflow.db"), info["tracking_uri"]
+    listed = subprocess.run(["bash", "-c", snippet[1].replace(".venv/bin/python", shlex.quote(sys.executable))],
+                            cwd=work, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    continual = [r for r in runs if r.data.tags.get("wildcard.experiment") == "continual"]
+    assert continual and all(r.info.run_id in listed.stdout for r in continual)
+    assert sum(len(line.split()) > 1 and line.split()[1] in by_id for line in listed.stdout.splitlines()) == len(continual)
 
     # snakemake --report: one self-contained HTML page with the figures, claims and pool pages
     out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600)
