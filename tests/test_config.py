@@ -233,6 +233,30 @@ def test_a_memory_bound_is_no_param_and_does_not_split_a_shared_run():
     assert runs["reuse/fst/math-no_reuse-s0"].shared == "efficiency/fst/math-default-s0"
 
 
+def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
+    """An RL-only run's fast settings (its K is 1 whatever they say) and a GEPA-only run's slow
+    settings but T change none of its jobs' params (`CYCLE_READS`): the run is the earlier
+    experiment's. FST reads both, so the same overrides make an FST run its own."""
+    from fastslow.experiments import expand
+
+    fast = {"preset": "full", "pool_size": 4, "minibatch_size": 3}
+    runs = expand(_tiny_experiments({"methods": ["rl", "fst"], "overrides": {"fast": fast}}))
+    assert runs["reuse/rl/math-default-s0"].shared == "efficiency/rl/math-default-s0"
+    assert runs["reuse/fst/math-default-s0"].shared is None
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    cfg["experiments"] = {
+        "first": {"tasks": ["math"], "methods": ["gepa", "fst"], "cycles": 1},
+        "second": {"tasks": ["math"], "methods": ["gepa", "fst"], "cycles": 1,
+                   "overrides": {"slow": {"lr": 3.0e-5, "num_generations": 8}}},
+        "third": {"tasks": ["math"], "methods": ["gepa"], "cycles": 1, "overrides": {"slow": {"steps_per_cycle": 5}}},
+    }
+    runs = expand(validate_config(cfg))
+    assert runs["second/gepa/math-default-s0"].shared == "first/gepa/math-default-s0"
+    assert runs["second/fst/math-default-s0"].shared is None
+    assert runs["third/gepa/math-default-s0"].shared is None  # T: the step its rounds are filed at
+
+
 @pytest.mark.parametrize("reuse, efficiency_eval", [
     ({"cycles": 3}, None),                                                # one cycle more
     ({"seeds": [1]}, None),                                               # another seed

@@ -4,7 +4,7 @@ A run is identified by its path `results/runs/<experiment>/<method>/<run>/` wher
 `<run> = <tasks>-<variant>-s<seed>` (tasks joined by '.' for a continual sequence, and
 `<init>` prefixed for a run that starts from another run's final weights). A run that would
 train exactly like a run of an earlier experiment (same method, tasks, seed, initial weights,
-settings and evaluation points) is not trained twice: it is *shared*, its files are the earlier
+the settings its method reads, and evaluation points) is not trained twice: it is *shared*, its files are the earlier
 run's (`RunSpec.shared`), and the later experiment's curves read them under its own
 experiment/variant labels, with the earlier run's id. A method is data:
 
@@ -98,11 +98,16 @@ class RunSpec:
         (`job_params`), less the keys its method's cycle never reads (`CYCLE_READS`)."""
         from fastslow.config import job_params
 
-        params = job_params(self.settings(config), sections)
-        for section, read in CYCLE_READS.get(self.method, {}).items():
-            if section in params:
-                params[section] = {k: v for k, v in params[section].items() if k in read}
-        return params
+        return _read_by(self.method, job_params(self.settings(config), sections))
+
+
+def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` (sections of settings) less the keys `method`'s runs never read (`CYCLE_READS`:
+    its cycle's; its evaluations read no `fast` or `slow` setting)."""
+    for section, read in CYCLE_READS.get(method, {}).items():
+        if section in params:
+            params[section] = {k: v for k, v in params[section].items() if k in read}
+    return params
 
 
 def run_tasks(key: str) -> tuple[str, ...]:
@@ -136,8 +141,9 @@ def _same_training(spec: RunSpec, other: RunSpec, config: dict[str, Any]) -> boo
         return False
     from fastslow.config import job_params
 
+    # what the method's jobs read: an rl run's fast settings (but K = 1) change none of its jobs
     mine, theirs = spec.settings(config), other.settings(config)
-    mine, theirs = job_params(mine, list(mine)), job_params(theirs, list(theirs))
+    mine, theirs = (_read_by(spec.method, job_params(s, list(s))) for s in (mine, theirs))
     mine_div = mine.get("evaluation", {}).pop("divergence", True)
     their_div = theirs.get("evaluation", {}).pop("divergence", True)
     return mine == theirs and (their_div or not mine_div)
