@@ -236,7 +236,8 @@ def test_a_memory_bound_is_no_param_and_does_not_split_a_shared_run():
 def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
     """An RL-only run's fast settings (its K is 1 whatever they say) and a GEPA-only run's slow
     settings but T change none of its jobs' params (`CYCLE_READS`): the run is the earlier
-    experiment's. FST reads both, so the same overrides make an FST run its own."""
+    experiment's, or its own experiment's earlier variant's. FST reads both, so the same
+    overrides make an FST run its own."""
     from fastslow.experiments import expand
 
     fast = {"preset": "full", "pool_size": 4, "minibatch_size": 3}
@@ -255,6 +256,14 @@ def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
     assert runs["second/gepa/math-default-s0"].shared == "first/gepa/math-default-s0"
     assert runs["second/fst/math-default-s0"].shared is None
     assert runs["third/gepa/math-default-s0"].shared is None  # T: the step its rounds are filed at
+    # ...and within one experiment: variants of the fast settings are one RL run, trained once
+    cfg["experiments"] = {"ablations": {"tasks": ["math"], "methods": ["rl", "fst"], "cycles": 1, "variants": {
+        "k1": {"fast": {"pool_size": 1}}, "k4": {"fast": {"pool_size": 4}}, "lr": {"slow": {"lr": 3.0e-5}}}}}
+    runs = expand(validate_config(cfg))
+    assert {k: s.shared for k, s in runs.items()} == {
+        "ablations/rl/math-k1-s0": None, "ablations/rl/math-k4-s0": "ablations/rl/math-k1-s0",
+        "ablations/rl/math-lr-s0": None, "ablations/fst/math-k1-s0": None, "ablations/fst/math-k4-s0": None,
+        "ablations/fst/math-lr-s0": None}
 
 
 @pytest.mark.parametrize("reuse, efficiency_eval", [

@@ -325,6 +325,19 @@ def test_fig9_compares_at_the_common_step(tmp_path, efficiency):
     assert values["rl"] == pytest.approx(0.3)
 
 
+def test_fig9s_bars_are_the_ablations_fst_runs_when_the_experiment_has_rl_ones_too(tmp_path, saved, efficiency):
+    """An ablations experiment with methods [rl, fst]: each bar is FST's variant alone (it was the
+    mean of both methods' runs), and the footnote says the RL runs are not drawn."""
+    abl = _rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")
+    abl += _rows("ablations", "rl", "math", [0.1, 0.0, 0.05], variant="k1")
+    values = fig9({"ablations": pl.DataFrame(abl).select(CURVE_COLUMNS), "efficiency": efficiency},
+                  tmp_path / "fig9.pdf")
+    assert values["k1"] == pytest.approx(0.35) and values["rl"] == pytest.approx(0.3)  # RL: efficiency's
+    (footnote,) = [t for t in saved[0].texts if t.get_gid() == "footnote"]
+    assert "Bars: the ablations' FST runs; their RL runs are not drawn (the dashed line is efficiency's RL)." \
+        in _unwrapped(footnote)
+
+
 def test_fig9_compares_every_bar_at_one_evaluated_step(tmp_path):
     """Runs with other cycle lengths are evaluated at other steps: T=12 every 60 steps, T=6
     every 30, RL/FST (T=6) every 30 to 150. The bars compare at 120, the last step all share,

@@ -3,8 +3,9 @@
 A run is identified by its path `results/runs/<experiment>/<method>/<run>/` where
 `<run> = <tasks>-<variant>-s<seed>` (tasks joined by '.' for a continual sequence, and
 `<init>` prefixed for a run that starts from another run's final weights). A run that would
-train exactly like a run of an earlier experiment (same method, tasks, seed, initial weights,
-the settings its method reads, and evaluation points) is not trained twice: it is *shared*, its files are the earlier
+train exactly like an earlier run (of an earlier experiment, or an earlier variant of its own:
+same method, tasks, seed, initial weights, the settings its method reads, and evaluation
+points) is not trained twice: it is *shared*, its files are the earlier
 run's (`RunSpec.shared`), and the later experiment's curves read them under its own
 experiment/variant labels, with the earlier run's id. A method is data:
 
@@ -150,9 +151,11 @@ def _same_training(spec: RunSpec, other: RunSpec, config: dict[str, Any]) -> boo
 
 
 def _share(spec: RunSpec, runs: dict[str, RunSpec], config: dict[str, Any]) -> RunSpec:
-    """`spec`, marked shared with the first earlier experiment's run that trains identically."""
+    """`spec`, marked shared with the first earlier run that trains identically: an earlier
+    experiment's, or an earlier variant's of its own (an RL run of variants that change only fast
+    settings)."""
     for other in runs.values():
-        if other.experiment != spec.experiment and other.shared is None and _same_training(spec, other, config):
+        if other.shared is None and _same_training(spec, other, config):
             return replace(spec, shared=other.key)
     return spec
 
@@ -188,7 +191,7 @@ RESERVED_GROUPS = ("foundation", "figures")
 
 def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
     """All runs of all experiments, keyed by `RunSpec.key`. Validates as it goes. A run identical
-    to an earlier experiment's run is marked `shared` with it (see the module docstring)."""
+    to an earlier run is marked `shared` with it (see the module docstring)."""
     from fastslow.config import deep_update
 
     runs: dict[str, RunSpec] = {}

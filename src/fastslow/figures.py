@@ -934,6 +934,12 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     it, one panel of bars by variant name."""
     plt = _plt()
     abl = tables["ablations"]
+    # the bars are FST's ablations (another method's where the experiment has no FST run): a bar
+    # averaging two methods' runs would be neither's; the others are named in the footnote
+    methods = sorted(abl["method"].unique().to_list())
+    ablated = "fst" if "fst" in methods else methods[0]
+    not_drawn = [LABELS.get(m, m) for m in methods if m != ablated]
+    abl = abl.filter(pl.col("method") == ablated)
     task = abl["eval_task"][0]
     eff = tables.get("efficiency")
     compared = [abl]
@@ -1000,6 +1006,9 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
             "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
+    if not_drawn:
+        note += (f" Bars: the ablations' {LABELS.get(ablated, ablated)} runs; their {', '.join(not_drawn)} runs "
+                 f"are not drawn" + (" (the dashed line is efficiency's RL)." if not math.isnan(rl) else "."))
     if any(not math.isnan(se) for se in spread.values()):
         note += " Error bars: ±1 standard error over seeds (bars of one seed have none)."
     if early:
