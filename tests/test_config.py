@@ -552,11 +552,29 @@ def test_a_continual_sequence_lists_each_task_once():
     ({"continual": {"cycles": 3}},
      "experiments.continual.cycles: 3 with a 'sequence', whose run takes 'cycles_per_stage' cycles per task; "
      "set that instead"),
+    # ...and so do their variants: a sequence variant's `cycles` read as cycles per stage
+    ({"continual": {"variants": {"long": {"cycles": 3}}}},
+     "experiments.continual.variants.long.cycles: 3 in a 'sequence' experiment, whose run takes "
+     "'cycles_per_stage' cycles per task; set that instead"),
+    ({"efficiency": {"variants": {"long": {"cycles_per_stage": 3}}}},
+     "experiments.efficiency.variants.long.cycles_per_stage: 3 in a 'tasks' experiment, whose runs take "
+     "'cycles'; set that instead"),
 ])
 def test_a_key_the_kind_of_experiment_ignores_is_an_error(experiment, expected):
     with pytest.raises(ConfigError) as info:
         load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiment})
     assert str(info.value) == f"config error: {expected}"
+
+
+def test_a_sequence_experiments_variant_sets_its_cycles_per_stage():
+    from fastslow.experiments import expand
+
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"continual": {
+        "cycles_per_stage": 1, "variants": {"default": {}, "long": {"cycles_per_stage": 3}}}}})
+    runs = expand(cfg)
+    assert runs["continual/fst/hover.codeio.physics-default-s0"].schedule == ("hover", "codeio", "physics")
+    assert runs["continual/fst/hover.codeio.physics-long-s0"].schedule == ("hover",) * 3 + ("codeio",) * 3 + ("physics",) * 3
+    assert "cycles_per_stage" not in runs["continual/fst/hover.codeio.physics-long-s0"].overrides
 
 
 def test_a_validated_config_is_valid_again():

@@ -223,7 +223,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             raise _err(f"{where}.cycles: {exp['cycles']!r} with a 'sequence', whose run takes "
                        f"'cycles_per_stage' cycles per task; set that instead")
 
-        # a variant's `cycles` replaces it (in a sequence experiment: cycles per stage)
+        # a variant's `cycles` (in a sequence experiment, `cycles_per_stage`) replaces it
         own_cycles = exp.get("cycles", CYCLES) if seq is None else exp.get("cycles_per_stage", CYCLES_PER_STAGE)
 
         def schedules(cycles: int | None) -> list[tuple[str, ...]]:
@@ -249,8 +249,16 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             for variant, overrides in variants.items():
                 if not _SAFE.match(variant):
                     raise _err(f"{where}.variants.{variant}: variant names use letters, digits and '_' only")
+                # the variant's cycle count, under the experiment's own key for it (checked above)
+                count = "cycles" if seq is None else "cycles_per_stage"
+                wrong = "cycles_per_stage" if seq is None else "cycles"
+                if wrong in overrides:
+                    raise _err(f"{where}.variants.{variant}.{wrong}: {overrides[wrong]!r} in a "
+                               + ("'tasks' experiment, whose runs take 'cycles'; set that instead" if seq is None
+                                  else "'sequence' experiment, whose run takes 'cycles_per_stage' cycles per task; "
+                                       "set that instead"))
                 overrides = deep_update(copy.deepcopy(exp.get("overrides", {})), overrides)
-                cycles = overrides.pop("cycles", None)
+                cycles = overrides.pop(count, None)
                 for seed in exp.get("seeds", [0]):
                     for schedule in schedules(cycles):
                         for init in inits:
