@@ -1686,3 +1686,32 @@ def test_fig10s_variant_names_are_readable_and_its_metrics_keep_them(tmp_path, s
     assert "_" not in _drawn_words(saved[0])
     assert set(figures.figure_metrics("fig10", result)) == {
         f"fig10/{k}/{v}" for k in ("seconds_per_step", "last") for v in ("fst_reuse", "no_reuse")}
+
+
+def test_a_figure_and_its_claims_draw_each_experiment_at_one_variant(tmp_path, saved):
+    """A continual experiment with a variant of longer stages: its runs are no seeds of the
+    default's curve (averaged, the stages of one run length mixed with another's). Fig 6 and its
+    claims read the default variant, the footnote names the other; Fig 10 compares its variants."""
+    default = _continual()
+    seq = ["hover"] * 3 + ["codeio"] * 3
+    longer = pl.DataFrame([{**r, "run": r["run"].replace("default", "long")}
+                           for m in ("rl", "fst") for task in ("hover", "codeio")
+                           for r in _rows("continual", m, "hover.codeio", [0.0, 0.9, 0.9, 0.9, 0.0, 0.0, 0.0],
+                                          train_task=seq, eval_task=task, variant="long")]).select(CURVE_COLUMNS)
+    both = pl.concat([default, longer])
+    norm, drawn = figures.draw("fig6", {"continual": both}, tmp_path / "fig6.pdf")
+    assert drawn["continual"].equals(default) and norm.equals(normalised_continual(default))
+    assert figures.stage_ends(drawn["continual"]) == {"hover": 20, "codeio": 40}  # mixed: 30 and 60
+    note = _unwrapped(next(t for t in saved[0].texts if t.get_gid() == "footnote"))
+    assert note.endswith("continual: variant default drawn, variant long not.")
+    claims = build_claims({"continual": both})
+    assert claims == build_claims({"continual": default})
+    assert all("long" not in r["runs"] for r in claims)
+    # the variants Fig 10 compares are all drawn; with no default the first is the headline
+    reuse = pl.DataFrame(_rows("reuse", "fst", "math", [0.1, 0.2], variant="no_reuse")
+                         + _rows("reuse", "fst", "math", [0.1, 0.3], variant="reuse")).select(CURVE_COLUMNS)
+    _, drawn = figures.draw("fig10", {"reuse": reuse}, tmp_path / "fig10.pdf")
+    assert drawn["reuse"].equals(reuse)
+    kept, note = figures.headline_tables({"reuse": reuse})
+    assert kept["reuse"]["variant"].unique().to_list() == ["no_reuse"] and note == \
+        "reuse: variant no_reuse drawn, variant reuse not."

@@ -51,6 +51,7 @@ from fastslow.experiments import run_tasks
 from fastslow.figures import (
     cpu_shares,
     cycle_seconds_per_step,
+    headline_tables,
     normalised_continual,
     rows_where,
     seed_curve,
@@ -380,6 +381,9 @@ def _kl_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame,
 
 
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
+    """Every claim the curves `tables` ({experiment: table}) measure, each experiment at its
+    headline variant (`headline_tables`; the reuse claim compares reuse's variants)."""
+    tables, _ = headline_tables(tables, ("reuse",))
     rows: list[dict[str, Any]] = []
     eff = tables.get("efficiency")
     if eff is not None:

@@ -11,6 +11,7 @@ import logging
 import math
 import textwrap
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,50 @@ def _fit_width(fig: Any, text: str, points: float) -> str:
     return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
 
 
+#: The tables whose variants a figure compares (its bars, its lines): every other table a figure
+#: reads is drawn at its headline variant (`headline_tables`).
+VARIANT_TABLES: dict[str, tuple[str, ...]] = {"fig9": ("ablations",), "fig10": ("reuse",)}
+#: What `draw` left out of the figure it is drawing (`headline_tables`' note), for its footnote.
+_NOT_DRAWN: ContextVar[str] = ContextVar("not_drawn", default="")
+
+
+def headline_tables(tables: Mapping[str, pl.DataFrame], compared: tuple[str, ...] = ()
+                    ) -> tuple[dict[str, pl.DataFrame], str]:
+    """`tables` with each experiment's rows cut to one variant, but those in `compared` (whose
+    variants the figure or claim compares), and a note naming what was cut, or "". The variant
+    kept is `default`, else the experiment's first (the table's row order: the config's). Runs
+    of several variants of one experiment are not seeds of one curve: averaged, Fig 6's stages
+    mixed a run of one stage length with another's."""
+    out, notes = {}, []
+    for name, df in tables.items():
+        variants = df["variant"].unique(maintain_order=True).to_list()
+        if name in compared or len(variants) < 2:
+            out[name] = df
+            continue
+        keep = "default" if "default" in variants else variants[0]
+        out[name] = df.filter(pl.col("variant") == keep)
+        left = [v for v in variants if v != keep]
+        notes.append(f"{name}: variant {keep} drawn, variant{'s' if len(left) > 1 else ''} {', '.join(left)} not")
+        log.warning("%s: drawn at its variant %s; its variant(s) %s are not drawn", name, keep, ", ".join(left))
+    return out, ("; ".join(notes) + ".") if notes else ""
+
+
+def draw(fig: str, tables: Mapping[str, pl.DataFrame], out: str | Path, **options: Any) -> tuple[Any, dict]:
+    """Figure `fig` (`FIGURES`) from `tables` at their headline variants (`headline_tables`; the
+    footnote says what was left out). Returns the figure's numbers and the tables it drew."""
+    tables, note = headline_tables(tables, VARIANT_TABLES.get(fig, ()))
+    token = _NOT_DRAWN.set(note)
+    try:
+        return FIGURES[fig](tables, out, **options), tables
+    finally:
+        _NOT_DRAWN.reset(token)
+
+
 def _footnote(fig: Any, frames: list[pl.DataFrame], extra: str = "") -> None:
     runs = sorted({r for df in frames for r in df["run"].unique().to_list()})
     seeds = sorted({s for df in frames for s in df["seed"].unique().to_list()})
-    text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, seeds {seeds}. " + extra
+    text = f"{len(runs)} run{'' if len(runs) == 1 else 's'}, seeds {seeds}. " + " ".join(
+        t for t in (extra, _NOT_DRAWN.get()) if t)
     fig.text(0.01, 0.005, _fit_width(fig, text.strip(), 7), fontsize=7, color="#555555", ha="left",
              va="bottom", gid="footnote")  # `_save` leaves room for its lines
 

@@ -4,7 +4,7 @@ import logging
 
 import polars as pl
 
-from fastslow.figures import FIGURES, figure_metrics
+from fastslow.figures import draw, figure_metrics
 from fastslow.io import json_text
 from fastslow.jobs import snakemake_job
 from fastslow.layout import table_experiment
@@ -12,8 +12,9 @@ from fastslow.layout import table_experiment
 smk = snakemake  # noqa: F821 - injected by Snakemake
 with snakemake_job(smk, parent="figures") as tracker:
     tables = {table_experiment(p): pl.read_parquet(p) for p in smk.input.tables}
-    result = FIGURES[smk.wildcards.fig](tables, smk.output.pdf, **smk.params.options)
-    runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})
+    # each experiment at one variant, but the variants a figure compares (Fig 9's, Fig 10's)
+    result, tables = draw(smk.wildcards.fig, tables, smk.output.pdf, **smk.params.options)
+    runs = sorted({r for df in tables.values() for r in df["run"].unique().to_list()})  # the runs drawn
     # The figure's MLflow run names every run it plotted by its key; each job of such a run carries
     # it as tag fastslow.run (fastslow.jobs.run_settings), so `tags.`fastslow.run` = '<key>'` finds them.
     tracker.set_tags({"fastslow.figure": smk.wildcards.fig, "fastslow.input_runs": ",".join(runs)})
