@@ -330,12 +330,12 @@ def test_fig9s_bars_are_the_ablations_fst_runs_when_the_experiment_has_rl_ones_t
     mean of both methods' runs), and the footnote says the RL runs are not drawn."""
     abl = _rows("ablations", "fst", "math", [0.1, 0.3, 0.35], variant="k1")
     abl += _rows("ablations", "rl", "math", [0.1, 0.0, 0.05], variant="k1")
-    values = fig9({"ablations": pl.DataFrame(abl).select(CURVE_COLUMNS), "efficiency": efficiency},
-                  tmp_path / "fig9.pdf")
+    values, drawn = figures.draw("fig9", {"ablations": pl.DataFrame(abl).select(CURVE_COLUMNS),
+                                          "efficiency": efficiency}, tmp_path / "fig9.pdf")
     assert values["k1"] == pytest.approx(0.35) and values["rl"] == pytest.approx(0.3)  # RL: efficiency's
+    assert drawn["ablations"]["method"].unique().to_list() == ["fst"]  # the runs the figure job tags
     (footnote,) = [t for t in saved[0].texts if t.get_gid() == "footnote"]
-    assert "Bars: the ablations' FST runs; their RL runs are not drawn (the dashed line is efficiency's RL)." \
-        in _unwrapped(footnote)
+    assert _unwrapped(footnote).endswith("ablations: its FST runs read, its RL runs not.")
 
 
 def test_fig9_compares_every_bar_at_one_evaluated_step(tmp_path):
@@ -1703,7 +1703,7 @@ def test_a_figure_and_its_claims_draw_each_experiment_at_one_variant(tmp_path, s
     assert drawn["continual"].equals(default) and norm.equals(normalised_continual(default))
     assert figures.stage_ends(drawn["continual"]) == {"hover": 20, "codeio": 40}  # mixed: 30 and 60
     note = _unwrapped(next(t for t in saved[0].texts if t.get_gid() == "footnote"))
-    assert note.endswith("continual: variant default drawn, variant long not.")
+    assert note.endswith("continual: variant default read, variant long not.")
     claims = build_claims({"continual": both})
     assert claims == build_claims({"continual": default})
     assert all("long" not in r["runs"] for r in claims)
@@ -1714,4 +1714,10 @@ def test_a_figure_and_its_claims_draw_each_experiment_at_one_variant(tmp_path, s
     assert drawn["reuse"].equals(reuse)
     kept, note = figures.headline_tables({"reuse": reuse})
     assert kept["reuse"]["variant"].unique().to_list() == ["no_reuse"] and note == \
-        "reuse: variant no_reuse drawn, variant reuse not."
+        "reuse: variant no_reuse read, variant reuse not."
+    # ...and of the variants it compares, FST's runs: an RL run of the reuse variant is no reuse
+    rl = pl.DataFrame(_rows("reuse", "rl", "math", [0.9, 0.9], variant="reuse")).select(CURVE_COLUMNS)
+    result, drawn = figures.draw("fig10", {"reuse": pl.concat([reuse, rl])}, tmp_path / "fig10.pdf")
+    assert drawn["reuse"].equals(reuse) and result["last"] == {"no_reuse": 0.2, "reuse": 0.3}
+    claims = build_claims({"reuse": pl.concat([reuse, rl])})
+    assert [r["claim"] for r in claims] == ["reuse_speedup"] and claims == build_claims({"reuse": reuse})

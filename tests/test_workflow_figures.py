@@ -124,7 +124,7 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert max(seeds for seeds, _, _, _ in split) > 0
     # the README's query without a browser, as printed there, lists the continual experiment's runs
     snippet = re.search(r"Without a browser.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert snippet and info["tracking_uri"].endswith("results/mlflow.db"), info["tracking_uri"]
+    assert snippet
     listed = subprocess.run(["bash", "-c", snippet[1].replace(".venv/bin/python", shlex.quote(sys.executable))],
                             cwd=work, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr[-3000:]

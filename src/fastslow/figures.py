@@ -108,8 +108,8 @@ def _fit_width(fig: Any, text: str, points: float) -> str:
     return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
 
 
-#: The tables whose variants a figure compares (its bars, its lines): every other table a figure
-#: reads is drawn at its headline variant (`headline_tables`).
+#: The tables whose variants a figure compares (its bars, its lines), drawn for FST's runs alone;
+#: every other table a figure reads is drawn at its headline variant (`headline_tables`).
 VARIANT_TABLES: dict[str, tuple[str, ...]] = {"fig9": ("ablations",), "fig10": ("reuse",)}
 #: What `draw` left out of the figure it is drawing (`headline_tables`' note), for its footnote.
 _NOT_DRAWN: ContextVar[str] = ContextVar("not_drawn", default="")
@@ -117,28 +117,37 @@ _NOT_DRAWN: ContextVar[str] = ContextVar("not_drawn", default="")
 
 def headline_tables(tables: Mapping[str, pl.DataFrame], compared: tuple[str, ...] = ()
                     ) -> tuple[dict[str, pl.DataFrame], str]:
-    """`tables` with each experiment's rows cut to one variant, but those in `compared` (whose
-    variants the figure or claim compares), and a note naming what was cut, or "". The variant
-    kept is `default`, else the experiment's first (the table's row order: the config's). Runs
-    of several variants of one experiment are not seeds of one curve: averaged, Fig 6's stages
-    mixed a run of one stage length with another's."""
+    """`tables` each cut to one curve per method and seed, and a note naming what was cut, or "".
+    A table in `compared` (whose variants a figure or claim compares: FST's ablations, FST with
+    and without reuse) keeps every variant but one method: FST, else its first. Any other keeps
+    one variant: `default`, else the experiment's first (the table's row order: the config's).
+    Runs of several variants of one experiment are no seeds of one curve: averaged, Fig 6's
+    stages mixed a run of one stage length with another's; and a bar averaging two methods'
+    runs is neither's."""
     out, notes = {}, []
     for name, df in tables.items():
-        variants = df["variant"].unique(maintain_order=True).to_list()
-        if name in compared or len(variants) < 2:
+        column = "method" if name in compared else "variant"
+        values = df[column].unique(maintain_order=True).to_list()
+        if len(values) < 2:
             out[name] = df
             continue
-        keep = "default" if "default" in variants else variants[0]
-        out[name] = df.filter(pl.col("variant") == keep)
-        left = [v for v in variants if v != keep]
-        notes.append(f"{name}: variant {keep} drawn, variant{'s' if len(left) > 1 else ''} {', '.join(left)} not")
-        log.warning("%s: drawn at its variant %s; its variant(s) %s are not drawn", name, keep, ", ".join(left))
+        first = "fst" if column == "method" else "default"
+        keep = first if first in values else values[0]
+        out[name] = df.filter(pl.col(column) == keep)
+        left = [v for v in values if v != keep]
+        if column == "method":
+            notes.append(f"{name}: its {LABELS.get(keep, keep)} runs read, its "
+                         f"{', '.join(LABELS.get(m, m) for m in left)} runs not")
+        else:
+            notes.append(f"{name}: variant {keep} read, variant{'s' if len(left) > 1 else ''} {', '.join(left)} not")
+        log.warning("%s", notes[-1])
     return out, ("; ".join(notes) + ".") if notes else ""
 
 
 def draw(fig: str, tables: Mapping[str, pl.DataFrame], out: str | Path, **options: Any) -> tuple[Any, dict]:
-    """Figure `fig` (`FIGURES`) from `tables` at their headline variants (`headline_tables`; the
-    footnote says what was left out). Returns the figure's numbers and the tables it drew."""
+    """Figure `fig` (`FIGURES`) from `tables` cut to one curve per method and seed
+    (`headline_tables`; the footnote says what was left out). Returns the figure's numbers and
+    the tables it drew."""
     tables, note = headline_tables(tables, VARIANT_TABLES.get(fig, ()))
     token = _NOT_DRAWN.set(note)
     try:
@@ -974,13 +983,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     the paper (`ablation_panels`): each bar labelled by its value, the default's bar green. Without
     it, one panel of bars by variant name."""
     plt = _plt()
-    abl = tables["ablations"]
-    # the bars are FST's ablations (another method's where the experiment has no FST run): a bar
-    # averaging two methods' runs would be neither's; the others are named in the footnote
-    methods = sorted(abl["method"].unique().to_list())
-    ablated = "fst" if "fst" in methods else methods[0]
-    not_drawn = [LABELS.get(m, m) for m in methods if m != ablated]
-    abl = abl.filter(pl.col("method") == ablated)
+    abl = tables["ablations"]  # one method's runs (`draw`, `headline_tables`)
     task = abl["eval_task"][0]
     eff = tables.get("efficiency")
     compared = [abl]
@@ -1047,9 +1050,6 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     note = ("Green bar (bold label): the headline configuration (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
             "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
-    if not_drawn:
-        note += (f" Bars: the ablations' {LABELS.get(ablated, ablated)} runs; their {', '.join(not_drawn)} runs "
-                 f"are not drawn" + (" (the dashed line is efficiency's RL)." if not math.isnan(rl) else "."))
     if any(not math.isnan(se) for se in spread.values()):
         note += " Error bars: ±1 standard error over seeds (bars of one seed have none)."
     if early:
@@ -1065,7 +1065,8 @@ def cycle_seconds_per_step(df: pl.DataFrame) -> dict[str, list[float]]:
     from loading the pool and model, through the fast round and the T RL steps, to saving; the
     job's start-up and imports are not in it), by variant, over
     every seed's run, right when only every n-th cycle is evaluated (eval_every)."""
-    per_step = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"]).sort(["run", "cycle"])
+    # by variant: one run may be two variants' (shared within the experiment), each counts it
+    per_step = (df.filter(pl.col("cycle") >= 0).unique(["variant", "run", "cycle"]).sort(["run", "cycle"])
                 .with_columns((pl.col("cycle_seconds") * (pl.col("cycle") + 1) / pl.col("step")).alias("s"))
                 .group_by("variant", maintain_order=True).agg(pl.col("s").drop_nulls()))
     return dict(zip(per_step["variant"].to_list(), per_step["s"].to_list(), strict=True))
@@ -1088,7 +1089,7 @@ def cpu_shares(df: pl.DataFrame) -> dict[str, float]:
     GPU, or cycle.json files older than the column) are left out."""
     if "cycle_cpu_share" not in df.columns:
         return {}
-    per = (df.filter(pl.col("cycle") >= 0).unique(["run", "cycle"]).group_by("variant", maintain_order=True)
+    per = (df.filter(pl.col("cycle") >= 0).unique(["variant", "run", "cycle"]).group_by("variant", maintain_order=True)
            .agg(pl.col("cycle_cpu_share").cast(pl.Float64).drop_nulls().drop_nans().mean()))
     return {v: float(s) for v, s in zip(per["variant"], per["cycle_cpu_share"], strict=True) if s is not None}
 
