@@ -234,7 +234,7 @@ def test_a_memory_bound_is_no_param_and_does_not_split_a_shared_run():
 
 
 def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
-    """An RL-only run's fast settings (its K is 1 whatever they say) and a GEPA-only run's slow
+    """An RL-only run's fast settings and slow.baseline (its K is 1 whatever they say) and a GEPA-only run's slow
     settings but T change none of its jobs' params (`CYCLE_READS`): the run is the earlier
     experiment's, or its own experiment's earlier variant's. FST reads both, so the same
     overrides make an FST run its own."""
@@ -258,12 +258,16 @@ def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
     assert runs["third/gepa/math-default-s0"].shared is None  # T: the step its rounds are filed at
     # ...and within one experiment: variants of the fast settings are one RL run, trained once
     cfg["experiments"] = {"ablations": {"tasks": ["math"], "methods": ["rl", "fst"], "cycles": 1, "variants": {
-        "k1": {"fast": {"pool_size": 1}}, "k4": {"fast": {"pool_size": 4}}, "lr": {"slow": {"lr": 3.0e-5}}}}}
+        "k1": {"fast": {"pool_size": 1}}, "k4": {"fast": {"pool_size": 4}}, "lr": {"slow": {"lr": 3.0e-5}},
+        "k2_prompt": {"fast": {"pool_size": 2}, "slow": {"baseline": "prompt"}}}}}
     runs = expand(validate_config(cfg))
     assert {k: s.shared for k, s in runs.items()} == {
         "ablations/rl/math-k1-s0": None, "ablations/rl/math-k4-s0": "ablations/rl/math-k1-s0",
-        "ablations/rl/math-lr-s0": None, "ablations/fst/math-k1-s0": None, "ablations/fst/math-k4-s0": None,
-        "ablations/fst/math-lr-s0": None}
+        "ablations/rl/math-lr-s0": None, "ablations/rl/math-k2_prompt-s0": "ablations/rl/math-k1-s0",
+        "ablations/fst/math-k1-s0": None, "ablations/fst/math-k4-s0": None,
+        "ablations/fst/math-lr-s0": None, "ablations/fst/math-k2_prompt-s0": None}
+    # one context: per-problem and per-prompt groups are both the problem's G rollouts
+    assert runs["ablations/rl/math-k2_prompt-s0"].settings(cfg)["slow"]["baseline"] == "problem"
 
 
 @pytest.mark.parametrize("reuse, efficiency_eval", [

@@ -1704,20 +1704,25 @@ def test_a_figure_and_its_claims_draw_each_experiment_at_one_variant(tmp_path, s
     assert figures.stage_ends(drawn["continual"]) == {"hover": 20, "codeio": 40}  # mixed: 30 and 60
     note = _unwrapped(next(t for t in saved[0].texts if t.get_gid() == "footnote"))
     assert note.endswith("continual: variant default read, variant long not.")
-    claims = build_claims({"continual": both})
-    assert claims == build_claims({"continual": default})
+    claims, alone = build_claims({"continual": both}), build_claims({"continual": default})
+    assert [{**r, "note": ""} for r in claims] == [{**r, "note": ""} for r in alone]
     assert all("long" not in r["runs"] for r in claims)
+    # ...and each row says what it left out, after what it said before
+    assert [r["note"] for r in claims] == ["; ".join(filter(None, (r["note"], "continual: variant default read, "
+                                                                   "variant long not"))) for r in alone]
     # the variants Fig 10 compares are all drawn; with no default the first is the headline
     reuse = pl.DataFrame(_rows("reuse", "fst", "math", [0.1, 0.2], variant="no_reuse")
                          + _rows("reuse", "fst", "math", [0.1, 0.3], variant="reuse")).select(CURVE_COLUMNS)
     _, drawn = figures.draw("fig10", {"reuse": reuse}, tmp_path / "fig10.pdf")
     assert drawn["reuse"].equals(reuse)
-    kept, note = figures.headline_tables({"reuse": reuse})
-    assert kept["reuse"]["variant"].unique().to_list() == ["no_reuse"] and note == \
+    kept, notes = figures.headline_tables({"reuse": reuse})
+    assert kept["reuse"]["variant"].unique().to_list() == ["no_reuse"] and figures.cut_note(notes) == \
         "reuse: variant no_reuse read, variant reuse not."
     # ...and of the variants it compares, FST's runs: an RL run of the reuse variant is no reuse
     rl = pl.DataFrame(_rows("reuse", "rl", "math", [0.9, 0.9], variant="reuse")).select(CURVE_COLUMNS)
     result, drawn = figures.draw("fig10", {"reuse": pl.concat([reuse, rl])}, tmp_path / "fig10.pdf")
     assert drawn["reuse"].equals(reuse) and result["last"] == {"no_reuse": 0.2, "reuse": 0.3}
     claims = build_claims({"reuse": pl.concat([reuse, rl])})
-    assert [r["claim"] for r in claims] == ["reuse_speedup"] and claims == build_claims({"reuse": reuse})
+    assert [r["claim"] for r in claims] == ["reuse_speedup"]
+    assert claims[0]["note"].endswith("reuse: its FST runs read, its RL runs not")
+    assert [{**r, "note": ""} for r in claims] == [{**r, "note": ""} for r in build_claims({"reuse": reuse})]

@@ -85,6 +85,16 @@ CLAIM_TEXT = {
                       "with it, fast rounds included); > 1 reproduces"),
 }
 
+#: The curves tables each claim reads (`build_claims`): a row whose table was cut to its headline
+#: variant (`headline_tables`) says in its note which variants were left out.
+CLAIM_TABLES: dict[str, tuple[str, ...]] = {
+    "sample_efficiency_ratio": ("efficiency",), "asymptote_gap": ("efficiency",),
+    "kl_reduction_at_matched_reward": ("efficiency",), "plasticity_gain": ("plasticity",),
+    "continual_stage_recovery": ("continual",), "continual_forgetting": ("continual",),
+    "zero_reward_escape": ("stargraph",), "ceiling_exceeded": ("ceiling", "efficiency"),
+    "reuse_speedup": ("reuse",),
+}
+
 #: The claims table's columns, in order.
 CLAIM_COLUMNS: dict[str, Any] = {"claim": pl.String, "figures": pl.String, "task": pl.String,
                                  "measured": pl.Float64, "paper": pl.Float64, "verdict": pl.String,
@@ -382,8 +392,18 @@ def _kl_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame,
 
 def build_claims(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     """Every claim the curves `tables` ({experiment: table}) measure, each experiment at its
-    headline variant (`headline_tables`; the reuse claim compares reuse's variants)."""
-    tables, _ = headline_tables(tables, ("reuse",))
+    headline variant (`headline_tables`; the reuse claim compares reuse's variants): a row whose
+    tables were cut says so in its note."""
+    tables, cut = headline_tables(tables, ("reuse",))
+    rows = _claim_rows(tables)
+    for row in rows:
+        row["note"] = "; ".join(n for n in (row["note"], *(cut[t] for t in CLAIM_TABLES[row["claim"]] if t in cut))
+                                if n)
+    return rows
+
+
+def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
+    """`build_claims`' rows from tables already cut to their headline variants."""
     rows: list[dict[str, Any]] = []
     eff = tables.get("efficiency")
     if eff is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -116,15 +116,16 @@ _NOT_DRAWN: ContextVar[str] = ContextVar("not_drawn", default="")
 
 
 def headline_tables(tables: Mapping[str, pl.DataFrame], compared: tuple[str, ...] = ()
-                    ) -> tuple[dict[str, pl.DataFrame], str]:
-    """`tables` each cut to one curve per method and seed, and a note naming what was cut, or "".
+                    ) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
+    """`tables` each cut to one curve per method and seed, and for each table cut a note naming
+    what was left out ({table: note}; `cut_note` joins them).
     A table in `compared` (whose variants a figure or claim compares: FST's ablations, FST with
     and without reuse) keeps every variant but one method: FST, else its first. Any other keeps
     one variant: `default`, else the experiment's first (the table's row order: the config's).
     Runs of several variants of one experiment are no seeds of one curve: averaged, Fig 6's
     stages mixed a run of one stage length with another's; and a bar averaging two methods'
     runs is neither's."""
-    out, notes = {}, []
+    out, notes = {}, {}
     for name, df in tables.items():
         column = "method" if name in compared else "variant"
         values = df[column].unique(maintain_order=True).to_list()
@@ -136,20 +137,26 @@ def headline_tables(tables: Mapping[str, pl.DataFrame], compared: tuple[str, ...
         out[name] = df.filter(pl.col(column) == keep)
         left = [v for v in values if v != keep]
         if column == "method":
-            notes.append(f"{name}: its {LABELS.get(keep, keep)} runs read, its "
-                         f"{', '.join(LABELS.get(m, m) for m in left)} runs not")
+            notes[name] = (f"{name}: its {LABELS.get(keep, keep)} runs read, its "
+                           f"{', '.join(LABELS.get(m, m) for m in left)} runs not")
         else:
-            notes.append(f"{name}: variant {keep} read, variant{'s' if len(left) > 1 else ''} {', '.join(left)} not")
-        log.warning("%s", notes[-1])
-    return out, ("; ".join(notes) + ".") if notes else ""
+            notes[name] = f"{name}: variant {keep} read, variant{'s' if len(left) > 1 else ''} {', '.join(left)} not"
+        log.warning("%s", notes[name])
+    return out, notes
+
+
+def cut_note(notes: Mapping[str, str], names: Iterable[str] | None = None) -> str:
+    """`headline_tables`' notes of the tables `names` (all, if None) as one sentence, or ""."""
+    said = [n for t, n in notes.items() if names is None or t in names]
+    return ("; ".join(said) + ".") if said else ""
 
 
 def draw(fig: str, tables: Mapping[str, pl.DataFrame], out: str | Path, **options: Any) -> tuple[Any, dict]:
     """Figure `fig` (`FIGURES`) from `tables` cut to one curve per method and seed
     (`headline_tables`; the footnote says what was left out). Returns the figure's numbers and
     the tables it drew."""
-    tables, note = headline_tables(tables, VARIANT_TABLES.get(fig, ()))
-    token = _NOT_DRAWN.set(note)
+    tables, notes = headline_tables(tables, VARIANT_TABLES.get(fig, ()))
+    token = _NOT_DRAWN.set(cut_note(notes))
     try:
         return FIGURES[fig](tables, out, **options), tables
     finally:
