@@ -225,7 +225,8 @@ def test_the_workflow_rules_files_one_group_each(tmp_path, monkeypatch):
         pass
 
 
-LAUNCHED = textwrap.dedent("""
+# A job from a terminal (`TERMINAL`): under `nohup pytest` SIGHUP came ignored, and stayed so.
+LAUNCHED = TERMINAL + textwrap.dedent("""
     import sys
     from fastslow.launch import run
     from fastslow.tracking import job_run
