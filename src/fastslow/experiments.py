@@ -38,7 +38,8 @@ CYCLES, CYCLES_PER_STAGE = 4, 2
 #: What a method's cycle reads of a section it has no use for (`fastslow.cycle.run_cycle`): its
 #: cycle job's params keep only these keys of it (`RunSpec.cycle_params`), so a setting the cycle
 #: never reads retrains nothing. rl has no fast round: of `fast` it reads pool_size alone (always 1,
-#: `RunSpec.settings`, which also sets its slow.baseline, the same group of G with one context). gepa trains nothing: of `slow` it reads steps_per_cycle alone (the step
+#: `RunSpec.settings`, which also sets its slow.baseline: with one context either is one group of
+#: G). gepa trains nothing: of `slow` it reads steps_per_cycle alone (the step
 #: its metrics and cycle.json are filed at; slow.num_generations // K is handed to the round,
 #: which uses it only for the RL step's problems fst's reuse_in_slow gives it).
 #: tests/test_workflow.py runs each cycle with the other keys poisoned.

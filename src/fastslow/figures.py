@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import textwrap
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -145,10 +145,9 @@ def headline_tables(tables: Mapping[str, pl.DataFrame], compared: tuple[str, ...
     return out, notes
 
 
-def cut_note(notes: Mapping[str, str], names: Iterable[str] | None = None) -> str:
-    """`headline_tables`' notes of the tables `names` (all, if None) as one sentence, or ""."""
-    said = [n for t, n in notes.items() if names is None or t in names]
-    return ("; ".join(said) + ".") if said else ""
+def cut_note(notes: Mapping[str, str]) -> str:
+    """`headline_tables`' notes as one sentence (a figure's footnote), or ""."""
+    return ("; ".join(notes.values()) + ".") if notes else ""
 
 
 def draw(fig: str, tables: Mapping[str, pl.DataFrame], out: str | Path, **options: Any) -> tuple[Any, dict]:
