@@ -215,14 +215,15 @@ def test_evaluate_weights_refuses_no_samples_before_loading_a_model(monkeypatch,
     """k = 0 or no problems returned NaN scores (divergence off), k = 2.0 stopped in range(),
     after the model was loaded."""
     from fastslow import evaluate
-    from fastslow.model import generation
+    from fastslow.model import convert, generation
     from fastslow.model.generation import SamplingParams
     from fastslow.tasks import get_task
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(generation, "make_generator", lambda *a, **kw: type("G", (), {"generate": no_model})())
+    for module, name in ((generation, "make_generator"), (convert, "load_model"), (convert, "load_tokenizer")):
+        monkeypatch.setattr(module, name, no_model)  # building the generator loads it
     task = get_task("math")
     with pytest.raises(ValueError) as info:
         evaluate.evaluate_weights("no/model", task, task.problems("val", n, 0) if n else [], "ctx", k,

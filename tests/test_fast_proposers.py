@@ -212,10 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if mode == "timeout":
             time.sleep(2.0)
-        content = {"junk": "#### !!!! ???? ....", "empty": "", "good": GOOD, "timeout": GOOD}[mode]
-        if mode == "malformed":
-            payload = {"nope": True}
+        if mode == "malformed":  # a 200 without choices
+            payload: dict[str, Any] = {"nope": True}
         else:
+            content = {"junk": "#### !!!! ???? ....", "empty": "", "good": GOOD, "timeout": GOOD}[mode]
             payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
         data = json.dumps(payload).encode()
         try:
@@ -256,6 +256,9 @@ def test_reflective_proposer_survives_bad_reflection(fake_server: Any, mode: str
     prop = ReflectiveProposer(build_reflection_lm(_settings(fake_server, timeout=0.5)), logger=lines.append)
     assert prop({"context": "Solve."}, DATASET, ["context"]) == {}
     assert len(prop.failures) == 1 and lines
+    # each mode its own failure: the server answered (a 500 or a body), but for the timeout
+    assert ("Timeout" in prop.failures[0]) == (mode == "timeout") and "Connection error" not in prop.failures[0], \
+        prop.failures
 
 
 def test_reflective_proposer_good_reply(fake_server: Any) -> None:

@@ -174,14 +174,18 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
     task = LengthTask()
     with caplog.at_level(logging.INFO, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS[:1], task, task.problems("train", 4, 0),
-                           _cfg(2), tmp_path / "out", "r", 0)
+                           _cfg(4), tmp_path / "out", "r", 0)
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"]
-    first, last = [m for m in lines if " step " in m][-2:]
+    steps = [m for m in lines if " step " in m][-4:]
     assert lines[-1] == "slow r cycle 0: writing the weights and the trainer state"  # then the save
-    assert "step 1/2" in first and "reward" in first and "tok/s" in first
-    left = float(re.search(r", steps ~(\d+)s left$", first).group(1))
-    assert left == pytest.approx(result.metrics[0]["step_seconds"], abs=0.5)
-    assert "step 2/2" in last and "left" not in last
+    seconds = [m["step_seconds"] for m in result.metrics]
+    for t, line in enumerate(steps[:-1]):
+        assert f"step {t + 1}/4" in line and "reward" in line and "tok/s" in line
+        # the mean step so far times the 3, 2, 1 steps to go, as printed (not the time so far,
+        # not the mean times all 4): after step 1 those read 1x and 4x the step, not 3x
+        left = re.search(r", steps ~(\d+)s left$", line).group(1)
+        assert left == f"{sum(seconds[:t + 1]) / (t + 1) * (3 - t):.0f}", (line, seconds)
+    assert "step 4/4" in steps[-1] and "left" not in steps[-1]
 
 
 def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -524,7 +524,7 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
 
     from fastslow.cycle import run_cycle
     from fastslow.experiments import RunSpec
-    from fastslow.slow.config import native_bf16_available
+    from fastslow.slow import config as slow_config
 
     class Tags:
         run_id = "r1"
@@ -539,13 +539,15 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
             pass
 
     config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
-    spec = RunSpec(experiment="e", method="rl", name="math-default-s0", schedule=("math", "math"), seed=0)
-    for cycle, bf16 in enumerate(("auto", False)):
+    spec = RunSpec(experiment="e", method="rl", name="math-default-s0", schedule=("math",) * 3, seed=0)
+    # "auto" on a CPU with native bf16 and on one without (this machine's), and off on the first
+    for cycle, (bf16, native, expected) in enumerate((("auto", True, True), ("auto", False, False),
+                                                      (False, True, False))):
+        monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda native=native: native)
         config["slow"]["bf16"] = bf16
         tracker = Tags()
         run_cycle(spec, config, cycle, tmp_path / "init", tmp_path / f"cycle{cycle - 1}" if cycle else None,
                   train, tmp_path / f"cycle{cycle}", tracker=tracker)
-        expected = native_bf16_available() if bf16 == "auto" else False
         summary = json.loads((tmp_path / f"cycle{cycle}" / "cycle.json").read_text())
         assert summary["bf16_training"] is expected
         assert tracker.tags["fastslow.bf16_training"] == str(expected).lower()
