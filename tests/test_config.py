@@ -1032,22 +1032,44 @@ def test_a_train_split_too_small_for_a_fast_round_is_one_line_naming_data_sizes_
                   tmp_path / "r")
 
 
-@pytest.mark.parametrize("distinct", [1, 2, 3])
-def test_the_config_budget_minimum_is_the_rounds(distinct, tmp_path):
-    """config.round_minimum states fastslow.fast.round.run_round's own check: both agree."""
-    import re
+@pytest.mark.parametrize("cycles, k", [(1, 3), (2, 1), (2, 2), (2, 3)])
+def test_the_config_budget_minimum_is_the_rounds(cycles, k, tmp_path):
+    """The config check (`fast_budget_error`: K, fast.val_problems and fast.minibatch_size cut to
+    data.sizes.train as it reckons the cycle cuts them) refuses exactly the budgets the round
+    itself refuses (`run_round` on the problems `gepa_split` gives it, the pool of the cycle:
+    the seed alone in the first, K distinct contexts from the second on): the smallest budget
+    the config passes starts a round, one less stops it at its check."""
+    import itertools
 
-    from fastslow.config import round_minimum
+    from fastslow.config import fast_budget_error
+    from fastslow.cycle import gepa_split
     from fastslow.fast import FastConfig, Pool, PoolEntry, run_round
     from fastslow.tasks import get_task
 
+    class Started(Exception):
+        pass
+
+    class Generator:  # the round got past its budget check: it samples the seeds' validation
+        def generate(self, conversations, params):
+            raise Started
+
     task = get_task("math")
-    train, val = task.problems("train", 9, 0), task.problems("val", 5, 0)
-    pool = Pool(entries=[PoolEntry(text=f"context {i}") for i in range(distinct)], k=3)
-    need = round_minimum(distinct, len(val), min(4, len(train)))
-    cfg = FastConfig(pool_size=3, minibatch_size=4, max_metric_calls=need - 1)
-    with pytest.raises(ValueError, match=re.escape(f"below one round's minimum {need} ")):
-        run_round(pool, None, task, train, val, cfg, 0, tmp_path / "r")
+    distinct = 1 if cycles == 1 else k
+    pool = Pool(entries=[PoolEntry(text=f"context {i}") for i in range(distinct)], k=k)
+    for val_problems, minibatch, train in itertools.product((1, 3, 8), (1, 3, 6), (2, 5, 12)):
+        def settings(budget, val_problems=val_problems, minibatch=minibatch, train=train):
+            return {"fast": {"pool_size": k, "val_problems": val_problems, "minibatch_size": minibatch,
+                             "preset": "light", "max_metric_calls": {"light": budget}},
+                    "data": {"sizes": {"train": train}}}
+        need = next(b for b in range(1, 500) if fast_budget_error(settings(b), cycles) is None)
+        assert fast_budget_error(settings(need - 1), cycles)
+        reflect, pareto = gepa_split(task.problems("train", train, 0), val_problems)
+        with pytest.raises(ValueError, match=f"below one round's minimum {need} "):
+            run_round(pool, Generator(), task, reflect, pareto,
+                      FastConfig(pool_size=k, minibatch_size=minibatch, max_metric_calls=need - 1), 0, tmp_path / "r")
+        with pytest.raises(Started):
+            run_round(pool, Generator(), task, reflect, pareto,
+                      FastConfig(pool_size=k, minibatch_size=minibatch, max_metric_calls=need), 0, tmp_path / "r")
 
 
 def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
