@@ -1180,3 +1180,23 @@ def test_a_runs_tasks_are_read_back_from_its_key_for_every_run_the_configs_defin
     chained = "plasticity/rl/from_efficiency_fst_math-default-s0-hover_hard-default-s0"
     assert run_tasks(chained) == ("hover_hard",)
     assert run_tasks("continual/fst/hover.codeio.physics-default-s0") == ("hover", "codeio", "physics")
+
+
+def test_a_bf16_sampler_only_where_bf16_is_native(monkeypatch):
+    """The CPU default sampled its evaluations and fast rounds in bf16, about 2x fp32's generate
+    on a CPU with AVX512-BF16, but emulated (a matmul 3.8x slower than fp32's) on one without,
+    this machine's kind among them. `bfloat16_if_native` is bf16 where it is native, else
+    model.dtype; explicit dtypes stay as they are."""
+    from fastslow.config import resolve_sample_dtype, sample_dtype
+    from fastslow.slow import config as slow_config
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert cfg["evaluation"]["dtype"] == cfg["fast"]["dtype"] == "bfloat16_if_native"
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda native=native: native)
+        assert sample_dtype(cfg) == expected
+        assert resolve_sample_dtype(cfg["fast"]["dtype"], cfg["model"]["dtype"]) == expected
+        assert resolve_sample_dtype("bfloat16_if_native", "float16") == ("bfloat16" if native else "float16")
+        assert resolve_sample_dtype("bfloat16", "float32") == "bfloat16"
+        assert resolve_sample_dtype("model", "float32") == "float32"

@@ -511,6 +511,7 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     are stubbed (they see only SlowConfig, the slow section); gepa's round runs on the tiny model."""
     from slow_toys import stub_slow_steps_and_write_math
 
+    from fastslow.config import resolve_sample_dtype
     from fastslow.cycle import run_cycle
     from fastslow.experiments import CYCLE_READS, RunSpec
 
@@ -526,6 +527,9 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     for cycle in (0, 1):
         summary = run_cycle(spec, config, cycle, tiny_model_dir, prev, train, tmp_path / f"cycle{cycle}")
         assert summary["global_step"] == (cycle + 1) * config["slow"]["steps_per_cycle"]
+        # the round's sampling dtype as this machine resolved it (none without a round)
+        assert summary["fast_dtype"] == (None if method == "rl" else resolve_sample_dtype(
+            config["fast"]["dtype"], config["model"]["dtype"])) and summary["fast_dtype"] != "bfloat16_if_native"
         prev = tmp_path / f"cycle{cycle}"
     # fst reads both: nothing left out
     fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)

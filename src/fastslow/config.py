@@ -710,10 +710,28 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()
 
 
+#: A sampling dtype (`evaluation.dtype`, `fast.dtype`) of bf16 where bf16 is native (a CUDA GPU, a
+#: CPU with AVX512-BF16 or AMX), else model.dtype: on a CPU without it a bf16 matmul is emulated,
+#: 3.8x slower than fp32's (SmolLM2's MLP shape, 64 rows, one thread; bench/HISTORY.md), where
+#: with it bf16 generate was ~2x fp32's.
+BF16_IF_NATIVE = "bfloat16_if_native"
+
+
+def resolve_sample_dtype(wanted: str, model_dtype: str) -> str:
+    """The dtype a sampler loads its weights in on this machine: model.dtype for 'model', and for
+    `BF16_IF_NATIVE` bfloat16 where it is native (`native_bf16_available`), else model.dtype."""
+    if wanted == "model":
+        return model_dtype
+    if wanted == BF16_IF_NATIVE:
+        from fastslow.slow.config import native_bf16_available
+
+        return "bfloat16" if native_bf16_available() else model_dtype
+    return wanted
+
+
 def sample_dtype(config: Mapping[str, Any]) -> str:
-    """The dtype evaluation samples in: `evaluation.dtype`, or model.dtype for 'model'."""
-    wanted = config["evaluation"].get("dtype", "model")
-    return config["model"]["dtype"] if wanted == "model" else wanted
+    """The dtype evaluation samples in on this machine (`evaluation.dtype`, `resolve_sample_dtype`)."""
+    return resolve_sample_dtype(config["evaluation"].get("dtype", "model"), config["model"]["dtype"])
 
 
 #: Settings that bound a job's memory, not what it computes: left out of its params (`job_params`),

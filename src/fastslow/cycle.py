@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastslow.config import make_task
+from fastslow.config import make_task, resolve_sample_dtype
 from fastslow.experiments import RunSpec
 from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
@@ -175,6 +175,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL step's, sampled by the fast round (reuse_in_slow)
     cache = None
+    fast_dtype = None  # no fast round (rl)
 
     if spec.fast:
         gen = cfg["generation"]
@@ -198,8 +199,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                          cycle, spec.key, len(cache), cycle - 1)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
-        generator = make_generator(gen["backend"], weights,
-                                   dtype=cfg["model"]["dtype"] if fast_dtype == "model" else fast_dtype,
+        fast_dtype = resolve_sample_dtype(fast_dtype, cfg["model"]["dtype"])  # this machine's
+        if tracker is not None:  # as resolved here (the params may say "bfloat16_if_native")
+            tracker.set_tags({"fastslow.fast_dtype": fast_dtype})
+        generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
                                    batch_size=gen["batch_size"],
                                    gpu_memory_utilization=gen.get("gpu_memory_utilization"))
         t0 = time.perf_counter()
@@ -279,6 +282,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                "mlflow_run_id": getattr(tracker, "run_id", None),  # the cycle job's run (None untracked)
                # how this machine computed it: `slow.bf16: auto` resolved (None: no training), threads
                "bf16_training": slow_cfg.bf16 if slow_cfg is not None else None,
+               # and the fast round's sampling dtype (`fast.dtype: bfloat16_if_native` resolved)
+               "fast_dtype": fast_dtype,
                "torch_threads": threads,
                # fst_distill: whether the teacher's context was the student's own (nothing distilled)
                **({"teacher_is_student": pool.entries[0].text == cfg["seed_context"]}

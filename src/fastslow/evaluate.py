@@ -170,6 +170,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     if backend == "vllm":  # vLLM would otherwise reserve the model's whole context (40960 for Qwen3-8B)
         tokenizer = load_tokenizer(model_dir)
         max_model_len = longest_prompt(tokenizer, [build_messages(context, p) for p in problems]) + params.max_new_tokens
+    log.info("eval %s: %d problems x %d samples, sampled in %s", task.name, len(problems), k, sample_dtype)
     generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size,
                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
     # vLLM schedules a call's prompts itself and each call waits for its longest sample, so it gets
