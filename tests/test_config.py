@@ -1187,14 +1187,14 @@ def test_a_bf16_sampler_only_where_bf16_is_native(monkeypatch):
     on a CPU with AVX512-BF16, but emulated (a matmul 3.8x slower than fp32's) on one without,
     this machine's kind among them. `bfloat16_if_native` is bf16 where it is native, else
     model.dtype; explicit dtypes stay as they are."""
+    from fastslow import hardware
     from fastslow.config import resolve_sample_dtype, sample_dtype
-    from fastslow.slow import config as slow_config
 
     cfg = load_config(ROOT / "config" / "config.yaml")
     assert cfg["evaluation"]["dtype"] == cfg["fast"]["dtype"] == "bfloat16_if_native"
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     for native, expected in ((True, "bfloat16"), (False, "float32")):
-        monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda native=native: native)
         assert sample_dtype(cfg) == expected
         assert resolve_sample_dtype(cfg["fast"]["dtype"], cfg["model"]["dtype"]) == expected
         assert resolve_sample_dtype("bfloat16_if_native", "float16") == ("bfloat16" if native else "float16")

@@ -221,9 +221,9 @@ def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkey
 
     import torch
 
-    from fastslow.slow import config as slow_config
+    from fastslow import hardware
 
-    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: True)  # emulated where missing: slow, correct
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)  # emulated where missing: slow, correct
     seen: set[torch.dtype] = set()
     real_linear = torch.nn.Linear.forward
 

@@ -55,16 +55,16 @@ def test_pool_size_must_divide_g() -> None:
 def test_gpu_options_fail_clearly_on_cpu(monkeypatch) -> None:
     import torch
 
-    from fastslow.slow import config as slow_config
+    from fastslow import hardware
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(RuntimeError, match="use_vllm needs a CUDA GPU"):
         check_device(SlowConfig(use_vllm=True))
     check_device(SlowConfig())  # the CPU config passes
-    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
     check_device(SlowConfig(bf16=True))  # bf16 autocast on a CPU with native bf16
-    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
     with pytest.raises(RuntimeError, match="bf16=true without a CUDA GPU needs a CPU with native bf16"):
         check_device(SlowConfig(bf16=True))
 
@@ -284,12 +284,12 @@ def test_bf16_auto_resolves_to_what_this_machine_has(monkeypatch) -> None:
     GPU), off without; anything but true/false/auto is a one-line error naming the value."""
     import torch
 
-    from fastslow.slow import config as slow_config
+    from fastslow import hardware
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
     assert SlowConfig(bf16="auto").bf16 is True
-    monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
     assert SlowConfig.from_dict({"bf16": "auto"}).bf16 is False
     assert SlowConfig(bf16=True).bf16 is True  # explicit values are kept (check_device judges them)
     with pytest.raises(ValueError, match="SlowConfig.bf16: expected true, false or 'auto', got 'yes'"):

@@ -522,9 +522,9 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
     writes it, with torch's threads, into cycle.json."""
     from slow_toys import stub_slow_steps_and_write_math
 
+    from fastslow import hardware
     from fastslow.cycle import run_cycle
     from fastslow.experiments import RunSpec
-    from fastslow.slow import config as slow_config
 
     class Tags:
         run_id = "r1"
@@ -543,7 +543,7 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
     # "auto" on a CPU with native bf16 and on one without (this machine's), and off on the first
     for cycle, (bf16, native, expected) in enumerate((("auto", True, True), ("auto", False, False),
                                                       (False, True, False))):
-        monkeypatch.setattr(slow_config, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda native=native: native)
         config["slow"]["bf16"] = bf16
         tracker = Tags()
         run_cycle(spec, config, cycle, tmp_path / "init", tmp_path / f"cycle{cycle - 1}" if cycle else None,

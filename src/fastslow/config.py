@@ -723,7 +723,7 @@ def resolve_sample_dtype(wanted: str, model_dtype: str) -> str:
     if wanted == "model":
         return model_dtype
     if wanted == BF16_IF_NATIVE:
-        from fastslow.slow.config import native_bf16_available
+        from fastslow.hardware import native_bf16_available
 
         return "bfloat16" if native_bf16_available() else model_dtype
     return wanted

@@ -8,29 +8,13 @@ readings). The toy scale of the embedded default lives in config/config.yaml, no
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Literal
 
 from fastslow.config import is_number, micro_batch_fits, prompt_groups_fit
+from fastslow.hardware import cpu_has_native_bf16, native_bf16_available  # noqa: F401 (theirs, named here too)
 
 BASELINES = ("problem", "prompt")
 SCALE_REWARDS = ("group", "batch", "none")
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 matmuls natively (else bf16 autocast is emulated, slow)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
-
-
-def native_bf16_available() -> bool:
-    """bf16 training pays off here: a CUDA GPU, or a CPU with native bf16 (`slow.bf16: auto`)."""
-    import torch
-
-    return torch.cuda.is_available() or cpu_has_native_bf16()
 
 
 def _help(text: str, **kwargs: Any) -> Any:
