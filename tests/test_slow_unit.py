@@ -255,7 +255,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path) -> None:
     words: avx512_bf16x is not one), and says no when the file cannot be read."""
     from pathlib import Path
 
-    from fastslow.slow import config as slow_config
+    from fastslow import hardware
 
     real_read = Path.read_text
     cpuinfo = {"text": ""}
@@ -276,7 +276,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, tmp_path) -> None:
         (None, False),
     ]:
         cpuinfo["text"] = text
-        assert slow_config.cpu_has_native_bf16() is expected, text
+        assert hardware.cpu_has_native_bf16() is expected, text
 
 
 def test_bf16_auto_resolves_to_what_this_machine_has(monkeypatch) -> None:

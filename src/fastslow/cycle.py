@@ -179,7 +179,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
 
     if spec.fast:
         gen = cfg["generation"]
-        fast_dtype = cfg["fast"].get("dtype", "model")
+        # the round's sampling dtype on this machine (the params may say "bfloat16_if_native")
+        fast_dtype = resolve_sample_dtype(cfg["fast"].get("dtype", "model"), cfg["model"]["dtype"])
         fast_cfg = FastConfig.from_dict({
             **cfg["fast"], "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})
@@ -199,8 +200,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                          cycle, spec.key, len(cache), cycle - 1)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
-        fast_dtype = resolve_sample_dtype(fast_dtype, cfg["model"]["dtype"])  # this machine's
-        if tracker is not None:  # as resolved here (the params may say "bfloat16_if_native")
+        if tracker is not None:
             tracker.set_tags({"fastslow.fast_dtype": fast_dtype})
         generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
                                    batch_size=gen["batch_size"],

@@ -18,7 +18,8 @@ def cpu_has_native_bf16() -> bool:
 
 
 def native_bf16_available() -> bool:
-    """bf16 training pays off here: a CUDA GPU, or a CPU with native bf16 (`slow.bf16: auto`)."""
+    """bf16 pays off here: a CUDA GPU, or a CPU with native bf16 (`slow.bf16: auto`, and the
+    samplers' `bfloat16_if_native`, `fastslow.config.resolve_sample_dtype`)."""
     import torch
 
     return torch.cuda.is_available() or cpu_has_native_bf16()

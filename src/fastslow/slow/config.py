@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from fastslow.config import is_number, micro_batch_fits, prompt_groups_fit
-from fastslow.hardware import cpu_has_native_bf16, native_bf16_available  # noqa: F401 (theirs, named here too)
+from fastslow.hardware import native_bf16_available
 
 BASELINES = ("problem", "prompt")
 SCALE_REWARDS = ("group", "batch", "none")

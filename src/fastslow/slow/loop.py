@@ -46,8 +46,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fastslow.hardware import native_bf16_available
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
-from fastslow.slow.config import SlowConfig, native_bf16_available
+from fastslow.slow.config import SlowConfig
 from fastslow.slow.trainer import (
     PromptGradients,
     TaskReward,
