@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,25 @@ BAD = [
      "data.options.codeio.max_prompt_chars: expected an integer, got float 2500.5"),
     ({"data": {"options": {"codeio": {"isolate": "no"}}}}, "data.options.codeio.isolate: expected true or false"),
     ({"data": {"options": {"math": {"colour": 1}}}}, "data.options.math.colour: unknown option; expected one of sources"),
+    # values each generator refuses: stopped here, not by a traceback in the task_data job
+    ({"data": {"options": {"physics": {"rel_tol": 5}}}},
+     "data.options.physics.rel_tol: expected a number in (0, 1), got 5"),
+    ({"data": {"options": {"math": {"sources": "basic_arithmetic"}}}},
+     "data.options.math.sources: expected a list of {dataset, config, weight} mappings, got str 'basic_arithmetic'"),
+    ({"data": {"options": {"math": {"sources": {"dataset": "basic_arithmetic"}}}}},
+     "data.options.math.sources: expected a list of {dataset, config, weight} mappings, got dict"),
+    ({"data": {"options": {"math": {"sources": []}}}},
+     "data.options.math.sources: expected at least one source, all with positive weight, got []"),
+    ({"data": {"options": {"math": {"sources": [{"dataset": "basic_arithmetic", "weight": 0}]}}}},
+     "data.options.math: source 'basic_arithmetic': weight: expected a positive number, got int 0"),
+    ({"data": {"options": {"codeio": {"max_prompt_chars": 0}}}},
+     "data.options.codeio.max_prompt_chars: expected an integer >= 1, got 0"),
+    ({"data": {"options": {"codeio": {"max_answer_chars": -5}}}},
+     "data.options.codeio.max_answer_chars: expected an integer >= 1, got -5"),
+    ({"data": {"options": {"codeio": {"item_timeout": -1}}}},
+     "data.options.codeio.item_timeout: expected a number of seconds > 0, got -1"),
+    ({"data": {"options": {"codeio": {"rel_tol": 1.5}}}},
+     "data.options.codeio.rel_tol: expected a number in [0, 1), got 1.5"),
 ]
 
 
@@ -459,6 +479,16 @@ def test_a_bad_file_task_is_one_line_naming_the_key(files, expected, monkeypatch
     with pytest.raises(ConfigError) as info:
         load_config(ROOT / "config" / "config.yaml", overrides={"data": {"files": files}})
     assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_generator_options_on_a_file_task_say_where_its_settings_go(monkeypatch):
+    """data.options.<a data.files task> read "unknown task" of a task the config knows."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"data": {
+            "files": {"parity": {"path": "config/parity.jsonl"}}, "options": {"parity": {"scorer": "label"}}}})
+    assert str(info.value).startswith("config error: data.options.parity: 'parity' is a data.files task; ")
+    assert "set its scorer and labels under data.files.parity" in str(info.value)
 
 
 def test_a_task_without_a_file_or_generator_is_still_unknown(monkeypatch):
@@ -1072,7 +1102,7 @@ def test_the_config_budget_minimum_is_the_rounds(cycles, k, tmp_path):
                       FastConfig(pool_size=k, minibatch_size=minibatch, max_metric_calls=need), 0, tmp_path / "r")
 
 
-def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkeypatch):
+def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkeypatch, tiny_model_dir):
     """kind hf with a missing local path passed the check: every reflection call of every round
     then failed, the pool never evolved, and the run 'succeeded'. A local-looking path must exist,
     unless it is the base model's directory, which the workflow builds before any cycle."""
@@ -1093,7 +1123,11 @@ def test_an_hf_reflection_model_that_does_not_exist_is_one_line(tmp_path, monkey
     (tmp_path / "afile").write_text("")
     with pytest.raises(ConfigError, match=r"^config error: fast\.reflection\.path: .* is not a directory"):
         reflection("afile")
-    (tmp_path / "mymodel").mkdir()
+    (tmp_path / "mymodel").mkdir()  # a directory, but no model: found only after a whole round
+    with pytest.raises(ConfigError, match=r"^config error: fast\.reflection\.path: .*mymodel.* config\.json"):
+        reflection("./mymodel")
+    shutil.rmtree(tmp_path / "mymodel")
+    shutil.copytree(tiny_model_dir, tmp_path / "mymodel")
     for fine in ("results/models/tiny-random", "./results/models/tiny-random/", str(tmp_path / "mymodel"),
                  "./mymodel", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"):
         assert reflection(fine)["fast"]["reflection"]["path"] == fine

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -280,7 +281,14 @@ def test_a_model_directory_the_workflow_cannot_prompt_stops_its_base_model_job_i
     with pytest.raises(ValueError, match=r"its chat template does not take a system turn then a user turn "
                                          r"\(TemplateError: System role not supported\)"):
         prepare_base_model(str(no_system), tmp_path / "out2")
-    assert not any((tmp_path / f"out{i}").exists() for i in (1, 2))
+    unknown = variant("unknown-type")  # a model type newer than the installed transformers
+    config = json.loads((unknown / "config.json").read_text())
+    (unknown / "config.json").write_text(json.dumps({**config, "model_type": "llama9000"}))
+    with pytest.raises(ValueError) as info:
+        prepare_base_model(str(unknown), tmp_path / "out4")
+    assert re.match(rf"^{unknown}: transformers \S+ cannot read its config\.json \(\w+Error: .*llama9000.*\); "
+                    r"a newer model type needs a newer transformers$", str(info.value)), str(info.value)
+    assert not any((tmp_path / f"out{i}").exists() for i in (1, 2, 4))
     assert prepare_base_model(str(variant("fine")), tmp_path / "out3").is_dir()
 
 
@@ -398,3 +406,32 @@ def test_a_second_process_on_one_cycle_stops_in_one_line(tiny_model_dir: Path, t
     with exclusive_lock(lock, "test"):  # the dead holder's lock is gone with it
         assert lock.read_text().startswith("pid ")
     assert not lock.exists()  # removed once the block completes
+
+
+def test_a_train_split_too_small_for_a_fast_round_names_the_file_to_fix(tmp_path: Path, monkeypatch) -> None:
+    """A data.files task whose file holds one train row passes the config check (data.sizes.train
+    is 256). The round then stopped with "... needs 2 problems at least: data.sizes.train", a key
+    already far above 2. The cycle now names the split, its size and the file to add rows to."""
+    import fastslow.fast
+    from fastslow.config import load_config
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_problems
+
+    def no_round(*args, **kwargs):
+        raise AssertionError("the fast round ran")
+
+    monkeypatch.setattr(fastslow.fast, "run_round", no_round)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    config = load_config("config/config.yaml", "config/smoke.yaml", overrides={
+        "data": {"files": {"parity": {"path": "config/parity.jsonl"}}}})
+    write_problems([Problem("p0", "parity", "Is 3 even?", "ODD")], tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("parity",), seed=0)
+    with pytest.raises(ValueError) as err:
+        run_cycle(spec, config, 0, tmp_path / "no-model", None, tmp_path / "train.parquet", tmp_path / "c0")
+    assert str(err.value) == (
+        f"task 'parity': its train split {tmp_path / 'train.parquet'} has 1 problem(s), and a fast round needs "
+        "at least 2 (one to validate on, one to reflect on): add train rows to config/parity.jsonl")
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    with pytest.raises(ValueError, match=r"has 1 problem\(s\), .*: raise data\.sizes\.train$"):
+        run_cycle(spec, config, 0, tmp_path / "no-model", None, tmp_path / "train.parquet", tmp_path / "c1")

@@ -431,7 +431,8 @@ def test_a_litellm_reflection_model_without_its_key_stops_the_cycle_first(monkey
     assert "needs the litellm package" in reflection_environment_error(settings)
 
 
-def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_first(fake_server, tmp_path):
+def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_first(fake_server, tmp_path,
+                                                                                    monkeypatch):
     """A reflection endpoint nobody listens on (or one that never answers): every reflection
     call failed with APIConnectionError, the round logged one ERROR and FST trained as RL would,
     exit code 0. The cycle now stops first thing, in one line naming fast.reflection.base_url. An
@@ -465,5 +466,24 @@ def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_fi
         silent = {**settings, "base_url": f"http://127.0.0.1:{s.getsockname()[1]}/v1", "timeout_s": 0.5}
         assert "(ReadTimeout: " in reflection_environment_error(silent)
 
+    # a key the config names but the environment lacks: stopped before any connection is tried
+    keyed = {**_settings(fake_server), "api_key_env": "FASTSLOW_TEST_UNSET_KEY"}
+    monkeypatch.delenv("FASTSLOW_TEST_UNSET_KEY", raising=False)
+    assert reflection_environment_error(keyed) == (
+        "fast.reflection.api_key_env: $FASTSLOW_TEST_UNSET_KEY is not set in the environment the cycle jobs "
+        "run in; export it there (every reflection call would fail)")
+    assert fake_server.gets == []
     assert reflection_environment_error(_settings(fake_server)) is None  # 404 on /models: reached
     assert fake_server.gets == ["/v1/models"] and fake_server.requests == []  # no completion spent
+
+
+def test_an_hf_reflection_model_answers_and_names_its_own_length_key(tiny_model_dir):
+    """kind hf: a local model reflects (loaded on its first call). Its sampler's lengths come from
+    fast.reflection.max_tokens, which a context overflow names, not generation.max_new_tokens."""
+    from fastslow.fast.proposers import build_reflection_lm
+
+    lm = build_reflection_lm({"kind": "hf", "path": str(tiny_model_dir), "max_tokens": 4})
+    text = lm("Rewrite this context: be brief.")
+    assert isinstance(text, str)
+    assert lm._generator.length_key == "fast.reflection.max_tokens"
+    assert lm._calls == 1 and lm.max_new_tokens == 4

@@ -70,8 +70,13 @@ def test_config_dir_from_environment(tmp_path, monkeypatch):
     (tmp_path / "fsdp2.yaml").write_text("distributed_type: FSDP\n")
     monkeypatch.setenv(launch.ENV_CONFIG_DIR, str(tmp_path))
     assert launch.accelerate_config() == tmp_path / "fsdp2.yaml"
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError) as err:  # the message was the bare path
         launch.accelerate_config("zero3")
+    assert str(err.value) == (f"no accelerate config zero3.yaml for strategy 'zero3' in {tmp_path} "
+                              f"(${launch.ENV_CONFIG_DIR} chooses the folder)")
+    monkeypatch.setenv(launch.ENV_STRATEGY, "fsdp")  # a typo in the environment, named as such
+    with pytest.raises(ValueError, match=rf"^unknown accelerate strategy 'fsdp' \(from \${launch.ENV_STRATEGY}\): "):
+        launch.accelerate_config()
 
 
 def test_bad_inputs_are_rejected():

@@ -673,6 +673,9 @@ def test_a_prompt_longer_than_the_models_positions_is_one_line(tokenizer: Any) -
         gen.generate([conv("x"), long], params)
     assert str(err.value).startswith(f"a prompt of {n} tokens plus generation.max_new_tokens 8 "
                                      "exceeds the model's 64 positions (config n_positions)")
+    gen.length_key = "slow.max_new_tokens"  # fst_distill's sampler: its lengths are the slow loop's
+    with pytest.raises(ValueError, match=rf"^a prompt of {n} tokens plus slow\.max_new_tokens 8 exceeds"):
+        gen.generate([long], params)
 
 
 def test_a_rotary_model_past_its_positions_warns_once_and_generates(tiny_model: Any, tokenizer: Any,

@@ -52,6 +52,28 @@ def test_init_is_idempotent_and_parents_are_finished(tmp_path, tracking):
     assert info["tracking_uri"].startswith("sqlite:///")
 
 
+def test_an_experiment_deleted_in_the_store_stops_init_and_jobs_in_one_line(tmp_path, tracking):
+    """Deleted in the MLflow UI, the experiment kept its name: init found and reused it, and every
+    job then failed with MLflow's "must be in the 'active' state", naming neither the config key
+    nor a way out."""
+    from fastslow.tracking import init_experiment
+
+    path, info = tracking
+    MlflowClient(info["tracking_uri"]).delete_experiment(info["experiment_id"])
+    expected = (f"mlflow_experiment 'exp': experiment {info['experiment_id']} is deleted in "
+                f"{info['tracking_uri']}; restore it (`MLFLOW_TRACKING_URI={info['tracking_uri']} mlflow "
+                f"experiments restore --experiment-id {info['experiment_id']}`) or set another mlflow_experiment")
+    with pytest.raises(RuntimeError) as err:
+        init_experiment("exp", tmp_path / "again.json", tmp_path / "results")
+    assert str(err.value) == expected
+    assert not (tmp_path / "again.json").exists()
+    with pytest.raises(RuntimeError) as err, job_run(rule="r", wildcards={}, config={}, tracking_json=path):
+        pass
+    assert str(err.value) == expected
+    MlflowClient(info["tracking_uri"]).restore_experiment(info["experiment_id"])  # what it advises
+    assert init_experiment("exp", None, tmp_path / "results")["experiment_id"] == info["experiment_id"]
+
+
 def test_job_run_logs_tags_config_metrics_tables_and_checkpoint_refs(tmp_path, tracking):
     path, info = tracking
     table = tmp_path / "t.parquet"

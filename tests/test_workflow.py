@@ -74,6 +74,38 @@ def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):
     assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
+def test_a_curves_table_of_no_runs_stops_before_any_job(tmp_path):
+    """A misspelt curves target planned an empty table: its job made the experiment's MLflow parent
+    run and failed in polars ("unable to find column 'experiment'"). It now stops while Snakemake
+    plans, naming the table and the experiments that have runs."""
+    for target, expected in (
+            ("results/tables/curves/efficency.parquet",
+             "curves/efficency.parquet: experiment 'efficency' has no runs in the config (experiments with runs: "),
+            ("results/tables/curves/efficiency.stargraph.parquet",
+             "curves/efficiency.stargraph.parquet: no run of experiment 'efficiency' is evaluated on stargraph "
+             "(its runs' tasks: codeio, hover, hover_hard, math, physics)")):
+        out = snakemake("-n", target, "--configfile", "config/config.yaml",
+                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+        assert out.returncode != 0
+        text = out.stdout + out.stderr
+        assert expected in text, text[-2000:]
+        assert "rule curves" not in out.stdout and "rule init_tracking" not in out.stdout
+        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+
+
+def test_a_target_of_an_unknown_task_stops_in_one_line(tmp_path):
+    """`results/data/parity/train.parquet` without the own-task overlay: a traceback from the
+    task registry whose list of names left out the config's own file tasks."""
+    for target in ("results/data/parity/train.parquet", "results/eval/base/parity.json"):
+        out = snakemake("-n", target, "--configfile", "config/config.yaml",
+                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+        assert out.returncode != 0
+        text = out.stdout + out.stderr
+        assert "a target's task: unknown task 'parity'; expected one of codeio, " in text, text[-2000:]
+        assert "a task of your own: data.files" in text
+        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+
+
 def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):
     """A row without an answer: the task_data job fails with the loader's one line (file, row,
     reason), not a traceback of the loader's code."""

@@ -321,7 +321,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     for i, name in enumerate(config["data"]["tasks"]):
         if name not in known:
             raise ConfigError(f"config error: data.tasks[{i}]: {unknown_task(config['data'], name)}")
-    _check_task_options(config["data"]["options"])
+    _check_task_options(config["data"])
     _check_hf_datasets(config["data"].get("hf_datasets", {}))
     check_experiments(config)
 
@@ -419,12 +419,17 @@ def _check_reflection_path(config: Mapping[str, Any], path: str) -> None:
     built = Path(os.path.abspath(Path(RESULTS) / "models" / model_name(config)))
     if Path(os.path.abspath(os.path.expanduser(path))) == built:
         return
+    from fastslow.model.convert import model_dir_error
+
     try:
-        _local_dir(path, "model")
+        local = _local_dir(path, "model")
     except OSError as err:
         raise ConfigError(f"config error: fast.reflection.path: {err} (a local model directory, "
                           f"relative to the working directory {os.getcwd()}, or a hub id like "
                           f"'org/name')") from None
+    problem = model_dir_error(local) if local is not None else None
+    if problem:  # found only after the round, which every reflection call failed
+        raise ConfigError(f"config error: fast.reflection.path: {problem}")
 
 
 def _check_model_name(config: Mapping[str, Any]) -> None:
@@ -467,14 +472,20 @@ def _check_reuse_in_slow(config: dict[str, Any]) -> None:
                               f"round's samples)")
 
 
-def _check_task_options(options: Mapping[str, Any]) -> None:
-    """data.options: known tasks, and only options their generator's constructor takes."""
+def _check_task_options(data: Mapping[str, Any]) -> None:
+    """data.options: known tasks, only options their generator's constructor takes, each of its
+    default's kind, and values the generator accepts (it is built once with them here, so a bad
+    value stops the config, not the task_data job)."""
     import inspect
 
-    from fastslow.tasks import TASK_NAMES, task_class
+    from fastslow.tasks import TASK_NAMES, get_task, task_class
 
-    for name, opts in options.items():
+    for name, opts in data["options"].items():
         if name not in TASK_NAMES:
+            if name in data.get("files", {}):
+                raise ConfigError(f"config error: data.options.{name}: {name!r} is a data.files task; "
+                                  f"data.options is for the offline generators ({', '.join(TASK_NAMES)}); "
+                                  f"set its scorer and labels under data.files.{name}")
             raise ConfigError(f"config error: data.options.{name}: unknown task {name!r}; "
                               f"expected one of {', '.join(TASK_NAMES)}")
         params = inspect.signature(task_class(name).__init__).parameters
@@ -485,6 +496,23 @@ def _check_task_options(options: Mapping[str, Any]) -> None:
                 raise ConfigError(f"config error: data.options.{name}.{key}: unknown option; "
                                   f"expected one of {', '.join(allowed) or '(none)'}")
             opts[key] = _check_option_type(f"data.options.{name}.{key}", value, params[key].default)
+        try:
+            get_task(name, **copy.deepcopy(dict(opts)))
+        except ValueError as exc:
+            raise ConfigError(f"config error: {_option_error(name, opts, str(exc))}") from None
+
+
+def _option_error(name: str, opts: Mapping[str, Any], message: str) -> str:
+    """A generator's error for data.options.`name`, led by the option's key when it names one
+    ("physics: rel_tol: expected ..." -> "data.options.physics.rel_tol: expected ...")."""
+    text = " ".join(message.split())
+    head, sep, rest = text.partition(": ")
+    if sep and (head == name or name.startswith(head + "_")):
+        text = rest
+    key, sep, rest = text.partition(": ")
+    if sep and key in opts:
+        return f"data.options.{name}.{key}: {rest}"
+    return f"data.options.{name}: {text}"
 
 
 def _check_option_type(key: str, value: Any, default: Any) -> Any:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastslow.config import make_task, resolve_sample_dtype
+from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
 from fastslow.experiments import RunSpec
 from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
@@ -184,6 +184,11 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         fast_cfg = FastConfig.from_dict({
             **cfg["fast"], "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})
+        if len(train) < FAST_MIN_TRAIN:  # a file task with fewer rows than data.sizes.train asks for
+            own = cfg["data"].get("files", {}).get(task_name)
+            fix = (f"add train rows to {own['path']}" if own else "raise data.sizes.train")
+            raise ValueError(f"task {task_name!r}: its train split {train_file} has {len(train)} problem(s), and a "
+                             f"fast round needs at least {FAST_MIN_TRAIN} (one to validate on, one to reflect on): {fix}")
         reflect, pareto = gepa_split(train, cfg["fast"]["val_problems"])
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None

@@ -107,12 +107,15 @@ def config_dir(root: str | Path | None = None) -> Path:
 
 def accelerate_config(strategy: str | None = None, root: str | Path | None = None) -> Path:
     """The config file of a strategy (fsdp2 | zero3 | ddp; default $FASTSLOW_ACCELERATE_STRATEGY or fsdp2)."""
+    source = "" if strategy else (f" (from ${ENV_STRATEGY})" if os.environ.get(ENV_STRATEGY) else "")
     strategy = strategy or os.environ.get(ENV_STRATEGY) or DEFAULT_STRATEGY
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown accelerate strategy {strategy!r}: expected one of {sorted(STRATEGIES)}")
-    path = config_dir(root) / STRATEGIES[strategy]
+        raise ValueError(f"unknown accelerate strategy {strategy!r}{source}: expected one of {sorted(STRATEGIES)}")
+    folder = config_dir(root)
+    path = folder / STRATEGIES[strategy]
     if not path.is_file():
-        raise FileNotFoundError(path)
+        raise FileNotFoundError(f"no accelerate config {STRATEGIES[strategy]} for strategy {strategy!r} in {folder} "
+                                f"(${ENV_CONFIG_DIR} chooses the folder)")
     return path
 
 

@@ -71,6 +71,25 @@ def experiment_runs(runs: dict[str, RunSpec], experiment: str,
             and (tasks is None or not set(s.eval_tasks).isdisjoint(tasks))}
 
 
+def curves_runs(runs: dict[str, RunSpec], experiment: str,
+                tasks: Collection[str] | None = None) -> dict[str, RunSpec]:
+    """The runs a curves table of `experiment` (on `tasks` only, if given) reads; none is a
+    one-line ValueError naming the table (a misspelt target would otherwise plan an empty table
+    whose job fails in polars)."""
+    found = experiment_runs(runs, experiment, tasks)
+    if found:
+        return found
+    table = f"curves/{experiment}{'.' + '+'.join(tasks) if tasks else ''}.parquet"
+    own = experiment_runs(runs, experiment)
+    if not own:
+        named = sorted({s.experiment for s in runs.values()})
+        raise ValueError(f"{table}: experiment {experiment!r} has no runs in the config "
+                         f"(experiments with runs: {', '.join(named) or 'none'})")
+    evaluated = sorted({t for s in own.values() for t in s.eval_tasks})
+    raise ValueError(f"{table}: no run of experiment {experiment!r} is evaluated on {', '.join(tasks or ())} "
+                     f"(its runs' tasks: {', '.join(evaluated)})")
+
+
 def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
                           tasks: Collection[str] | None = None) -> list[str]:
     """The evaluation files of `experiment`'s runs (on `tasks` only, if given)."""

@@ -88,6 +88,8 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
     uri = tracking_uri(results_dir)
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
+    if exp is not None and exp.lifecycle_stage == "deleted":  # MLflow finds it, and refuses runs in it
+        raise RuntimeError(deleted_experiment(experiment, exp.experiment_id, uri))
     if exp is None:
         artifacts = None
         if uri.startswith("sqlite:"):
@@ -99,6 +101,14 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
     if out_json is not None:
         write_json(info, out_json)  # atomically: every job reads it
     return info
+
+
+def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
+    """The one line for an experiment deleted in the store (in its UI, say): MLflow keeps its name,
+    and each run created in it fails with "must be in the 'active' state"."""
+    return (f"mlflow_experiment {experiment!r}: experiment {exp_id} is deleted in {uri}; restore it "
+            f"(`MLFLOW_TRACKING_URI={uri} mlflow experiments restore --experiment-id {exp_id}`) "
+            "or set another mlflow_experiment")
 
 
 def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
@@ -319,7 +329,12 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
             _retry(client.set_terminated, old.info.run_id, "KILLED")
     if previous:
         tags[TAG_PREVIOUS] = previous[0].info.run_id
-    run = _retry(client.create_run, exp_id, run_name=job_key, tags=tags)
+    try:
+        run = _retry(client.create_run, exp_id, run_name=job_key, tags=tags)
+    except Exception as exc:  # noqa: BLE001 - MlflowException; the store's own error otherwise
+        if "'active' state" not in str(exc):
+            raise
+        raise RuntimeError(deleted_experiment(info["experiment"], exp_id, info["tracking_uri"])) from None
     run_id = run.info.run_id
     tracker = JobTracker(client, run_id)
     _retry(client.log_dict, run_id, dict(config), "config.resolved.json")

@@ -7,8 +7,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
-from fastslow.config import (ConfigError, canonical, follow_order, job_params, model_name, option_files,
-                              own_task_params, task_modules, validate_config)
+from fastslow.config import (ConfigError, canonical, follow_order, job_params, known_tasks, model_name,
+                              option_files, own_task_params, task_modules, unknown_task, validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
@@ -117,7 +117,10 @@ def task_code_of(task):
     """Param `task_code` of a job that builds task `task`: a digest of the modules that build and
     score it (fastslow.provenance.task_digest). Every rule's `code` leaves the task modules out,
     so an edit of one task's reward re-runs that task's jobs (and what reads them), not every
-    task's."""
+    task's. A target naming a task the config cannot build stops the planning in one line."""
+    if task not in known_tasks(config["data"]):
+        sys.exit(f"a target's task: {unknown_task(config['data'], task)} (a task of your own: data.files, "
+                 "README 'Your own task and model')")
     if task not in _TASK_CODE:
         _TASK_CODE[task] = task_digest(task_modules(config, task), exclude=TASK_MODULES)
     return _TASK_CODE[task]

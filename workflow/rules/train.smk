@@ -107,13 +107,24 @@ rule evaluate_point:
         "../scripts/evaluate_point.py"
 
 
+def curves_inputs(wc):
+    """A curves table's evaluations, their samples and its runs' cycle records (on `tasks` only,
+    for curves_on_tasks); an experiment without such runs stops the planning in one line."""
+    tasks = wc.tasks.split("+") if "tasks" in wc.keys() else None
+    try:
+        layout.curves_runs(RUNS, wc.experiment, tasks)
+    except ValueError as err:
+        sys.exit(str(err))
+    evals = layout.experiment_eval_files(RUNS, wc.experiment, tasks=tasks)
+    return {"evals": evals, "samples": [layout.samples_file(f) for f in evals],
+            "cycles": layout.experiment_cycle_files(RUNS, wc.experiment, tasks=tasks)}
+
+
 rule curves:
     # One tidy table per experiment: every evaluation point of every run.
     input:
+        unpack(curves_inputs),
         tracking=ancient(tracking("{experiment}")),
-        evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment),
-        samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment)],
-        cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment),
     params:
         code=library_code("curves.py"),
     output:
@@ -130,10 +141,8 @@ rule curves_on_tasks:
     # An experiment's runs on some tasks only (layout.curves_table), for a figure that plots no
     # more (Fig 8, 9: efficiency on the ceiling's or the ablations' task).
     input:
+        unpack(curves_inputs),
         tracking=ancient(tracking("{experiment}")),
-        evals=lambda wc: layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
-        samples=lambda wc: [layout.samples_file(f) for f in layout.experiment_eval_files(RUNS, wc.experiment, tasks=wc.tasks.split("+"))],
-        cycles=lambda wc: layout.experiment_cycle_files(RUNS, wc.experiment, tasks=wc.tasks.split("+")),
     params:
         code=library_code("curves.py"),
     output:

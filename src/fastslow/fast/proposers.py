@@ -487,6 +487,7 @@ class HFReflectionLM:
 
         if self._generator is None:
             self._generator = make_generator("hf", self.path, batch_size=1)
+            self._generator.length_key = "fast.reflection.max_tokens"
         self._calls += 1
         params = SamplingParams(self.max_new_tokens, self.temperature, 1.0, self.seed + self._calls)
         return self._generator.generate([_messages(prompt)], params)[0].text
@@ -495,9 +496,14 @@ class HFReflectionLM:
 def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
     """What keeps the reflection model from being called from here, or None: for `litellm`, the
     litellm package missing or the provider's API key unset (`litellm.validate_environment`);
-    for `openai`, an endpoint that cannot be connected to (`OpenAICompatibleLM.connection_error`).
+    for `openai`, the variable `api_key_env` names unset, or an endpoint that cannot be connected
+    to (`OpenAICompatibleLM.connection_error`).
     Without them every reflection call fails, the pool never changes, and FST trains as RL would."""
     if settings.get("kind", "openai") == "openai":
+        key = settings.get("api_key_env")  # named in the config: the endpoint wants a key (unset: none)
+        if key and not os.environ.get(key):
+            return (f"fast.reflection.api_key_env: ${key} is not set in the environment the cycle jobs run in; "
+                    "export it there (every reflection call would fail)")
         lm = build_reflection_lm(settings)
         problem = lm.connection_error()
         if problem:

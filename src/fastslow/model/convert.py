@@ -218,7 +218,13 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
     from transformers import AutoConfig
 
     _check_base_dir(src)
-    AutoConfig.from_pretrained(str(src))  # fail here, not in the first training job
+    try:  # fail here, not in the first training job
+        AutoConfig.from_pretrained(str(src))
+    except Exception as err:  # a model type this transformers does not know: a paragraph of advice
+        import transformers
+
+        raise ValueError(f"{src}: transformers {transformers.__version__} cannot read its config.json "
+                         f"({_first_line(err)}); a newer model type needs a newer transformers") from None
     problem = chat_error(src)
     if problem:
         raise ValueError(problem)
@@ -336,6 +342,11 @@ def _no_weights(src: Path) -> str | None:
             "as safetensors only)")
 
 
+def _first_line(err: Exception) -> str:
+    """An exception as one line: its type and its message's first line (at most 200 characters)."""
+    return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
+
+
 def chat_error(src: Path) -> str | None:
     """Why the tokenizer of `src` cannot render the workflow's prompts (None: it can): it must
     load, and its chat template take a system turn (the context) before the user's (the
@@ -343,9 +354,7 @@ def chat_error(src: Path) -> str | None:
     it runs in the base_model job, not in the config check."""
     from transformers import AutoTokenizer
 
-    def first_line(err: Exception) -> str:
-        return f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0][:200]}"
-
+    first_line = _first_line
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(src))
     except Exception as err:  # a missing vocabulary, an unknown class, a missing extra package

@@ -144,15 +144,17 @@ def _learned_positions(model: Any, limit: int) -> bool:
 _WARNED_CONTEXT: set[int] = set()
 
 
-def check_context(model: Any, prompt_tokens: int, max_new_tokens: int) -> None:
+def check_context(model: Any, prompt_tokens: int, max_new_tokens: int,
+                  key: str = "generation.max_new_tokens") -> None:
     """When the longest prompt and its completion do not fit the model's positions: one line
     naming the lengths, raised for a model with learned positions (a GPT-2-style model fails with
     `IndexError: index out of range`), a warning once a model for a rotary one, which generates
-    on (and usually stops long before max_new_tokens)."""
+    on (and usually stops long before max_new_tokens). `key`: the config key that set
+    `max_new_tokens` (`HFGenerator.length_key`)."""
     limit = context_limit(model)
     if limit is None or prompt_tokens + max_new_tokens <= limit[0]:
         return
-    text = (f"a prompt of {prompt_tokens} tokens plus generation.max_new_tokens {max_new_tokens} "
+    text = (f"a prompt of {prompt_tokens} tokens plus {key} {max_new_tokens} "
             f"exceeds the model's {limit[0]} positions (config {limit[1]})")
     if _learned_positions(model, limit[0]):
         raise ValueError(f"{text}: shorten the task's prompts or the contexts, lower max_new_tokens, "
@@ -740,6 +742,8 @@ class HFGenerator:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.model = model
+        #: the config key its callers' max_new_tokens come from, for `check_context`'s message
+        self.length_key = "generation.max_new_tokens"
         self.share_prefill = share_prefill
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -870,7 +874,7 @@ class HFGenerator:
         """One completion per conversation, in order."""
         prompts = self.encode_prompts(conversations)
         if prompts:
-            check_context(self.model, max(len(p) for p in prompts), params.max_new_tokens)
+            check_context(self.model, max(len(p) for p in prompts), params.max_new_tokens, self.length_key)
         # Longest first: similar lengths share a batch (less padding), and the largest
         # memory peak comes first rather than after minutes of work. Equal prompts stay
         # adjacent, so their copies share a batch and its prefill (`_shared_prefill`).

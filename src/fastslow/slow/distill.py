@@ -415,6 +415,7 @@ def run_distill_cycle(
             _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
         # One generation batch per step (as TRL's), so the samples do not depend on micro_batch_size.
         generator = HFGenerator(model, tokenizer, batch_size=cfg.rollouts_per_step)
+        generator.length_key = "slow.max_new_tokens"
 
         student_hash = context_hash(student_context)
         prompt_texts: dict[str, str] = {}

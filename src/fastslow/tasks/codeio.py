@@ -59,6 +59,13 @@ class CodeIOTask(ReasoningGymTask):
         if difficulty != "default":
             raise ValueError(f"codeio: only difficulty 'default' exists, got {difficulty!r}")
         super().__init__(name, difficulty)
+        for key, value, low in (("max_prompt_chars", max_prompt_chars, 1), ("max_answer_chars", max_answer_chars, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"codeio: {key}: expected an integer >= {low}, got {value!r}")
+        if isinstance(item_timeout, bool) or not isinstance(item_timeout, (int, float)) or not item_timeout > 0:
+            raise ValueError(f"codeio: item_timeout: expected a number of seconds > 0, got {item_timeout!r}")
+        if isinstance(rel_tol, bool) or not isinstance(rel_tol, (int, float)) or not 0 <= rel_tol < 1:
+            raise ValueError(f"codeio: rel_tol: expected a number in [0, 1), got {rel_tol!r}")
         self.isolate, self.partial_credit, self.rel_tol = isolate, partial_credit, rel_tol
         self.max_prompt_chars, self.max_answer_chars = max_prompt_chars, max_answer_chars
         self.item_timeout = item_timeout

@@ -289,7 +289,7 @@ class PhysicsTask(GeneratedTask):
                  rel_tol: float = 0.02) -> None:
         super().__init__(name, difficulty)
         if not 0 < rel_tol < 1:
-            raise ValueError(f"physics: rel_tol must be in (0, 1), got {rel_tol}")
+            raise ValueError(f"physics: rel_tol: expected a number in (0, 1), got {rel_tol!r}")
         self.rel_tol = rel_tol
 
     def candidate(self, rng: random.Random, index: int, split: str, seed: int,

@@ -97,10 +97,14 @@ class ReasoningGymTask(GeneratedTask):
     def __init__(self, name: str | None = None, difficulty: str = "default",
                  sources: Sequence[Source | Mapping[str, Any]] | None = None) -> None:
         super().__init__(name, difficulty)
+        if sources is not None and (isinstance(sources, (str, bytes, Mapping)) or not isinstance(sources, Sequence)):
+            raise ValueError(f"{self.name}: sources: expected a list of {{dataset, config, weight}} mappings, "
+                             f"got {type(sources).__name__} {sources!r}")
         self.sources = ([as_source(s, self.name) for s in sources] if sources is not None
                         else list(self.sources_by_difficulty[difficulty]))
         if not self.sources or any(s.weight <= 0 for s in self.sources):
-            raise ValueError(f"{self.name}: need at least one source, all with positive weight")
+            raise ValueError(f"{self.name}: sources: expected at least one source, all with positive weight, "
+                             f"got {sources!r}")
         self._datasets: OrderedDict[tuple[str, int], Any] = OrderedDict()
 
     def dataset(self, source: Source, seed: int) -> Any:
