@@ -354,17 +354,16 @@ def chat_error(src: Path) -> str | None:
     it runs in the base_model job, not in the config check."""
     from transformers import AutoTokenizer
 
-    first_line = _first_line
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(src))
     except Exception as err:  # a missing vocabulary, an unknown class, a missing extra package
-        return f"{src}: its tokenizer does not load ({first_line(err)})"
+        return f"{src}: its tokenizer does not load ({_first_line(err)})"
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 1 + 1?"}]
     try:
         tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     except Exception as err:
         return (f"{src}: its chat template does not take a system turn then a user turn "
-                f"({first_line(err)}); every prompt puts the context in the system turn")
+                f"({_first_line(err)}); every prompt puts the context in the system turn")
     return None
 
 
