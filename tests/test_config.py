@@ -481,6 +481,22 @@ def test_a_bad_file_task_is_one_line_naming_the_key(files, expected, monkeypatch
     assert expected in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 
+def test_a_generator_that_fails_to_build_stops_the_config_in_one_line(monkeypatch):
+    """The config check builds each configured generator (a user's task may read a file an option
+    names in its constructor): an error other than ValueError is one line naming the task too,
+    not a traceback from the Snakefile."""
+    import fastslow.tasks
+
+    def missing(name, /, **options):
+        raise FileNotFoundError(2, "No such file or directory", "words.txt")
+
+    monkeypatch.setattr(fastslow.tasks, "get_task", missing)
+    with pytest.raises(ConfigError) as info:  # config.yaml's one configured generator: codeio's
+        load_config(ROOT / "config" / "config.yaml")
+    assert str(info.value) == ("config error: data.options.codeio: building the task failed (FileNotFoundError: "
+                               "[Errno 2] No such file or directory: 'words.txt')")
+
+
 def test_generator_options_on_a_file_task_say_where_its_settings_go(monkeypatch):
     """data.options.<a data.files task> read "unknown task" of a task the config knows."""
     monkeypatch.chdir(ROOT)

@@ -500,6 +500,9 @@ def _check_task_options(data: Mapping[str, Any]) -> None:
             get_task(name, **copy.deepcopy(dict(opts)))
         except ValueError as exc:
             raise ConfigError(f"config error: {_option_error(name, opts, str(exc))}") from None
+        except (OSError, TypeError, LookupError) as exc:  # e.g. a file an option names, missing
+            raise ConfigError(f"config error: data.options.{name}: building the task failed "
+                              f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
 def _option_error(name: str, opts: Mapping[str, Any], message: str) -> str:
