@@ -118,10 +118,10 @@ def task_code_of(task):
     score it (fastslow.provenance.task_digest). Every rule's `code` leaves the task modules out,
     so an edit of one task's reward re-runs that task's jobs (and what reads them), not every
     task's. A target naming a task the config cannot build stops the planning in one line."""
-    if task not in known_tasks(config["data"]):
-        sys.exit(f"a target's task: {unknown_task(config['data'], task)} (a task of your own: data.files, "
-                 "README 'Your own task and model')")
     if task not in _TASK_CODE:
+        if task not in known_tasks(config["data"]):
+            sys.exit(f"a target's task: {unknown_task(config['data'], task)} (a task of your own: data.files, "
+                     "README 'Your own task and model')")
         _TASK_CODE[task] = task_digest(task_modules(config, task), exclude=TASK_MODULES)
     return _TASK_CODE[task]
 
