@@ -408,6 +408,40 @@ def test_a_second_process_on_one_cycle_stops_in_one_line(tiny_model_dir: Path, t
     assert not lock.exists()  # removed once the block completes
 
 
+def test_a_lock_file_its_holder_removed_after_we_opened_it_is_not_taken(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three copies of one job: the second opens the lock file, the first ends (its lock released,
+    the file unlinked), a third creates and locks a new file under the name. The second then
+    locked the nameless old file and ran beside the third. It now opens the name again and stops,
+    naming the third."""
+    import fcntl
+
+    from fastslow.io import LockedError, exclusive_lock
+
+    lock = tmp_path / "c0.lock"
+    lock.write_text("pid 1 on first\n")
+    real_flock = fcntl.flock
+    third: list[int] = []
+
+    def flock(fd: int, operation: int) -> None:
+        if not third:  # between the second's open and its flock: the first ends, the third starts
+            os.unlink(lock)
+            third.append(os.open(lock, os.O_RDWR | os.O_CREAT, 0o666))
+            real_flock(third[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.write(third[0], b"pid 3 on third\n")
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    try:
+        with pytest.raises(LockedError) as err, exclusive_lock(lock, "cycle 0"):
+            pytest.fail("the block ran beside the third process's")
+        assert one_line(err).startswith(f"cycle 0 is being written by another process (pid 3 on third, lock {lock})")
+    finally:
+        for fd in third:
+            os.close(fd)
+    assert lock.read_text() == "pid 3 on third\n"  # the third's file is left alone
+
+
 def test_a_train_split_too_small_for_a_fast_round_names_the_file_to_fix(tmp_path: Path, monkeypatch) -> None:
     """A data.files task whose file holds one train row passes the config check (data.sizes.train
     is 256). The round then stopped with "... needs 2 problems at least: data.sizes.train", a key

@@ -114,6 +114,16 @@ class LockedError(RuntimeError):
     """Another live process holds the lock (`exclusive_lock`)."""
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Does the name `path` still lead to the open file `fd`?"""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock (`fcntl.flock`) on the file `path` while the block runs, or raise a
@@ -123,25 +133,35 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     a second copy of it, and the two wrote each other's temporaries). On a file system without
     locks (Lustre without its `flock` mount option; NFS mounted `nolock` locks within one node
     only) the block runs unlocked, with a warning, and its file stays. Locked, the file is removed when
-    the block ends."""
+    the block ends.
+
+    A lock is held only on the file that still has the name `path` once locked: a process that
+    opened the file just before its holder ended (and unlinked it) would otherwise lock that
+    nameless file while a third process locks the new one under the name, and both would run.
+    It opens the name again instead."""
     import fcntl
     import socket
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    locked = False
-    try:
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        locked = False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             locked = True
         except BlockingIOError:
             holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
+            os.close(fd)
             raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
                               "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
         except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
             logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
                                                 "nothing stops a second process writing it", what, err)
+        if not locked or _same_file(fd, path):
+            break
+        os.close(fd)  # its holder removed it after we opened it: lock the file under the name now
+    try:
         if locked:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
