@@ -333,6 +333,7 @@ def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_
     import logging
 
     import fastslow.fast
+    import fastslow.model.generation
     import fastslow.slow.distill as distill
     from fastslow.config import load_config
     from fastslow.cycle import run_cycle
@@ -342,7 +343,11 @@ def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_
     def no_round(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the fast round ran")
 
+    def no_model(*args: Any, **kwargs: Any) -> None:  # first thing: before the round's model loads
+        raise AssertionError("the fast round's model was loaded")
+
     monkeypatch.setattr(fastslow.fast, "run_round", no_round)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", no_model)
     config = load_config("config/config.yaml", "config/smoke.yaml")
     write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(4)],
                    tmp_path / "train.parquet")
@@ -359,11 +364,11 @@ def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_
     assert floor["sampling_worst"] > floor["certain"]
     monkeypatch.setattr(distill, "gpu_memory_bytes", lambda: floor["certain"])  # fits, not at worst
     with caplog.at_level(logging.WARNING, logger="fastslow.cycle"), \
-            pytest.raises(AssertionError, match="the fast round ran"):
+            pytest.raises(AssertionError, match="the fast round's model was loaded"):
         cycle()
     assert "fst_distill may run out of memory on cuda:0" in caplog.text
     monkeypatch.setattr(distill, "gpu_memory_bytes", lambda: None)  # a CPU: no check, on to the round
-    with pytest.raises(AssertionError, match="the fast round ran"):
+    with pytest.raises(AssertionError, match="the fast round's model was loaded"):
         cycle()
 
 
