@@ -21,6 +21,22 @@ from fastslow.fast import FastConfig, Pool, run_round
 from fastslow.fast.testing import ScriptedGenerator, ToyTask
 
 READY_TIMEOUT_S = 120
+#: `python -m llama_cpp.server` with weight repacking off (llama.cpp's `--no-repack`, which the
+#: Python server does not expose). Repacked for AMX (Sapphire Rapids and later: amx_int8 in
+#: /proc/cpuinfo), the Q4_1 weights crash the server in `ggml_backend_amx_mul_mat` on its first
+#: completion (llama-cpp-python 0.3.36 built here, 2026-11-29; ggml-org/llama.cpp#20824); the
+#: proposer then saw only connection errors. Repacking changes the server's speed, not its API.
+NO_REPACK_SERVER = """
+import runpy
+import llama_cpp.llama_cpp as api
+default_params = api.llama_model_default_params
+def no_repack():
+    params = default_params()
+    params.use_extra_bufts = False
+    return params
+api.llama_model_default_params = no_repack
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
 
 
 def _free_port() -> int:
@@ -42,7 +58,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+            [sys.executable, "-c", NO_REPACK_SERVER, "--model", str(gguf), "--host", "127.0.0.1",
              "--port", str(port), "--n_ctx", "4096", "--n_threads", "2", "--model_alias", "smollm2"],
             stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
