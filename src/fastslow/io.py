@@ -114,6 +114,25 @@ class LockedError(RuntimeError):
     """Another live process holds the lock (`exclusive_lock`)."""
 
 
+def _flock(fd: int, path: Path, what: str) -> bool:
+    """Lock the open file `fd` (`exclusive_lock`'s lock file `path`) without waiting: True once
+    locked, False on a file system that takes no locks (with a warning); LockedError naming the
+    holder if another process has it."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
+        raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
+                          "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
+    except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
+        logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
+                                            "nothing stops a second process writing it", what, err)
+        return False
+
+
 def _same_file(fd: int, path: Path) -> bool:
     """Does the name `path` still lead to the open file `fd`?"""
     try:
@@ -139,27 +158,19 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     opened the file just before its holder ended (and unlinked it) would otherwise lock that
     nameless file while a third process locks the new one under the name, and both would run.
     It opens the name again instead."""
-    import fcntl
     import socket
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        locked = False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
-        except BlockingIOError:
-            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
+            locked = _flock(fd, path, what)
+            if not locked or _same_file(fd, path):
+                break
+        except BaseException:  # LockedError, or anything else before the block: the file is not ours
             os.close(fd)
-            raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
-                              "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
-        except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
-            logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
-                                                "nothing stops a second process writing it", what, err)
-        if not locked or _same_file(fd, path):
-            break
+            raise
         os.close(fd)  # its holder removed it after we opened it: lock the file under the name now
     try:
         if locked:
