@@ -876,6 +876,29 @@ def test_reuse_in_slow_compares_the_slow_loops_top_p():
     assert SlowConfig().top_p == 1.0
 
 
+def test_reuse_steps_must_fit_the_cycle_and_the_validation_set():
+    """fast.reuse_steps: the first n steps' n x P problems lead the round's validation set, so
+    they must fit in it (n counted up to the cycle's T); the refusal is one line naming the value."""
+    reuse = {"fast": {"reuse_in_slow": True, "reuse_steps": 3}, "generation": {"max_new_tokens": 64}}
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides=reuse)  # 3 x P = 2 fits val_problems = 6
+    assert cfg["fast"]["reuse_steps"] == 3
+    # more than a cycle's T serves its T steps: the continual experiment's T = 2 takes reuse_steps 3
+    assert load_config(ROOT / "config" / "config.yaml",
+                       overrides=deep_update(copy.deepcopy(reuse), {"fast": {"reuse_steps": 9}}))["fast"]["reuse_steps"] == 9
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides=deep_update(copy.deepcopy(reuse), {"fast": {"val_problems": 5}}))
+    assert "fast.reuse_steps: 3 steps x slow.problems_per_step=2 problems must fit" in str(info.value)
+    assert "lower fast.reuse_steps to at most 2" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="fast.reuse_steps: expected an integer >= 1|fast.reuse_steps: .*0"):
+        load_config(ROOT / "config" / "config.yaml", overrides=deep_update(copy.deepcopy(reuse), {"fast": {"reuse_steps": 0}}))
+    # left out, FastConfig's default, which config.py states as a literal; the filled-in config
+    # (so every job's params) does not gain the key
+    from fastslow.fast import FastConfig
+
+    assert FastConfig().reuse_steps == 1
+    assert "reuse_steps" not in load_config(ROOT / "config" / "config.yaml")["fast"]
+
+
 def test_config_readme_states_slowconfigs_own_defaults():
     """The slow keys without a schema default take SlowConfig's: config/README.md says which, and
     says it right (the twin of the schema descriptions; a changed SlowConfig default must show)."""

@@ -253,21 +253,24 @@ def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkey
     assert float(torch.nn.functional.cosine_similarity(delta32, delta16, dim=0)) > 0.5
 
 
-def _first_step_sampled(model_dir: Path) -> tuple[Any, ...]:
-    """What a fast round with fast.reuse_in_slow hands the first RL step: for each of the step's
-    (context, problem) rows, 2 samples of an fp32 HFGenerator with the cycle's initial weights,
-    their per-token log-probs shifted by -2 (as if another sampler found the tokens less likely).
-    Returns the task, config (G = 4: 2 contexts × 2 samples), problems, the first step's
-    problems, the rows' (context hash, problem id) keys, the generations and the rollouts as given."""
+def _first_step_sampled(model_dir: Path, steps: int = 1, shift: float = 2.0,
+                        cfg: SlowConfig | None = None) -> tuple[Any, ...]:
+    """What a fast round with fast.reuse_in_slow hands the first `steps` RL steps: for each of
+    their (context, problem) rows, 2 samples of an fp32 HFGenerator with the cycle's initial
+    weights, their per-token log-probs lowered by `shift` (2: as if another sampler found the
+    tokens less likely). Returns the task, config (G = 4: 2 contexts × 2 samples), problems, the
+    steps' problems, the rows' (context hash, problem id) keys, the generations and the rollouts
+    as given."""
     from fastslow.model.convert import load_model, load_tokenizer
     from fastslow.model.generation import HFGenerator, SamplingParams
-    from fastslow.slow.loop import first_step_problems
+    from fastslow.slow.loop import cycle_step_problems
     from fastslow.tasks.base import build_messages
 
-    task, cfg = LengthTask(), dataclasses.replace(_cfg(2), bf16=False)  # fp32 sampler and step
-    problems = task.problems("train", 3, 0)
-    step = first_step_problems(None, problems, cfg)
-    assert len(step) == cfg.problems_per_step
+    task = LengthTask()
+    cfg = cfg or dataclasses.replace(_cfg(2), bf16=False)  # fp32 sampler and step
+    problems = task.problems("train", 3 * steps, 0)
+    step = cycle_step_problems(None, problems, cfg, steps=steps)
+    assert len(step) == cfg.problems_per_step * steps
     gen = HFGenerator(load_model(model_dir, dtype="float32"), load_tokenizer(model_dir))
     keys = [(context_hash(text), p.id) for p in step for _, text in CONTEXTS for _ in range(2)]
     convs = [build_messages(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
@@ -275,7 +278,7 @@ def _first_step_sampled(model_dir: Path) -> tuple[Any, ...]:
     given: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for key, g in zip(keys, gens, strict=True):
         given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
-                                          "logprobs": [lp - 2.0 for lp in g.token_logprobs]})
+                                          "logprobs": [lp - shift for lp in g.token_logprobs]})
     return task, cfg, problems, step, keys, gens, given
 
 
@@ -296,7 +299,7 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     given[bad] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad]]
     with caplog.at_level(logging.INFO, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
-                           "toy/run", 0, progress=False, first_step_rollouts=given)
+                           "toy/run", 0, progress=False, round_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
     # the step's line says so (its tok/s counts the 2 generated rows alone: it read like a stall)
     lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
@@ -316,6 +319,31 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
                                                             rel=1e-4, abs=1e-4)
 
 
+def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_weight(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """fast.reuse_steps = 2 of T = 3: the round sampled the first two steps' rows with the cycle's
+    initial weights and their own log-probs. Both steps train on them, each rollout once (the
+    second step does not take the first's again), and the third generates. The first step's
+    weights are the sampler's: pi_theta / pi_behaviour is 1 on every reused token. The second
+    step's weights moved (one update at lr 1e-3, no warm-up): its weight on the same kind of
+    rollouts is not 1, and CISPO's loss uses it (no clipping needed to tell)."""
+    cfg = dataclasses.replace(_cfg(3), bf16=False, warmup_steps=0)
+    task, cfg, problems, step, keys, gens, given = _first_step_sampled(tiny_model_dir, steps=2, shift=0.0, cfg=cfg)
+    result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
+                       "toy/run", 0, progress=False, round_rollouts=given)
+    assert [m["reused_rollouts"] for m in result.metrics] == [8, 8, 0]
+    assert result.metrics[0]["reused_is_weight"] == pytest.approx(1.0, abs=1e-3)
+    assert abs(result.metrics[1]["reused_is_weight"] - 1.0) > 1e-3, result.metrics[1]["reused_is_weight"]
+    assert math.isnan(result.metrics[2]["reused_is_weight"])
+    import polars as pl
+
+    rollouts = pl.read_parquet(result.rollouts_path)
+    served = rollouts.filter(pl.col("step") < 2)
+    assert served["problem_id"].to_list() == [pid for _, pid in keys]  # the round's, in step order
+    assert served["completion"].to_list() == [g.text for g in gens]  # each rollout once
+    assert rollouts.filter(pl.col("step") == 2).height == 8
+
+
 def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp_path: Path,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     """Every row of the first step given by the fast round: the step generated no token, so its
@@ -324,7 +352,7 @@ def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp
     task, cfg, problems, *_, given = _first_step_sampled(tiny_model_dir)
     with caplog.at_level(logging.INFO, logger="fastslow.slow"):
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
-                           "toy/run", 0, progress=False, first_step_rollouts=given)
+                           "toy/run", 0, progress=False, round_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [8, 0]
     assert math.isnan(result.metrics[0]["generated_tokens_per_s"])
     assert result.metrics[1]["generated_tokens_per_s"] > 0

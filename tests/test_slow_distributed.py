@@ -203,10 +203,10 @@ def _sampled_first_step(state_in: Path, problems: list) -> dict:
     from fastslow.model.convert import load_model, load_tokenizer
     from fastslow.model.generation import HFGenerator, SamplingParams
     from fastslow.records import context_hash
-    from fastslow.slow.loop import first_step_problems
+    from fastslow.slow.loop import cycle_step_problems
     from fastslow.tasks.base import build_messages
 
-    step = first_step_problems(state_in, problems, SlowConfig(**SLOW))
+    step = cycle_step_problems(state_in, problems, SlowConfig(**SLOW))
     gen = HFGenerator(load_model(state_in / "model", dtype="float32"), load_tokenizer(state_in / "model"))
     pairs = [(text, p) for p in step for _, text in CONTEXTS for _ in range(2)]
     outs = gen.generate([build_messages(t, p) for t, p in pairs], SamplingParams(8, 1.0, 1.0, 5))
@@ -240,7 +240,7 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
         write_spec(tmp_path / f"job{c}.json", method="fst", init_model=tiny_model_dir,
                    prev_dir=cycles[0] if c else None, contexts=CONTEXTS,
                    task={"class": "slow_toys:LengthTask"}, train_file=train, slow=SLOW, out_dir=out,
-                   run_id="toy/run", cycle=c, extra={"first_step_rollouts": given} if given else None)
+                   run_id="toy/run", cycle=c, extra={"round_rollouts": given} if given else None)
         proc = _launch(tmp_path / f"job{c}.json", tmp_path)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         result = read_result(out.with_name(out.name + ".result.json"))

@@ -470,6 +470,16 @@ def _check_reuse_in_slow(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: fast.reuse_in_slow: generation.{key}={gen[key]!r} must equal "
                               f"the slow loop's {key} {slow_value!r} (the RL step trains on the fast "
                               f"round's samples)")
+    # fast.reuse_steps has no schema default: left out, FastConfig's 1 (a literal, for the reason above).
+    # More than the cycle's T serves all T (an experiment may shorten T under a global reuse_steps).
+    fast = config["fast"]
+    steps = min(fast.get("reuse_steps", 1), slow["steps_per_cycle"])
+    # (one step whose problems outnumber the validation set is served in part, as before this key)
+    if steps > 1 and steps * slow["problems_per_step"] > fast["val_problems"]:
+        raise ConfigError(f"config error: fast.reuse_steps: {steps} steps x slow.problems_per_step="
+                          f"{slow['problems_per_step']} problems must fit in the round's validation set "
+                          f"(fast.val_problems={fast['val_problems']}): lower fast.reuse_steps to at most "
+                          f"{max(1, fast['val_problems'] // slow['problems_per_step'])} or raise fast.val_problems")
 
 
 def _check_task_options(data: Mapping[str, Any]) -> None:

@@ -173,7 +173,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     shutil.rmtree(scratch, ignore_errors=True)
     frozen = spec.fast and not spec.trains  # gepa: every round samples the same weights
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
-    slow_problems: list[Any] = []  # the first RL step's, sampled by the fast round (reuse_in_slow)
+    slow_problems: list[Any] = []  # the first RL steps', sampled by the fast round (reuse_in_slow)
     cache = None
     fast_dtype = None  # no fast round (rl)
 
@@ -193,9 +193,11 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
-            from fastslow.slow.loop import first_step_problems
+            from fastslow.slow.loop import cycle_step_problems
 
-            slow_problems = first_step_problems(prev_dir, train, slow_cfg, new_data=bool(_continual(spec, cycle)))
+            served = min(fast_cfg.reuse_steps, slow_cfg.steps_per_cycle)  # more than T: all T
+            slow_problems = cycle_step_problems(prev_dir, train, slow_cfg, steps=served,
+                                                new_data=bool(_continual(spec, cycle)))
             cache = RolloutCache()
         if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
             cache = RolloutCache()
@@ -252,9 +254,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                 log.warning("fst_distill %s cycle %d: the pool's best context is the seed context the "
                             "student already has: the teacher is the student, nothing is distilled this "
                             "cycle (its steps move the weights by weight decay alone)", spec.key, cycle)
-        if cache is not None:  # reuse_in_slow: the round sampled the first step's problems
-            extra["first_step_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems,
-                                                         weights_id)
+        if cache is not None:  # reuse_in_slow: the round sampled the first steps' problems
+            extra["round_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems, weights_id)
         if processes > 1:
             slow_metrics = launch_slow(spec, cfg, task_name, cycle, init_model, prev_dir, contexts,
                                        train_file, slow_cfg, out_dir, extra, processes, tracker)

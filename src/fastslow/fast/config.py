@@ -52,6 +52,14 @@ class FastConfig:
     #: pool contexts' samples instead of generating them (read by the cycle, which passes the
     #: step's problems to `run_round`).
     reuse_in_slow: bool = False
+    #: With `reuse_in_slow`: how many of the cycle's RL steps, from the first, the round samples
+    #: for (their P x `reuse_steps` problems lead the validation set). The first step trains on
+    #: samples of its own weights; a later step t on samples t steps old, which CISPO's
+    #: truncated importance weight min(pi_theta / pi_behaviour, tau) corrects for, as it does
+    #: for TRL's generation batches spanning several steps (`steps_per_generation`). Fewer,
+    #: fuller generate calls: on a CPU, whose decoding costs per step and not per sequence, the
+    #: cycle's samples cost about one step's generation.
+    reuse_steps: int = 1
     #: Generate the seed contexts' minibatch rollouts in the seeds' first generate call (on a
     #: random subset of train problems just large enough for the round's iterations), so a
     #: seed chosen as parent is scored from cache; they count as metric calls when first used.
@@ -90,7 +98,7 @@ class FastConfig:
 
         for name in ("pool_size", "minibatch_size", "max_new_tokens", "max_demos",
                      "max_demo_chars", "eval_batch_size", "max_stalled_iterations",
-                     "proposals_per_iteration"):
+                     "proposals_per_iteration", "reuse_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "a positive integer")

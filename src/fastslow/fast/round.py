@@ -50,9 +50,11 @@ validation scores and the parents' minibatch scores come from those rollouts. Th
 direction (`reuse_in_slow`, driven by the cycle through `slow_problems`): the next RL step's
 problems lead the validation set and each candidate's validation call samples it G/K times on
 them, so GEPA's validation rollouts of the pool's contexts are that step's samples: the step,
-whose weights are these, trains on them instead of generating them. A problem the step draws
-twice (its problems cross an epoch boundary of the data stream) is one validation problem,
-sampled twice as often.
+whose weights are these, trains on them instead of generating them. With `reuse_steps` n > 1
+the first n steps' problems lead it (n x P of them), and steps after the first train on
+samples older than their weights (the slow loop's CISPO weight against the samples' log-probs
+corrects for it). A problem the steps draw twice (they cross an epoch boundary of the data
+stream) is one validation problem, sampled twice as often.
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     minibatches (scores and reflective dataset) when they fill one. Minibatches never come
     from the validation set, with reuse or without, so a round with reuse makes the same
     search (metric calls) as one without, with fewer generations.
-    `slow_problems` (the next RL step's problems, with `slow_samples` = G/K > 0) lead the
+    `slow_problems` (the next RL steps' problems, with `slow_samples` = G/K > 0) lead the
     validation set (its size unchanged), and every validation evaluation of a candidate samples
     it `slow_samples` times (times the slots it fills, for a seed) on each of them
     (`FastAdapter.feed_slow`; its score there is their mean): the step trains on the pool
@@ -311,7 +313,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             n_val, ids = len(val_problems), {p.id for p in covered}
             val_problems = covered[:n_val] + [p for p in val_problems if p.id not in ids][:max(0, n_val - len(covered))]
     if slow_problems and slow_samples > 0:
-        # The next RL step's problems lead the Pareto validation set (same size): each pool
+        # The next RL steps' problems lead the Pareto validation set (same size): each pool
         # candidate's validation rollouts on them are then that step's samples as well. A seed
         # filling m pool slots may keep its samples on them: m x G/K. A problem the step draws
         # twice is validated once and sampled twice as often (`feed_slow` counts the draws).

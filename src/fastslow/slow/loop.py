@@ -142,12 +142,13 @@ def take_problems(n: int, seed: int, cursor: int, count: int) -> list[int]:
     return out
 
 
-def first_step_problems(state_in: str | Path | None, problems: Sequence[Problem], cfg: SlowConfig,
-                        new_data: bool = False) -> list[Problem]:
-    """The problems the first step of the cycle resuming from `state_in` will train on (the same
-    data stream `run_cycle` reads), so they can be sampled before the cycle starts."""
+def cycle_step_problems(state_in: str | Path | None, problems: Sequence[Problem], cfg: SlowConfig,
+                        steps: int = 1, new_data: bool = False) -> list[Problem]:
+    """The problems the first `steps` steps of the cycle resuming from `state_in` will train on,
+    in order, P a step (the same data stream `run_cycle` reads), so they can be sampled before
+    the cycle starts. A problem the stream draws twice is listed twice."""
     cursor = 0 if state_in is None or new_data else int(read_state(state_in)["cursor"])
-    return [problems[i] for i in take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step)]
+    return [problems[i] for i in take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step * steps)]
 
 
 def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: Sequence[tuple[str, str]],
@@ -163,6 +164,7 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
 
 def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
                hashes: Mapping[str, str], part: slice = slice(None),
+               left: dict[tuple[str, str], list[Mapping[str, Any]]] | None = None,
                ) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
     """Row index within `rows[part]` -> (prompt ids, completion ids, per-token sampling log-probs
     or None) for those of the step's rows that a given rollout of their (context, problem) pair
@@ -170,9 +172,12 @@ def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, s
 
     `rows` is the whole step (every rank's rows) and `part` one rank's share: the rollouts are
     dealt over all rows first, so a pair whose rows straddle two ranks gives each rank other
-    rollouts, never the same one twice.
+    rollouts, never the same one twice. `left`, when given, holds the rollouts not yet dealt
+    (a copy of `rollouts`, which is then not read) and loses the ones this step takes: several
+    steps drawing the same pair take different rollouts.
     """
-    left = {key: list(value) for key, value in rollouts.items()}
+    if left is None:
+        left = {key: list(value) for key, value in rollouts.items()}
     start, stop, _ = part.indices(len(rows))
     plan = {}
     for i, row in enumerate(rows):
@@ -568,7 +573,7 @@ def run_cycle(
     progress: bool = True,
     ref_model_dir: str | Path | None = None,
     new_data: bool = False,
-    first_step_rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]] | None = None,
+    round_rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]] | None = None,
 ) -> CycleResult:
     """Run T = cfg.steps_per_cycle RL steps and write the cycle's outputs to `out_dir`.
 
@@ -587,11 +592,13 @@ def run_cycle(
         ref_model_dir: the KL reference, if not `model_dir`.
         new_data: `train_problems` is a new training set (a continual run switching task):
             start its data stream at position 0; weights, optimiser, scheduler and RNG carry on.
-        first_step_rollouts: (context hash, problem id) -> rollouts ({"prompt_ids",
+        round_rollouts: (context hash, problem id) -> rollouts ({"prompt_ids",
             "completion_ids", "logprobs"}) sampled with this cycle's initial weights (the fast round,
-            `fast.reuse_in_slow`, `RolloutCache.sampled`): the cycle's first step trains on them
-            for its rows of those pairs instead of generating (`first_step_problems` names the
-            step's problems in advance).
+            `fast.reuse_in_slow`, `RolloutCache.sampled`): each step trains on them for its rows
+            of those pairs instead of generating, each rollout once, until none is left
+            (`cycle_step_problems` names the first `fast.reuse_steps` steps' problems in advance).
+            The first step's weights are the sampler's; a later step's have moved on, and CISPO's
+            truncated importance weight against the rollouts' sampling log-probs corrects for it.
 
     Under `accelerate launch` (WORLD_SIZE > 1) every rank calls this with the same arguments;
     only the main process writes `out_dir` and calls `tracker`.
@@ -654,6 +661,8 @@ def run_cycle(
         metrics_rows: list[dict[str, Any]] = []
         rollout_rows: list[dict[str, Any]] = []
         hashes = {cid: context_hash(text) for cid, text in contexts}
+        # the round's rollouts not yet trained on, dealt step by step (reuse_plan)
+        unserved = {key: list(value) for key, value in (round_rollouts or {}).items()}
         for t in range(cfg.steps_per_cycle):
             picked = [problems[i] for i in take_problems(len(problems), cfg.seed, cursor,
                                                          cfg.problems_per_step)]
@@ -665,8 +674,8 @@ def run_cycle(
             for key in {(r["problem_id"], r["context_id"]) for r in rows} - prompt_texts.keys():
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
-            if t == 0 and first_step_rollouts:
-                trainer.reuse_rows = reuse_plan(step_rows, first_step_rollouts, hashes, share)
+            if any(unserved.values()):
+                trainer.reuse_rows = reuse_plan(step_rows, {}, hashes, share, left=unserved)
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts)
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "

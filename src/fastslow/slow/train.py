@@ -62,21 +62,21 @@ def write_spec(path: str | Path, *, method: str, init_model: str | Path, prev_di
 
 
 def _encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The extra arguments as JSON: `first_step_rollouts` (keyed by (context hash, problem id)
+    """The extra arguments as JSON: `round_rollouts` (keyed by (context hash, problem id)
     tuples) becomes a list of {"context_hash", "problem_id", "rollouts"}."""
     out = dict(extra or {})
-    if out.get("first_step_rollouts"):
-        out["first_step_rollouts"] = [{"context_hash": h, "problem_id": pid, "rollouts": [dict(r) for r in rs]}
-                                      for (h, pid), rs in out["first_step_rollouts"].items()]
+    if out.get("round_rollouts"):
+        out["round_rollouts"] = [{"context_hash": h, "problem_id": pid, "rollouts": [dict(r) for r in rs]}
+                                      for (h, pid), rs in out["round_rollouts"].items()]
     return out
 
 
 def _decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     """`_encode_extra` undone."""
     out = dict(extra or {})
-    if out.get("first_step_rollouts"):
-        out["first_step_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
-                                      for e in out["first_step_rollouts"]}
+    if out.get("round_rollouts"):
+        out["round_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
+                                      for e in out["round_rollouts"]}
     return out
 
 
