@@ -17,9 +17,11 @@ split into
 and divided by T: seconds per RL step. Process start-up (the interpreter, importing torch,
 transformers and MLflow) is left out of that; with `--process cycle` each cycle's `job_wall_s`,
 and the summary's `job_s_per_step` and `job_ratio_to_rl`, include it. Runs alternate methods
-across repetitions so load from other processes hits all alike. `fst_reuse` reuses both ways
-(fast.reuse_rollouts: the last cycle's RL rollouts feed GEPA; fast.reuse_in_slow: the cycle's
-first RL step trains on rollouts the fast round sampled with the same weights).
+across repetitions so load from other processes hits all alike. `fst_reuse` reuses both ways,
+as Fig 10's `reuse` variant in config.yaml does (fast.reuse_rollouts: the last cycle's RL
+rollouts feed GEPA; fast.reuse_in_slow: the cycle's first fast.reuse_steps RL steps train on
+rollouts the fast round sampled with the cycle's initial weights; `--set fast.reuse_steps=1`
+serves the first step alone, as before the thirty-ninth session).
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--seeds 0,1,2]
         [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...] [--process cycle|run]
@@ -115,9 +117,20 @@ def run_spec(method: str, task: str, cycles: int, seed: int, bf16: bool | None,
     from fastslow.experiments import RunSpec
 
     kind, reuse = METHODS[method]
+    fast = {"reuse_rollouts": reuse, "reuse_in_slow": reuse}
+    if reuse:  # as Fig 10's `reuse` variant runs (its RL steps served by the round: fast.reuse_steps)
+        fast["reuse_steps"] = fig10_reuse_steps()
     return RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=seed,
-                   overrides=deep_update({"fast": {"reuse_rollouts": reuse, "reuse_in_slow": reuse},
+                   overrides=deep_update({"fast": fast,
                                           **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets))
+
+
+def fig10_reuse_steps() -> int:
+    """fast.reuse_steps of Fig 10's `reuse` variant in CONFIG (experiments.reuse), 1 when it sets none."""
+    import yaml
+
+    variant = (yaml.safe_load(CONFIG.read_text()).get("experiments", {}).get("reuse") or {}).get("variants", {}).get("reuse")
+    return int(((variant or {}).get("fast") or {}).get("reuse_steps", 1))
 
 
 def check_config(methods: list[str], task: str, cycles: int, bf16: bool | None, items: list[str]) -> None:

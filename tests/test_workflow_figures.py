@@ -59,11 +59,14 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
         (work / "results/logs/runs/ceiling/fst_distill/hover-default-s0/cycle0.log").read_text()
     assert not (work / "results/runs/reuse/fst/math-no_reuse-s0").exists()
     assert "the same run as efficiency/fst/math-default-s0" in (work / "results/reports/pools/reuse.html").read_text()
-    # ...and its reuse run trains each cycle's first RL step on rollouts its fast round sampled
+    # ...and its reuse run trains each cycle's RL steps (fast.reuse_steps 2 = T) on rollouts its
+    # fast round sampled, the second step on samples one update older than its weights
     steps = pl.concat([pl.read_parquet(f) for f in
                        sorted((work / "results/runs/reuse/fst/math-reuse-s0").glob("cycle*/metrics.parquet"))])
-    assert steps.filter(pl.col("step_in_cycle") == 0)["reused_rollouts"].min() > 0
-    assert steps.filter(pl.col("step_in_cycle") > 0)["reused_rollouts"].max() == 0
+    assert steps.height == 4 and steps["reused_rollouts"].min() > 0
+    assert steps.filter(pl.col("step_in_cycle") == 0)["reused_is_weight"].is_finite().all()
+    no_reuse_steps = pl.read_parquet(work / "results/runs/efficiency/fst/math-default-s0/cycle1/metrics.parquet")
+    assert no_reuse_steps["reused_rollouts"].max() == 0
     info = json.loads((work / "results/mlflow/experiment.json").read_text())
     from mlflow.tracking import MlflowClient
 
