@@ -54,11 +54,11 @@ class FastConfig:
     reuse_in_slow: bool = False
     #: With `reuse_in_slow`: how many of the cycle's RL steps, from the first, the round samples
     #: for (their P x `reuse_steps` problems lead the validation set). The first step trains on
-    #: samples of its own weights; a later step t on samples t steps old, which CISPO's
+    #: samples of its own weights; step t (from 0) on samples t updates old, which CISPO's
     #: truncated importance weight min(pi_theta / pi_behaviour, tau) corrects for, as it does
     #: for TRL's generation batches spanning several steps (`steps_per_generation`). Fewer,
-    #: fuller generate calls: on a CPU, whose decoding costs per step and not per sequence, the
-    #: cycle's samples cost about one step's generation.
+    #: fuller generate calls: a CPU's decoding step reads all the weights whatever its rows, so
+    #: the samples drawn together cost less than the steps' own calls (bench/HISTORY.md).
     reuse_steps: int = 1
     #: Generate the seed contexts' minibatch rollouts in the seeds' first generate call (on a
     #: random subset of train problems just large enough for the round's iterations), so a
