@@ -65,12 +65,14 @@ def test_reused_rollouts_are_dealt_once_over_all_ranks() -> None:
     used = []
     for rank in range(2):
         share = rank_slice(len(rows), rank, 2)
-        plan = reuse_plan(rows, given, hashes, share)
+        plan = reuse_plan(rows, {key: list(v) for key, v in given.items()}, hashes, share)  # each rank's own copy
         assert sorted(plan) == list(range(6))  # indices within the rank's share, all filled
         used += [(rows[share][i]["problem_id"], plan[i][1][0]) for i in plan]
     assert sorted(used) == sorted((p.id, 100 * i + j) for i, p in enumerate(problems) for j in range(4))
     # one process: the whole step, the same dealing
-    assert reuse_plan(rows, given, hashes) == {i: ([0], [100 * (i // 4) + i % 4], None) for i in range(12)}
+    left = {key: list(v) for key, v in given.items()}
+    assert reuse_plan(rows, left, hashes) == {i: ([0], [100 * (i // 4) + i % 4], None) for i in range(12)}
+    assert not any(left.values())  # every rollout dealt: a later step gets none of them again
 
 def test_cycle_refuses_a_world_size_that_does_not_split_the_step(tmp_path, monkeypatch) -> None:
     from fastslow.slow import run_cycle

@@ -162,22 +162,18 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
     return longest_prompt_tokens(tokenizer, [problems[i] for i in sorted(set(picked))], contexts)
 
 
-def reuse_plan(rows: Sequence[Mapping[str, Any]], rollouts: Mapping[tuple[str, str], Sequence[Mapping[str, Any]]],
+def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], list[Mapping[str, Any]]],
                hashes: Mapping[str, str], part: slice = slice(None),
-               left: dict[tuple[str, str], list[Mapping[str, Any]]] | None = None,
                ) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
     """Row index within `rows[part]` -> (prompt ids, completion ids, per-token sampling log-probs
-    or None) for those of the step's rows that a given rollout of their (context, problem) pair
-    can fill, each rollout used once, in row order.
+    or None) for those of the step's rows that a rollout of their (context, problem) pair in
+    `left` can fill, in row order. Each rollout dealt is taken out of `left` (the rollouts no
+    step has had yet), so later steps drawing the same pair get other ones.
 
     `rows` is the whole step (every rank's rows) and `part` one rank's share: the rollouts are
     dealt over all rows first, so a pair whose rows straddle two ranks gives each rank other
-    rollouts, never the same one twice. `left`, when given, holds the rollouts not yet dealt
-    (a copy of `rollouts`, which is then not read) and loses the ones this step takes: several
-    steps drawing the same pair take different rollouts.
+    rollouts, never the same one twice (every rank deals from its own copy of the same `left`).
     """
-    if left is None:
-        left = {key: list(value) for key, value in rollouts.items()}
     start, stop, _ = part.indices(len(rows))
     plan = {}
     for i, row in enumerate(rows):
@@ -675,7 +671,7 @@ def run_cycle(
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
             if any(unserved.values()):
-                trainer.reuse_rows = reuse_plan(step_rows, {}, hashes, share, left=unserved)
+                trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts)
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "

@@ -67,7 +67,7 @@ def _encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(extra or {})
     if out.get("round_rollouts"):
         out["round_rollouts"] = [{"context_hash": h, "problem_id": pid, "rollouts": [dict(r) for r in rs]}
-                                      for (h, pid), rs in out["round_rollouts"].items()]
+                                 for (h, pid), rs in out["round_rollouts"].items()]
     return out
 
 
@@ -76,7 +76,7 @@ def _decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(extra or {})
     if out.get("round_rollouts"):
         out["round_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
-                                      for e in out["round_rollouts"]}
+                                 for e in out["round_rollouts"]}
     return out
 
 
