@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -222,7 +223,15 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                      "rl_rollouts": pl.scan_parquet(out / "rollouts.parquet").select(pl.len()).collect().item(),
                      "slow_rollouts_sampled_in_fast_round": fast.get("slow_rollouts"),
                      "slow_reused_rollouts": int(metrics["reused_rollouts"].sum())
-                     if "reused_rollouts" in metrics.columns else None})
+                     if "reused_rollouts" in metrics.columns else None,
+                     # step by step: rollouts a step took from the round, and their mean importance
+                     # weight against their sampling log-probs (1 on the weights that sampled them;
+                     # null where a step reused none)
+                     "steps_reused_rollouts": metrics["reused_rollouts"].to_list()
+                     if "reused_rollouts" in metrics.columns else None,
+                     "steps_reused_is_weight": [None if w is None or math.isnan(w) else w
+                                                for w in metrics["reused_is_weight"].to_list()]
+                     if "reused_is_weight" in metrics.columns else None})
         prev = out
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"method": method, "seed": seed, "cycles": rows, "peak_rss_mb": rss_mb}
