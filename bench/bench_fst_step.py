@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -209,6 +208,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         # drawn only for the next RL step (reuse_in_slow at G/K > 1), the rest.
         seeds, search = float(fast.get("seed_eval_seconds", 0.0)), float(fast.get("search_eval_seconds", 0.0))
         slow = float(fast.get("slow_sample_seconds", 0.0))
+        reused = metrics["reused_rollouts"].to_list() if "reused_rollouts" in metrics.columns else None
         fast_split = {"seeds": seeds / t, "search": search / t, "slow_samples": slow / t,
                       "rest": (parts["fast_round"] - seeds - search - slow) / t}
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
@@ -222,15 +222,12 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                      "fast_metric_calls": fast.get("metric_calls"),
                      "rl_rollouts": pl.scan_parquet(out / "rollouts.parquet").select(pl.len()).collect().item(),
                      "slow_rollouts_sampled_in_fast_round": fast.get("slow_rollouts"),
-                     "slow_reused_rollouts": int(metrics["reused_rollouts"].sum())
-                     if "reused_rollouts" in metrics.columns else None,
+                     "slow_reused_rollouts": sum(reused) if reused is not None else None,
                      # step by step: rollouts a step took from the round, and their mean importance
                      # weight against their sampling log-probs (1 on the weights that sampled them;
                      # null where a step reused none)
-                     "steps_reused_rollouts": metrics["reused_rollouts"].to_list()
-                     if "reused_rollouts" in metrics.columns else None,
-                     "steps_reused_is_weight": [None if w is None or math.isnan(w) else w
-                                                for w in metrics["reused_is_weight"].to_list()]
+                     "steps_reused_rollouts": reused,
+                     "steps_reused_is_weight": metrics["reused_is_weight"].fill_nan(None).to_list()
                      if "reused_is_weight" in metrics.columns else None})
         prev = out
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
