@@ -38,7 +38,7 @@ TIMING = ("seconds", "tokens_per_s", "step_seconds")
 
 def _copy(dest: Path) -> Path:
     dest.mkdir()
-    for item in ("Snakefile", "workflow", "config"):
+    for item in ("Snakefile", "workflow", "config", "profiles"):  # profiles/default: as a user runs it
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
     (dest / "overlay.yaml").write_text(CONFIG)

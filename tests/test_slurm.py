@@ -112,6 +112,8 @@ def test_the_local_workflow_profile_overrides_nothing_of_the_clusters_but_cores(
     with (ROOT / "profiles" / "default" / "config.yaml").open() as stream:
         local = dict(ProfileConfigFileParser().parse(stream))
     assert local.get("cores") == "all"
+    # the local rules' run: blocks in Snakemake's own process, not each in a new Snakemake process
+    assert local.get("force-use-threads") == cluster.get("force-use-threads") == "True"
     clash = {k: (v, cluster[k]) for k, v in local.items() if k in cluster and v != cluster[k] and k != "cores"}
     assert not clash, clash
     assert not set(local) - set(cluster) - {"cores"}, "a local key the cluster profile leaves to Snakemake"

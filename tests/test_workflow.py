@@ -249,7 +249,7 @@ def readme_columns() -> dict[str, set[str]]:
 def workflow_copy(work: Path) -> Path:
     """A copy of the workflow in `work`, so tests never touch the developer's results/."""
     work.mkdir(parents=True, exist_ok=True)
-    for item in ("Snakefile", "workflow", "config"):
+    for item in ("Snakefile", "workflow", "config", "profiles"):  # profiles/default: as a user runs it
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / item)
     return work
