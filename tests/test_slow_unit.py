@@ -211,17 +211,25 @@ def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, 
 
 def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_model_dir, monkeypatch) -> None:
     """evaluation.dtype: the sampler runs in its dtype, KL/entropy in the model's (bf16 log-probs
-    would drown the KL of nearby checkpoints)."""
+    would drown the KL of nearby checkpoints). The tokenizer is loaded once, by the sampler: the
+    KL pass reads the one the samples were encoded with."""
     import torch
     from slow_toys import LengthTask
 
     from fastslow import evaluate
-    from fastslow.model import generation
+    from fastslow.model import convert, generation
     from fastslow.model.generation import SamplingParams
     from fastslow.slow import divergence
 
     seen: dict[str, object] = {}
-    real_make, real_kl = generation.make_generator, divergence.kl_and_entropy
+    real_make, real_kl, real_tokenizer = generation.make_generator, divergence.kl_and_entropy, convert.load_tokenizer
+    tokenizers: list[object] = []
+
+    def load_tokenizer(*args, **kwargs):
+        tokenizers.append(args)
+        return real_tokenizer(*args, **kwargs)
+
+    monkeypatch.setattr(convert, "load_tokenizer", load_tokenizer)
 
     def make(*args, **kwargs):
         seen["sample"] = kwargs["dtype"]
@@ -240,6 +248,7 @@ def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_mo
                                               SamplingParams(6, 1.0, 1.0, 0), dtype="float32",
                                               sample_dtype="bfloat16")
     assert seen == {"sample": "bfloat16", "sample_params": torch.bfloat16, "kl": torch.float32}
+    assert len(tokenizers) == 1, tokenizers
     assert len(rows) == 6 and summary["problems"] == 3 and summary["kl_to_base"] == 0.0
     assert summary["entropy"] > 0
     seen.clear()

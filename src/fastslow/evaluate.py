@@ -183,7 +183,9 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
             r.pop("completion_ids")
         summary.update({"kl_to_base": float("nan"), "entropy": float("nan")})
         return summary, rows
-    tokenizer = tokenizer or load_tokenizer(model_dir)
+    # the tokenizer the samples were encoded with (vLLM's was loaded above): loading it again cost
+    # ~1 s an evaluation job on a 2-core CPU
+    tokenizer = tokenizer or getattr(generator, "tokenizer", None) or load_tokenizer(model_dir)
     model = getattr(generator, "model", None) if sample_dtype == dtype else None
     if model is None:
         # vLLM holds the GPU; a bf16 sampler is replaced by the model.dtype copy. The engine goes
