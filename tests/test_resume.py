@@ -23,8 +23,8 @@ import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_workflow import workflow_copy
 
-ROOT = Path(__file__).resolve().parents[1]
 RUN = "results/runs/efficiency/fst/math-default-s0"
 CONFIG = """
 data: {tasks: [math]}
@@ -38,9 +38,7 @@ TIMING = ("seconds", "tokens_per_s", "step_seconds")
 
 def _copy(dest: Path) -> Path:
     dest.mkdir()
-    for item in ("Snakefile", "workflow", "config", "profiles"):  # profiles/default: as a user runs it
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
+    workflow_copy(dest)
     (dest / "overlay.yaml").write_text(CONFIG)
     return dest
 

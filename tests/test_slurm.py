@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from test_workflow import workflow_copy
 
 from fastslow.launch import stop_process_group
 
@@ -266,10 +267,7 @@ def slurm_cluster():
 
 def _copy_workflow(dest: Path) -> Path:
     dest.mkdir(parents=True)
-    for item in ("Snakefile", "workflow", "config", "profiles"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / item)
-    return dest
+    return workflow_copy(dest)
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
