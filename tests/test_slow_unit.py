@@ -212,7 +212,8 @@ def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, 
 def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_model_dir, monkeypatch) -> None:
     """evaluation.dtype: the sampler runs in its dtype, KL/entropy in the model's (bf16 log-probs
     would drown the KL of nearby checkpoints). The tokenizer is loaded once, by the sampler: the
-    KL pass reads the one the samples were encoded with."""
+    KL pass reads the one the samples were encoded with, and the prompts as the sampler encoded
+    them (each prompt is encoded once, not again for the KL pass)."""
     import torch
     from slow_toys import LengthTask
 
@@ -230,6 +231,13 @@ def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_mo
         return real_tokenizer(*args, **kwargs)
 
     monkeypatch.setattr(convert, "load_tokenizer", load_tokenizer)
+    real_encode, encoded = generation.encode_prompts, []
+
+    def encode_prompts(tokenizer, conversations, *args, **kwargs):
+        encoded.extend(conversations)
+        return real_encode(tokenizer, conversations, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "encode_prompts", encode_prompts)
 
     def make(*args, **kwargs):
         seen["sample"] = kwargs["dtype"]
@@ -249,6 +257,7 @@ def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_mo
                                               sample_dtype="bfloat16")
     assert seen == {"sample": "bfloat16", "sample_params": torch.bfloat16, "kl": torch.float32}
     assert len(tokenizers) == 1, tokenizers
+    assert len(encoded) == 6  # 3 problems x 2 samples, by the sampler only
     assert len(rows) == 6 and summary["problems"] == 3 and summary["kl_to_base"] == 0.0
     assert summary["entropy"] > 0
     seen.clear()

@@ -42,7 +42,11 @@ def mean_at_k_se(rewards: np.ndarray) -> float:
 
 def sample_and_score(generator: Generator, task: Task, problems: Sequence[Problem], context: str,
                      k: int, params: SamplingParams, chunk: int = 32) -> list[dict[str, Any]]:
-    """k samples per problem, scored; one row per sample. Logs progress per chunk."""
+    """k samples per problem, scored; one row per sample. Logs progress per chunk.
+
+    Each row carries the token ids it was sampled from and sampled (`prompt_ids`, empty when the
+    backend reports none, and `completion_ids`), for a pass over the samples without encoding
+    them again; `evaluate_weights` drops both before its rows are written."""
     convs = [(p, i, build_messages(context, p)) for p in problems for i in range(k)]
     rows: list[dict[str, Any]] = []
     start, tokens = time.perf_counter(), 0
@@ -56,7 +60,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
             rows.append({"problem_id": p.id, "sample": i, "completion": g.text,
                          "reward": float(task.reward(p, g.text)),
                          "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
-                         "completion_ids": list(g.completion_ids)})
+                         "completion_ids": list(g.completion_ids), "prompt_ids": list(g.prompt_ids)})
             tokens += g.completion_tokens
         done = min(lo + chunk, len(convs))
         elapsed = max(time.perf_counter() - start, 1e-9)
@@ -180,7 +184,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     summary = summarize(rows, k)
     if not divergence:
         for r in rows:
-            r.pop("completion_ids")
+            del r["completion_ids"], r["prompt_ids"]
         summary.update({"kl_to_base": float("nan"), "entropy": float("nan")})
         return summary, rows
     # the tokenizer the samples were encoded with (vLLM's was loaded above): loading it again cost
@@ -199,8 +203,12 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     device = str(next(model.parameters()).device)
     same = base_dir is None or Path(base_dir).resolve() == Path(model_dir).resolve()
     base = model if same else load_model(base_dir, dtype=dtype, device=device)
-    by_id = {p.id: p for p in problems}
-    prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
+    # the prompts as the sampler encoded them (both backends report them): encoding them again
+    # cost ~1 ms a prompt; a backend that reports none has its prompts encoded here
+    prompt_ids = [r.pop("prompt_ids") for r in rows]
+    if not all(prompt_ids):
+        by_id = {p.id: p for p in problems}
+        prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
     t0 = time.perf_counter()
     kl, entropy = kl_and_entropy(model, base, tokenizer, prompt_ids, [r.pop("completion_ids") for r in rows],
                                  batch_size=batch_size, temperature=1.0, max_tokens=divergence_tokens)
