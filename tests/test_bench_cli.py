@@ -109,6 +109,20 @@ def test_bench_prefix_rejects_bad_arguments(tmp_path: Path, args: list[str], nam
     assert named in error_line(proc, "bench_prefix.py")
 
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["--copies", "0"], "--copies: must be an integer >= 1, got 0"),
+    (["--reps", "0"], "--reps: must be an integer >= 1, got 0"),
+    (["--copies", "4", "--sizes", "8", "10", "24"], "--sizes 10: every size must be a positive multiple of --copies 4"),
+    (["--sizes", "0", "8"], "--sizes 0"),
+    (["--sizes", "8", "8"], "--sizes 8 8: need at least two different sizes"),
+    (["--dtype", "float16"], "--dtype: invalid choice: 'float16'"),
+])
+def test_bench_call_cost_rejects_bad_arguments(tmp_path: Path, args: list[str], named: str) -> None:
+    proc = run_script("bench_call_cost.py", [*args, "--out", str(tmp_path / "call_cost.json")], tmp_path)
+    assert named in error_line(proc, "bench_call_cost.py")
+    assert not (tmp_path / "call_cost.json").exists()
+
+
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_fst_step", BENCH / "bench_fst_step.py")
