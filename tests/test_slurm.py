@@ -265,11 +265,6 @@ def slurm_cluster():
         shutil.rmtree(state, ignore_errors=True)
 
 
-def _copy_workflow(dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    return workflow_copy(dest)
-
-
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -292,7 +287,7 @@ def _tables(results: Path) -> dict[str, pl.DataFrame]:
 @pytest.mark.workflow
 @pytest.mark.slow
 def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
-    local, remote = _copy_workflow(tmp_path / "local"), _copy_workflow(tmp_path / "slurm")
+    local, remote = workflow_copy(tmp_path / "local"), workflow_copy(tmp_path / "slurm")
     snakemake = [sys.executable, "-m", "snakemake"]  # the repo's venv: sbatch jobs reuse this python
     # One CPU per SLURM job, so two jobs share the two-core test node; the local reference run
     # uses two threads: outputs must not depend on where or on how many threads a job ran. Nor on
