@@ -21,10 +21,14 @@ across repetitions so load from other processes hits all alike. `fst_reuse` reus
 as Fig 10's `reuse` variant in config.yaml does (fast.reuse_rollouts: the last cycle's RL
 rollouts feed GEPA; fast.reuse_in_slow: the cycle's first fast.reuse_steps RL steps train on
 rollouts the fast round sampled with the cycle's initial weights; `--set fast.reuse_steps=1`
-serves the first step alone, as before the thirty-ninth session).
+serves the first step alone, as before the thirty-ninth session). `rl_batched` (only when named in
+`--methods`) is RL-only sampling each cycle's T steps' rollouts in one generate call
+(slow.steps_per_generation = T, TRL's `steps_per_generation`), the later steps training on them
+as FST + reuse's do on the round's: the baseline whose steps generate as few calls as reuse's;
+the summary's `ratio_to_rl_batched` compares each method with it.
 
     python bench/bench_fst_step.py [--task math] [--cycles 2] [--reps 1] [--seeds 0,1,2]
-        [--methods rl,fst,fst_reuse] [--bf16] [--set slow.micro_batch_size=1 ...] [--process cycle|run]
+        [--methods rl,fst,fst_reuse[,rl_batched]] [--bf16] [--set slow.micro_batch_size=1 ...] [--process cycle|run]
         -> results/bench/fst_step.json, .png
 
 The summary holds each method's seconds a step, the mean over seeds of each seed's fastest
@@ -58,7 +62,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "config.yaml"  # what the children load (then the method's overrides and --sets)
 DATA = ROOT / "results" / "data"
-METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True)}
+METHODS = {"rl": ("rl", False), "fst": ("fst", False), "fst_reuse": ("fst", True), "rl_batched": ("rl", False)}
+#: what `--methods` runs unless told: rl_batched (RL-only sampling each cycle's T steps' rollouts in
+#: one call, slow.steps_per_generation = T) only when named
+DEFAULT_METHODS = ("rl", "fst", "fst_reuse")
 #: What a --set cannot change here: the model is the embedded default and the data the task's
 #: split files (a --set of them was recorded in the report and ignored).
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"
@@ -120,9 +127,16 @@ def run_spec(method: str, task: str, cycles: int, seed: int, bf16: bool | None,
     fast = {"reuse_rollouts": reuse, "reuse_in_slow": reuse}
     if reuse:  # as Fig 10's `reuse` variant runs (its RL steps served by the round: fast.reuse_steps)
         fast["reuse_steps"] = fig10_reuse_steps()
+    slow: dict[str, Any] = {} if bf16 is None else {"bf16": bf16}
+    if method == "rl_batched":  # the cycle's T steps sampled in one call (more than T: all T)
+        slow["steps_per_generation"] = BATCHED_STEPS
     return RunSpec("bench", kind, f"{task}-{method}", (task,) * cycles, seed=seed,
-                   overrides=deep_update({"fast": fast,
-                                          **({"slow": {"bf16": bf16}} if bf16 is not None else {})}, sets))
+                   overrides=deep_update({"fast": fast, **({"slow": slow} if slow else {})}, sets))
+
+
+#: rl_batched's slow.steps_per_generation: above any T, so a block is the whole cycle (a --set may
+#: still choose its own)
+BATCHED_STEPS = 1000
 
 
 def fig10_reuse_steps() -> int:
@@ -377,6 +391,7 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
     highest of all runs; `mean_*` are over every repetition and seed."""
     by_seed = {m: seed_runs(runs) for m, runs in results.items() if runs}
     rl = by_seed.get("rl", {})
+    batched = by_seed.get("rl_batched", {})  # RL-only sampling a cycle's steps in one call
     means = {m: sum(r["cycles"][-1]["wall_per_step_s"] for r in runs) / len(runs)
              for m, runs in results.items() if runs}
     summary = {}
@@ -399,6 +414,9 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             "ratio_to_rl": s_per_step / rl_s if rl_s else None,
             "ratio_by_seed": {str(s): runs[s]["cycles"][-1]["wall_per_step_s"] / rl[s]["cycles"][-1]["wall_per_step_s"]
                               for s in seeds if paired},
+            # against the RL-only baseline that samples its cycle in one call (when it ran, same seeds)
+            "ratio_to_rl_batched": s_per_step / mean([batched[s]["cycles"][-1]["wall_per_step_s"] for s in seeds])
+            if batched and all(s in batched for s in seeds) else None,
             "peak_rss_mb": max(r["peak_rss_mb"] for r in results[method]),
             "mean_s_per_step": means[method],
             "mean_ratio_to_rl": means[method] / means["rl"] if "rl" in means else None,
@@ -451,7 +469,8 @@ def main() -> None:
                          "seed. Repetitions of one seed sample the same rollouts, so they measure timing "
                          "noise only; other seeds also vary completion lengths, which the step time follows")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of " + ",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                    help="comma-separated subset of " + ",".join(METHODS) + " (default: " + ",".join(DEFAULT_METHODS) + ")")
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                     help="slow.bf16 on/off (default: the config's, `auto` on the CPU default)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",

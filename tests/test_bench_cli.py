@@ -276,3 +276,29 @@ def test_report_gives_the_search_size_per_rl_rollout(bench: ModuleType, tmp_path
     assert summary["fst"]["calls_per_rl_rollout"] == pytest.approx(30 / 48)
     assert summary["rl"]["calls_per_rl_rollout"] is None and summary["fst_reuse"]["calls_per_rl_rollout"] is None
     assert bench.PAPER_CALLS_PER_ROLLOUT == pytest.approx(0.625)
+
+
+def test_rl_batched_samples_its_cycle_in_one_call_and_is_compared_with(bench: ModuleType, tmp_path: Path) -> None:
+    """rl_batched is RL-only with slow.steps_per_generation above any T (a --set may choose its own);
+    it runs only when named, and the summary gives each method's ratio to it on the same seeds."""
+    import dataclasses
+
+    spec = bench.run_spec("rl_batched", "math", 2, 0, None, {})
+    assert spec.method == "rl" and spec.overrides["slow"]["steps_per_generation"] >= 1000
+    assert bench.run_spec("rl_batched", "math", 2, 0, False, bench.parse_sets(["slow.steps_per_generation=2"])) \
+        .overrides["slow"] == {"bf16": False, "steps_per_generation": 2}
+    assert "steps_per_generation" not in bench.run_spec("rl", "math", 2, 0, None, {}).overrides.get("slow", {})
+    bench.check_config(["rl_batched"], "math", 2, None, [])  # a valid config, T or not
+    assert "rl_batched" in bench.METHODS and "rl_batched" not in bench.DEFAULT_METHODS
+    assert dataclasses.is_dataclass(spec)
+    out = tmp_path / "fst_step.json"
+    runs = {"rl": [fake_run("rl", 0, 10.0)], "rl_batched": [fake_run("rl_batched", 0, 8.0)],
+            "fst_reuse": [fake_run("fst_reuse", 0, 11.0), fake_run("fst_reuse", 1, 9.0)]}
+    bench.write_report(out, {"task": "math"}, runs, planned=4)
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["fst_reuse"]["ratio_to_rl"] == pytest.approx(1.1)
+    assert summary["fst_reuse"]["ratio_to_rl_batched"] == pytest.approx(11.0 / 8.0)
+    assert summary["rl_batched"]["ratio_to_rl"] == pytest.approx(0.8)
+    del runs["rl_batched"]
+    bench.write_report(out, {"task": "math"}, runs, planned=3)
+    assert json.loads(out.read_text())["summary"]["fst_reuse"]["ratio_to_rl_batched"] is None

@@ -303,7 +303,8 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
     # the step's line says so (its tok/s counts the 2 generated rows alone: it read like a stall)
     lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
-    assert "(6 rollouts reused from the fast round, not generated)" in lines[0] and "reused" not in lines[1]
+    assert "(6 rollouts sampled before this step, not generated in it)" in lines[0]
+    assert "sampled before" not in lines[1]
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(2.0), rel=1e-3)
     assert math.isnan(result.metrics[1]["reused_is_weight"])
     assert result.metrics[0]["clip_fraction"] > 0 and result.metrics[1]["clip_fraction"] == 0
@@ -357,5 +358,123 @@ def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp
     assert math.isnan(result.metrics[0]["generated_tokens_per_s"])
     assert result.metrics[1]["generated_tokens_per_s"] > 0
     lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
-    assert "tok none generated here (8 rollouts reused from the fast round" in lines[0]
+    assert "tok none generated here (8 rollouts sampled before this step" in lines[0]
     assert "tok/s" in lines[1] and "none generated" not in lines[1]
+
+
+def _sampling_spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Record every `sample_ahead` call of the slow loop: its seed, the rollouts it appended (in
+    order) and what it returned."""
+    from fastslow.slow import loop
+
+    calls: list[dict[str, Any]] = []
+    real = loop.sample_ahead
+
+    def spy(model, tokenizer, block, left, hashes, chats, cfg, seed):
+        before = {key: len(queue) for key, queue in left.items()}
+        out = real(model, tokenizer, block, left, hashes, chats, cfg, seed)
+        added = {key: queue[before.get(key, 0):] for key, queue in left.items() if len(queue) > before.get(key, 0)}
+        calls.append({"seed": seed, "steps": len(block), "added": added, "returned": out})
+        return out
+
+    monkeypatch.setattr(loop, "sample_ahead", spy)
+    return calls
+
+
+def test_steps_per_generation_samples_a_blocks_rollouts_once_and_the_later_steps_train_on_them(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slow.steps_per_generation = 2 of T = 3: the first step samples the rollouts of steps 1-2 in
+    one call with its own weights, the second trains on the rest of them (generating nothing), and
+    the third starts a block of its own (one step: the cycle's end). Each sampled rollout is
+    trained on once, in step order; the sampling call's time and tokens are the first step's
+    generation. Step 1 trains on its sampler's weights (importance weight 1), step 2 on weights
+    one update newer (not 1)."""
+    import polars as pl
+
+    calls = _sampling_spy(monkeypatch)
+    task = LengthTask()
+    problems = task.problems("train", 6, 0)
+    cfg = dataclasses.replace(_cfg(3), bf16=False, warmup_steps=0, steps_per_generation=2)
+    result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
+                       "toy/run", 0, progress=False)
+    assert [(c["steps"], c["returned"][2]) for c in calls] == [(2, 16), (1, 8)]
+    assert calls[0]["seed"] != calls[1]["seed"]
+    assert [m["sampled_ahead_rollouts"] for m in result.metrics] == [16, 0, 8]
+    assert [m["reused_rollouts"] for m in result.metrics] == [8, 8, 8]  # no step generated its own
+    assert result.metrics[0]["generation_seconds"] >= calls[0]["returned"][0] > 0
+    assert result.metrics[0]["generated_tokens_per_s"] > 0 and math.isnan(result.metrics[1]["generated_tokens_per_s"])
+    assert result.metrics[0]["reused_is_weight"] == pytest.approx(1.0, abs=1e-3)
+    assert abs(result.metrics[1]["reused_is_weight"] - 1.0) > 1e-3, result.metrics[1]["reused_is_weight"]
+    rollouts = pl.read_parquet(result.rollouts_path)
+    by_step = {s: rollouts.filter(pl.col("step") == s) for s in range(3)}
+    for first, call in ((0, calls[0]), (2, calls[1])):
+        steps = [by_step[s] for s in range(first, first + call["steps"])]
+        served: dict[tuple[str, str], list[int]] = {}
+        for step in steps:
+            for row in step.iter_rows(named=True):
+                served.setdefault((row["context_hash"], row["problem_id"]), []).append(row["completion_tokens"])
+        sampled = {key: [len(r["completion_ids"]) for r in queue] for key, queue in call["added"].items()}
+        assert served == sampled  # every sampled rollout once, in the order sampled
+    from fastslow.slow.loop import take_problems
+
+    stream = [problems[i].id for i in take_problems(len(problems), cfg.seed, 0, 6)]
+    assert rollouts.unique(subset=["step", "problem_id"], maintain_order=True)["problem_id"].to_list() == stream
+
+
+def test_steps_per_generation_is_deterministic_and_takes_the_rounds_rollouts_first(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the round's rollouts for step 1 (fast.reuse_in_slow) and steps_per_generation = 2, the
+    block samples only step 2's rows; step 1 trains on the round's. Two runs of the same cycle
+    write the same rollouts."""
+    import polars as pl
+
+    calls = _sampling_spy(monkeypatch)
+    cfg = dataclasses.replace(_cfg(2), bf16=False, steps_per_generation=2)
+    task, cfg, problems, step, keys, gens, given = _first_step_sampled(tiny_model_dir, steps=1, shift=0.0, cfg=cfg)
+    tables = []
+    for name in ("a", "b"):
+        result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / name,
+                           "toy/run", 0, progress=False, round_rollouts=given)
+        tables.append(pl.read_parquet(result.rollouts_path))
+    assert [c["returned"][2] for c in calls] == [8, 8]  # step 2's 8 rows, not step 1's
+    assert [m["reused_rollouts"] for m in result.metrics] == [8, 8]
+    assert tables[0].filter(pl.col("step") == 0)["completion"].to_list() == [g.text for g in gens]
+    columns = ["step", "problem_id", "context_id", "completion", "reward"]
+    assert tables[0].select(columns).equals(tables[1].select(columns))
+
+
+def test_steps_per_generation_refuses_vllm_several_processes_and_fst_distill(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line naming the value where sampling ahead cannot run: with vLLM (SlowConfig and the
+    config check), under several processes (before any work), and for an fst_distill run."""
+    import copy
+
+    from fastslow.config import ConfigError, load_config, validate_config
+    from fastslow.experiments import check_experiments
+    from fastslow.slow import loop
+
+    with pytest.raises(ValueError, match=r"^SlowConfig.steps_per_generation: 3 .*set it to 1$"):
+        SlowConfig(use_vllm=True, steps_per_generation=3)
+    with pytest.raises(ValueError, match=r"SlowConfig.steps_per_generation: expected a positive integer, got 0"):
+        SlowConfig(steps_per_generation=0)
+    config = load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    bad = copy.deepcopy(config)
+    bad["slow"].update(steps_per_generation=2, use_vllm=True)
+    with pytest.raises(ConfigError, match=r"^config error: slow.steps_per_generation: 2 .*set it to 1$"):
+        validate_config(bad)
+    distill = copy.deepcopy(config)
+    distill["slow"]["steps_per_generation"] = 3
+    with pytest.raises(ConfigError, match=r"experiments.ceiling: slow.steps_per_generation=3 for its "
+                                          r"fst_distill run ceiling/fst_distill/"):
+        check_experiments(validate_config(distill))
+    ok = copy.deepcopy(config)
+    ok["experiments"]["efficiency"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
+    check_experiments(validate_config(ok))  # rl and fst runs may
+    monkeypatch.setattr(loop, "world_size", lambda: 2)
+    monkeypatch.setattr(loop, "per_rank_batches", lambda cfg, n: (1, 1))
+    task = LengthTask()
+    with pytest.raises(ValueError, match=r"^slow.steps_per_generation: 2 samples ahead in one process; this "
+                                         r"cycle runs on 2: set it to 1$"):
+        run_cycle(tiny_model_dir, None, CONTEXTS, task, task.problems("train", 4, 0),
+                  dataclasses.replace(_cfg(2), steps_per_generation=2), tmp_path / "c0", "toy/run", 0)
+    assert not (tmp_path / "c0").exists()

@@ -282,6 +282,11 @@ def _check_semantics(config: dict[str, Any]) -> None:
             f"(each problem's G rollouts are spread evenly over the K contexts)"
         )
     _check_slow_batches(slow, k)
+    # slow.steps_per_generation has no schema default: left out, SlowConfig's 1 (a literal, as above)
+    if slow.get("steps_per_generation", 1) > 1 and slow["use_vllm"]:
+        raise ConfigError(f"config error: slow.steps_per_generation: {slow['steps_per_generation']} samples "
+                          f"ahead with transformers' generate on the training weights; with slow.use_vllm "
+                          f"each step samples with vLLM: set it to 1")
     if fast.get("reuse_in_slow"):
         _check_reuse_in_slow(config)
     if fast["proposer"] == "reflective":

@@ -39,6 +39,14 @@ class SlowConfig:
     problems_per_step: int = _help("P: problems per RL step (P*G rollouts, one optimiser step).",
                                    default=32)
     steps_per_cycle: int = _help("T: RL steps per cycle (between two fast rounds).", default=6)
+    steps_per_generation: int = _help(
+        "RL steps whose rollouts one generate call samples (TRL's `steps_per_generation`): 1 = each "
+        "step samples its own with its own weights (on-policy); n > 1 = the first step of each n "
+        "samples the n steps' rollouts in one call and the later ones train on them, 1..n-1 updates "
+        "old, under CISPO's truncated importance weight against their sampling log-probs. Blocks do "
+        "not cross cycles (more than T: all T). Rollouts the fast round sampled "
+        "(`fast.reuse_in_slow`) are taken first. One process, transformers' generate (not vLLM).",
+        default=1)
     max_new_tokens: int = _help("Maximum completion length in tokens.", default=512)
     temperature: float = _help("Sampling temperature of the rollouts (also divides the logits "
                                "in the loss, as TRL does).", default=1.0)
@@ -91,7 +99,8 @@ class SlowConfig:
         elif not isinstance(self.bf16, bool):
             raise bad("bf16", "true, false or 'auto'")
 
-        for name in ("num_generations", "problems_per_step", "steps_per_cycle", "max_new_tokens"):
+        for name in ("num_generations", "problems_per_step", "steps_per_cycle", "steps_per_generation",
+                     "max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(name, "a positive integer")
@@ -134,6 +143,10 @@ class SlowConfig:
             raise bad("max_grad_norm", "None or a positive float")
         if self.vllm_mode != "colocate":
             raise bad("vllm_mode", "'colocate' (server mode would drop the per-rollout contexts)")
+        if self.use_vllm and self.steps_per_generation > 1:
+            raise ValueError(f"SlowConfig.steps_per_generation: {self.steps_per_generation} samples ahead with "
+                             f"transformers' generate on the training weights; with use_vllm the steps sample "
+                             f"with vLLM, one step at a time: set it to 1")
         if not isinstance(self.vllm_enable_sleep_mode, bool):
             raise bad("vllm_enable_sleep_mode", "true or false")
         if not 0 < self.vllm_gpu_memory_utilization < 1:

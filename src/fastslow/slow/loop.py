@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fastslow.hardware import native_bf16_available
+from fastslow.model.generation import derive_seed
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow.config import SlowConfig
 from fastslow.slow.trainer import (
@@ -183,6 +184,54 @@ def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], li
             if start <= i < stop:
                 plan[i - start] = (r["prompt_ids"], r["completion_ids"], r.get("logprobs") or None)
     return plan
+
+
+def sample_ahead(model: Any, tokenizer: Any, block: Sequence[Sequence[Mapping[str, Any]]],
+                 left: dict[tuple[str, str], list[Mapping[str, Any]]], hashes: Mapping[str, str],
+                 chats: Mapping[tuple[str, str], tuple[Problem, str]], cfg: SlowConfig, seed: int,
+                 ) -> tuple[float, int, int]:
+    """Sample, in one generate call with `model`'s current weights, every rollout the steps of
+    `block` (each step's rows, `expand_rows`) will need beyond those `left` already holds (the
+    fast round's), and append them to `left`'s queues: `reuse_plan` then deals them to the block's
+    steps, which train on them as on the round's (`slow.steps_per_generation`). Sampled as the
+    step's own rollouts are (the slow loop's length, temperature and top-p; bf16 autocast under
+    `cfg.bf16`), with each token's sampling log-prob for CISPO's importance weight in the later
+    steps. Returns (seconds, completion tokens, rollouts sampled)."""
+    import torch
+
+    from fastslow.model.generation import HFGenerator, SamplingParams
+
+    need: dict[tuple[str, str], int] = {}
+    key_of: dict[tuple[str, str], tuple[str, str]] = {}
+    for rows in block:
+        for row in rows:
+            key = (hashes[row["context_id"]], row["problem_id"])
+            need[key] = need.get(key, 0) + 1
+            key_of.setdefault(key, (row["problem_id"], row["context_id"]))
+    todo = [(key, n - len(left.get(key, ()))) for key, n in need.items() if n > len(left.get(key, ()))]
+    if not todo:
+        return 0.0, 0, 0
+    owners = [key for key, n in todo for _ in range(n)]
+    conversations = [build_messages(chats[key_of[key]][1], chats[key_of[key]][0]) for key in owners]
+    start = time.perf_counter()
+    generator = HFGenerator(model, tokenizer, batch_size=len(conversations))  # one call, as TRL's
+    generator.length_key = "slow.max_new_tokens"
+    training, use_cache = model.training, model.config.use_cache
+    model.eval()
+    model.config.use_cache = True  # the HF Trainer turns it off for training
+    autocast = torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16,
+                              enabled=cfg.bf16)
+    try:
+        with autocast:
+            out = generator.generate(conversations, SamplingParams(cfg.max_new_tokens, cfg.temperature,
+                                                                   cfg.top_p, seed))
+    finally:
+        model.train(training)
+        model.config.use_cache = use_cache
+    for key, g in zip(owners, out, strict=True):
+        left.setdefault(key, []).append({"prompt_ids": list(g.prompt_ids), "completion_ids": list(g.completion_ids),
+                                         "logprobs": list(g.token_logprobs)})
+    return time.perf_counter() - start, sum(g.completion_tokens for g in out), len(out)
 
 
 # ---------------------------------------------------------------- state
@@ -395,8 +444,12 @@ def resume_point(model_dir: Path, state_in: str | Path | None, problems: Sequenc
 
 
 def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: SlowConfig,
-             prompt_texts: dict[tuple[str, str], str]) -> tuple[dict[str, Any], list[dict]]:
-    """Generate, score, one optimiser step. Returns (metrics, rollout records)."""
+             prompt_texts: dict[tuple[str, str], str],
+             ahead: tuple[float, int, int] = (0.0, 0, 0)) -> tuple[dict[str, Any], list[dict]]:
+    """Generate, score, one optimiser step. Returns (metrics, rollout records).
+
+    `ahead`: (seconds, completion tokens, rollouts) of the block's sampling this step did before
+    it (`sample_ahead`), counted as this step's generation."""
     import torch
     from trl.trainer.utils import split_tensor_dict
 
@@ -445,7 +498,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     trainer.lr_scheduler.step()
     trainer.optimizer.zero_grad(set_to_none=True)
     trainer.state.global_step += 1  # TRL syncs vLLM weights when this changes
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start + ahead[0]
 
     mask = batch["completion_mask"].float()
     logps = torch.cat([lp for lp, _ in trainer.stash]).float()
@@ -493,8 +546,12 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "completion_tokens": int(completion_tokens[i]),
         "logprob_sum": float(logprob_sums[i]),
     } for i, row in enumerate(rows)]
-    reused = len(trainer.reused)  # rows the fast round sampled (fast.reuse_in_slow), not generated here
+    # rows sampled before this step's generation (the fast round's, fast.reuse_in_slow, or an
+    # earlier step's `sample_ahead`), not generated here
+    reused = len(trainer.reused)
     generated_tokens = sum(n for i, n in enumerate(completion_tokens) if i not in trainer.reused)
+    ahead_s, ahead_tokens, ahead_rollouts = ahead
+    gen_s, generated_tokens = gen_s + ahead_s, generated_tokens + ahead_tokens
     if distributed:  # the whole step: every rank's rows (rank order = row order) and token sums
         from accelerate.utils import gather_object
 
@@ -508,7 +565,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         kl = float(sums[2]) / tokens if kl_terms is not None else math.nan
         loss_total = float(accelerator.reduce(torch.tensor(loss_total, device=mask.device),
                                               reduction="mean"))
-        parts = gather_object([(records, gen_s, score_s, time.perf_counter() - start, reused,
+        parts = gather_object([(records, gen_s, score_s, time.perf_counter() - start + ahead_s, reused,
                                  generated_tokens)])
         records = [rec for part in parts for rec in part[0]]
         gen_s, score_s, seconds = (max(part[k] for part in parts) for k in (1, 2, 3))
@@ -535,6 +592,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         # NaN, not 0, for a step that generated nothing (every row reused): no rate was measured
         "generated_tokens_per_s": float(generated_tokens / max(gen_s, 1e-9)) if generated_tokens else math.nan,
         "reused_rollouts": reused,
+        "sampled_ahead_rollouts": ahead_rollouts,  # this step's `sample_ahead`: the block's later steps' too
         "reused_is_weight": float(weight_sum / reused_tokens) if float(reused_tokens) > 0 else math.nan,
     }
     return metrics, records
@@ -610,6 +668,9 @@ def run_cycle(
     num_processes = world_size()
     per_rank_batches(cfg, num_processes)  # P*G must split over the ranks: fail before any work
     distributed = num_processes > 1
+    if distributed and cfg.steps_per_generation > 1:
+        raise ValueError(f"slow.steps_per_generation: {cfg.steps_per_generation} samples ahead in one process; "
+                         f"this cycle runs on {num_processes}: set it to 1")
     ids = [c for c, _ in contexts]
     if len(set(ids)) != len(ids):
         raise ValueError(f"context ids must be unique, got {ids}")
@@ -659,7 +720,22 @@ def run_cycle(
         hashes = {cid: context_hash(text) for cid, text in contexts}
         # the round's rollouts not yet trained on, dealt step by step (reuse_plan)
         unserved = {key: list(value) for key, value in (round_rollouts or {}).items()}
+        block = cfg.steps_per_generation
         for t in range(cfg.steps_per_cycle):
+            ahead = (0.0, 0, 0)
+            if block > 1 and t % block == 0:
+                # slow.steps_per_generation: this step samples the rollouts of its block (this step
+                # and the next ones, within the cycle) in one call, with its own weights
+                steps = min(block, cfg.steps_per_cycle - t)
+                stream = take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step * steps)
+                rows_ahead = [expand_rows([problems[i] for i in stream[j * cfg.problems_per_step:
+                                                                        (j + 1) * cfg.problems_per_step]],
+                                          contexts, cfg.num_generations) for j in range(steps)]
+                ahead = sample_ahead(trainer.model, tokenizer, rows_ahead, unserved, hashes, chats, cfg,
+                                     seed=derive_seed(cfg.seed, global_step))
+                if is_main and ahead[2]:
+                    log.info("slow %s cycle %d step %d/%d: sampled %d rollouts for %d steps in one call, %.1fs",
+                             run_id, cycle, t + 1, cfg.steps_per_cycle, ahead[2], steps, ahead[0])
             picked = [problems[i] for i in take_problems(len(problems), cfg.seed, cursor,
                                                          cfg.problems_per_step)]
             cursor += cfg.problems_per_step
@@ -672,7 +748,7 @@ def run_cycle(
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
             if any(unserved.values()):
                 trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
-            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts)
+            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead)
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
                             "generated instead", run_id, cycle, trainer.reuse_mismatches)
@@ -693,14 +769,15 @@ def run_cycle(
             if is_main:
                 # time left in this cycle's steps: the steps so far, on average, times those to go
                 left = sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1)
-                reused = int(metrics.get("reused_rollouts") or 0)  # taken from the fast round: no tok/s
+                # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
+                reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
                 log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
                          "%d tok %s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
                          "none generated here" if math.isnan(rate) else f"at {rate:.1f} tok/s",
-                         f" ({reused} rollouts reused from the fast round, not generated)" if reused else "",
+                         f" ({reused} rollouts sampled before this step, not generated in it)" if reused else "",
                          metrics["step_seconds"], metrics["generation_seconds"], metrics["training_seconds"],
                          f", steps ~{left:.0f}s left" if left else "")
             global_step += 1
