@@ -323,7 +323,7 @@ def search_seconds(run: dict[str, Any]) -> float | None:
     """The last cycle's search evaluations a step (the children's rollouts, which no other part
     of a cycle generates and no reuse can serve); None for RL-only or a run without the split."""
     split = run["cycles"][-1].get("fast_round_per_step")
-    return None if run["method"] == "rl" or not split else split["search"]
+    return None if METHODS[run["method"]][0] == "rl" or not split else split["search"]
 
 
 def job_per_step(run: dict[str, Any]) -> float | None:

@@ -294,11 +294,14 @@ def test_rl_batched_samples_its_cycle_in_one_call_and_is_compared_with(bench: Mo
     out = tmp_path / "fst_step.json"
     runs = {"rl": [fake_run("rl", 0, 10.0)], "rl_batched": [fake_run("rl_batched", 0, 8.0)],
             "fst_reuse": [fake_run("fst_reuse", 0, 11.0), fake_run("fst_reuse", 1, 9.0)]}
+    # its cycles report an (empty) round split, as every cycle of a real run does
+    runs["rl_batched"][0]["cycles"][0]["fast_round_per_step"] = {"seeds": 0.0, "search": 0.0, "rest": 0.0}
     bench.write_report(out, {"task": "math"}, runs, planned=4)
     summary = json.loads(out.read_text())["summary"]
     assert summary["fst_reuse"]["ratio_to_rl"] == pytest.approx(1.1)
     assert summary["fst_reuse"]["ratio_to_rl_batched"] == pytest.approx(11.0 / 8.0)
     assert summary["rl_batched"]["ratio_to_rl"] == pytest.approx(0.8)
+    assert summary["rl_batched"]["search_floor_ratio"] is None  # RL-only: no search
     del runs["rl_batched"]
     bench.write_report(out, {"task": "math"}, runs, planned=3)
     assert json.loads(out.read_text())["summary"]["fst_reuse"]["ratio_to_rl_batched"] is None
