@@ -178,8 +178,9 @@ def _grpo_trainer_class() -> type:
             self._loss_inputs: dict[str, Any] | None = None
 
         #: row -> (prompt ids, completion ids, per-token sampling log-probs or None) sampled
-        #: elsewhere with the current weights (the fast round, `fast.reuse_in_slow`): the next
-        #: generation takes these rows as they are and generates the others. Consumed by it.
+        #: before this step (the fast round, `fast.reuse_in_slow`, or an earlier step of its block,
+        #: `slow.steps_per_generation`): the next generation takes these rows as they are and
+        #: generates the others. Consumed by it.
         reuse_rows: dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]] = {}
 
         def _generate(self, prompts: list) -> Any:
