@@ -453,6 +453,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     import torch
     from trl.trainer.utils import split_tensor_dict
 
+    ahead_s, ahead_tokens, ahead_rollouts = ahead
     trainer.reset_step_stats()
     accelerator = trainer.accelerator
     distributed = accelerator.num_processes > 1
@@ -498,7 +499,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     trainer.lr_scheduler.step()
     trainer.optimizer.zero_grad(set_to_none=True)
     trainer.state.global_step += 1  # TRL syncs vLLM weights when this changes
-    seconds = time.perf_counter() - start + ahead[0]
+    seconds = time.perf_counter() - start + ahead_s
 
     mask = batch["completion_mask"].float()
     logps = torch.cat([lp for lp, _ in trainer.stash]).float()
@@ -550,7 +551,6 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     # earlier step's `sample_ahead`), not generated here
     reused = len(trainer.reused)
     generated_tokens = sum(n for i, n in enumerate(completion_tokens) if i not in trainer.reused)
-    ahead_s, ahead_tokens, ahead_rollouts = ahead
     gen_s, generated_tokens = gen_s + ahead_s, generated_tokens + ahead_tokens
     if distributed:  # the whole step: every rank's rows (rank order = row order) and token sums
         from accelerate.utils import gather_object
@@ -727,10 +727,9 @@ def run_cycle(
                 # slow.steps_per_generation: this step samples the rollouts of its block (this step
                 # and the next ones, within the cycle) in one call, with its own weights
                 steps = min(block, cfg.steps_per_cycle - t)
-                stream = take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step * steps)
-                rows_ahead = [expand_rows([problems[i] for i in stream[j * cfg.problems_per_step:
-                                                                        (j + 1) * cfg.problems_per_step]],
-                                          contexts, cfg.num_generations) for j in range(steps)]
+                rows_ahead = [expand_rows([problems[i] for i in take_problems(
+                    len(problems), cfg.seed, cursor + j * cfg.problems_per_step, cfg.problems_per_step)],
+                    contexts, cfg.num_generations) for j in range(steps)]  # step t + j's rows, as below
                 ahead = sample_ahead(trainer.model, tokenizer, rows_ahead, unserved, hashes, chats, cfg,
                                      seed=derive_seed(cfg.seed, global_step))
                 if is_main and ahead[2]:
