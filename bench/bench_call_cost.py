@@ -19,12 +19,12 @@ machine without native bf16 does.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
+
+import environment  # this directory: where the benchmark ran, and atomic report writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -95,11 +95,9 @@ def main() -> None:
     summary = {"per_call_s": fit.intercept, "per_sequence_s": fit.slope, "r2": fit.rvalue ** 2,
                "median_seconds": {str(n): s for n, s in medians.items()}}
     print(f"seconds ≈ {fit.intercept:.2f} + {fit.slope:.3f} × sequences (r² {fit.rvalue ** 2:.3f})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    environment.write_report(args.out, {
         "task": args.task, "threads": args.threads, "max_new_tokens": args.max_new_tokens, "dtype": args.dtype,
-        "copies": args.copies,
-        "machine": platform.processor() or platform.machine(), "rows": rows, "summary": summary}, indent=2) + "\n")
+        "copies": args.copies, "rows": rows, "summary": summary})
     print(f"wrote {args.out}")
 
 

@@ -22,12 +22,13 @@ room at equal `pad_column` (they keep the tokens).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import environment  # this directory: where the benchmark ran, and atomic report writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -128,8 +129,7 @@ def main() -> None:
     report = {"model": SMOLLM2_SPEC, "task": args.task, "prompts": args.prompts, "copies": args.copies,
               "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
               "decoding_steps": steps, "generate_calls": calls, "generate_mean_seconds": summary}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    environment.write_report(args.out, report)
     print(f"wrote {args.out}")
 
 

@@ -59,6 +59,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "config.yaml"  # what the children load (then the method's overrides and --sets)
 DATA = ROOT / "results" / "data"
@@ -433,19 +435,19 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
 
 
 def write_report(out: Path, settings: dict[str, Any], results: dict[str, list[dict[str, Any]]],
-                 planned: int) -> dict[str, Any]:
+                 planned: int, machine: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the report of the runs finished so far to `out` (JSON) and its plot (`.png`), each
     atomically; `complete` is false until all `planned` runs are in. Returns the report. The
-    plot's bars are each method's summary runs (a seed's fastest repetition; with several seeds,
-    the mean of their parts)."""
+    report's `environment` is `machine` (the one the benchmark started on; `environment.describe()`
+    if not given). The plot's bars are each method's summary runs (a seed's fastest repetition;
+    with several seeds, the mean of their parts)."""
     from fastslow.io import atomic_path
 
     done = sum(map(len, results.values()))
     summary = summarize(results)
-    report = {**settings, "complete": done >= planned, "runs_done": done, "runs_planned": planned,
-              "runs": results, "summary": summary}
-    with atomic_path(out) as tmp:
-        tmp.write_text(json.dumps(report, indent=2) + "\n")
+    report = environment.write_report(out, {**settings, "complete": done >= planned, "runs_done": done,
+                                            "runs_planned": planned, "runs": results, "summary": summary},
+                                      machine)
     if summary:
         bars = [mean_run(m, [seed_runs(results[m])[s] for s in v["seeds"]]) for m, v in summary.items()]
         seeds = sorted({s for v in summary.values() for s in v["seeds"]})
@@ -503,6 +505,7 @@ def main() -> None:
                  f"--task {args.task!r}: unknown task; expected one of {', '.join(TASK_NAMES)}")
     settings = {"task": args.task, "cycles": args.cycles, "process": args.process, "reps": args.reps,
                 "seeds": seeds, "threads": args.threads, "bf16": args.bf16, "overrides": parse_sets(args.sets)}
+    machine = environment.describe()  # at the start: a load average taken between runs would read ours
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     planned = args.reps * len(seeds) * len(methods)
     report: dict[str, Any] = {}
@@ -532,7 +535,7 @@ def main() -> None:
                     res["cycles"] += part["cycles"]
                     res["peak_rss_mb"] = max(res["peak_rss_mb"], part["peak_rss_mb"])
                 results[method].append(res)
-                report = write_report(args.out, settings, results, planned)  # after every run: a failure keeps them
+                report = write_report(args.out, settings, results, planned, machine)  # after every run: a failure keeps them
                 last = res["cycles"][-1]
                 split = last.get("fast_round_per_step") or {}
                 print(f"  {method}: {last['wall_per_step_s']:.1f} s/step "

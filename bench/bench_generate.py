@@ -14,13 +14,13 @@ ours, ...) so that load drifting on a shared machine hits both sides alike; medi
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import environment  # this directory: where the benchmark ran, and atomic report writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -108,11 +108,9 @@ def main() -> None:
     rows = [bench(dtype, args.reps, params) for dtype in args.dtypes]
     result = {
         "model": SMOLLM2_SPEC, "batch": len(PROMPTS), "max_new_tokens": params.max_new_tokens,
-        "reps": args.reps, "torch_threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(), "rows": rows,
+        "reps": args.reps, "torch_threads": torch.get_num_threads(), "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    environment.write_report(args.out, result)
     print(f"{'dtype':<9} {'ours tok/s':>10} {'bare tok/s':>10} {'ratio':>6} {'tokens':>7}")
     for r in rows:
         print(f"{r['dtype']:<9} {r['ours_tok_per_s']:>10} {r['bare_tok_per_s']:>10} "

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
 from bench_fst_step import run_child  # this directory: its RESULT-line protocol
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +94,7 @@ def main() -> None:
               f"{r['peak_rss_mb']:.0f} MB", file=sys.stderr, flush=True)
     report = {"task": args.task, "seed": args.seed, "threads": args.threads, "runs": runs,
               "ratio": runs[1]["step_seconds"] / runs[0]["step_seconds"]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    environment.write_report(args.out, report)
     print(f"K = {args.k} against K = 1: {report['ratio']:.2f}x per step; wrote {args.out}")
 
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import environment  # this directory: where the benchmark ran, and atomic report writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -144,11 +144,9 @@ def main() -> None:
         print(f"{name}: prefill {x['median_prefill_s_alone']:.2f} -> {x['median_prefill_s_shared']:.2f} s "
               f"({100 * x['prefill_saving']:.1f}% less); whole call {x['median_s_alone']:.2f} -> "
               f"{x['median_s_shared']:.2f} s; same completions: {x['same_completions']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    environment.write_report(args.out, {
         "task": args.task, "threads": args.threads, "max_new_tokens": args.max_new_tokens, "dtype": "bfloat16",
-        "child_context_chars": len(child), "machine": platform.processor() or platform.machine(),
-        "rows": rows, "summary": summary}, indent=2) + "\n")
+        "child_context_chars": len(child), "rows": rows, "summary": summary})
     print(f"wrote {args.out}")
 
 

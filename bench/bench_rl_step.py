@@ -24,12 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import environment  # this directory: where the benchmark ran, and atomic report writes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -145,16 +146,14 @@ def main() -> None:
     report = {
         "model": SMOLLM2_SPEC, "task": "math", "K": len(CONTEXTS), "P": args.problems,
         "G": args.generations, "max_new_tokens": args.max_new_tokens, "autocast_bf16": autocast,
-        "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-        "cpu_count": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
+        "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
         "step_load_avg_1m": step_load,
         "bf16": cfg.bf16, "steps": steps, "median_step_split": split,
         "generation": {"ours_tokens_per_s": rate["ours"], "bare_tokens_per_s": rate["bare"],
                        "ratio": rate["ours"] / rate["bare"], "runs": runs,
                        "same_token_counts": same_tokens},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    environment.write_report(args.out, report)
     s = split
     print(f"RL step (the median of {len(timed)}{', bf16 autocast' if cfg.bf16 else ''}, P={args.problems} G={args.generations} K=2, "
           f"{args.max_new_tokens} new tokens, SmolLM2-135M, CPU):")

@@ -14,14 +14,13 @@ outputs first (or pass --forceall, which rebuilds the base model and the task da
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
 import polars as pl
 
 BENCH_DIR = Path("results/benchmarks")
@@ -70,6 +69,7 @@ def main() -> None:
         command.append("--forceall")
     if args.prioritize:
         command += ["--prioritize", *args.prioritize]
+    machine = environment.describe()  # before the build: its load average is the machine's, not ours
     start_epoch, start = time.time(), time.perf_counter()
     rc = subprocess.call(command)
     wall = time.perf_counter() - start
@@ -80,10 +80,8 @@ def main() -> None:
     report = {"targets": args.targets, "configfiles": args.configfile, "cores": args.cores,
               "exit_code": rc, "wall_seconds": wall, "jobs_run": jobs.height,
               "job_seconds_total": jobs["seconds"].sum(),
-              "machine": platform.machine(), "cpu_count": os.cpu_count(),
               "load_avg_1m_end": os.getloadavg()[0], "per_rule": per_rule, "jobs": jobs.to_dicts()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    environment.write_report(out, report, machine)
     print(f"{' '.join(args.targets)}: exit {rc}, {wall / 60:.1f} min wall on {args.cores} cores, "
           f"{jobs.height} jobs ({report['job_seconds_total'] / 60:.1f} job-min)")
     for rule, r in sorted(per_rule.items(), key=lambda kv: -kv[1]["seconds"]):

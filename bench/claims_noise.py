@@ -15,10 +15,10 @@ points (every 30 steps; step 0 is the shared base evaluation). CPU only, about 5
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
 import numpy as np
 import polars as pl
 
@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         for rule in ("without", "with"):
             shares = ", ".join(f"{c} {v:.1%}" for c, v in result[scenario][rule].items())
             print(f"{scenario:9s} {rule:7s} noise rules: reproduced in {shares}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    environment.write_report(Path(args.out), result)
     return 0
 
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -215,8 +217,7 @@ def main() -> None:
         "significance": paired_test(seed_evals, best_evals),
         "gepa_seconds": gepa_seconds, "rounds": summaries, "pool": pool_rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    environment.write_report(args.out, result)
     means = result["mean_over_eval_seeds"]
     sig = result["significance"]
     log.info("wrote %s: seed %.3f -> evolved %.3f (%s over %d eval seeds); rewarded samples %g vs %g of %d, "

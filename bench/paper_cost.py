@@ -15,13 +15,13 @@ physics checkpoints) are counted in every figure that needs them.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,8 +95,7 @@ def main() -> None:
     result = {"config": args.config, "all_jobs": total_jobs, "dry_run_all_s": round(seconds_all, 1),
               "distinct_train_gpu_h": round(distinct), "figures": rows,
               "assumptions": {"seconds_per_step_8xH100": SECONDS_PER_STEP, "eval_point_gpu_h": EVAL_GPU_HOURS}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    environment.write_report(Path(args.out), result)
     print("| figure | experiments | runs | jobs | GPU-h train | GPU-h eval | GPU-h |\n|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['figure']} | {r['experiments']} | {r['runs']} | {r['jobs']} | {r['train_gpu_h']} | "

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import environment  # this directory: where the benchmark ran, and atomic report writes
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # On a shared CPU, OpenMP threads that spin-wait for each other are starved by other processes
@@ -138,8 +140,7 @@ def main() -> None:
                                                                         "kl_to_base")})
         report["runs"].append({"seed": seed, "base": base, "trained": trained,
                                "train_rewards": rewards, "train_seconds": train_seconds})
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")  # partial results survive
+        environment.write_report(args.out, report)  # partial results survive
 
     _finish(report, args.out)
 
@@ -158,8 +159,7 @@ def _finish(report: dict[str, Any], out: Path) -> None:
         "gain_exceeds_spread": bool(min(gains) > max(spread, base_spread))
         if len(gains) > 1 else None,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    environment.write_report(out, report)
     _plot(report, out.with_suffix(".png"))
     print(json.dumps(report["summary"], indent=2))
 

@@ -24,7 +24,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 # import on a machine (no font cache yet, as on a fresh CI machine) lists the fonts with `fc-list`:
 # that one command may run.
 GUARD = """
-import runpy, subprocess, sys
+import os, runpy, subprocess, sys
 run = subprocess.run
 def refuse(*args, **kwargs):
     raise RuntimeError("GUARD: the script went on to start a child process or load a model")
@@ -37,6 +37,7 @@ import fastslow.model.convert, fastslow.model.generation
 fastslow.model.convert.prepare_base_model = refuse
 fastslow.model.generation.make_generator = refuse
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))  # as `python script.py` runs it
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -123,12 +124,61 @@ def test_bench_call_cost_rejects_bad_arguments(tmp_path: Path, args: list[str], 
     assert not (tmp_path / "call_cost.json").exists()
 
 
+def load(name: str) -> ModuleType:
+    """A bench/ script as a module, imported as it runs: with bench/ on sys.path for its siblings."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_fst_step", BENCH / "bench_fst_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("bench_fst_step")
+
+
+@pytest.fixture(scope="module")
+def environment() -> ModuleType:
+    return load("environment")
+
+
+AMD_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx fma avx2 bmi2
+processor\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx fma avx2 bmi2
+"""
+AMX_CPUINFO = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Platinum 8488C
+flags\t\t: fpu avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8
+"""
+
+
+def test_environment_names_the_cpu_kind_that_sets_the_ratios(environment: ModuleType) -> None:
+    """The three machine kinds the README's Targets name apart: their CPU flags decide bf16."""
+    assert environment.cpu(AMD_CPUINFO) == {"model": "AMD EPYC", "flags": ["avx2", "fma"], "native_bf16": False}
+    assert environment.cpu(AMX_CPUINFO) == {
+        "model": "Intel(R) Xeon(R) Platinum 8488C",
+        "flags": ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"], "native_bf16": True}
+    assert environment.cpu("")["flags"] == []  # no /proc/cpuinfo: the platform's name, no flags
+
+
+def test_every_report_says_where_it_ran(environment: ModuleType, tmp_path: Path) -> None:
+    machine = environment.describe()
+    assert machine["cpu"] == environment.cpu(Path("/proc/cpuinfo").read_text())
+    assert machine["cpu_count"] >= machine["usable_cpus"] >= 1 and machine["memory_gib"] > 0
+    assert machine["libraries"]["torch"].split("+")[0].count(".") == 2  # e.g. 2.13.0
+    assert len(machine["commit"]) == 40 and isinstance(machine["tracked_files_modified"], bool)
+    written = environment.write_report(tmp_path / "sub" / "x.json", {"a": 1})
+    assert json.loads((tmp_path / "sub" / "x.json").read_text()) == written
+    assert written["a"] == 1 and set(written["environment"]) == set(machine)
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["x.json"]  # no temporaries
 
 
 def test_set_values_parse_as_the_schema_expects(bench: ModuleType) -> None:
@@ -159,9 +209,11 @@ def test_write_report_marks_partial_reports(bench: ModuleType, tmp_path: Path) -
     assert report["runs"]["rl"][0]["cycles"][0]["wall_per_step_s"] == 4.0 and report["runs"]["fst"] == []
     assert set(report["summary"]) == {"rl"} and report["summary"]["rl"]["ratio_to_rl"] == 1.0
     results["fst"].append(fake_run("fst", 0, 5.0))
-    bench.write_report(out, {"task": "math"}, results, planned=2)
+    machine = {"cpu": {"model": "the machine the benchmark started on"}}
+    bench.write_report(out, {"task": "math"}, results, planned=2, machine=machine)
     report = json.loads(out.read_text())
     assert report["complete"] is True and report["runs_done"] == 2
+    assert report["environment"] == machine  # a report rewritten after each run keeps its start's
     assert report["summary"]["fst"]["ratio_to_rl"] == 1.25
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fst_step.json", "fst_step.png"]  # no temporaries
 
@@ -190,6 +242,7 @@ def test_a_failing_run_keeps_the_finished_ones(bench: ModuleType, tmp_path: Path
     report = json.loads(out.read_text())
     assert report["complete"] is False and [r["method"] for r in report["runs"]["rl"]] == ["rl"]
     assert report["runs"]["fst"] == [] and set(report["summary"]) == {"rl"}
+    assert report["environment"]["cpu"]["model"] and len(report["environment"]["commit"]) == 40
 
 
 def test_report_gives_the_search_floor_of_each_fast_method(bench: ModuleType, tmp_path: Path) -> None:

@@ -1,0 +1,92 @@
+"""Where a benchmark ran: every report in `results/bench/` carries it as `"environment"`.
+
+The numbers in bench/measured/ come from several kinds of 2-core machine (with and without
+AVX512-BF16 and AMX; an AMD EPYC without AVX-512) whose ratios differ by a third: a report that
+does not name its CPU, its libraries and its commit can only be placed by the prose around it.
+`describe()` reads them at the time of the run; `write_report` adds them to a report and writes it
+atomically (a benchmark stopped mid-write leaves the previous report, not half of one).
+
+    from environment import write_report   # bench/ is the script's directory, so on sys.path
+    write_report(out, report)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The CPU flags that decide how fast a step runs here: bf16 autocast pays off only with
+#: avx512_bf16 or amx_bf16 (`fastslow.hardware.cpu_has_native_bf16`, `slow.bf16: auto`).
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu(cpuinfo: str) -> dict[str, Any]:
+    """The CPU's model name and which of `CPU_FLAGS` it has, from the text of /proc/cpuinfo
+    (Linux; elsewhere the platform's processor string and no flags)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:  # the first processor's fields
+            fields[key.strip()] = value.strip()
+    flags = set(fields.get("flags", "").split())
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags],
+            "native_bf16": bool(flags & {"avx512_bf16", "amx_bf16"})}
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def describe() -> dict[str, Any]:
+    """This machine and checkout, now: CPU (model, flags), cores the process may use, memory, the
+    load average, Python and the libraries that change what a step computes
+    (`fastslow.jobs.VERSIONED_LIBRARIES`), the git commit and whether tracked files differ from
+    it, and the UTC time."""
+    from fastslow.jobs import library_versions
+
+    mem_kib = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
+                    if line.startswith("MemTotal:")), None)
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "cpu": cpu(_read("/proc/cpuinfo")),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1) if mem_kib else None,
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "libraries": dict(item.split("==", 1) for item in library_versions().split()),
+        "commit": _git("rev-parse", "HEAD"),
+        "tracked_files_modified": None if status is None else bool(status),
+        "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_report(out: Path, report: dict[str, Any], environment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`report` with `"environment"` (`describe()`, or the one given: a report rewritten after
+    every run keeps the environment it started with) as indented JSON at `out`, atomically.
+    Returns what was written."""
+    from fastslow.io import atomic_path
+
+    full = {**report, "environment": environment or describe()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(full, indent=2) + "\n")
+    return full
