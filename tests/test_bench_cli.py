@@ -358,3 +358,35 @@ def test_rl_batched_samples_its_cycle_in_one_call_and_is_compared_with(bench: Mo
     del runs["rl_batched"]
     bench.write_report(out, {"task": "math"}, runs, planned=3)
     assert json.loads(out.read_text())["summary"]["fst_reuse"]["ratio_to_rl_batched"] is None
+
+
+def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Path) -> None:
+    """bench/targets.py: the README's Targets numbers come out of the raw JSON in bench/measured/,
+    and a report that names its machine joins its kind without being listed."""
+    targets = load("targets")
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    for name in targets.SOURCES:
+        (measured / name).write_bytes((BENCH / "measured" / name).read_bytes())
+    summary = targets.summarize(targets.points(measured))
+    assert summary["amx/fst"]["runs"] == 3 and round(summary["amx/fst"]["mean"], 2) == 1.31  # README: 1.31x
+    assert summary["amx/fst_reuse"]["runs"] == 4 and round(summary["amx/fst_reuse"]["mean"], 2) == 1.00
+    assert [round(r, 2) for r in summary["amd_fp32/fst"]["ratios"]] == [1.60]
+    assert summary["intel_fp32/fst"]["met"] is False and "intel_fp32/fst_reuse" not in summary
+    # a new report of the CPU default on an AMD machine: counted there; one with a --set is not
+    new = {"task": "hover_hard", "overrides": {}, "bf16": None,
+           "summary": {"rl": {"ratio_by_seed": {"5": 1.0}}, "fst": {"ratio_by_seed": {"5": 1.5}},
+                       "fst_reuse": {"ratio_by_seed": {"5": 0.9}}},
+           "environment": {"cpu": {"model": "AMD EPYC 7B13", "flags": ["avx2", "fma"], "native_bf16": False}}}
+    (measured / "fst_step_new.json").write_text(json.dumps(new))
+    (measured / "fst_step_p4.json").write_text(json.dumps({**new, "overrides": {"slow": {"problems_per_step": 4}}}))
+    report = targets.main(["--measured", str(measured), "--out", str(tmp_path / "out" / "targets.png")])
+    assert summary["amd_fp32/fst"]["runs"] + 1 == report["summary"]["amd_fp32/fst"]["runs"]
+    assert report["summary"]["amd_fp32/fst"]["ratios"][-1] == 1.5
+    assert [p["file"] for p in report["points"]].count("fst_step_new.json") == 2  # fst and fst_reuse, not rl
+    assert "fst_step_p4.json" not in {p["file"] for p in report["points"]}
+    assert (tmp_path / "out" / "targets.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "out" / "targets.json").read_text())["summary"] == report["summary"]
+    amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "native_bf16": True}}
+    assert targets.kind_of(amx) == "amx" and targets.kind_of({"cpu": {"model": "Intel Xeon", "native_bf16": False}}) \
+        == "intel_fp32"
