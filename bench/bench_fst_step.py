@@ -34,8 +34,9 @@ the summary's `ratio_to_rl_batched` compares each method with it.
 The summary holds each method's seconds a step, the mean over seeds of each seed's fastest
 repetition, and its ratio to RL-only's over the same seeds (and per seed); the mean over all runs
 (repetitions x seeds); the highest peak RSS of any run.
-The report (and plot) is rewritten after every finished run, so a failing run keeps the earlier
-ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
+The report names the machine and checkout it ran on (`environment`, bench/environment.py, taken
+when the benchmark starts). It (and the plot) is rewritten after every finished run, so a failing
+run keeps the earlier ones; `"complete": false` (and `runs_done` < `runs_planned`) marks a report of a run cut short.
 `--set` values are checked before any run starts, as the workflow checks a config (`validate_config`:
 the schema and the cross-field rules, e.g. slow.micro_batch_size must divide P*G), for each method;
 the model (the embedded default) and the data (the task's split files) are not --set's to change.
