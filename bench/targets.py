@@ -125,7 +125,7 @@ def plot(rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]], out: Pa
     ax.set_xlim(-0.6, len(KINDS) - 0.2)
     ax.set_ylim(0.7, max([1.75, *(r["ratio"] + 0.05 for r in rows)]))
     ax.set_ylabel("seconds per RL step / RL-only's (same seed)")
-    ax.set_title("Issue #8 at the CPU default (hover_hard, T = 3): each dot one seed, bar the mean",
+    ax.set_title("Issue #8 at the CPU default (hover_hard, T = 3): each dot one run of a seed, bar the mean",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
