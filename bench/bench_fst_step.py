@@ -16,8 +16,14 @@ split into
 
 and divided by T: seconds per RL step. Process start-up (the interpreter, importing torch,
 transformers and MLflow) is left out of that; with `--process cycle` each cycle's `job_wall_s`,
-and the summary's `job_s_per_step` and `job_ratio_to_rl`, include it. Runs alternate methods
-across repetitions so load from other processes hits all alike. `fst_reuse` reuses both ways,
+and the summary's `job_s_per_step` and `job_ratio_to_rl`, include it. Runs interleave the methods
+(all methods of one repetition and seed, then the next), each repetition and seed in a rotated
+order (`method_order`: starting at method (seed + repetition) mod M), so a machine that drifts
+during a benchmark does not count against the same method every time; over seeds 0..M-1 each
+method runs once in each position. The summary's `training_ratio_same_tokens_by_seed` gauges that
+drift: a method whose RL steps sampled completions of exactly RL-only's mean length on a seed
+(FST whose pool kept only the seed context trains on RL-only's very rollouts) did the same
+training work, so its training seconds over RL-only's are the run-to-run timing alone. `fst_reuse` reuses both ways,
 as Fig 10's `reuse` variant in config.yaml does (fast.reuse_rollouts: the last cycle's RL
 rollouts feed GEPA; fast.reuse_in_slow: the cycle's first fast.reuse_steps RL steps train on
 rollouts the fast round sampled with the cycle's initial weights; `--set fast.reuse_steps=1`
@@ -387,6 +393,24 @@ def mean_run(method: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"method": method, "seeds": [r["seed"] for r in runs], "cycles": [cycle]}
 
 
+def method_order(methods: list[str], seed: int, rep: int) -> list[str]:
+    """The order one repetition of one seed runs the methods in: `methods` rotated to start at
+    index (seed + rep) mod len(methods)."""
+    k = (seed + rep) % len(methods)
+    return methods[k:] + methods[:k]
+
+
+def training_same_tokens(run: dict[str, Any], rl: dict[str, Any]) -> float | None:
+    """`run`'s training seconds a step over RL-only's `rl` (same seed, last cycle) when its RL
+    steps sampled completions of exactly RL-only's mean length (the same rollouts: identical
+    training work), else None."""
+    mine, theirs = run["cycles"][-1], rl["cycles"][-1]
+    tokens = (mine.get("mean_completion_tokens"), theirs.get("mean_completion_tokens"))
+    if None in tokens or abs(tokens[0] - tokens[1]) > 1e-9 or not theirs["per_step"].get("training"):
+        return None
+    return mine["per_step"]["training"] / theirs["per_step"]["training"]
+
+
 def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each method's seconds a step: the mean over seeds of each seed's fastest repetition, over
     the seeds RL-only ran too (every seed of a finished report), so a ratio to RL-only pairs the
@@ -427,6 +451,11 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             # its slow steps cost RL-only's: a lower bound for any rollout reuse at this budget and T
             "search_floor_ratio": 1 + mean(searches) / rl_s if rl_s and None not in searches else None,
             "calls_per_rl_rollout": mean(calls) if None not in calls else None,
+            # identical training work on another run (training_same_tokens): the timing noise and
+            # drift between this method's run and RL-only's, which the ratios above carry too
+            "training_ratio_same_tokens_by_seed": {
+                str(s): r for s in seeds if paired and method != "rl"
+                and (r := training_same_tokens(runs[s], rl[s])) is not None},
             # the last cycle's whole job a step (--process cycle): what the workflow's `cycle` job
             # costs, process start-up (interpreter, imports) included, which s_per_step leaves out
             "job_s_per_step": mean(jobs) if None not in jobs else None,
@@ -511,7 +540,7 @@ def main() -> None:
     planned = args.reps * len(seeds) * len(methods)
     report: dict[str, Any] = {}
     for rep, seed in ((r, s) for r in range(args.reps) for s in seeds):
-        for method in methods:
+        for method in method_order(methods, seed, rep):
             with tempfile.TemporaryDirectory(prefix=f"bench-{method}-") as work:
                 print(f"rep {rep}, seed {seed}: {method} ...", file=sys.stderr, flush=True)
                 cmd = [sys.executable, __file__, "--child", method, work, "--task", args.task,

@@ -390,3 +390,44 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "native_bf16": True}}
     assert targets.kind_of(amx) == "amx" and targets.kind_of({"cpu": {"model": "Intel Xeon", "native_bf16": False}}) \
         == "intel_fp32"
+
+
+def test_methods_run_in_a_rotated_order_per_seed(bench: ModuleType, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine drifting during a benchmark must not always count against the method that runs
+    last: seed s starts at method s mod M, so seeds 0-2 put each of 3 methods once in each place."""
+    (tmp_path / "data" / "math").mkdir(parents=True)
+    (tmp_path / "data" / "math" / "train.parquet").touch()
+    monkeypatch.setattr(bench, "DATA", tmp_path / "data", raising=False)
+    calls: list[tuple[int, str]] = []
+
+    def run_child(cmd: list[str], method: str) -> dict[str, Any]:
+        seed = int(cmd[cmd.index("--seeds") + 1])
+        calls.append((seed, method))
+        run = fake_run(method, seed, {"rl": 4.0, "fst": 5.0, "fst_reuse": 4.4}[method])
+        run["cycles"][0].update(fast_metric_calls=24, rl_rollouts=24)  # the progress line prints them
+        return run
+
+    monkeypatch.setattr(bench, "run_child", run_child)
+    out = tmp_path / "fst_step.json"
+    monkeypatch.setattr(sys, "argv", ["bench_fst_step.py", "--seeds", "0,1,2", "--cycles", "1",
+                                      "--process", "run", "--out", str(out)])
+    bench.main()
+    assert calls == [(0, "rl"), (0, "fst"), (0, "fst_reuse"), (1, "fst"), (1, "fst_reuse"), (1, "rl"),
+                     (2, "fst_reuse"), (2, "rl"), (2, "fst")]
+    summary = json.loads(out.read_text())["summary"]
+    assert list(summary) == ["rl", "fst", "fst_reuse"]  # the report keeps the methods' order
+    assert summary["fst"]["ratio_by_seed"] == {"0": 1.25, "1": 1.25, "2": 1.25}
+    assert bench.method_order(["rl", "fst"], seed=1, rep=1) == ["rl", "fst"]  # repetitions rotate too
+
+
+def test_identical_training_work_gauges_the_timing_between_runs(bench: ModuleType) -> None:
+    """FST whose pool kept the seed context trains on RL-only's very rollouts (same mean length to
+    the token): its training time over RL-only's is the runs' timing alone. Other lengths: none."""
+    rl, fst, reuse = fake_run("rl", 0, 4.0), fake_run("fst", 0, 4.4), fake_run("fst_reuse", 0, 4.0)
+    for run, tokens in ((rl, 38.0), (fst, 38.0), (reuse, 42.7)):
+        run["cycles"][0]["mean_completion_tokens"] = tokens
+    summary = bench.summarize({"rl": [rl], "fst": [fst], "fst_reuse": [reuse]})
+    assert summary["fst"]["training_ratio_same_tokens_by_seed"] == {"0": pytest.approx(1.1)}
+    assert summary["fst_reuse"]["training_ratio_same_tokens_by_seed"] == {}
+    assert summary["rl"]["training_ratio_same_tokens_by_seed"] == {}
