@@ -1,8 +1,9 @@
 """Where a benchmark ran: every report in `results/bench/` carries it as `"environment"`.
 
-The numbers in bench/measured/ come from several kinds of 2-core machine (with and without
-AVX512-BF16 and AMX; an AMD EPYC without AVX-512) whose ratios differ by a third: a report that
-does not name its CPU, its libraries and its commit can only be placed by the prose around it.
+The numbers in bench/measured/ come from several kinds of 2-core machine (Intel with and without
+AVX512-BF16 and AMX; AMD EPYCs without AVX-512, and with AVX512-BF16 but no AMX) whose ratios
+differ by a third: a report that does not name its CPU, its libraries and its commit can only be
+placed by the prose around it.
 `describe()` reads them at the time of the run; `write_report` adds them to a report and writes it
 atomically (a benchmark stopped mid-write leaves the previous report, not half of one).
 

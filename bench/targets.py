@@ -31,6 +31,7 @@ LABELS = {"fst": "FST", "fst_reuse": "FST + reuse (every RL step)"}
 #: The machine kinds, in the plot's order, and how a report's environment names each.
 KINDS = {
     "amx": "AVX512-BF16 with AMX\n(bf16 training and sampling)",
+    "bf16_no_amx": "AVX512-BF16 without AMX\n(bf16, AMD Zen 4/5)",
     "intel_fp32": "Intel without AVX512-BF16\n(fp32)",
     "amd_fp32": "AMD EPYC without AVX-512\n(fp32)",
 }
@@ -52,10 +53,11 @@ SOURCES = {
 
 
 def kind_of(machine: dict[str, Any]) -> str:
-    """A report's machine kind from its `environment`."""
+    """A report's machine kind from its `environment`: native bf16 with AMX tiles (amx_bf16), with
+    AVX512-BF16 alone (AMD Zen 4 and 5: bf16 matmuls, no tiles), or neither (fp32, by vendor)."""
     cpu = machine["cpu"]
     if cpu["native_bf16"]:
-        return "amx"
+        return "amx" if "amx_bf16" in cpu["flags"] else "bf16_no_amx"
     return "amd_fp32" if "AMD" in cpu["model"] else "intel_fp32"
 
 

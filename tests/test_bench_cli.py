@@ -387,9 +387,11 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert "fst_step_p4.json" not in {p["file"] for p in report["points"]}
     assert (tmp_path / "out" / "targets.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "targets.json").read_text())["summary"] == report["summary"]
-    amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "native_bf16": True}}
-    assert targets.kind_of(amx) == "amx" and targets.kind_of({"cpu": {"model": "Intel Xeon", "native_bf16": False}}) \
-        == "intel_fp32"
+    amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "flags": ["avx512_bf16", "amx_bf16"],
+                   "native_bf16": True}}
+    zen = {"cpu": {"model": "AMD EPYC", "flags": ["avx2", "avx512f", "avx512_bf16"], "native_bf16": True}}
+    assert targets.kind_of(amx) == "amx" and targets.kind_of(zen) == "bf16_no_amx"
+    assert targets.kind_of({"cpu": {"model": "Intel Xeon", "flags": ["avx2"], "native_bf16": False}}) == "intel_fp32"
 
 
 def test_methods_run_in_a_rotated_order_per_seed(bench: ModuleType, tmp_path: Path,
