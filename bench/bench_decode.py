@@ -127,7 +127,7 @@ def main() -> None:
     for key, value in summary.items():
         print(f"mean {key}: {value:.1f} s")
     report = {"model": SMOLLM2_SPEC, "task": args.task, "prompts": args.prompts, "copies": args.copies,
-              "threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
+              "threads": torch.get_num_threads(),
               "decoding_steps": steps, "generate_calls": calls, "generate_mean_seconds": summary}
     environment.write_report(args.out, report)
     print(f"wrote {args.out}")

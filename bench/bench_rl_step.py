@@ -146,7 +146,7 @@ def main() -> None:
     report = {
         "model": SMOLLM2_SPEC, "task": "math", "K": len(CONTEXTS), "P": args.problems,
         "G": args.generations, "max_new_tokens": args.max_new_tokens, "autocast_bf16": autocast,
-        "torch_threads": torch.get_num_threads(), "load_avg_1m": os.getloadavg()[0],
+        "torch_threads": torch.get_num_threads(),
         "step_load_avg_1m": step_load,
         "bf16": cfg.bf16, "steps": steps, "median_step_split": split,
         "generation": {"ours_tokens_per_s": rate["ours"], "bare_tokens_per_s": rate["bare"],
