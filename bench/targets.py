@@ -31,7 +31,7 @@ LABELS = {"fst": "FST", "fst_reuse": "FST + reuse (every RL step)"}
 #: The machine kinds, in the plot's order, and how a report's environment names each.
 KINDS = {
     "amx": "AVX512-BF16 with AMX\n(bf16 training and sampling)",
-    "bf16_no_amx": "AVX512-BF16 without AMX\n(bf16, AMD Zen 4/5)",
+    "bf16_no_amx": "AVX512-BF16 without AMX\n(bf16; an AMD EPYC so far)",
     "intel_fp32": "Intel without AVX512-BF16\n(fp32)",
     "amd_fp32": "AMD EPYC without AVX-512\n(fp32)",
 }
@@ -54,7 +54,8 @@ SOURCES = {
 
 def kind_of(machine: dict[str, Any]) -> str:
     """A report's machine kind from its `environment`: native bf16 with AMX tiles (amx_bf16), with
-    AVX512-BF16 alone (AMD Zen 4 and 5: bf16 matmuls, no tiles), or neither (fp32, by vendor)."""
+    AVX512-BF16 alone (AMD Zen 4 and 5, Intel Cooper Lake: bf16 dot products, no tiles), or
+    neither (fp32, by vendor)."""
     cpu = machine["cpu"]
     if cpu["native_bf16"]:
         return "amx" if "amx_bf16" in cpu["flags"] else "bf16_no_amx"
