@@ -149,6 +149,16 @@ def _noise_note(observed: float, bound: float, which: str = "final evaluations")
             f"errors of their paired difference ({bound:.3f})")
 
 
+def _sign_note(gap: float, final: float) -> str:
+    """The note of fitted asymptotes whose order the final evaluations contradict (FST's fit
+    levels off above RL's while its last evaluation is below RL's, or the other way), or "":
+    the fit's extrapolation alone would then carry the verdict."""
+    if math.isnan(gap) or math.isnan(final) or gap * final >= 0:
+        return ""
+    return (f"the fitted asymptotes ({gap:+.3f}) and the final evaluations ({final:+.3f}) "
+            f"disagree in sign")
+
+
 def _runs(df: pl.DataFrame, **where: Any) -> str:
     df = rows_where(df, **where)
     return ";".join(sorted(df["run"].unique().to_list()))
@@ -428,28 +438,35 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             rows.append(_row("sample_efficiency_ratio", task, ratio, runs, threshold=1.0, note=onset or why,
                              refuted=refuted, noise="" if refuted else _ratio_noise(eff, task, rl, fst, ratio)))
             gap, why = float("nan"), ""
-            try:
-                fits = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
-                                       r0=float(c["mean_at_k"][0])) for m, c in (("rl", rl), ("fst", fst))}
-                loose = [m.upper() for m, f in fits.items() if not f.identified]
-                if loose:  # a curve still rising: its A would be the fit's bound, not the data's
-                    why = (f"asymptote not identified for {' and '.join(loose)}: the fit did not converge "
-                           f"or ran to its bound (the curve has not levelled off)")
-                else:
-                    gap = fits["fst"].a - fits["rl"].a
-            except ValueError as err:
-                why = f"no fit: {err}"
+            flat = [m.upper() for m, c in (("rl", rl), ("fst", fst)) if no_reward(c["mean_at_k"])]
+            if flat:  # a flat 0 has no level to fit (it may still rise, as Fig 7's RL does); Fig 3 fits none
+                why = f"{onset or ' and '.join(flat) + ' earned no reward in any evaluation'}: " \
+                      f"no asymptote to fit for {' and '.join(flat)}"
+            else:
+                try:
+                    fits = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
+                                           r0=float(c["mean_at_k"][0])) for m, c in (("rl", rl), ("fst", fst))}
+                    loose = [m.upper() for m, f in fits.items() if not f.identified]
+                    if loose:  # a curve still rising: its A would be the fit's bound, not the data's
+                        why = (f"asymptote not identified for {' and '.join(loose)}: the fit did not converge "
+                               f"or ran to its bound (the curve has not levelled off)")
+                    else:
+                        gap = fits["fst"].a - fits["rl"].a
+                except ValueError as err:
+                    why = f"no fit: {err}"
             final = float(fst["mean_at_k"][-1] - rl["mean_at_k"][-1])
             bound = paired_noise_bound(_final_problems(eff, eval_task=task, method="rl"),
                                        _final_problems(eff, eval_task=task, method="fst"))
-            rows.append(_row("asymptote_gap", task, gap, runs, note=why, noise=_noise_note(final, bound)))
+            rows.append(_row("asymptote_gap", task, gap, runs, note=why,
+                             noise=_noise_note(final, bound) or _sign_note(gap, final)))
             kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
             rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset,
                              noise=_kl_noise(eff, task, rl, fst, kl)))
-    pla = tables.get("plasticity")
-    if pla is not None:
+    plasticity = tables.get("plasticity")
+    for target in [] if plasticity is None else sorted(plasticity["eval_task"].unique().to_list()):
+        pla = plasticity.filter(pl.col("eval_task") == target)  # each target task its own row, as in Fig 5
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))
         by_init = {i: float(final.filter(pl.col("init") == i)["mean_at_k"].mean())
                    for i in final["init"].unique().to_list()}
@@ -462,7 +479,7 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             get = {m: float(np.mean([by_init[i] for i in found])) for m, found in by_method.items()}
             if {"rl", "fst"} <= get.keys():
                 runs = ";".join(sorted(pla["run"].unique().to_list()))
-                task = f"{src}→{pla['eval_task'][0]}"
+                task = f"{src}→{target}"
                 if no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
                     rows.append(_row("plasticity_gain", task, float("nan"), runs, note=NO_REWARD))
                 else:
