@@ -876,6 +876,21 @@ def test_reuse_in_slow_compares_the_slow_loops_top_p():
     assert SlowConfig().top_p == 1.0
 
 
+def test_reuse_rollouts_alone_needs_the_two_loops_to_sample_alike():
+    """fast.reuse_rollouts: the round scores its seeds on the RL steps' rollouts (slow.*) and its
+    children on its own samples (generation.*); with other lengths every child was judged against
+    another baseline and the pool silently stopped changing. Only reuse_in_slow was checked."""
+    reuse = {"fast": {"reuse_rollouts": True}}
+    assert load_config(ROOT / "config" / "config.yaml", overrides=reuse)["fast"]["reuse_rollouts"] is True
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "slow": {"max_new_tokens": 128}})
+    assert str(info.value) == ("config error: fast.reuse_rollouts: generation.max_new_tokens=64 must equal the slow "
+                               "loop's max_new_tokens 128 (the round scores its seeds on the RL steps' rollouts and "
+                               "its children on its own samples)")
+    with pytest.raises(ConfigError, match=r"^config error: fast\.reuse_rollouts: generation\.temperature=0\.5 must"):
+        load_config(ROOT / "config" / "config.yaml", overrides={**reuse, "generation": {"temperature": 0.5}})
+
+
 def test_reuse_steps_must_fit_the_cycle_and_the_validation_set():
     """fast.reuse_steps: the first n steps' n x P problems lead the round's validation set, so
     they must fit in it (n counted up to the cycle's T); the refusal is one line naming the value."""

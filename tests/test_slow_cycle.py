@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from slow_toys import LengthTask, RecordingTracker
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
@@ -152,6 +153,35 @@ def test_bad_pool_rejected_before_any_work(tiny_model_dir: Path, tmp_path: Path)
         run_cycle(tiny_model_dir, None, three, LengthTask(), LengthTask().problems("train", 3, 0),
                   _cfg(1), tmp_path / "out", "r", 0)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cycle_whose_prompts_do_not_fit_the_models_positions_stops_in_one_line(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A GPT-2-style model of 64 learned positions: the RL steps' rollouts (TRL's generate) raised
+    `IndexError: index out of range in self` from its position table once prompt plus
+    slow.max_new_tokens passed 64. The cycle now says so in one line before any work; lengths that
+    fit train as before."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from fastslow.model.convert import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    torch.manual_seed(0)
+    gpt2 = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+                    ).save_pretrained(gpt2)
+    tokenizer.save_pretrained(gpt2)
+    task, contexts = LengthTask(), [("seed", "Answer.")]
+    problems = task.problems("train", 2, 0)
+    cfg = dataclasses.replace(_cfg(1), num_generations=2, problems_per_step=1, micro_batch_size=2, max_new_tokens=60)
+    with pytest.raises(ValueError, match=r"^a prompt of \d+ tokens plus slow\.max_new_tokens 60 exceeds the "
+                                         r"model's 64 positions \(config n_positions\)"):
+        run_cycle(gpt2, None, contexts, task, problems, cfg, tmp_path / "long", "r", 0, progress=False)
+    assert not (tmp_path / "long").exists()
+    result = run_cycle(gpt2, None, contexts, task, problems, dataclasses.replace(cfg, max_new_tokens=4),
+                       tmp_path / "short", "r", 0, progress=False)
+    assert len(result.metrics) == 1
 
 
 def test_resume_rejects_another_train_set(runs: dict[str, Any], tiny_model_dir: Path,

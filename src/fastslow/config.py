@@ -287,6 +287,9 @@ def _check_semantics(config: dict[str, Any]) -> None:
         raise ConfigError(f"config error: slow.steps_per_generation: {slow['steps_per_generation']} samples "
                           f"ahead with transformers' generate on the training weights; with slow.use_vllm "
                           f"each step samples with vLLM: set it to 1")
+    if fast.get("reuse_rollouts"):
+        _check_reuse_sampling(config, "reuse_rollouts", "the round scores its seeds on the RL steps' rollouts "
+                                                        "and its children on its own samples")
     if fast.get("reuse_in_slow"):
         _check_reuse_in_slow(config)
     if fast["proposer"] == "reflective":
@@ -462,9 +465,9 @@ def _check_hf_datasets(entries: Mapping[str, Any]) -> None:
                               f"id) or 'preset' (one of {', '.join(sorted(HF_PRESETS))})")
 
 
-def _check_reuse_in_slow(config: dict[str, Any]) -> None:
-    """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
-    alike (see slow.trainer for how they enter TRL's generation)."""
+def _check_reuse_sampling(config: dict[str, Any], option: str, why: str) -> None:
+    """fast.`option` hands one loop's samples to the other, so both must sample alike: the
+    round's (generation.*) and the RL steps' (slow.*) lengths, temperature and top_p."""
     gen, slow = config["generation"], config["slow"]
     # slow.top_p has no schema default: left out, the RL rollouts sample with SlowConfig's, 1.0
     # (a literal: importing fastslow.slow here would make every script that validates a config,
@@ -472,9 +475,15 @@ def _check_reuse_in_slow(config: dict[str, Any]) -> None:
     for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
                             ("top_p", slow.get("top_p", 1.0))):
         if gen[key] != slow_value:
-            raise ConfigError(f"config error: fast.reuse_in_slow: generation.{key}={gen[key]!r} must equal "
-                              f"the slow loop's {key} {slow_value!r} (the RL step trains on the fast "
-                              f"round's samples)")
+            raise ConfigError(f"config error: fast.{option}: generation.{key}={gen[key]!r} must equal "
+                              f"the slow loop's {key} {slow_value!r} ({why})")
+
+
+def _check_reuse_in_slow(config: dict[str, Any]) -> None:
+    """fast.reuse_in_slow: the RL step trains on the fast round's samples, so both must sample
+    alike (see slow.trainer for how they enter TRL's generation)."""
+    _check_reuse_sampling(config, "reuse_in_slow", "the RL step trains on the fast round's samples")
+    slow = config["slow"]
     # fast.reuse_steps has no schema default: left out, FastConfig's 1 (a literal, for the reason above).
     # More than the cycle's T serves all T (an experiment may shorten T under a global reuse_steps).
     fast = config["fast"]

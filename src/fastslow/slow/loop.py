@@ -661,7 +661,7 @@ def run_cycle(
 
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
-    from fastslow.model.generation import render_prompts
+    from fastslow.model.generation import check_context, render_prompts
 
     check_device(cfg)
     cfg.check_pool(len(contexts))
@@ -693,14 +693,18 @@ def run_cycle(
         # the forwards only (`_rl_step`); the cycle saves the fp32 weights, so the next cycle
         # resumes from them unrounded.
         model = load_model(policy_dir, dtype="float32")
+        # The cycle's longest prompt plus its completion must fit the model's positions: one line
+        # naming both before any work (TRL's generate raised `IndexError: index out of range in
+        # self` from a learned position table); it also sizes the vLLM engine.
+        prompt_tokens = cycle_prompt_tokens(tokenizer, problems, contexts, cfg, cursor)
+        check_context(model, prompt_tokens, cfg.max_new_tokens, "slow.max_new_tokens")
         # TRL builds the KL reference from config._name_or_path: the initial weights, not ours.
         model.config._name_or_path = str(ref_dir)
         use_cache = model.config.use_cache  # the HF Trainer turns it off; the saved model keeps it
         reward = TaskReward(task, {p.id: p for p in problems})
         trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, work_dir,
                                 num_processes=num_processes,
-                                max_prompt_tokens=cycle_prompt_tokens(tokenizer, problems, contexts, cfg, cursor)
-                                if cfg.use_vllm else None)
+                                max_prompt_tokens=prompt_tokens if cfg.use_vllm else None)
         rank = trainer.accelerator.process_index
         if state_in is not None:
             state_dir = Path(state_in) / "trainer_state"
