@@ -22,8 +22,10 @@ iteration can cost up to 2 x minibatch (parent and child on the minibatch) + |va
 accepted child on the validation set). `BudgetGuard` stops the engine when the calls so far
 plus that worst case would pass the budget, so the total never exceeds it; the adapter also
 enforces the budget as a hard cap. A budget too small for the seed evaluations plus one
-iteration is a configuration error. gepa's own counter (which also counts a few cache hits)
-is reported next to the real count.
+iteration is a configuration error. gepa's own counter is reported next to the real count, but nothing stops
+on it: it also charges the adapter's cache hits on the validation set (an accepted child whose
+text a seed, or an earlier round on frozen weights, already evaluated), which cost nothing, and
+a round that stopped on it left that much of its budget unspent.
 
 Minibatch prefetch. Each iteration scores the parent on a fresh minibatch before the proposer
 can run, and at toy scale a generate call is latency-bound (a decoding step of 3 sequences
@@ -108,9 +110,8 @@ class BudgetGuard:
         now = self.generated()
         self._stalled = self._stalled + 1 if now == self._last else 0
         self._last = now
-        used = max(int(gepa_state.total_num_evals), now)
-        if used + self.worst_iteration > self.budget:
-            self._stop(f"budget: {used} used, next iteration may need {self.worst_iteration} of {self.budget}")
+        if now + self.worst_iteration > self.budget:
+            self._stop(f"budget: {now} used, next iteration may need {self.worst_iteration} of {self.budget}")
         elif self._stalled >= self.patience:
             self._stop(f"stalled: {self._stalled} iterations generated nothing")
         return self.reason is not None
@@ -152,7 +153,7 @@ class BudgetedSampling:
     def sample_tasks(self, state: Any, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list[Any]:
         from gepa.strategies.proposal_sampling import ProposalTask
 
-        left = self.budget - max(self.used(), int(state.total_num_evals)) - self.n_val
+        left = self.budget - self.used() - self.n_val
         n = max(1, min(self.n, left // (2 * self.minibatch)))
         self.sizes.append(n)
         if self._chunk is None:
@@ -379,7 +380,7 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         custom_candidate_proposer=recorded, callbacks=[recorded], reflection_minibatch_size=mb,
         candidate_selection_strategy="pareto", frontier_type="instance", skip_perfect_score=True,
         perfect_score=1.0, acceptance_criterion="strict_improvement", use_merge=False,
-        max_metric_calls=budget, stop_callbacks=[guard], logger=_GepaLog(log),
+        max_metric_calls=None, stop_callbacks=[guard], logger=_GepaLog(log),  # the guard counts, not gepa
         run_dir=str(gepa_dir), cache_evaluation=True, seed=derive_seed(cfg.seed, round_index) % 2**31,
         raise_on_exception=True, track_best_outputs=False, display_progress_bar=False, **multi,
     )
