@@ -143,6 +143,42 @@ def test_kl_and_entropy_match_a_direct_computation(tiny_model_dir, tokenizer) ->
     assert all(math.isnan(x) for x in kl_and_entropy(base, base, tokenizer, [[1]], [[]]))
 
 
+@pytest.mark.parametrize("family", ["granite", "cohere", "gemma2"])
+def test_kl_and_entropy_see_the_logits_the_models_own_forward_gives(family) -> None:
+    """Granite divides its head's logits by `logits_scaling`, Cohere multiplies them by
+    `logit_scale`, Gemma 2 soft-caps them: the entropy (and so the KL, and fst_distill's loss,
+    which share `_log_probs`) must be that of the model's own logits. Only the soft-cap was
+    applied, so Granite's and Cohere's were those of logits 4x too large or too small."""
+    import types
+
+    import torch
+    import transformers
+
+    from fastslow.slow import kl_and_entropy
+    from fastslow.slow.divergence import logit_scale
+
+    config_class, model_class, extra, scale = {
+        "granite": ("GraniteConfig", "GraniteForCausalLM", {"logits_scaling": 4.0}, 0.25),
+        "cohere": ("CohereConfig", "CohereForCausalLM", {"logit_scale": 4.0, "eos_token_id": 2}, 4.0),
+        "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"final_logit_softcapping": 2.0, "head_dim": 8}, 1.0),
+    }[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                                 num_hidden_layers=1, num_attention_heads=2,
+                                                 num_key_value_heads=2, **extra)
+    model = getattr(transformers, model_class)(config).eval()
+    assert logit_scale(model.config.get_text_config()) == scale
+    prompts, completions = [[1, 2, 3], [4, 5]], [[6, 7, 8], [9, 10]]
+    kl, ent = kl_and_entropy(model, model, types.SimpleNamespace(pad_token_id=0), prompts, completions, batch_size=2)
+    total = 0.0
+    with torch.no_grad():
+        for p, c in zip(prompts, completions, strict=True):
+            lp = torch.log_softmax(model(torch.tensor([p + c])).logits[0, len(p) - 1: -1].float(), -1)
+            total += float(-(lp.exp() * lp).sum())
+    assert ent == pytest.approx(total / 5, rel=1e-5)
+    assert abs(kl) < 1e-6
+
+
 def test_kl_is_policy_to_base_not_base_to_policy(tiny_model_dir, tokenizer) -> None:
     """KL(π_θ ‖ π_base) weighs the log-ratio by the policy's probabilities. With the 0.05 noise
     of the test above the two directions agree to ~6e-5 relative, inside its 1e-4 tolerance, so

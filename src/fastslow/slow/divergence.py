@@ -81,12 +81,28 @@ def _completion_hidden(model: Any, prompts: Sequence[Sequence[int]],
     return out.last_hidden_state[mask.to(device).bool()]
 
 
+def logit_scale(text_config: Any) -> float:
+    """The factor a model's own forward multiplies its head's logits by before any soft-cap, as
+    TRL's fused head reads it (`trl.trainer.utils.add_fused_lm_head`): Cohere's `logit_scale`,
+    `output_multiplier`, Falcon-H1's `lm_head_multiplier`, Granite's and MiniCPM3's 1 /
+    `logits_scaling` (HyperCLOVA X multiplies by it); 1.0 for the rest (Llama, Qwen, SmolLM2)."""
+    for key in ("logit_scale", "output_multiplier", "lm_head_multiplier"):
+        value = getattr(text_config, key, None)
+        if value is not None:
+            return float(value)
+    scaling = getattr(text_config, "logits_scaling", None)
+    if scaling is not None:
+        return float(scaling) if text_config.model_type == "hyperclovax" else 1.0 / float(scaling)
+    return 1.0
+
+
 def _log_probs(model: Any, hidden: Any, temperature: float) -> Any:
     import torch
 
     logits = model.get_output_embeddings()(hidden.to(model.get_output_embeddings().weight.dtype))
-    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-    logits = logits.float()
+    text_config = model.config.get_text_config()
+    softcap = getattr(text_config, "final_logit_softcapping", None)
+    logits = logits.float() * logit_scale(text_config)  # as the model's own forward scales them
     if softcap:  # Gemma-style models cap logits inside their own forward; do the same
         logits = torch.tanh(logits / softcap) * softcap
     return torch.log_softmax(logits / temperature, dim=-1)
