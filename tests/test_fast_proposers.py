@@ -87,6 +87,38 @@ def test_demo_from_earlier_failures_not_the_current_minibatch() -> None:
     assert ed.edits[-1].startswith("add-demo:")
 
 
+def test_no_edit_writes_a_private_problems_answer_into_a_context() -> None:
+    """The round's validation problems and the next RL steps' (with reuse, train problems) are
+    private: the format rule's example and the demonstrations come from other problems. The
+    example was the first answer outside the minibatch, a validation problem's under reuse."""
+    records = [rec("train-0", 0.0, "It is 5."), rec("train-1", 0.0, "maybe 7"), rec("train-2", 1.0, "<answer>x</answer>")]
+    doc = ContextDoc.parse(FeedbackEditor(BY_ID, seed=0, private={"train-3"}).edit("Solve the problem.", records))
+    example = doc.rules[0].split("<answer>")[2].split("</answer>")[0]
+    assert example == BY_ID["train-4"].answer != BY_ID["train-3"].answer
+    ed = FeedbackEditor(BY_ID, seed=1, private={"train-5"})
+    base = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."]).render()
+    ed.edit("Another parent.", [rec("train-5", 0.0, "<answer>0</answer>"), rec("train-7", 0.0, "<answer>0</answer>")])
+    new = ContextDoc.parse(ed.edit(base, [rec("train-6", 0.0, "<answer>0</answer>")]))
+    assert new.demos == [Demo(demo_text(BY_ID["train-7"]), BY_ID["train-7"].answer)]
+
+
+def test_a_round_keeps_its_validation_answers_out_of_the_feedback_editors_edits(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_round names its validation problems (and the next RL steps') private to the editor."""
+    import fastslow.fast.round as round_module
+
+    seen = []
+    real = round_module.make_proposer
+    monkeypatch.setattr(round_module, "make_proposer",
+                        lambda *args, **kwargs: seen.append(args[4] if len(args) > 4 else kwargs["private"])
+                        or real(*args, **kwargs))
+    val = TASK.problems("val", 4, 0)
+    run_round(Pool.seed(["Solve."], k=1), ScriptedGenerator(), TASK, TRAIN, val,
+              FastConfig(pool_size=1, max_metric_calls=20, minibatch_size=2), 0, tmp_path, log=lambda _m: None,
+              slow_problems=TRAIN[:1], slow_samples=1)
+    assert seen == [{p.id for p in val[:3]} | {TRAIN[0].id}]
+
+
 def test_near_miss_working() -> None:
     assert near_miss_working("79 + 32 = 111", "111") == "79 + 32 = 111"
     assert near_miss_working("So 43 + 6 = **49**. Done.", "49") == "So 43 + 6 = **49"

@@ -24,7 +24,7 @@ import os
 import random
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -245,8 +245,11 @@ class FeedbackEditor:
     def __init__(self, problems: Mapping[str, Problem], seed: int = 0, max_demos: int = 3,
                  max_rules: int = 4, max_demo_chars: int = 600,
                  logger: Callable[[str], None] | None = None, working_labels: Sequence[str] = (),
-                 gist: Callable[[Problem], str | None] | None = None) -> None:
+                 gist: Callable[[Problem], str | None] | None = None, private: Collection[str] = ()) -> None:
         self.problems = dict(problems)
+        # Problems whose answers no edit may write into a context: the round's validation set
+        # (its Pareto scores) and the next RL steps' problems (reuse makes them train problems).
+        self.private = frozenset(private)
         self.rng = random.Random(seed)
         self.max_demos = max_demos
         self.max_rules = max_rules
@@ -372,8 +375,8 @@ class FeedbackEditor:
         present = {_key(d.problem) for d in doc.demos}
         # Earlier failures first; this minibatch's own failures only after them (their answers
         # would make the acceptance test on this minibatch look better than it is).
-        pool = [pid for pid in self.bank if pid not in batch]
-        pool += [pid for pid in self.bank if pid in failed_ids]
+        pool = [pid for pid in self.bank if pid not in batch and pid not in self.private]
+        pool += [pid for pid in self.bank if pid in failed_ids and pid not in self.private]
         # Near misses (right answer, wrong format) first: their working is the model's own.
         pool.sort(key=lambda pid: pid not in self.near_misses)
         demos = {pid: self.demo(pid) for pid in pool}
@@ -383,8 +386,9 @@ class FeedbackEditor:
         return edits + first + second
 
     def _with_format_rule(self, doc: ContextDoc, batch: set[str]) -> ContextDoc:
-        # The example shows the shape of a real answer, from a problem outside the minibatch.
-        answers = [p.answer.strip() for pid, p in self.problems.items() if pid not in batch]
+        # The example shows the shape of a real answer, from a problem outside the minibatch
+        # (and outside the private ones).
+        answers = [p.answer.strip() for pid, p in self.problems.items() if pid not in batch and pid not in self.private]
         example = next((a for a in answers if 0 < len(a) <= 80), answers[0][:80] if answers else "42")
         rule = f"{FORMAT_RULE_PREFIX}, for example <answer>{example}</answer>. Put only the final answer inside the tags."
         return _with_rule(doc, rule, self.max_rules, front=True) or doc

@@ -65,7 +65,7 @@ import logging
 import math
 import random
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,13 +225,14 @@ def build_seeded_state(contexts: Sequence[str], evaluations: Sequence[Any],
 
 
 def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
-                  task: Task | None = None) -> FeedbackEditor | ReflectiveProposer:
-    """The proposer named by `cfg.proposer`, ready for gepa's custom_candidate_proposer hook."""
+                  task: Task | None = None, private: Collection[str] = ()) -> FeedbackEditor | ReflectiveProposer:
+    """The proposer named by `cfg.proposer`, ready for gepa's custom_candidate_proposer hook;
+    `private`: ids of problems whose answers the feedback editor must not write into a context."""
     if cfg.proposer == "feedback_editor":
         return FeedbackEditor(problems_by_id(train), seed=cfg.seed, max_demos=cfg.max_demos,
                               max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log,
                               working_labels=getattr(task, "demo_working", ()),
-                              gist=getattr(task, "demo_gist", None))
+                              gist=getattr(task, "demo_gist", None), private=private)
     lm = build_reflection_lm(cfg.reflection)
     return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
 
@@ -364,7 +365,10 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         log(f"fast round {round_index}: seed {e.id} val mean {sum(eb.scores) / len(eb.scores):.3f}")
 
     # 3. gepa's search from that state.
-    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task)
+    # No edit may write the answer of a validation problem (its Pareto score) or of a problem the
+    # next RL steps train on into a context: with reuse both can be train problems.
+    private = {p.id for p in val_problems} | {p.id for p in slow_problems}
+    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task, private)
     recorded = RecordedProposer(proposer_fn)
     guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
