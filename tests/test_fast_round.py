@@ -321,6 +321,11 @@ def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
     cfg = FastConfig(pool_size=2, max_metric_calls=60, minibatch_size=3)
     pool, summaries = run_gepa_only(Pool.seed(SEEDS[0], 2), gen, TASK, TRAIN, VAL, cfg, 2, tmp_path, log=quiet)
     assert summaries[1]["seed_generations"] == 0  # carried-over contexts: cached, same weights
+    # and free: round 0's prefetched minibatch rollouts were charged again when round 1 first
+    # served them (a cycle's next round, from fast_cache.json, never was)
+    for s in summaries:
+        assert s["prefetch_used"] <= s["prefetched"]  # round 1 had used 4 of its 2
+        assert s["metric_calls"] == s["generations"] - s["prefetched"] + s["prefetch_used"]
     assert all(s["generations"] <= 60 for s in summaries)
     assert gen.prompts == sum(s["generations"] for s in summaries)
     assert summaries[1]["best_val_mean"] >= summaries[0]["best_val_mean"]

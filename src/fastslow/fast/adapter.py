@@ -98,12 +98,19 @@ class RolloutCache:
         (`from_json`) instead of re-generating its carried-over contexts. Returns the count."""
         from fastslow.io import write_json
 
-        plain = {"reused": False, "prefetched": False, "for_slow": False}
-        rows = [{"context_hash": h, "problem_id": pid, "score": v.score,
-                 "trajectory": {**{k: x for k, x in v.trajectory.items() if k != "rollouts"}, **plain}}
-                for (h, pid, wid), v in self.entries.items() if wid == weights_id]
+        rows = [{"context_hash": h, "problem_id": pid, "score": v.score, "trajectory": v.trajectory}
+                for (h, pid, wid), v in self.carried(weights_id).entries.items()]
         write_json({"weights_id": weights_id, "entries": rows}, path)
         return len(rows)
+
+    def carried(self, weights_id: str) -> RolloutCache:
+        """The entries of `weights_id` as the next round on the same frozen weights takes them:
+        plain evaluations (no token ids, no reuse/prefetch/slow-loop flags), free cache hits.
+        A flag left on charged a metric call again when the next round first served the entry."""
+        plain = {"reused": False, "prefetched": False, "for_slow": False}
+        return RolloutCache({key: Scored(v.score, {**{k: x for k, x in v.trajectory.items() if k != "rollouts"},
+                                                   **plain})
+                             for key, v in self.entries.items() if key[2] == weights_id})
 
     @classmethod
     def from_json(cls, path: str | Path) -> RolloutCache:

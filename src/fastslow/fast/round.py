@@ -566,6 +566,7 @@ def run_gepa_only(pool: Pool, generator: Generator, task: Task, train_problems: 
         pool, summary = run_round(pool, generator, task, train_problems, val_problems, cfg, r,
                                   Path(run_dir) / f"round{r}", log=log, weights_id=weights_id, cache=cache)
         summaries.append(summary)
+        cache = cache.carried(weights_id)  # as a GEPA-only run's next cycle takes it (`to_json`)
     return pool, summaries
 
 
