@@ -417,3 +417,56 @@ def test_the_codeio_worker_prints_usage_on_wrong_arguments(args: list[str], tmp_
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("usage: python -m fastslow.tasks.codeio "), proc.stderr
     assert not list(tmp_path.iterdir())
+
+
+# --- the forty-seventh session's audit: answers as models write them ---------------------------
+@pytest.mark.parametrize("value, unit, right, wrong", [
+    (45.29, "m", ["**45.29 m**", "__45.29 m__", "**0.04529 km**"], ["**45.29 km**", "**45.29 s**"]),
+    (209.5, "Ω", ["0.2095 kilo ohms", "0.2095 kilo-ohms"], ["209.5 kilo ohms"]),
+    (4500.0, "J", ["4.5 kilo joules", "**4500 J**"], ["4.5 J"]),
+    (1200.0, "m", [r"1\,200 m", "1\u2009200 m", "1.2 km"], ["200 m"]),
+])
+def test_bold_spelt_prefixes_and_thin_space_thousands_read_as_written(value, unit, right, wrong):
+    """Markdown bold ("**" read as a power lost the unit, so "**45.29 s**" scored 1 against 45.29 m),
+    a prefix spelt apart ("kilo ohms" was kg·Ω: a right answer scored 0, with false feedback) and
+    a LaTeX thin space between thousands ("1\\,200 m" was 200 m)."""
+    task, p = get_task("physics"), physics_problem(value, unit)
+    for answer in right:
+        assert task.reward(p, f"<answer>{answer}</answer>") == 1.0, answer
+    for answer in wrong:
+        assert task.reward(p, f"<answer>{answer}</answer>") == 0.0, answer
+    assert parse_quantity("3 kilo per hour")[1] == "kg/h"  # "kilo" alone is still the kilogram
+
+
+def test_codeio_integers_are_exact():
+    """Every number compared with a relative tolerance of 1e-6, so a wrong integer of 7+ digits
+    scored 1 (about 7% of generated CodeIO answers have one); floats keep the tolerance."""
+    task = get_task("codeio")
+    problem = Problem("c", "codeio", "…", json.dumps({"total": 2399813805, "ratio": 0.1}))
+    assert task.reward(problem, '<answer>{"total": 2399813805, "ratio": 0.1}</answer>') == 1.0
+    assert task.reward(problem, '<answer>{"total": 2399815805, "ratio": 0.1}</answer>') == 0.0
+    assert task.reward(problem, '<answer>{"total": 2399813805, "ratio": 0.10000001}</answer>') == 1.0
+
+
+@pytest.mark.parametrize("gold, right, wrong", [
+    ("-0.75", [r"-\frac{3}{4}", r"\boxed{-\frac34}", r"-\dfrac{3}{4}", "-3/4"], [r"\frac{3}{4}"]),
+    ("7", ["7", "x = 7"], ["x = - 7", "- 7"]),
+    ("-7", ["- 7", "x = - 7"], ["7"]),
+])
+def test_signed_latex_fractions_and_a_spaced_minus_keep_their_sign(gold, right, wrong):
+    """`-\\frac{3}{4}` was no number at all, and "- 7" was read as 7 (a wrong answer scored 1)."""
+    task = get_task("math")
+    problem = Problem("m", "math", "…", gold)
+    for answer in right:
+        assert task.reward(problem, f"<answer>{answer}</answer>") == 1.0, answer
+    for answer in wrong:
+        assert task.reward(problem, f"<answer>{answer}</answer>") == 0.0, answer
+
+
+def test_a_latex_percent_and_an_escaped_underscore_are_read():
+    from fastslow.tasks.scoring import parse_number
+
+    assert parse_number("10\\%") == parse_number("10%") == 10.0  # "10\\" before: the suffixes' order
+    for text in (r"\boxed{\text{NOT\_SUPPORTED}}", r"\text{NOT\_SUPPORTED}", r"NOT\_SUPPORTED"):
+        assert normalize_label(text, LABELS) == "NOT_SUPPORTED", text
+    assert normalize_label(r"\boxed{\text{SUPPORTED}}", LABELS) == "SUPPORTED"

@@ -16,7 +16,8 @@ from typing import Any
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _NUMBER_RE = re.compile(rf"^{_NUM}$")
 _FRACTION_RE = re.compile(rf"^({_NUM})\s*/\s*({_NUM})$")
-_LATEX_FRAC_RE = re.compile(r"^\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}$")
+# \frac{3}{4}, and LaTeX's one-digit shorthand \frac34 (each argument a single token)
+_LATEX_FRAC_RE = re.compile(r"^\\[dt]?frac\s*(?:\{([^{}]*)\}|(\d))\s*(?:\{([^{}]*)\}|(\d))$")
 _SCI_RE = re.compile(rf"^({_NUM})\s*(?:\*|x|×|·|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{{?\s*([+-]?\d+)\s*\}}?$")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
 # A number token inside free text: optional sign, thousands commas, decimals, exponent, fraction.
@@ -71,12 +72,18 @@ def parse_number(text: Any) -> float | None:
         return None
     s = _unwrap(text)
     s = _THOUSANDS_RE.sub(lambda m: m.group(1).replace(",", ""), s)
-    s = s.removesuffix("%").removesuffix("\\%").strip()
+    s = s.removesuffix("\\%").removesuffix("%").strip()
     if _NUMBER_RE.match(s):
         return _to_float(s)
-    m = _FRACTION_RE.match(s) or _LATEX_FRAC_RE.match(s)
-    if m:
-        num, den = parse_number(m.group(1)), parse_number(m.group(2))
+    if s[:1] in "+-" and s[1:].lstrip().startswith("\\"):  # -\frac{3}{4}
+        inner = parse_number(s[1:])
+        return None if inner is None else (-inner if s[0] == "-" else inner)
+    m = _FRACTION_RE.match(s)
+    parts = m.groups() if m else None
+    if parts is None and (m := _LATEX_FRAC_RE.match(s)):
+        parts = (m.group(1) or m.group(2), m.group(3) or m.group(4))
+    if parts:
+        num, den = parse_number(parts[0]), parse_number(parts[1])
         if num is None or den is None or den == 0:
             return None
         return _to_float(str(num / den))
@@ -119,6 +126,7 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     value = parse_number(tail)
     if value is not None:
         return value, "read the value after the last '='"
+    tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
     numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
     if len(numbers) == 1:
         return numbers[0], "read the only number in the answer"
@@ -191,7 +199,7 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    s = text[:2000].upper()
+    s = text[:2000].replace("\\_", "_").upper()
     whole = label_form(s).strip("_.*`'\"!:;()[]{}")
     if whole in labels:
         return whole
@@ -253,6 +261,8 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     """Structural equality of JSON values; numbers compare with `rel_tol` (1 == 1.0)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b if isinstance(a, bool) and isinstance(b, bool) else False
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b  # integers are exact: 2399815805 is not 2399813805
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True

@@ -106,6 +106,7 @@ def _tokens(text: str) -> list[str] | None:
     s = tidy_unit_text(text).strip().strip(" .,;:`'\"")
     if not s or len(s) > 60:
         return None
+    s = re.sub(r"(?i)\b(giga|mega|kilo|centi|milli|micro|nano)[\s\-·]+(?=(?!per\b)[^\W\d_])", r"\1", s)  # kilo ohms
     s = re.sub(r"(?<=[^\W\d_])[.\-](?=[^\W\d_])", "·", s)  # kg.m/s, newton-seconds
     s = re.sub(r"[()\[\]]", " ", s).replace("/", " / ").replace("·", " ")
     return ["/" if t.lower() == "per" else t for t in s.split()]
@@ -300,6 +301,8 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
     if not isinstance(text, str) or not text.strip():
         return None, None, ""
     s = text.rsplit("=", 1)[-1].strip()[:400]
+    s = re.sub(r"(\*\*|__)(.+?)\1", r"\2", s)  # markdown bold, before "**" means a power
+    s = re.sub(r"(?<=\d)(?:\\,|\u2009|\u202f)(?=\d{3}(?!\d))", "", s)  # 1\,200 thousands
     for junk in ("$", "\\,", "\\ ", "\\!", "~"):
         s = s.replace(junk, " " if junk != "$" else "")
     whole = parse_number(s.strip())
