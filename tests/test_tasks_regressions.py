@@ -470,3 +470,17 @@ def test_a_latex_percent_and_an_escaped_underscore_are_read():
     for text in (r"\boxed{\text{NOT\_SUPPORTED}}", r"\text{NOT\_SUPPORTED}", r"NOT\_SUPPORTED"):
         assert normalize_label(text, LABELS) == "NOT_SUPPORTED", text
     assert normalize_label(r"\boxed{\text{SUPPORTED}}", LABELS) == "SUPPORTED"
+
+
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_the_number_of_hover_documents_says_nothing_about_the_label(name):
+    """The neighbouring chain's documents were shown only for NOT_SUPPORTED claims (but on hard),
+    so the document count alone told the label: 74% right on hover_easy, 62% on hover. Now the
+    majority label of each (hops, documents) cell is right about as often as a coin."""
+    import collections
+
+    problems = get_task(name).problems("train", 1200, seed=0)
+    cells = collections.defaultdict(collections.Counter)
+    for p in problems:
+        cells[p.metadata["hops"], p.metadata["n_docs"]][p.answer] += 1
+    assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56

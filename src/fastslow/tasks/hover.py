@@ -5,11 +5,12 @@ years, linked by functional relations), writes one short evidence document per e
 states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
 Records lies in the Arvale region."). NOT_SUPPORTED claims perturb one hop: either the final
 value is swapped, or the chain is diverted at an intermediate entity so the claimed value is true
-of a *neighbouring* chain whose documents are also shown (a near miss). Labels are balanced.
+of a *neighbouring* chain whose documents are also shown (a near miss). Labels are balanced,
+and the neighbouring chain's documents are shown for half the claims of either label, so their
+count carries no label signal.
 
 `hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, only near-miss
-perturbations (years off by one or two), and a decoy chain shown for SUPPORTED claims as well, so
-the decoy documents carry no label signal.
+perturbations (years off by one or two), and the neighbouring chain shown for every claim.
 """
 
 from __future__ import annotations
@@ -184,9 +185,13 @@ class HoverTask(GeneratedTask):
         ents, rels = chain
         truth = ents[-1]
         decoy = _divert(world, rng, ents, rels)  # a neighbouring chain and the value it ends on
-        use_decoy = label == "NOT_SUPPORTED" and decoy is not None and (hard or rng.random() < 0.5)
+        # The neighbouring chain's documents are shown as often for either label (always on hard),
+        # so their count says nothing: shown for NOT_SUPPORTED claims only, a claim with more
+        # documents was NOT_SUPPORTED (75% right on easy from the count alone, 62% on default).
+        show_decoy = decoy is not None and (hard or rng.random() < 0.5)
+        use_decoy = label == "NOT_SUPPORTED" and show_decoy
         shown = list(dict.fromkeys(ents[:-1]))  # gold documents: e0 .. e_{k-1}
-        if decoy is not None and (use_decoy or hard):
+        if show_decoy:
             shown += [e for e in decoy[1][:-1] if e not in shown]
         pool = [e for e in world.documented() if e not in shown]
         n_distract = {"easy": 2, "default": rng.randint(3, 5), "hard": rng.randint(6, 9)}[self.difficulty]
