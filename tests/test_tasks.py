@@ -473,6 +473,35 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     assert not (parts["train"] & parts["val"]) and not (parts["val"] & parts["test"])
 
 
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_claims_of_one_hotpotqa_item_stay_in_one_split(tmp_path: Path) -> None:
+    """HoVer makes several claims of one HotpotQA item (its 2-4-hop extensions and their mutated
+    NOT_SUPPORTED versions, one `hpqa_id`): carved by claim id, near-duplicates of opposite labels
+    landed in train and val. The hover presets split by `group_column: hpqa_id`."""
+    datasets = pytest.importorskip("datasets")
+    from fastslow.tasks.loaders import HF_PRESETS
+
+    assert HF_PRESETS["hover_real"]["group_column"] == HF_PRESETS["hover_hard_real"]["group_column"] == "hpqa_id"
+    n = 240
+    ds = datasets.Dataset.from_dict({"uid": [f"u{i}" for i in range(n)], "claim": [f"Claim {i}." for i in range(n)],
+                                     "label": [["NOT_SUPPORTED", "SUPPORTED"][i % 2] for i in range(n)],
+                                     "hpqa_id": [f"h{i // 6}" for i in range(n)]})
+    ds.to_parquet(str(tmp_path / "hover.parquet"))
+    common = {"dataset": "parquet", "data_files": {"train": str(tmp_path / "hover.parquet")}, "scorer": "label",
+              "columns": {"prompt": "claim", "answer": "label"}, "id_column": "uid", "split_map": {"train": "train"},
+              "cache_dir": str(tmp_path / "cache")}
+
+    def groups(task: Any) -> dict[str, set[str]]:
+        return {s: {q.metadata["hpqa_id"] for q in task.problems(s, n, seed=0)} for s in SPLITS}
+
+    by_claim = groups(get_task("hf", name="by_claim", **common))
+    assert by_claim["train"] & by_claim["val"]  # what the claim ids' hash did
+    by_item = groups(get_task("hf", name="by_item", group_column="hpqa_id", **common))
+    assert all(by_item.values()) and sum(map(len, by_item.values())) == n // 6
+    assert not (by_item["train"] & by_item["val"]) and not (by_item["val"] & by_item["test"])
+    assert not (by_item["train"] & by_item["test"])
+
+
 def test_codeio_worked_examples_show_question_output_spec_and_input_without_the_program(codeio_dir: Path) -> None:
     """CodeIO's problems carry their reference program, longer than a worked example may be: the
     offline proposer demonstrates them by the question, the output's specification and the given

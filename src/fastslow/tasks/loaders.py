@@ -66,8 +66,12 @@ HF_PRESETS: dict[str, dict[str, Any]] = {
     # hover-nlp/hover is a loading-script dataset, which `datasets` >= 4 refuses to run: read the
     # Hub's Parquet conversion of it instead (the same columns and splits), as GEPA's HoVer
     # benchmark does (untested here: no network).
+    # HoVer builds several claims from one HotpotQA item (2-, 3- and 4-hop extensions, mutated
+    # NOT_SUPPORTED versions), all with its `hpqa_id`: train and val split by it, not by claim,
+    # so no near-duplicate claim (often of the other label) is in both (as DSPy's and GEPA's
+    # HoVer loaders group by it).
     "hover_real": {"dataset": "hover-nlp/hover", "revision": "refs/convert/parquet",
-                   "scorer": "label", "id_column": "uid",
+                   "scorer": "label", "id_column": "uid", "group_column": "hpqa_id",
                    "labels": ("SUPPORTED", "NOT_SUPPORTED"),
                    "columns": {"prompt": "claim", "answer": "label"},
                    "split_map": {"train": "train", "val": "train", "test": "validation"},
@@ -285,7 +289,7 @@ class HFDatasetTask(TableTask):
 
     def __init__(self, dataset: str, *, name: str | None = None, config: str | None = None,
                  columns: Mapping[str, str] | None = None, id_column: str | None = None,
-                 split_map: Mapping[str, str] | None = None, data_files: Any = None,
+                 group_column: str | None = None, split_map: Mapping[str, str] | None = None, data_files: Any = None,
                  revision: str | None = None, cache_dir: str | None = None,
                  scorer: str = "numeric", labels: Sequence[str] | None = None,
                  filters: Mapping[str, Sequence[Any]] | None = None,
@@ -296,7 +300,9 @@ class HFDatasetTask(TableTask):
         self.columns = {"prompt": "prompt", "answer": "answer", **dict(columns or {})}
         self.id_column, self.filters = id_column, dict(filters or {})
         # our splits the map leaves out are carved from the source split our train split reads
-        # (hash partition of the row ids, `_share`), so every split has rows
+        # (hash partition of the row ids, `_share`, or of `group_column`'s values: rows that
+        # share one go to one split), so every split has rows
+        self.group_column = group_column
         given = dict(split_map or {})
         self.split_map = {s: given.get(s, given.get("train", "train")) for s in SPLITS}
         self.prompt_template = prompt_template
@@ -315,14 +321,16 @@ class HFDatasetTask(TableTask):
             problems = validate_rows(self._mapped(ds, source), source, self.name, self.scorer,
                                      REQUIRED_COLUMNS, row_base=0)
             for p in problems:
-                split = ours[0] if len(ours) == 1 else _share(p.id, ours)
+                group = p.metadata.get(self.group_column) if self.group_column else None
+                key = p.id if group is None else f"{self.group_column}={group}"
+                split = ours[0] if len(ours) == 1 else _share(key, ours)
                 groups[split].append(p)
         return groups
 
     def _mapped(self, ds: Any, source: str) -> Iterable[dict[str, Any]]:
         names = list(ds.column_names)
         needed = [self.columns["prompt"], self.columns["answer"], *self.filters,
-                  *([self.id_column] if self.id_column else [])]
+                  *([self.id_column] if self.id_column else []), *([self.group_column] if self.group_column else [])]
         lacking = [c for c in needed if c not in names]
         if lacking:
             raise TaskDataError(f"{source}: missing column(s) {', '.join(lacking)} (found: {', '.join(names)})")
