@@ -754,11 +754,12 @@ def test_the_hover_preset_loads_the_parquet_conversion(tmp_path, monkeypatch):
 
     features = datasets.Features({"uid": datasets.Value("string"), "claim": datasets.Value("string"),
                                   "label": datasets.ClassLabel(names=["NOT_SUPPORTED", "SUPPORTED"]),
-                                  "num_hops": datasets.Value("int32")})
+                                  "num_hops": datasets.Value("int32"), "hpqa_id": datasets.Value("string")})
     for split, n in (("train", 60), ("validation", 12)):
         datasets.Dataset.from_dict({"uid": [f"{split}{i}" for i in range(n)],
                                     "claim": [f"Claim {split} {i}." for i in range(n)],
-                                    "label": [i % 2 for i in range(n)], "num_hops": [2 + i % 3 for i in range(n)]},
+                                    "label": [i % 2 for i in range(n)], "num_hops": [2 + i % 3 for i in range(n)],
+                                    "hpqa_id": [f"{split}-item{i // 3}" for i in range(n)]},
                                    features=features).to_parquet(str(tmp_path / f"{split}.parquet"))
     real, calls = datasets.load_dataset, []
 
@@ -775,6 +776,8 @@ def test_the_hover_preset_loads_the_parquet_conversion(tmp_path, monkeypatch):
     assert all(rows.values())
     assert {p.id.split("-", 1)[1].rstrip("0123456789") for p in rows["test"]} == {"validation"}
     assert sum(map(len, rows.values())) == sum(1 for n in (60, 12) for i in range(n) if 2 + i % 3 >= 3)
+    items = {s: {q.metadata["hpqa_id"] for q in rows[s]} for s in SPLITS}  # one item's claims, one split
+    assert not (items["train"] & items["val"])
     p = rows["train"][0]
     assert p.task == "hover_hard" and p.prompt.startswith("Is the following claim supported")
     assert "SUPPORTED or NOT_SUPPORTED" in p.prompt and "<answer></answer>" in p.prompt
