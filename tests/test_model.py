@@ -740,6 +740,22 @@ def test_converted_logits_match_gguf(smollm2: tuple[Path, Any]) -> None:
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
+def test_converted_tokenizer_splits_text_as_llama_cpp_does_on_the_same_gguf(smollm2: tuple[Path, Any]) -> None:
+    """The GGUF names SmolLM2's pre-tokenizer ("smollm": every digit split off first), which
+    transformers' converter ignored: whitespace runs before a digit ("\\n\\n1.", "a  1") came out
+    as pieces the model never saw (llama.cpp on the same file: one piece)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from fastslow.model.convert import find_smollm2_gguf
+
+    llm = llama_cpp.Llama(model_path=str(find_smollm2_gguf()), vocab_only=True, verbose=False)
+    tok = load_tokenizer(smollm2[0])
+    for text in ("Steps:\n\n1. Read the claim.", "a  1", "x = [1,  2,   3]", "\n    10,\n        20,",
+                 "Calculate 12345 + 9.", "<answer>NOT_SUPPORTED</answer>"):
+        assert tok(text, add_special_tokens=False)["input_ids"] == llm.tokenize(text.encode(), add_bos=False,
+                                                                                 special=True), text
+    assert tok.convert_ids_to_tokens(tok("a  1", add_special_tokens=False)["input_ids"]) == ["a", "ĠĠ", "1"]
+
+
 def test_converted_trains(smollm2: tuple[Path, Any]) -> None:
     out, _ = smollm2
     model = load_model(out, dtype="float32")

@@ -75,6 +75,14 @@ def _set_padding(tokenizer: Any) -> Any:
     return tokenizer
 
 
+def _gguf_pre_tokenizer(path: Path) -> str | None:
+    """The GGUF's `tokenizer.ggml.pre`: the name of the pre-tokenizer llama.cpp splits text with."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(str(path)).fields.get("tokenizer.ggml.pre")
+    return None if field is None else str(field.contents())
+
+
 @functools.lru_cache(maxsize=1)
 def _gguf_tokenizer_cached(gguf_path: str) -> Any:
     from transformers import AutoTokenizer
@@ -83,6 +91,15 @@ def _gguf_tokenizer_cached(gguf_path: str) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     if not getattr(tokenizer, "chat_template", None):
         raise RuntimeError(f"{path.name} carries no chat template")
+    if _gguf_pre_tokenizer(path) == "smollm":
+        # transformers builds GPT-2's byte-level splitter whatever the GGUF names; SmolLM2's own
+        # tokenizer (and llama.cpp's "smollm") splits every digit off first. Without it a run of
+        # whitespace before a digit ("\n\n1.", "a  1") came out as pieces the model never saw.
+        from tokenizers import pre_tokenizers
+
+        tokenizer.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
     return _set_padding(tokenizer)
 
 
