@@ -564,12 +564,28 @@ def test_task_names_are_checked_under_every_data_source_against_what_it_can_buil
      "experiments.plasticity.init.experiment: 'plasticity' is this experiment; name the one whose runs it starts"),
     ({"efficiency": {"variants": {"lr2": {"slow": {"lr": 2e-6}}}}},
      "experiments.radar.init.experiment: 'efficiency' has no default-variant run to start from (its variants: lr2)"),
+    # GEPA-only runs train no weights: planning stopped on a final_weights input no rule makes
+    ({"mine": {"tasks": ["hover"], "methods": ["rl"], "cycles": 1, "init": {"experiment": "radar"}}},
+     "experiments.mine.init.experiment: 'radar' has only GEPA-only runs, which train no weights to start from"),
+    ({"mine": {"tasks": ["hover"], "methods": ["rl"], "cycles": 1,
+               "init": {"experiment": "ceiling", "methods": ["gepa"]}}},
+     "experiments.mine.init.methods[0]: expected one of 'rl', 'fst', 'fst_distill', got 'gepa'"),
 ])
 def test_an_init_that_finds_no_run_says_why(experiments, expected):
     with pytest.raises(ConfigError) as info:
         load_config(ROOT / "config" / "config.yaml", overrides={"experiments": experiments})
     assert str(info.value).startswith(f"config error: {expected}"), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_an_init_from_an_experiment_with_gepa_only_runs_starts_from_its_trained_runs_only():
+    """The ceiling experiment runs GEPA-only and FST-distill: starting from it takes the latter
+    (a GEPA-only run keeps its initial weights, and no rule makes its final ones)."""
+    from fastslow.experiments import expand
+
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"mine": {
+        "tasks": ["hover"], "methods": ["rl"], "cycles": 1, "init": {"experiment": "ceiling", "include_base": False}}}})
+    assert {r.init for r in expand(cfg).values() if r.experiment == "mine"} == {"ceiling/fst_distill/hover-default-s0"}
 
 
 @pytest.mark.parametrize("name", ["foundation", "figures"])

@@ -183,6 +183,10 @@ def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: d
         named = sorted({r.variant for r in runs.values() if r.experiment == name})
         return (f"{where}.init.experiment: {name!r} has no default-variant run to start from "
                 f"({'its variants: ' + ', '.join(named) if named else 'it has no runs'})")
+    if not any(r.trains for r in own):
+        return (f"{where}.init.experiment: {name!r} has only GEPA-only runs, which train no weights "
+                f"to start from")
+    own = [r for r in own if r.trains]
     tasks = sorted({r.schedule[-1] for r in own})
     methods = sorted({r.method for r in own}, key=METHODS.index)
     return (f"{where}.init: {name!r} has no default-variant run of methods {src.get('methods', list(METHODS))} "
@@ -240,8 +244,9 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
         if "init" in exp:
             src = exp["init"]
             inits = [None] if src.get("include_base", True) else []
+            # a GEPA-only run trains no weights: no final weights to start from (`final_weights`)
             src_runs = [r for r in runs.values() if r.experiment == src["experiment"]
-                        and r.method in src.get("methods", METHODS)
+                        and r.method in src.get("methods", METHODS) and r.trains
                         and r.schedule[-1] in src.get("tasks", [r.schedule[-1]])
                         and r.variant == "default"]
             if not src_runs:
