@@ -537,10 +537,11 @@ class _Unread(dict):
 @pytest.mark.parametrize("method", ["rl", "gepa"])
 def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_dir, tmp_path, monkeypatch):
     """A cycle job's params are what its method's cycle reads (a change of any other setting
-    reran it for nothing): rl's leave out `fast` (no round) but pool_size, gepa's `slow` (frozen
-    weights) but steps_per_cycle. Each cycle runs here, the second from the first, with every
-    left-out key poison (reading one whole, or using one, fails): they are unread. rl's slow steps
-    are stubbed (they see only SlowConfig, the slow section); gepa's round runs on the tiny model."""
+    reran it for nothing): rl's leave out `fast` (no round) but pool_size, all of `generation`
+    (the round's sampling) and model.dtype, gepa's `slow` (frozen weights) but steps_per_cycle.
+    Each cycle runs here, the second from the first, with every left-out key poison (reading one
+    whole, or using one, fails): they are unread. rl's slow steps are stubbed (they see only
+    SlowConfig, the slow section); gepa's round runs on the tiny model."""
     from slow_toys import stub_slow_steps_and_write_math
 
     from fastslow.config import resolve_sample_dtype
@@ -549,12 +550,14 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
 
     config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
     spec = RunSpec(experiment="e", method=method, name="math-default-s0", schedule=("math", "math"), seed=0)
-    (section, kept), = CYCLE_READS[method].items()
+    reads = CYCLE_READS[method]
     params = spec.cycle_params(config, ("model", "generation", "seed_context", "slow", "fast"))
-    assert set(params[section]) == set(kept) and params[section] != spec.settings(config)[section]
-    assert {k: v for k, v in params.items() if k != section} == \
-        {k: v for k, v in spec.settings(config).items() if k in params and k != section}
-    config[section] = _Unread(config[section], kept)
+    for section, kept in reads.items():
+        assert set(params[section]) == set(kept) and params[section] != spec.settings(config)[section]
+    assert {k: v for k, v in params.items() if k not in reads} == \
+        {k: v for k, v in spec.settings(config).items() if k in params and k not in reads}
+    for section, kept in reads.items():
+        config[section] = _Unread(config[section], kept)
     prev = None
     for cycle in (0, 1):
         summary = run_cycle(spec, config, cycle, tiny_model_dir, prev, train, tmp_path / f"cycle{cycle}")
@@ -563,10 +566,12 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
         assert summary["fast_dtype"] == (None if method == "rl" else resolve_sample_dtype(
             config["fast"]["dtype"], config["model"]["dtype"])) and summary["fast_dtype"] != "bfloat16_if_native"
         prev = tmp_path / f"cycle{cycle}"
-    # fst reads both: nothing left out
+    # fst reads them all: nothing left out
     fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
-    config[section] = dict(dict.items(config[section]))
-    assert fst.cycle_params(config, ("slow", "fast")) == {k: fst.settings(config)[k] for k in ("slow", "fast")}
+    for section in reads:
+        config[section] = dict(dict.items(config[section]))
+    sections = ("model", "generation", "slow", "fast")
+    assert fst.cycle_params(config, sections) == {k: fst.settings(config)[k] for k in sections}
 
 
 def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:
@@ -592,16 +597,18 @@ def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.Complete
 
 @pytest.mark.workflow
 def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
-    """`--config fast='{max_metric_calls: {light: 24}}'` reran RL-only cycles (no fast round) and
-    `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights): each now reruns only the cycles that read
-    it, FST's (and fst_distill's) both."""
+    """`--config fast='{max_metric_calls: {light: 24}}'` reran RL-only cycles (no fast round),
+    `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights) and `generation='{batch_size: 3}'`
+    (the round's sampling batches) RL-only ones: each now reruns only the cycles that read it, FST's
+    (and fst_distill's) both."""
     rl, gepa = "results/runs/efficiency/rl/math-default-s0", "results/runs/ceiling/gepa/hover-default-s0"
     fst, distill = "results/runs/efficiency/fst/math-default-s0", "results/runs/ceiling/fst_distill/hover-default-s0"
     targets = [f"{run}/cycle{c}/cycle.json" for run in (rl, fst) for c in (0, 1)] + \
         [f"{run}/cycle0/cycle.json" for run in (gepa, distill)]
     planned: dict[str, set[str]] = {}
     for name, extra in {"nothing": [], "budget": ["--config", "fast={max_metric_calls: {light: 24}}"],
-                        "lr": ["--config", "slow={lr: 3e-5}"]}.items():
+                        "lr": ["--config", "slow={lr: 3e-5}"],
+                        "round_batch": ["--config", "generation={batch_size: 3}"]}.items():
         out = _touched(tmp_path / name, targets, *extra)
         assert out.returncode == 0, out.stderr[-3000:]
         outputs = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
@@ -610,3 +617,4 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     assert planned["nothing"] == set()
     assert planned["budget"] == {t for t in targets if t.startswith((fst, gepa, distill))}
     assert planned["lr"] == {t for t in targets if t.startswith((rl, fst, distill))}
+    assert planned["round_batch"] == {t for t in targets if t.startswith((fst, gepa, distill))}

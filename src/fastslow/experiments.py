@@ -44,7 +44,9 @@ CYCLES, CYCLES_PER_STAGE = 4, 2
 #: which uses it only for the RL step's problems fst's reuse_in_slow gives it).
 #: tests/test_workflow.py runs each cycle with the other keys poisoned.
 CYCLE_READS: dict[str, dict[str, tuple[str, ...]]] = {
-    "rl": {"fast": ("pool_size",)},
+    # nor any `generation` key (the round's sampling) or model.dtype (the round's sampling dtype):
+    # its RL steps sample with `slow`'s settings and train fp32 master weights
+    "rl": {"fast": ("pool_size",), "generation": (), "model": ("base",)},
     "gepa": {"slow": ("steps_per_cycle",)},
 }
 
