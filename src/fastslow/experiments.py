@@ -149,6 +149,8 @@ def _same_training(spec: RunSpec, other: RunSpec, config: dict[str, Any]) -> boo
     from fastslow.config import job_params
 
     # what the method's jobs read: an rl run's fast settings (but K = 1) change none of its jobs
+    # (its evaluations sample with `generation` and `model`, which CYCLE_READS leaves out of its
+    # cycles, but those sections are global: no experiment or variant overrides them)
     mine, theirs = spec.settings(config), other.settings(config)
     mine, theirs = (_read_by(spec.method, job_params(s, list(s))) for s in (mine, theirs))
     mine_div = mine.get("evaluation", {}).pop("divergence", True)
