@@ -480,6 +480,25 @@ def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, trac
     assert run.info.status == "FAILED" and run.data.tags["fastslow.error"] == "ValueError: bad"
 
 
+def test_a_store_refusing_the_jobs_config_at_its_start_costs_a_log_line_not_the_job(tracking, monkeypatch, caplog):
+    """The config artifact and params were logged after the run opened but outside the block that
+    closes it: a store refusing them failed the job before its work and left the run RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    path, info = tracking
+
+    def refused(*args, **kwargs):
+        raise ConnectionError("mlflow.cluster:5000 refused the connection")
+
+    monkeypatch.setattr(MlflowClient, "log_dict", refused)
+    with job_run(rule="evaluate", wildcards={"task": "math"}, config={"slow": {"lr": 1e-6}}, tracking_json=path) as tr:
+        tr.log_metrics({"mean_at_k": 0.25})
+    (run,) = _runs(info, "evaluate/task=math")
+    assert run.info.status == "FINISHED" and run.data.metrics == {"mean_at_k": 0.25}
+    assert run.data.tags["fastslow.logging_failures"].startswith("log_config: ConnectionError")
+    assert "log_config failed, not logged (the job goes on)" in caplog.text
+
+
 def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd):
     """Jobs side by side interleave their lines on the console: each line there names its job
     (rule, run key, other wildcards). The job's log file is its own: its lines go without."""

@@ -210,6 +210,15 @@ class JobTracker:
             _retry(self.client.log_batch, self.run_id, metrics=items)
 
     @_best_effort
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The job's resolved config, as an artifact and (flattened) as the run's params."""
+        from mlflow.entities import Param
+
+        _retry(self.client.log_dict, self.run_id, dict(config), "config.resolved.json")
+        params = flatten(config)
+        _retry(self.client.log_batch, self.run_id, params=[Param(k, v) for k, v in params.items()])  # 100 a call
+
+    @_best_effort
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
@@ -337,11 +346,6 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
         raise RuntimeError(deleted_experiment(info["experiment"], exp_id, info["tracking_uri"])) from None
     run_id = run.info.run_id
     tracker = JobTracker(client, run_id)
-    _retry(client.log_dict, run_id, dict(config), "config.resolved.json")
-    params = flatten(config)
-    from mlflow.entities import Param
-
-    _retry(client.log_batch, run_id, params=[Param(k, v) for k, v in params.items()])  # it sends 100 at a time
 
     def _on_signal(signum, frame):  # noqa: ARG001
         def close() -> None:
@@ -364,6 +368,9 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     old_handlers = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS
                     if signal.getsignal(s) != signal.SIG_IGN}
     try:
+        # best effort, as all logging once the run is open, and under the stop handlers: a store
+        # failing (or a stop signal) here failed the job and left its run RUNNING
+        tracker.log_config(config)
         yield tracker
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
