@@ -596,6 +596,19 @@ def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.Complete
 
 
 @pytest.mark.workflow
+def test_renaming_a_shared_runs_variant_redraws_its_curves_table_and_nothing_else(tmp_path):
+    """The reuse experiment's no_reuse run is efficiency's FST math run (shared): renamed, it reads
+    the same files, so the curves table kept the old name in its rows (Fig 10's labels). The
+    table's params now name each run's labels: it alone is rebuilt."""
+    target = "results/tables/curves/reuse.parquet"
+    out = _touched(tmp_path, [target], "--config", "experiments={reuse: {variants: {no_reuse: null, plain: {}}}}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    planned = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
+               for p in line.split(":", 1)[1].split(",")}
+    assert planned == {target}, out.stdout[-3000:]
+
+
+@pytest.mark.workflow
 def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     """`--config fast='{max_metric_calls: {light: 24}}'` reran RL-only cycles (no fast round),
     `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights) and `generation='{batch_size: 3}'`

@@ -120,6 +120,15 @@ def curves_inputs(wc):
             "cycles": layout.experiment_cycle_files(RUNS, wc.experiment, tasks=tasks)}
 
 
+def curves_labels(wc):
+    """What a curves table's rows say of each run beyond its files (a shared run reads another
+    run's files, so renaming its variant changed no input): its key, the run it reads, variant,
+    seed and init."""
+    tasks = wc.tasks.split("+") if "tasks" in wc.keys() else None
+    return sorted((s.key, s.source, s.variant, s.seed, s.init or "base")
+                  for s in layout.experiment_runs(RUNS, wc.experiment, tasks).values())
+
+
 rule curves:
     # One tidy table per experiment: every evaluation point of every run.
     input:
@@ -127,6 +136,7 @@ rule curves:
         tracking=ancient(tracking("{experiment}")),
     params:
         code=library_code("curves.py"),
+        labels=curves_labels,
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.parquet",
     log:
@@ -145,6 +155,7 @@ rule curves_on_tasks:
         tracking=ancient(tracking("{experiment}")),
     params:
         code=library_code("curves.py"),
+        labels=curves_labels,
     output:
         f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.parquet",
     log:
