@@ -695,6 +695,19 @@ def test_a_rotary_model_past_its_positions_warns_once_and_generates(tiny_model: 
     assert len(warned) == 1 and "(config max_position_embeddings)" in warned[0]
 
 
+def test_a_row_map_without_its_batch_width_refuses_to_follow_compaction() -> None:
+    """Without a width it took the rows kept for the batch: select([1, 3]) raised IndexError, and
+    other selections mapped log-probs or draws onto the wrong rows."""
+    from fastslow.model.generation import _RowMap
+
+    with pytest.raises(ValueError, match="only with its batch's width"):
+        _RowMap().select(torch.tensor([1, 3]))
+    rows = _RowMap(4)
+    rows.select(torch.tensor([1, 3]))
+    rows.select(torch.tensor([1]))
+    assert rows.rows.tolist() == [3]
+
+
 def test_split_completion_stops_at_eos() -> None:
     assert _split_completion([5, 6, 2, 2, 2], {2}) == ([5, 6, 2], "stop")
     assert _split_completion([5, 6, 7], {2}) == ([5, 6, 7], "length")

@@ -484,3 +484,12 @@ def test_the_number_of_hover_documents_says_nothing_about_the_label(name):
     for p in problems:
         cells[p.metadata["hops"], p.metadata["n_docs"]][p.answer] += 1
     assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56
+
+
+def test_physics_feedback_names_a_tolerance_under_half_a_percent():
+    """`{tol:.0%}` said "tolerance 0%" for rel_tol 0.004: false feedback the fast loop learns from."""
+    task, p = get_task("physics"), physics_problem(100.0, "m")
+    p.metadata["rel_tol"] = 0.004
+    assert "(tolerance 0.4%)" in task.feedback(p, "<answer>101 m</answer>")
+    p.metadata["rel_tol"] = 0.02
+    assert "(tolerance 2%)" in task.feedback(p, "<answer>110 m</answer>")

@@ -203,7 +203,9 @@ class _RowMap:
         """Only the current rows at positions `keep` go on."""
         import torch
 
-        current = self.rows if self.rows is not None else torch.arange(self.width or len(keep))
+        if self.rows is None and self.width is None:  # len(keep) would be the rows kept, not the batch's
+            raise ValueError("a row map follows compaction only with its batch's width (rows=...)")
+        current = self.rows if self.rows is not None else torch.arange(self.width)
         self.rows = current[keep.to(current.device)]
 
 

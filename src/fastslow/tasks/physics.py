@@ -350,5 +350,5 @@ class PhysicsTask(GeneratedTask):
         if not ok:
             direction = "too high" if compared > expected_value else "too low"
             notes.insert(0, f"Your value {sig(compared)} {unit} is {direction} by {err:.1%} "
-                         f"(tolerance {tol:.0%}).")
+                         f"(tolerance {tol * 100:.2g}%).")
         return Judgement(float(ok), problem.answer, raw, notes)
