@@ -28,6 +28,28 @@ def test_umask_is_read_without_changing_it(mask):
     assert umask() == mask
 
 
+def test_what_an_atomic_write_renames_is_on_disk_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
+    """Renamed without a sync, a node crash could leave a complete-looking empty or truncated
+    output (the rename reached the disk, the data not). Every file and directory written is synced
+    before the rename, the directory holding the output after it."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("sync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "weights.bin").write_bytes(b"w" * 10)
+        (tmp / "sub" / "config.json").write_text("{}")
+        written = [str(tmp / "weights.bin"), str(tmp / "sub" / "config.json"), str(tmp / "sub"), str(tmp)]
+    renamed = events.index(("replace", str(tmp_path / "model")))
+    assert sorted(path for _, path in events[:renamed]) == sorted(written)
+    assert events[renamed + 1:] == [("sync", str(tmp_path))]
+    events.clear()
+    write_json({"a": 1}, tmp_path / "cycle.json")
+    assert [kind for kind, _ in events] == ["sync", "replace", "sync"] and events[-1] == ("sync", str(tmp_path))
+
+
 def test_atomic_outputs_get_the_modes_of_a_plain_write(tmp_path, mask):
     """A directory output (model, final weights) gets mkdir's mode, not mkdtemp's 0700, and a
     file output open()'s: collaborators on a shared file system can read both."""

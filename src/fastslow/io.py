@@ -71,6 +71,30 @@ def _plain_modes(root: Path) -> None:
         fix(root, file_mode)
 
 
+def _fsync(path: Path) -> None:
+    """Flush `path` (a file, or a directory's entries) to the disk; a file system that cannot
+    sync a directory (some network ones refuse it) is left as it is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(root: Path) -> None:
+    """Every file under `root` (or `root` itself), then the directories that name them, on disk."""
+    if root.is_dir():
+        for dirpath, _, filenames in os.walk(root):
+            for name in filenames:
+                _fsync(Path(dirpath, name))
+            _fsync(Path(dirpath))
+    elif root.exists():
+        _fsync(root)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success rename it to `path` (replacing it).
@@ -84,7 +108,11 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
 
     Temporaries an earlier process left for the same `path` (it was killed: SIGKILL, or a signal
     whose handler ends the process without unwinding, as `fastslow.tracking.job_run`'s does) are
-    removed first."""
+    removed first.
+
+    What is renamed is on disk first, and so is the rename (the files, then their directory, are
+    fsynced): after a machine or node crash a finished output is whole or absent, never a
+    complete-looking empty or truncated file whose job Snakemake records as done."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Safe because one path has one writer at a time: Snakemake never runs two jobs with the same
@@ -99,12 +127,14 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     try:
         yield target
         _plain_modes(target)
+        _sync_tree(target)
         if is_dir:
             if path.exists():
                 shutil.rmtree(path)
             os.replace(tmp, path)
         else:
             os.replace(target, path)
+        _fsync(path.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
