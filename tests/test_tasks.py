@@ -617,3 +617,24 @@ def test_the_workflows_own_split_files_are_valid_task_files(tmp_path: Path) -> N
     assert "task" in pl.read_parquet(path).columns
     task = load_task_file(path)
     assert {p.id for split in SPLITS for p in task.problems(split, 6, seed=0)} == {p.id for p in problems}
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_a_hub_datasets_repeated_rows_are_dropped_with_a_warning(tmp_path: Path) -> None:
+    """A Hub dataset with a row repeated (Polaris merges two sources) stopped its task_data job:
+    the splits' check asked to 'drop one', which a user cannot do to a Hub dataset. The loader keeps
+    the first and says how many it dropped."""
+    datasets = pytest.importorskip("datasets")
+    from fastslow.tasks.data import write_splits
+
+    rows = [(f"What is {i} + 1?", str(i + 1)) for i in range(30)] + [("What is 3 + 1?", "4")] * 2
+    datasets.Dataset.from_dict({"problem": [q for q, _ in rows], "answer": [a for _, a in rows]}).to_parquet(
+        str(tmp_path / "math.parquet"))
+    options = {"dataset": "parquet", "data_files": {"train": str(tmp_path / "math.parquet")},
+               "columns": {"prompt": "problem", "answer": "answer"}, "cache_dir": str(tmp_path / "cache"),
+               "name": "polaris_local"}
+    with pytest.warns(UserWarning, match=r"polaris_local: 2 rows of parquet repeat an earlier row's prompt and answer"):
+        paths = write_splits("hf", tmp_path / "out", {"train": 30, "val": 30, "test": 30}, 0, **options)
+    import polars as pl
+
+    assert sum(pl.read_parquet(p).height for p in paths.values()) == 30

@@ -35,7 +35,7 @@ from fastslow.tasks.base import (
     TaskDataError,
     extract_answer,
 )
-from fastslow.tasks.generated import SPLIT_FRACTIONS, split_of, stable_int
+from fastslow.tasks.generated import SPLIT_FRACTIONS, content_digest, split_of, stable_int
 from fastslow.tasks.scoring import (
     extract_number,
     label_form,
@@ -313,6 +313,8 @@ class HFDatasetTask(TableTask):
         from datasets import load_dataset  # heavy import, and only paper-scale runs need it
 
         groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
+        seen: set[str] = set()  # a Hub dataset's repeated rows: the first kept (the splits' check refuses them)
+        dropped = 0
         for hf_split in sorted(set(self.split_map.values())):
             ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
             ds = load_dataset(self.dataset, self.config, split=hf_split, data_files=self.data_files,
@@ -321,10 +323,18 @@ class HFDatasetTask(TableTask):
             problems = validate_rows(self._mapped(ds, source), source, self.name, self.scorer,
                                      REQUIRED_COLUMNS, row_base=0)
             for p in problems:
+                digest = content_digest(p.prompt, p.answer)
+                if digest in seen:
+                    dropped += 1
+                    continue
+                seen.add(digest)
                 group = p.metadata.get(self.group_column) if self.group_column else None
                 key = p.id if group is None else f"{self.group_column}={group}"
                 split = ours[0] if len(ours) == 1 else _share(key, ours)
                 groups[split].append(p)
+        if dropped:
+            warnings.warn(f"{self.name}: {dropped} rows of {self.dataset} repeat an earlier row's prompt and "
+                          f"answer; dropped (each problem is trained and evaluated on once)", stacklevel=2)
         return groups
 
     def _mapped(self, ds: Any, source: str) -> Iterable[dict[str, Any]]:
