@@ -493,3 +493,14 @@ def test_physics_feedback_names_a_tolerance_under_half_a_percent():
     assert "(tolerance 0.4%)" in task.feedback(p, "<answer>101 m</answer>")
     p.metadata["rel_tol"] = 0.02
     assert "(tolerance 2%)" in task.feedback(p, "<answer>110 m</answer>")
+
+
+def test_the_article_a_is_no_label_a():
+    """A multiple-choice file task (labels A-D): "C, a prime" named both C and A (the article),
+    so a right answer scored 0."""
+    labels = ("A", "B", "C", "D")
+    assert normalize_label("C, a prime", labels) == "C"
+    assert normalize_label("Option C: a prime number", labels) == "C"
+    assert normalize_label("The answer is (b).", labels) == "B"
+    assert normalize_label("a", labels) == normalize_label("A", labels) == "A"
+    assert normalize_label("B or C", labels) is None

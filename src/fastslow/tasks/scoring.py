@@ -199,7 +199,8 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    s = text[:2000].replace("\\_", "_").upper()
+    t = text[:2000].replace("\\_", "_")
+    s = t.upper()
     whole = label_form(s).strip("_.*`'\"!:;()[]{}")
     if whole in labels:
         return whole
@@ -210,6 +211,8 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
         return None
     found = set()
     for m in re.finditer(rf"(?<![A-Z0-9_\-])(?:{parts})(?![A-Z0-9_\-])", s):
+        if m.end() - m.start() == 1 and len(t) == len(s) and t[m.start()] == "a":
+            continue  # the article is no label A: "C, a prime" is C
         if _negated(s[:m.start()]):
             return None
         found.add(label_form(m.group(0)))
