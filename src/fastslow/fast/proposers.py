@@ -375,8 +375,9 @@ class FeedbackEditor:
         present = {_key(d.problem) for d in doc.demos}
         # Earlier failures first; this minibatch's own failures only after them (their answers
         # would make the acceptance test on this minibatch look better than it is).
-        pool = [pid for pid in self.bank if pid not in batch and pid not in self.private]
-        pool += [pid for pid in self.bank if pid in failed_ids and pid not in self.private]
+        banked = [pid for pid in self.bank if pid not in self.private]
+        pool = [pid for pid in banked if pid not in batch]
+        pool += [pid for pid in banked if pid in failed_ids]
         # Near misses (right answer, wrong format) first: their working is the model's own.
         pool.sort(key=lambda pid: pid not in self.near_misses)
         demos = {pid: self.demo(pid) for pid in pool}
@@ -388,7 +389,8 @@ class FeedbackEditor:
     def _with_format_rule(self, doc: ContextDoc, batch: set[str]) -> ContextDoc:
         # The example shows the shape of a real answer, from a problem outside the minibatch
         # (and outside the private ones).
-        answers = [p.answer.strip() for pid, p in self.problems.items() if pid not in batch and pid not in self.private]
+        hidden = batch | self.private
+        answers = [p.answer.strip() for pid, p in self.problems.items() if pid not in hidden]
         example = next((a for a in answers if 0 < len(a) <= 80), answers[0][:80] if answers else "42")
         rule = f"{FORMAT_RULE_PREFIX}, for example <answer>{example}</answer>. Put only the final answer inside the tags."
         return _with_rule(doc, rule, self.max_rules, front=True) or doc

@@ -64,6 +64,8 @@ _NAMES = {
 }
 _WORD_PREFIXES = {"giga": "G", "mega": "M", "kilo": "k", "centi": "c", "milli": "m", "micro": "μ",
                   "nano": "n"}
+#: A spoken prefix written apart from its unit ("kilo ohms", "kilo-joules"), joined to it.
+_PREFIX_APART_RE = re.compile(rf"(?i)\b({'|'.join(_WORD_PREFIXES)})[\s\-·]+(?=(?!per\b)[^\W\d_])")
 #: Glued products, case-exact ("nm" is a nanometre, "Nm" a newton metre) and any-case.
 _GLUED = {"Nm": "N·m", "Ns": "N·s", "Wh": "W·h", "kWh": "kW·h"}
 _GLUED_ANYCASE = {"kph": "km/h", "kmh": "km/h", "kmph": "km/h", "mps": "m/s", "kwh": "kW·h",
@@ -106,7 +108,7 @@ def _tokens(text: str) -> list[str] | None:
     s = tidy_unit_text(text).strip().strip(" .,;:`'\"")
     if not s or len(s) > 60:
         return None
-    s = re.sub(r"(?i)\b(giga|mega|kilo|centi|milli|micro|nano)[\s\-·]+(?=(?!per\b)[^\W\d_])", r"\1", s)  # kilo ohms
+    s = _PREFIX_APART_RE.sub(r"\1", s)  # kilo ohms
     s = re.sub(r"(?<=[^\W\d_])[.\-](?=[^\W\d_])", "·", s)  # kg.m/s, newton-seconds
     s = re.sub(r"[()\[\]]", " ", s).replace("/", " / ").replace("·", " ")
     return ["/" if t.lower() == "per" else t for t in s.split()]
