@@ -606,6 +606,45 @@ def test_a_continual_sequence_lists_each_task_once():
     assert "\n" not in str(info.value)
 
 
+def test_an_experiments_tasks_list_each_task_once():
+    """`tasks: [math, math]` made one run per entry under the same key: the second silently
+    replaced the first, so the experiment had fewer runs than it listed."""
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml",
+                    overrides={"experiments": {"efficiency": {"tasks": ["math", "hover", "math"]}}})
+    assert str(info.value) == ("config error: experiments.efficiency.tasks: ['math', 'hover', 'math'] "
+                               "has non-unique elements")
+
+
+def _init_pairs(overrides: dict) -> list[tuple[int, int]]:
+    """(seed of each plasticity run started from an efficiency run, that source run's seed)."""
+    from fastslow.experiments import expand
+
+    runs = expand(load_config(ROOT / "config" / "config.yaml", overrides={"experiments": overrides}))
+    return [(r.seed, runs[r.init].seed) for r in runs.values()
+            if r.experiment == "plasticity" and r.init is not None]
+
+
+def test_seed_s_of_a_run_from_another_experiments_weights_starts_from_its_seed_s_runs():
+    """Runs that start from another experiment's checkpoints took every source seed in every seed:
+    with seeds [0, 1] on both sides, each plasticity seed started from both efficiency seeds, so
+    the seeds were not independent repeats (and twice the runs were trained)."""
+    two_seeds = {"efficiency": {"seeds": [0, 1]}, "plasticity": {"seeds": [0, 1]}}
+    pairs = _init_pairs(two_seeds)
+    assert pairs and all(seed == source for seed, source in pairs), pairs
+    assert sorted(pairs) == [(0, 0)] * 2 + [(1, 1)] * 2  # from efficiency's RL and FST math runs
+    # asked for, every seed from every source run
+    crossed = _init_pairs({**two_seeds, "plasticity": {"seeds": [0, 1], "init": {"pair_seeds": False}}})
+    assert sorted(crossed) == sorted([(s, t) for s in (0, 1) for t in (0, 1)] * 2)
+    # one checkpoint per method, three repeats from it: only unpaired
+    with pytest.raises(ConfigError) as info:
+        _init_pairs({"plasticity": {"seeds": [0, 1, 2]}})
+    assert str(info.value).startswith("config error: experiments.plasticity.seeds: [1, 2] have no run of "
+                                      "'efficiency' to start from (its runs' seeds: [0]); add the seeds there, "
+                                      "or set experiments.plasticity.init.pair_seeds: false"), str(info.value)
+    assert len(_init_pairs({"plasticity": {"seeds": [0, 1, 2], "init": {"pair_seeds": False}}})) == 6
+
+
 @pytest.mark.parametrize(("experiment", "expected"), [
     # tasks beside a sequence were ignored (one continual run through the sequence)
     ({"continual": {"tasks": ["math"]}},

@@ -244,9 +244,13 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             return [(t,) * (cycles or own_cycles) for t in exp["tasks"]]  # noqa: B023
 
         eval_tasks = tuple(dict.fromkeys(seq)) if seq is not None else ()
-        inits: list[str | None] = [None]
+        seeds = exp.get("seeds", [0])
+        # (source run, its seed): None is the base model, which every seed starts from
+        inits: list[tuple[str, int] | None] = [None]
+        pair_seeds = True
         if "init" in exp:
             src = exp["init"]
+            pair_seeds = src.get("pair_seeds", True)
             inits = [None] if src.get("include_base", True) else []
             # a GEPA-only run trains no weights: no final weights to start from (`final_weights`)
             src_runs = [r for r in runs.values() if r.experiment == src["experiment"]
@@ -255,7 +259,13 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                         and r.variant == "default"]
             if not src_runs:
                 raise _err(_no_init_runs(where, exp_name, src, config.get("experiments", {}), runs))
-            inits += [r.source for r in src_runs]
+            if pair_seeds:  # seed s starts from the source runs of seed s: independent repeats
+                missing = sorted(set(seeds) - {r.seed for r in src_runs})
+                if missing:
+                    raise _err(f"{where}.seeds: {missing} have no run of {src['experiment']!r} to start from "
+                               f"(its runs' seeds: {sorted({r.seed for r in src_runs})}); add the seeds there, "
+                               f"or set {where}.init.pair_seeds: false to start every seed from every source run")
+            inits += [(r.source, r.seed) for r in src_runs]
         # null drops a variant: an overlay (paper.yaml over config.yaml) can only merge into the map.
         variants = {k: v for k, v in (exp.get("variants") or {}).items() if v is not None} or {"default": {}}
         for method in exp["methods"]:
@@ -272,15 +282,21 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                                        "set that instead"))
                 overrides = deep_update(copy.deepcopy(exp.get("overrides", {})), overrides)
                 cycles = overrides.pop(count, None)
-                for seed in exp.get("seeds", [0]):
+                for seed in seeds:
                     for schedule in schedules(cycles):
-                        for init in inits:
+                        for source in inits:
+                            if source is not None and pair_seeds and source[1] != seed:
+                                continue
+                            init = None if source is None else source[0]
                             stem = ".".join(dict.fromkeys(schedule))
                             prefix = "" if init is None else "from_" + init.replace("/", "_") + "-"
                             name = f"{prefix}{stem}-{variant}-s{seed}"
                             spec = RunSpec(exp_name, method, name, schedule, seed, variant,
                                            overrides, init, eval_tasks or (schedule[0],),
                                            exp.get("eval_init", True), exp.get("eval_every", 1))
+                            if spec.key in runs:  # the schema's uniqueItems should have caught it
+                                raise _err(f"{where}: run {spec.key} is defined twice; list each task, "
+                                           f"method and seed once")
                             runs[spec.key] = _share(spec, runs, config)
     return runs
 
