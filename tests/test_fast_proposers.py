@@ -107,16 +107,16 @@ def test_a_round_keeps_its_validation_answers_out_of_the_feedback_editors_edits(
     """run_round names its validation problems (and the next RL steps') private to the editor."""
     import fastslow.fast.round as round_module
 
-    seen = []
+    made = []  # the editors the round really used (not only what it passed make_proposer)
     real = round_module.make_proposer
     monkeypatch.setattr(round_module, "make_proposer",
-                        lambda *args, **kwargs: seen.append(args[4] if len(args) > 4 else kwargs["private"])
-                        or real(*args, **kwargs))
+                        lambda *args, **kwargs: made.append(real(*args, **kwargs)) or made[-1])
     val = TASK.problems("val", 4, 0)
     run_round(Pool.seed(["Solve."], k=1), ScriptedGenerator(), TASK, TRAIN, val,
               FastConfig(pool_size=1, max_metric_calls=20, minibatch_size=2), 0, tmp_path, log=lambda _m: None,
               slow_problems=TRAIN[:1], slow_samples=1)
-    assert seen == [{p.id for p in val[:3]} | {TRAIN[0].id}]
+    assert all(isinstance(p, FeedbackEditor) for p in made)
+    assert [set(p.private) for p in made] == [{p.id for p in val[:3]} | {TRAIN[0].id}]
 
 
 def test_near_miss_working() -> None:

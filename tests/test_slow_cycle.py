@@ -350,14 +350,44 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
                                                             rel=1e-4, abs=1e-4)
 
 
+def _loss_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """Record each TRL loss call that had sampling log-probs: (behaviour_logps, the old log-probs
+    TRL's loss read), both as they stood when the loss returned."""
+    from trl import GRPOTrainer
+
+    calls: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+    real = GRPOTrainer._compute_loss
+
+    def spy(self, model, inputs):
+        out = real(self, model, inputs)
+        if "behaviour_logps" in inputs:
+            old = inputs.get("old_per_token_logps")
+            calls.append((inputs["behaviour_logps"].clone(), None if old is None else old.detach().clone()))
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", spy)
+    return calls
+
+
+def _assert_loss_took_the_samplers_logps(calls: list[tuple[torch.Tensor, torch.Tensor | None]]) -> None:
+    """CISPO's weight pi_theta / pi_old used the sampler's log-probs as pi_old on every reused token
+    (the logged `reused_is_weight` alone is computed beside the loss, not by it)."""
+    assert calls
+    for behaviour, old in calls:
+        known = ~torch.isnan(behaviour)
+        assert known.any() and old is not None
+        assert torch.equal(old[known].float(), behaviour[known])
+
+
 def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_weight(
-        tiny_model_dir: Path, tmp_path: Path) -> None:
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """fast.reuse_steps = 2 of T = 3: the round sampled the first two steps' rows with the cycle's
     initial weights and their own log-probs. Both steps train on them, each rollout once (the
     second step does not take the first's again), and the third generates. The first step's
     weights are the sampler's: pi_theta / pi_behaviour is 1 on every reused token. The second
     step's weights moved (one update at lr 1e-3, no warm-up): its weight on the same kind of
     rollouts is not 1, and CISPO's loss uses it (no clipping needed to tell)."""
+    losses = _loss_spy(monkeypatch)
     cfg = dataclasses.replace(_cfg(3), bf16=False, warmup_steps=0)
     task, cfg, problems, step, keys, gens, given = _first_step_sampled(tiny_model_dir, steps=2, shift=0.0, cfg=cfg)
     result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
@@ -366,6 +396,7 @@ def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_wei
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(1.0, abs=1e-3)
     assert abs(result.metrics[1]["reused_is_weight"] - 1.0) > 1e-3, result.metrics[1]["reused_is_weight"]
     assert math.isnan(result.metrics[2]["reused_is_weight"])
+    _assert_loss_took_the_samplers_logps(losses)
     import polars as pl
 
     rollouts = pl.read_parquet(result.rollouts_path)
@@ -422,6 +453,7 @@ def test_steps_per_generation_samples_a_blocks_rollouts_once_and_the_later_steps
     import polars as pl
 
     calls = _sampling_spy(monkeypatch)
+    losses = _loss_spy(monkeypatch)
     task = LengthTask()
     problems = task.problems("train", 6, 0)
     cfg = dataclasses.replace(_cfg(3), bf16=False, warmup_steps=0, steps_per_generation=2)
@@ -435,6 +467,7 @@ def test_steps_per_generation_samples_a_blocks_rollouts_once_and_the_later_steps
     assert result.metrics[0]["generated_tokens_per_s"] > 0 and math.isnan(result.metrics[1]["generated_tokens_per_s"])
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(1.0, abs=1e-3)
     assert abs(result.metrics[1]["reused_is_weight"] - 1.0) > 1e-3, result.metrics[1]["reused_is_weight"]
+    _assert_loss_took_the_samplers_logps(losses)
     rollouts = pl.read_parquet(result.rollouts_path)
     by_step = {s: rollouts.filter(pl.col("step") == s) for s in range(3)}
     for first, call in ((0, calls[0]), (2, calls[1])):
