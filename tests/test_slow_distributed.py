@@ -158,6 +158,29 @@ def test_launched_fst_distill_is_refused(monkeypatch, tmp_path) -> None:
         run_cycle(spec, {}, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
 
 
+def test_a_deepspeed_strategy_is_refused_before_the_round(monkeypatch, tmp_path) -> None:
+    """FASTSLOW_ACCELERATE_STRATEGY=zero3 (a config the profile ships): every rank refused it in
+    the slow loop, after the cycle's fast round had run. The cycle refuses it first thing."""
+    from fastslow.config import load_config
+    from fastslow.cycle import ENV_TRAIN_PROCESSES, run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.launch import ENV_STRATEGY
+
+    monkeypatch.setenv(ENV_TRAIN_PROCESSES, "2")
+    monkeypatch.setenv(ENV_STRATEGY, "zero3")
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    with pytest.raises(ValueError) as err:
+        run_cycle(spec, config, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+    assert str(err.value).startswith("accelerate config ") and str(err.value).endswith(
+        "zero3.yaml is DeepSpeed (distributed_type: DEEPSPEED), which the slow loop does not support: "
+        "set FASTSLOW_ACCELERATE_STRATEGY=fsdp2 or ddp")
+    monkeypatch.setenv(ENV_STRATEGY, "ddp")  # on to the (missing) files
+    with pytest.raises(Exception) as err:
+        run_cycle(spec, config, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+    assert "DeepSpeed" not in str(err.value)
+
+
 def test_rollouts_that_do_not_split_over_the_ranks_are_refused_before_the_round(monkeypatch, tmp_path) -> None:
     """FASTSLOW_TRAIN_GPUS=3 on the paper config (P*G = 256 rollouts a step): the training ranks
     refused it only after the cycle's fast round, on each of SLURM's three attempts. The cycle now

@@ -6,7 +6,8 @@ Debian's slurm-wlm and munge if missing), runs the foundation smoke DAG through
 that every output table equals a plain local run's. It stops the daemons it started.
 
 It is skipped, with the reason, where SLURM cannot run (not root, no apt-get, daemons fail); set
-FASTSLOW_REQUIRE_SLURM=1 (as .ci/run does) to make those a failure instead.
+FASTSLOW_REQUIRE_SLURM=1 to make those a failure instead (.ci/run, the README's test command, does
+not: a fresh machine without root still passes; pytest's -ra summary names the skip).
 """
 
 from __future__ import annotations

@@ -132,10 +132,12 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
             tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
-        if processes > 1:  # P*G must split over the ranks: refused now, not after the fast round
+        if processes > 1:  # P*G must split over the ranks, and a strategy the loop runs: refused
+            from fastslow.launch import check_training_strategy  # now, not after the fast round
             from fastslow.slow.trainer import per_rank_batches
 
             per_rank_batches(slow_cfg, processes)
+            check_training_strategy()
         if spec.method == "fst_distill":  # one GPU: a model too large for it is refused now, too
             from fastslow.slow.distill import device_memory_check
 

@@ -119,6 +119,20 @@ def accelerate_config(strategy: str | None = None, root: str | Path | None = Non
     return path
 
 
+def check_training_strategy(strategy: str | None = None, root: str | Path | None = None) -> Path:
+    """The accelerate config the slow loop's ranks will launch with, refused now if it is DeepSpeed
+    (its engine steps the optimiser inside backward(); our loop steps it itself), so a cycle job
+    stops before its fast round rather than in every rank after it."""
+    import yaml
+
+    path = accelerate_config(strategy, root)
+    kind = (yaml.safe_load(path.read_text()) or {}).get("distributed_type")
+    if str(kind).upper() == "DEEPSPEED":
+        raise ValueError(f"accelerate config {path} is DeepSpeed (distributed_type: {kind}), which the slow loop "
+                         f"does not support: set {ENV_STRATEGY}=fsdp2 or ddp")
+    return path
+
+
 def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,
                   config_file: str | Path | None = None, port: int | None = None,
                   python: str | None = None, accelerate_args: Sequence[str] = ()) -> list[str]:

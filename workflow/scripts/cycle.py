@@ -1,5 +1,5 @@
-"""One FST cycle of one run (rules `cycle` and `cycle_frozen`); a job given more than one GPU
-runs its slow steps through `accelerate launch` (see `fastslow.cycle`)."""
+"""One FST cycle of one run (rules `cycle`, `cycle_distill` and `cycle_frozen`); a job given more
+than one GPU runs its slow steps through `accelerate launch` (see `fastslow.cycle`)."""
 
 from pathlib import Path
 
