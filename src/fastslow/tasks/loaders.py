@@ -63,6 +63,9 @@ HF_PRESETS: dict[str, dict[str, Any]] = {
     "polaris": {"dataset": "POLARIS-Project/Polaris-Dataset-53K", "scorer": "numeric",
                 "columns": {"prompt": "problem", "answer": "answer"}},
     # HoVer's test labels are hidden: train/val share its train split, test is its validation.
+    # Closed-book (our choice): the prompt is the claim alone, without HoVer's evidence documents
+    # (GEPA's HoVer benchmark retrieves them); hover_hard_real's 3- and 4-hop claims are our reading
+    # of the paper's HoVer-hard.
     # hover-nlp/hover is a loading-script dataset, which `datasets` >= 4 refuses to run: read the
     # Hub's Parquet conversion of it instead (the same columns and splits), as GEPA's HoVer
     # benchmark does (untested here: no network).
