@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,55 @@ def test_gguf_tokenizer_padding_and_template() -> None:
     assert "Hello" in text and text.rstrip().endswith("assistant")
     tok.padding_side = "right"  # a copy per call: the cached tokenizer is untouched
     assert load_gguf_tokenizer().padding_side == "left"
+
+
+def test_a_converted_gguf_tokenizer_is_loaded_from_the_cache_by_the_next_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Converting SmolLM2's GGUF tokenizer takes ~10 s, in every job that builds the tiny model
+    and every test process: the first conversion is saved under the cache directory and a new
+    process (here: the per-process cache cleared) loads it instead, tokenizing alike. A copy that
+    cannot be read is converted again and replaced; another GGUF file is another entry."""
+    monkeypatch.setenv("FASTSLOW_CACHE_DIR", str(tmp_path))
+    texts = ["  12345 apples\n\n1. x", "a  1", "Ünïcödé ✓ 漢字", "<answer>42</answer>"]
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]
+
+    def seen(tok: Any) -> tuple:
+        return ([tok(t)["input_ids"] for t in texts], tok.apply_chat_template(chat, tokenize=False),
+                type(tok), tok.padding_side, tok.pad_token_id, len(tok))
+
+    convert._gguf_tokenizer_cached.cache_clear()
+    try:
+        converted = load_gguf_tokenizer()
+        [entry] = (tmp_path / "gguf-tokenizers").iterdir()
+        assert (entry / ".complete").is_file() and (entry / "tokenizer.json").is_file()
+
+        def refuse(path: Path) -> Any:
+            raise AssertionError("converted again")
+
+        monkeypatch.setattr(convert, "_convert_gguf_tokenizer", refuse)
+        convert._gguf_tokenizer_cached.cache_clear()
+        assert seen(load_gguf_tokenizer()) == seen(converted)
+        # a broken copy: converted again and put back
+        (entry / "tokenizer.json").write_text("{")
+        calls = []
+        monkeypatch.setattr(convert, "_convert_gguf_tokenizer", lambda path: calls.append(path) or converted)
+        convert._gguf_tokenizer_cached.cache_clear()
+        assert seen(load_gguf_tokenizer()) == seen(converted) and len(calls) == 1
+        monkeypatch.setattr(convert, "_convert_gguf_tokenizer", refuse)
+        convert._gguf_tokenizer_cached.cache_clear()
+        assert seen(load_gguf_tokenizer()) == seen(converted)
+        # the key follows the file: one rewritten in place (another mtime or size) is another entry
+        other = tmp_path / "other.gguf"
+        other.write_bytes(b"GGUF")
+        keys = [convert._tokenizer_cache_key(other)]
+        os.utime(other, ns=(0, 10**9))
+        keys.append(convert._tokenizer_cache_key(other))
+        other.write_bytes(b"GGUF!")
+        os.utime(other, ns=(0, 10**9))
+        keys.append(convert._tokenizer_cache_key(other))
+        assert len(set(keys)) == 3 and entry.name not in keys
+    finally:
+        convert._gguf_tokenizer_cached.cache_clear()
 
 
 def test_encode_matches_render(tokenizer: Any) -> None:

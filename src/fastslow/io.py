@@ -95,6 +95,14 @@ def _sync_tree(root: Path) -> None:
         _fsync(root)
 
 
+def cache_root() -> Path:
+    """fastslow's cache directory: $FASTSLOW_CACHE_DIR, else ``$XDG_CACHE_HOME/fastslow`` (else
+    ``~/.cache/fastslow``). What is kept there only saves time: a cache that cannot be read or
+    written is only slower."""
+    return Path(os.environ.get("FASTSLOW_CACHE_DIR")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastslow")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling of `path`; on success rename it to `path` (replacing it).

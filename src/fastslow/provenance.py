@@ -95,9 +95,9 @@ class _Cache:
     ``~/.cache/fastslow``); a cache that cannot be read or written is only slower."""
 
     def __init__(self) -> None:
-        root = os.environ.get("FASTSLOW_CACHE_DIR") or \
-            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastslow"
-        self.path = Path(root) / "code-digests.json"
+        from fastslow.io import cache_root
+
+        self.path = cache_root() / "code-digests.json"
         try:
             entries = json.loads(self.path.read_text())
         except (OSError, ValueError):

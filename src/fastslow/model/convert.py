@@ -83,11 +83,62 @@ def _gguf_pre_tokenizer(path: Path) -> str | None:
     return None if field is None else str(field.contents())
 
 
+#: Bump when the conversion below changes in a way its source digest cannot see.
+TOKENIZER_CACHE_VERSION = 1
+
+
+def _tokenizer_cache_key(path: Path) -> str:
+    """What a converted GGUF tokenizer depends on: the file (path, size, mtime), the versions of
+    the libraries converting it, and this module's source (the conversion's own fixes)."""
+    import hashlib
+
+    import tokenizers
+    import transformers
+
+    stat = path.stat()
+    parts = [TOKENIZER_CACHE_VERSION, str(path), stat.st_size, stat.st_mtime_ns, transformers.__version__,
+             tokenizers.__version__, hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
 @functools.lru_cache(maxsize=1)
 def _gguf_tokenizer_cached(gguf_path: str) -> Any:
+    """The converted tokenizer, from fastslow's cache directory when an earlier process converted
+    the same file with the same code (converting takes ~10 s, loading the saved one ~0.3 s; every
+    job that builds the tiny model, and every test process, converts SmolLM2's), else converted
+    and saved there. The saved form is what every job loads anyway: the base model's directory
+    holds the tokenizer as `save_pretrained` wrote it."""
+    import tempfile
+
     from transformers import AutoTokenizer
 
+    from fastslow.io import cache_root
+
     path = Path(gguf_path)
+    cached = cache_root() / "gguf-tokenizers" / _tokenizer_cache_key(path)
+    if (cached / ".complete").is_file():
+        try:
+            return _set_padding(AutoTokenizer.from_pretrained(str(cached)))
+        except (OSError, ValueError):  # unreadable: replaced below
+            shutil.rmtree(cached, ignore_errors=True)
+    tokenizer = _convert_gguf_tokenizer(path)
+    try:  # several processes may convert at once: each saves aside, the first rename wins
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cached.name}.", dir=cached.parent))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / ".complete").touch()
+        try:
+            tmp.rename(cached)
+        except OSError:  # another process's copy is in place
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass  # a cache that cannot be written is only slower
+    return tokenizer
+
+
+def _convert_gguf_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     if not getattr(tokenizer, "chat_template", None):
         raise RuntimeError(f"{path.name} carries no chat template")
