@@ -579,7 +579,21 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
 def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:
     """`targets` marked as built (every output of their jobs made empty, then Snakemake's
     `--touch` records each job's params), then a dry run of them with `extra` arguments."""
-    common = [*targets, *SMOKE, "--cores", "1", "--directory", str(work), "--snakefile", str(ROOT / "Snakefile")]
+    _touch(work, targets)
+    return _dry_run_touched(work, targets, *extra)
+
+
+def _common(work: Path, targets: list[str]) -> list[str]:
+    return [*targets, *SMOKE, "--cores", "1", "--directory", str(work), "--snakefile", str(ROOT / "Snakefile")]
+
+
+def _dry_run_touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the files' own store
+    return snakemake("-n", *_common(work, targets), *extra, env=env)
+
+
+def _touch(work: Path, targets: list[str]) -> None:
+    common = _common(work, targets)
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the files' own store
     plan = snakemake("-n", *common, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -594,7 +608,6 @@ def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.Complete
                                     if path.name == "experiment.json" else "")
     touch = snakemake("--touch", "--forceall", "--notemp", *common, env=env)
     assert touch.returncode == 0, touch.stderr[-3000:]
-    return snakemake("-n", *common, *extra, env=env)
 
 
 @pytest.mark.workflow
@@ -621,10 +634,11 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     targets = [f"{run}/cycle{c}/cycle.json" for run in (rl, fst) for c in (0, 1)] + \
         [f"{run}/cycle0/cycle.json" for run in (gepa, distill)]
     planned: dict[str, set[str]] = {}
+    _touch(tmp_path, targets)  # dry runs only from here: each sees the same built state
     for name, extra in {"nothing": [], "budget": ["--config", "fast={max_metric_calls: {light: 24}}"],
                         "lr": ["--config", "slow={lr: 3e-5}"],
                         "round_batch": ["--config", "generation={batch_size: 3}"]}.items():
-        out = _touched(tmp_path / name, targets, *extra)
+        out = _dry_run_touched(tmp_path, targets, *extra)
         assert out.returncode == 0, out.stderr[-3000:]
         outputs = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
                    for p in line.split(":", 1)[1].split(",")}
