@@ -38,8 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: Scheduling (pyproject's addopts, `-n 2 --dist loadfile`): each test file runs on one worker.
 #: pytest-xdist starts files in order of their test count, largest first (its default
-#: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (a ~110-job
-#: Snakemake DAG on `--cores 2`, then a short test) starts among the last, after the SLURM and workflow
+#: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (one test: a
+#: ~110-job Snakemake DAG on `--cores 2`) starts among the last, after the SLURM and workflow
 #: DAGs, and has both cores mostly to itself. Measured on this 2-core machine (2026-11-26, one
 #: run each): 15 min 7 s that way; 16 min 4 s with the longest files started first
 #: (`--no-loadscope-reorder`), the every-figure DAG taking 890 s instead of 485 s beside the SLURM
@@ -49,34 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
 TIE_ORDER = ("test_workflow_figures.py", "test_config.py", "test_slurm.py", "test_resume.py",
              "test_workflow.py", "test_mlflow_server.py", "test_slow_distributed.py",
              "test_fast_llama_server.py")
-
-
-#: Files whose first test nothing is queued behind. xdist hands a worker its next file while it
-#: still has two tests to go (a worker runs a test only once it knows the next one, or is told to
-#: stop), so two one-test files waited ~50 s behind the every-figure DAG on its worker while the
-#: other worker, its files done, sat idle (measured 2026-12-03). Such a file needs a second test:
-#: the worker runs the first knowing the second, and takes its next file while the second runs.
-ALONE = ("test_workflow_figures.py",)
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadfile` (pyproject's addopts) as xdist schedules it, but a worker still to run
-    an ALONE file's first test takes no further file while another worker can (other `--dist`
-    modes: xdist's own)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class Scheduling(LoadFileScheduling):
-        def _reschedule(self, node: Any) -> None:
-            busy = any(scope.endswith(ALONE) and list(tests.values()).count(False) >= 2
-                       for scope, tests in self.assigned_work.get(node, {}).items())
-            others = [n for n in self.nodes if n is not node and not n.shutting_down]
-            if busy and self.workqueue and others:
-                return  # the other worker takes it when it is ready, or this one after the DAG
-            super()._reschedule(node)
-
-    return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,8 +1,7 @@
 """The whole smoke DAG: every figure, table and report from a tiny random model.
 
-In its own file so that, under `pytest -n 2 --dist loadfile`, the ~7-minute DAG runs on one
-worker; xdist starts it among the last files, when the rest is nearly done, and queues no other
-file behind it (tests/conftest.py: ALONE, which is why the file has a second test).
+In its own file so that, under `pytest -n 2 --dist loadfile`, this ~8-minute test runs on one
+worker; xdist starts it among the last files, when the rest is nearly done (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -23,22 +21,15 @@ from test_workflow import ROOT, SMOKE, snakemake, workflow_copy
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The whole smoke DAG (about 110 jobs), base model and task data included, built in a fresh
-    copy of the workflow: the default target, all."""
-    work = workflow_copy(tmp_path_factory.mktemp("every_figure"))
-    out = snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500)
-    assert out.returncode == 0, out.stderr[-6000:]
-    return work
-
-
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_smoke_builds_every_figure_and_table(built: Path) -> None:
+def test_smoke_builds_every_figure_and_table(tmp_path):
     """Every figure, the claims and channel tables and the pool reports, from a tiny random model:
-    the whole DAG really runs, and the figure jobs record what they plotted."""
-    work = built
+    the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted.
+    Builds everything, base model and task data included, in a fresh copy of the workflow."""
+    work = workflow_copy(tmp_path)
+    out = snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500)  # the default target: all
+    assert out.returncode == 0, out.stderr[-6000:]
     for fig in FIGURES:
         pdf, png = work / fig, work / fig.replace(".pdf", ".png")
         assert pdf.read_bytes()[:5] == b"%PDF-" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
@@ -144,12 +135,6 @@ def test_smoke_builds_every_figure_and_table(built: Path) -> None:
     assert continual and all(r.info.run_id in listed.stdout for r in continual)
     assert sum(len(line.split()) > 1 and line.split()[1] in by_id for line in listed.stdout.splitlines()) == len(continual)
 
-
-@pytest.mark.workflow
-def test_the_built_dag_reports_and_reads_the_accelerate_configs_as_cycle_code(built: Path, tmp_path: Path) -> None:
-    """After the whole smoke DAG (run after the test above: xdist hands this file's worker its
-    next file only once the DAG is done, tests/conftest.py)."""
-    work = built
     # snakemake --report: one self-contained HTML page with the figures, claims and pool pages
     out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
