@@ -407,9 +407,7 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
     """config/own_task.yaml (the README's recipe): the task's splits come from the user's file,
     FST trains and is evaluated on it, and a newer file makes its splits out of date."""
     overlay = tmp_path / "one_cycle.yaml"
-    # own_task.yaml's light budget of 100 cut to the smoke runs' 12, as its header says for smoke scale
-    overlay.write_text("experiments: {efficiency: {methods: [fst], cycles: 1}}\n"
-                       "fast: {max_metric_calls: {light: 12}}\n")
+    overlay.write_text("experiments: {efficiency: {methods: [fst], cycles: 1}}\n")
     configs = [*SMOKE, "config/own_task.yaml", str(overlay)]
     out = snakemake("results/tables/curves/efficiency.parquet", "--cores", "2", *configs,
                     cwd=smoke_workdir, timeout=900)
