@@ -413,12 +413,36 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: [{**r, "splt": "test"} for r in rows],
      "unknown column(s) 'splt'; expected id, prompt, answer, split, metadata"),
     (lambda rows: rows[:2] + [{**rows[2], "prompt": 42}] + rows[3:], "row 3: prompt: expected text, got int 42"),
+    # written as their repr, answers no model gives: the task scored 0 whatever it learnt
+    (lambda rows: rows[:1] + [{**rows[1], "answer": [1, 2]}] + rows[2:], "row 2: answer: expected text or a number, got list [1, 2]"),
+    (lambda rows: rows[:1] + [{**rows[1], "answer": True}] + rows[2:], "row 2: answer: expected text or a number, got bool True"),
+    (lambda rows: rows[:1] + [{**rows[1], "answer": float("nan")}] + rows[2:], "row 2: answer: expected text or a number, got float nan"),
+    (lambda rows: rows[:1] + [{**rows[1], "id": [0]}] + rows[2:], "row 2: id: expected text or an integer, got list [0]"),
+    # a source's own split name in the metadata decided the split, or crashed with KeyError
+    (lambda rows: rows[:4] + [{**rows[4], "metadata": {"split": "validation"}}] + rows[5:],
+     "row 5: metadata key 'split' ('validation') is reserved; give the row's split in the split column"),
+    (lambda rows: rows[:4] + [{**rows[4], "metadata": {"split": "test"}}] + rows[5:], "row 5: metadata key 'split'"),
 ])
 def test_bad_user_files_fail_with_one_line(tmp_path: Path, mutate, reason: str) -> None:
     path = _jsonl(tmp_path / "bad.jsonl", mutate(_rows(8)))
     with pytest.raises(ValueError) as err:
         load_task_file(path)
     assert str(path) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_file_task_reads_numbers_a_bom_and_its_split_column_beside_a_metadata_split(tmp_path: Path) -> None:
+    """Integer and float answers and integer ids are read as text; a JSONL file saved with a
+    byte-order mark (Windows' 'UTF-8') is read, not called invalid JSON on row 1; a split column
+    decides the split even where the metadata names one."""
+    rows = [{"id": i, "prompt": f"What is {i} + 1? <answer></answer>", "answer": i + 1 if i % 2 else i + 1.5,
+             "split": "test" if i == 0 else "train", "metadata": {"split": "validation"}} for i in range(6)]
+    path = tmp_path / "bom.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8-sig")
+    assert path.read_bytes()[:3] == b"\xef\xbb\xbf"
+    task = load_task_file(path, scorer="numeric")
+    assert [p.id for p in task.rows()["test"]] == ["0"]
+    assert sorted((p.id, p.answer) for p in task.rows()["train"]) == [
+        ("1", "2"), ("2", "3.5"), ("3", "4"), ("4", "5.5"), ("5", "6")]
 
 
 def test_bad_utf8_and_bad_files(tmp_path: Path) -> None:

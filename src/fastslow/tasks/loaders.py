@@ -19,6 +19,7 @@ as in the math task, falling back to exact for non-numeric answers such as "\\fr
 from __future__ import annotations
 
 import json
+import math
 import random
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -185,6 +186,11 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
             values[col] = v
         if values["id"] is None or str(values["id"]).strip() == "":
             raise TaskDataError(f"{where}: empty id")
+        for col, kinds in (("id", "text or an integer"), ("answer", "text or a number")):
+            v = values[col]  # anything else was written as its repr ('[1, 2]', 'True', 'nan')
+            if v is not None and not (isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+                                      or (col == "answer" and isinstance(v, float) and math.isfinite(v))):
+                raise TaskDataError(f"{where}: {col}: expected {kinds}, got {type(v).__name__} {v!r:.60}")
         pid = str(values["id"]).strip()
         if pid in seen:
             raise TaskDataError(f"{where}: duplicate id {pid[:60]!r} (first seen in row {seen[pid]})")
@@ -206,6 +212,9 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
             raise TaskDataError(f"{where}: metadata is not valid JSON") from None
         if not isinstance(meta, dict):
             raise TaskDataError(f"{where}: metadata must be a JSON object")
+        if "split" in meta and split is None:  # it decided the row's split; a source's own name crashed
+            raise TaskDataError(f"{where}: metadata key 'split' ({meta['split']!r:.40}) is reserved; "
+                                f"give the row's split in the split column ({', '.join(SPLITS)})")
         for text in (pid, values["prompt"], str(values["answer"])):
             if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # lone surrogates: undecodable input
                 raise TaskDataError(f"{where}: text is not valid UTF-8 (lone surrogate)")
@@ -265,7 +274,7 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
         with path.open("rb") as fh:
             for lineno, line in enumerate(fh, start=1):
                 try:
-                    text = line.decode("utf-8")
+                    text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")  # a leading BOM too
                 except UnicodeDecodeError as exc:
                     raise TaskDataError(f"{path}: row {lineno}: not valid UTF-8 "
                                         f"({exc.reason} at byte {exc.start})") from None
