@@ -57,6 +57,11 @@ BAD = [
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "prompt_template": "Improve: <curr_param>"}}},
      "fast.reflection.prompt_template: Missing placeholder(s) in prompt template: <side_info>"),
     ({"fast": {"reflection": {"api_key_env": "MY-KEY"}}}, "fast.reflection.api_key_env"),
+    # keys the chosen kind never reads were dropped: a local model's URL, an endpoint's model path
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "base_url": "http://h:8000/v1"}}},
+     "fast.reflection.base_url: 'http://h:8000/v1' is not read by reflection kind 'hf' (openai and litellm only); remove it"),
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "litellm", "model": "openai/m", "path": "/models/m"}}},
+     "fast.reflection.path: '/models/m' is not read by reflection kind 'litellm' (hf only); remove it"),
     ({"fast": {"reflection": {"max_tokens": 0}}}, "fast.reflection.max_tokens: expected an integer >= 1, got 0"),
     ({"fast": {"max_metric_calls": {"light": 0}}}, "fast.max_metric_calls.light"),
     ({"fast": {"format_credit": 1.0}}, "fast.format_credit"),
@@ -419,6 +424,29 @@ def test_reflection_settings_reach_the_reflection_model(monkeypatch):
     proposer = make_proposer(FastConfig(proposer="reflective", reflection=refl), [], lambda _m: None)
     assert proposer.reflector.reflection_prompt_template == "Improve <curr_param> given <side_info>"
     assert proposer.reflector.lm.model == "m"
+
+
+def test_a_litellm_reflection_model_reaches_the_endpoint_and_key_it_is_given(monkeypatch):
+    """kind litellm with base_url: the URL was dropped and every call went to the hosted provider
+    (its cost, or an auth error) instead of the self-hosted endpoint. It is litellm's api_base now,
+    and api_key_env its api_key; neither set, litellm's own defaults (nothing passed)."""
+    from fastslow.fast.proposers import build_reflection_lm
+
+    def settings(**extra):
+        cfg = deep_update(copy.deepcopy(_default()), {"fast": {"proposer": "reflective", "reflection": {
+            "kind": "litellm", "model": "openai/served-model", **extra}}})
+        return validate_config(cfg)["fast"]["reflection"]
+
+    monkeypatch.setenv("MY_KEY", "secret")
+    lm = build_reflection_lm(settings(base_url="http://localhost:8000/v1", api_key_env="MY_KEY", max_tokens=64))
+    assert lm.model == "openai/served-model"
+    assert {k: lm.completion_kwargs.get(k) for k in ("api_base", "api_key", "max_tokens", "timeout")} == {
+        "api_base": "http://localhost:8000/v1", "api_key": "secret", "max_tokens": 64, "timeout": 60.0}
+    plain = build_reflection_lm(settings())
+    assert "api_base" not in plain.completion_kwargs and "api_key" not in plain.completion_kwargs
+    monkeypatch.delenv("MY_KEY")
+    with pytest.raises(ValueError, match=r"^fast\.reflection\.api_key_env: the environment variable MY_KEY is not set$"):
+        build_reflection_lm(settings(api_key_env="MY_KEY"))
 
 
 def test_a_task_of_your_own_from_a_file(tmp_path, monkeypatch):

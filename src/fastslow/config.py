@@ -300,6 +300,13 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 raise ConfigError(
                     f"config error: fast.reflection.{key}: required for reflection kind {refl['kind']!r}"
                 )
+        # a key the kind never reads was silently dropped (an hf model's base_url, an endpoint's path)
+        readers = {"base_url": ("openai", "litellm"), "api_key_env": ("openai", "litellm"),
+                   "model": ("openai", "litellm"), "path": ("hf",)}
+        for key, kinds in readers.items():
+            if key in refl and refl["kind"] not in kinds:
+                raise ConfigError(f"config error: fast.reflection.{key}: {refl[key]!r} is not read by reflection "
+                                  f"kind {refl['kind']!r} ({' and '.join(kinds)} only); remove it")
         problem = prompt_template_error(refl.get("prompt_template"))
         if problem:
             raise ConfigError(f"config error: {problem}")

@@ -548,8 +548,16 @@ def build_reflection_lm(settings: Mapping[str, Any]) -> LanguageModel:
     if kind == "litellm":
         from gepa.lm import LM  # imports litellm only when called
 
+        extra: dict[str, Any] = {}
+        if settings.get("base_url"):  # a self-hosted endpoint of the provider named in `model`
+            extra["api_base"] = settings["base_url"]
+        if settings.get("api_key_env"):  # else litellm reads its provider's own variable
+            name = settings["api_key_env"]
+            if not os.environ.get(name):
+                raise ValueError(f"fast.reflection.api_key_env: the environment variable {name} is not set")
+            extra["api_key"] = os.environ[name]
         return LM(settings["model"], temperature=temperature, max_tokens=max_tokens, num_retries=1,
-                  timeout=timeout)
+                  timeout=timeout, **extra)
     if kind == "hf":
         return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature)
     raise ValueError(f"fast.reflection.kind must be openai, litellm or hf, got {kind!r}")
