@@ -122,6 +122,27 @@ def test_cli_prints_the_command():
     assert out.stdout.split()[-4:] == ["-m", "fastslow.slow.train", "--spec", "j.json"]
 
 
+@pytest.mark.parametrize(("argv", "env", "expected"), [
+    (["--print", "--gpus", "-1", "fastslow.slow.train"], {}, "gpus must be >= 0, got -1"),
+    (["--print", "--gpus", "2", "fastslow/slow/train.py"], {}, "not a module name: 'fastslow/slow/train.py'"),
+    (["--print", "--gpus", "2", "fastslow.slow.train"], {"FASTSLOW_ACCELERATE_STRATEGY": "fsdp"},
+     "unknown accelerate strategy 'fsdp' (from $FASTSLOW_ACCELERATE_STRATEGY): expected one of ['ddp', 'fsdp2', 'zero3']"),
+    (["--gpus", "4", "fastslow.slow.train"], {"CUDA_VISIBLE_DEVICES": "0"},
+     "4 GPUs requested but CUDA_VISIBLE_DEVICES shows 1"),
+    (["--print", "--gpus", "2", "--config-file", "nope.yaml", "fastslow.slow.train"], {},
+     "--config-file: no such file 'nope.yaml'"),
+])
+def test_the_cli_names_a_bad_value_in_one_line(argv, env, expected, monkeypatch, capsys):
+    """These were tracebacks (the functions' messages, uncaught); now argparse's error line."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_info:
+        launch.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.strip().splitlines()[-1] == f"python -m fastslow.launch: error: {expected}", err
+
+
 @pytest.mark.parametrize("name", sorted(launch.STRATEGIES))
 def test_shipped_configs_load_in_accelerate(name):
     from accelerate.commands.config.config_args import load_config_from_file

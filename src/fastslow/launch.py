@@ -260,15 +260,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (after --)")
     ns = parser.parse_args(argv)
     args = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
-    gpus = ns.gpus if ns.gpus is not None else (visible_gpus() or 0)
-    if ns.dry:
-        print(shlex.join(build_command(ns.module, args, gpus=gpus, strategy=ns.strategy,
-                                       config_file=ns.config_file)))
-        return 0
-    try:
+    if ns.config_file is not None and not Path(ns.config_file).is_file():
+        parser.error(f"--config-file: no such file {ns.config_file!r}")
+    try:  # a bad value is one line naming it (argparse's usage line and exit status 2), no traceback
+        gpus = ns.gpus if ns.gpus is not None else (visible_gpus() or 0)
+        if ns.dry:
+            print(shlex.join(build_command(ns.module, args, gpus=gpus, strategy=ns.strategy,
+                                           config_file=ns.config_file)))
+            return 0
         launch(ns.module, args, gpus=gpus, strategy=ns.strategy, config_file=ns.config_file)
     except subprocess.CalledProcessError as err:
         return err.returncode if err.returncode > 0 else 128 - err.returncode
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
+        parser.error(str(err))
     return 0
 
 
