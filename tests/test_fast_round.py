@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -664,6 +665,32 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
     assert fast1["cached_evaluations"] >= fast0["cached_evaluations"] > 0
     assert first["weights"] == second["weights"] == str(tiny_model_dir)
+
+
+def test_a_rounds_time_includes_loading_its_sampler(tiny_model_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round's generator was loaded before its clock started, so the load landed in a step's
+    'other' time (bench_fst_step's I/O) rather than in the fast round's."""
+    import fastslow.model.generation as generation
+    from fastslow.config import load_config, task_spec
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.data import write_splits
+
+    real = generation.make_generator
+
+    def slow_load(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "make_generator", slow_load)
+    config = load_config("config/config.yaml", "config/smoke.yaml")
+    registry, options = task_spec(config, "math")
+    train = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)["train"]
+    spec = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math",), seed=0)
+    run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
+    fast = json.loads((tmp_path / "cycle0" / "fast.json").read_text())
+    assert fast["seconds"] >= 1.0 + fast["seed_eval_seconds"] + fast["search_eval_seconds"] - 1e-6, fast
 
 
 def test_the_pool_report_shows_each_pool_its_proposals_and_the_best_contexts_parent(tmp_path: Path) -> None:

@@ -211,10 +211,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                  fast_cfg.proposer, fast_cfg.budget())
         if tracker is not None:
             tracker.set_tags({"fastslow.fast_dtype": fast_dtype})
+        t0 = time.perf_counter()  # the round's time includes loading its sampler (else counted as I/O)
         generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
                                    batch_size=gen["batch_size"],
                                    gpu_memory_utilization=gen.get("gpu_memory_utilization"))
-        t0 = time.perf_counter()
         # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
         pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
                                        run_dir=scratch, reuse_rollouts=reuse, weights_id=weights_id,
