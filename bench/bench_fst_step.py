@@ -225,7 +225,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         fast = json.loads((out / "fast.json").read_text())
         t = metrics.height
         parts = {k: float(metrics[f"{k}_seconds"].sum()) for k in ("generation", "scoring", "training")}
-        parts["fast_round"] = float(fast.get("seconds", 0.0))
+        parts["fast_round"] = float(fast["seconds"]) if spec.fast else 0.0  # a round's time must be there
         parts["other"] = wall - sum(parts.values())
         # The round's own split: the seeds' evaluation call, the search's evaluations, the samples
         # drawn only for the next RL step (reuse_in_slow at G/K > 1), the rest.

@@ -19,11 +19,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import environment  # this directory: where the benchmark ran, and atomic report writes
 import polars as pl
 
 BENCH_DIR = Path("results/benchmarks")
+
+
+def rule_totals(jobs: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per rule: jobs, seconds, the longest job's and the peak RSS (None where Snakemake sampled
+    no job of the rule: not 0 MB)."""
+    return {r.pop("rule"): r for r in jobs.group_by("rule").agg(
+        pl.len().alias("jobs"), pl.col("seconds").sum(), pl.col("seconds").max().alias("max_seconds"),
+        pl.col("max_rss_mb").max()).to_dicts()}
 
 
 def job_benchmarks(since: float) -> pl.DataFrame:
@@ -74,9 +83,7 @@ def main() -> None:
     rc = subprocess.call(command)
     wall = time.perf_counter() - start
     jobs = job_benchmarks(start_epoch - 1).sort("seconds", descending=True)
-    per_rule = {r.pop("rule"): r for r in jobs.group_by("rule").agg(
-        pl.len().alias("jobs"), pl.col("seconds").sum(), pl.col("seconds").max().alias("max_seconds"),
-        pl.col("max_rss_mb").max().fill_null(0.0)).to_dicts()}
+    per_rule = rule_totals(jobs)
     report = {"targets": args.targets, "configfiles": args.configfile, "cores": args.cores,
               "exit_code": rc, "wall_seconds": wall, "jobs_run": jobs.height,
               "job_seconds_total": jobs["seconds"].sum(),
@@ -86,7 +93,8 @@ def main() -> None:
           f"{jobs.height} jobs ({report['job_seconds_total'] / 60:.1f} job-min)")
     for rule, r in sorted(per_rule.items(), key=lambda kv: -kv[1]["seconds"]):
         print(f"  {rule:16s} {r['jobs']:3d} jobs  {r['seconds'] / 60:6.1f} min  "
-              f"(longest {r['max_seconds']:.0f} s, peak RSS {r['max_rss_mb']:.0f} MB)")
+              f"(longest {r['max_seconds']:.0f} s, peak RSS "
+              f"{'not sampled' if r['max_rss_mb'] is None else format(r['max_rss_mb'], '.0f') + ' MB'})")
     print(f"wrote {out}")
     sys.exit(rc)
 

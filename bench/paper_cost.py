@@ -41,6 +41,9 @@ def dry_run_jobs(target: str, config: str, workdir: Path) -> tuple[int, float]:
     if out.returncode != 0:
         raise SystemExit(f"snakemake -n {target} failed: {out.stderr[-2000:]}")
     match = re.search(r"^total\s+(\d+)", out.stdout + out.stderr, re.M)
+    if match is None and "Nothing to be done" not in out.stdout + out.stderr:  # not 0 jobs: unread
+        raise SystemExit(f"snakemake -n {target}: no job count ('total N') in its output: "
+                         f"{(out.stdout + out.stderr)[-500:]}")
     return (int(match.group(1)) if match else 0), seconds
 
 

@@ -433,3 +433,29 @@ def test_identical_training_work_gauges_the_timing_between_runs(bench: ModuleTyp
     assert summary["fst"]["training_ratio_same_tokens_by_seed"] == {"0": pytest.approx(1.1)}
     assert summary["fst_reuse"]["training_ratio_same_tokens_by_seed"] == {}
     assert summary["rl"]["training_ratio_same_tokens_by_seed"] == {}
+
+
+def test_a_rule_snakemake_sampled_no_memory_of_has_no_peak_not_zero() -> None:
+    """bench_workflow wrote "peak RSS 0 MB" for a rule none of whose jobs Snakemake sampled."""
+    import polars as pl
+
+    jobs = pl.DataFrame({"job": ["a", "b", "c"], "rule": ["cycle", "cycle", "figure"],
+                         "seconds": [10.0, 30.0, 2.0], "max_rss_mb": [4000.0, None, None],
+                         "cpu_seconds": [9.0, 28.0, 1.0]})
+    totals = load("bench_workflow").rule_totals(jobs)
+    assert totals == {"cycle": {"jobs": 2, "seconds": 40.0, "max_seconds": 30.0, "max_rss_mb": 4000.0},
+                      "figure": {"jobs": 1, "seconds": 2.0, "max_seconds": 2.0, "max_rss_mb": None}}
+
+
+def test_a_dry_run_whose_job_count_cannot_be_read_stops_the_cost_table(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """paper_cost read no 'total N' line as 0 jobs; only "Nothing to be done" is 0 now."""
+    paper_cost = load("paper_cost")
+    outputs = iter(["Job stats:\njob    count\n-----  -----\ncycle   1680\ntotal   2094\n", "Nothing to be done.\n",
+                    "Building DAG of jobs...\n"])
+    monkeypatch.setattr(paper_cost.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a[0], 0, stdout=next(outputs), stderr=""))
+    assert paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)[0] == 2094
+    assert paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)[0] == 0
+    with pytest.raises(SystemExit, match=r"^snakemake -n all: no job count \('total N'\) in its output"):
+        paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)
