@@ -449,6 +449,18 @@ def test_a_litellm_reflection_model_reaches_the_endpoint_and_key_it_is_given(mon
         build_reflection_lm(settings(api_key_env="MY_KEY"))
 
 
+def test_a_task_files_path_may_start_at_the_home_directory(tmp_path, monkeypatch):
+    """`~/mine.jsonl` was "no such file '~/mine.jsonl'" while the file was there (model.base and
+    fast.reflection.path expand `~`)."""
+    import shutil
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    shutil.copy(ROOT / "config" / "parity.jsonl", tmp_path / "mine.jsonl")
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={
+        "data": {"files": {"mine": {"path": "~/mine.jsonl", "scorer": "label"}}, "tasks": ["mine"]}})
+    assert cfg["data"]["files"]["mine"]["path"] == str(tmp_path / "mine.jsonl")
+
+
 def test_a_task_of_your_own_from_a_file(tmp_path, monkeypatch):
     """data.files.<name>: the config's task `name` is the user's file, under any data source, and
     a built-in name it takes is replaced; the experiments and data.tasks accept it."""

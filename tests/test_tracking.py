@@ -359,7 +359,7 @@ def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, mo
     assert [r.info.status for r in _runs(info)] == ["FINISHED"] * 4  # two parents and the two jobs
 
 
-def test_retarget_remakes_the_tracking_files_for_the_current_store(tmp_path, monkeypatch):
+def test_retarget_remakes_the_tracking_files_for_the_current_store(tmp_path, monkeypatch, capsys):
     """`python -m fastslow.tracking FOLDER` (what the mismatch error says to run): the same files,
     now naming the experiment and each group's parent run in the store this process logs to."""
     monkeypatch.chdir(tmp_path)
@@ -386,8 +386,18 @@ def test_retarget_remakes_the_tracking_files_for_the_current_store(tmp_path, mon
     (run,) = _runs(info, "r")
     assert run.data.tags["mlflow.parentRunId"] == info["parents"]["efficiency"]
     assert MlflowClient(store).get_experiment(info["experiment_id"]).name == "exp-paper"
+    # a mistyped folder, or the file for its folder: said so, not "the workflow makes it"
+    for argv, expected in ((["results/mlfow"], "results/mlfow: no such folder (the tracking files are in "
+                                                "<results>/mlflow)"),
+                           (["results/mlflow/experiment.json"], "results/mlflow/experiment.json is a file: give "
+                                                                 "the folder that holds experiment.json (results/mlflow)")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"python -m fastslow.tracking: error: {expected}"
+    (tmp_path / "elsewhere/mlflow").mkdir(parents=True)
     with pytest.raises(SystemExit):
         main(["elsewhere/mlflow"])
+    assert "elsewhere/mlflow/experiment.json does not exist" in capsys.readouterr().err
 
 
 def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):

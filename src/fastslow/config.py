@@ -323,6 +323,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
 
     files = config["data"].get("files", {})
     for name, entry in files.items():
+        entry["path"] = os.path.expanduser(entry["path"])  # `~/mine.jsonl`, as model.base reads it
         if not Path(entry["path"]).is_file():
             raise ConfigError(f"config error: data.files.{name}.path: no such file {entry['path']!r} "
                               f"(relative paths are from the working directory {os.getcwd()})")

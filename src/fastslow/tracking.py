@@ -304,7 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", nargs="?", default="results/mlflow", help="the tracking files' folder")
     ap.add_argument("--experiment", help="MLflow experiment (default: the files' own)")
     args = ap.parse_args(argv)
-    if not (Path(args.folder) / "experiment.json").exists():
+    folder = Path(args.folder)
+    if folder.is_file():
+        ap.error(f"{args.folder} is a file: give the folder that holds experiment.json "
+                 f"({folder.parent if folder.name == 'experiment.json' else '<results>/mlflow'})")
+    if not folder.is_dir():
+        ap.error(f"{args.folder}: no such folder (the tracking files are in <results>/mlflow)")
+    if not (folder / "experiment.json").exists():
         ap.error(f"{args.folder}/experiment.json does not exist: the workflow makes it on its next run")
     info = retarget(args.folder, args.experiment)
     groups = sorted(p.stem for p in (Path(args.folder) / "parents").glob("*.json"))
