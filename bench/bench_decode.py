@@ -72,12 +72,12 @@ def decode_steps(model: Any, rows: int, context: int, column: bool, autocast: bo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--task", default="hover_hard")
-    parser.add_argument("--prompts", type=int, default=15, help="problems (the fast round's seed call: 15)")
-    parser.add_argument("--copies", type=int, default=1, help="copies of each problem (RL: G/K)")
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--context", type=int, default=750, help="prompt tokens in part 1")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--task", type=environment.task_name, default="hover_hard")
+    parser.add_argument("--prompts", type=environment.positive, default=15, help="problems (the fast round's seed call: 15)")
+    parser.add_argument("--copies", type=environment.positive, default=1, help="copies of each problem (RL: G/K)")
+    parser.add_argument("--reps", type=environment.positive, default=2)
+    parser.add_argument("--context", type=environment.positive, default=750, help="prompt tokens in part 1")
+    parser.add_argument("--threads", type=environment.positive, default=1)
     parser.add_argument("--out", type=Path, default=Path("results/bench/decode.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -92,12 +92,13 @@ def bench(dtype: str, reps: int, params: SamplingParams) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=4)
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--reps", type=environment.positive, default=4)
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],
+                        choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--out", type=Path, default=Path("results/bench/generate.json"))
     # One thread by default: on a CPU shared with other jobs, two OpenMP threads spin-waiting
     # on each other made decoding ~10x slower than one thread in our measurements.
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=environment.positive, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not (MODEL_DIR / "config.json").is_file():

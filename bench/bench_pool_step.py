@@ -72,11 +72,11 @@ def child(task_name: str, k: int, steps: int, seed: int, threads: int) -> dict[s
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", default="hover_hard")
-    ap.add_argument("--k", type=int, default=2, help="distinct contexts of the pool run")
-    ap.add_argument("--steps", type=int, default=3, help="RL steps per run (the first is not timed)")
+    ap.add_argument("--task", type=environment.task_name, default="hover_hard")
+    ap.add_argument("--k", type=environment.positive, default=2, help="distinct contexts of the pool run")
+    ap.add_argument("--steps", type=environment.at_least(2), default=3, help="RL steps per run (the first is not timed)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=environment.positive, default=1)
     ap.add_argument("--out", type=Path, default=Path("results/bench/pool_step.json"))
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()

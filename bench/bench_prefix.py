@@ -32,11 +32,7 @@ import environment  # this directory: where the benchmark ran, and atomic report
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
-    return value
+positive = environment.positive
 
 
 def main() -> None:

@@ -80,11 +80,11 @@ def ours_generate(trainer: Any, conversations: list, seed: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="RL steps in part 1 (first is warm-up)")
-    parser.add_argument("--reps", type=int, default=3, help="alternating generation runs per side")
-    parser.add_argument("--problems", type=int, default=4, help="P")
-    parser.add_argument("--generations", type=int, default=4, help="G")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a busy CPU)")
+    parser.add_argument("--reps", type=environment.positive, default=3, help="alternating generation runs per side")
+    parser.add_argument("--problems", type=environment.positive, default=4, help="P")
+    parser.add_argument("--generations", type=environment.at_least(2), default=4, help="G")
+    parser.add_argument("--max-new-tokens", type=environment.positive, default=64)
+    parser.add_argument("--threads", type=environment.positive, default=1, help="torch threads (1 on a busy CPU)")
     parser.add_argument("--autocast", action=argparse.BooleanOptionalAction, default=None,
                         help="part 2 under bf16 autocast (default: as the step, slow.bf16 'auto')")
     parser.add_argument("--out", type=Path, default=Path("results/bench/rl_step.json"))

@@ -63,7 +63,7 @@ def simulate(scenario: str, pairs: int, seed: int = 0) -> dict[str, dict[str, fl
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pairs", type=int, default=300)
+    ap.add_argument("--pairs", type=environment.positive, default=300)
     ap.add_argument("--out", default="results/bench/claims_noise.json")
     args = ap.parse_args(argv)
     result = {"pairs": args.pairs, **{s: simulate(s, args.pairs) for s in ("identical", "effect")}}

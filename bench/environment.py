@@ -27,6 +27,37 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= `low` (a bad one is argparse's one error line naming it)."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive = at_least(1)
+
+
+def task_name(text: str) -> str:
+    """An argparse type: one of the offline tasks (the ones whose splits the workflow builds here)."""
+    import argparse
+
+    from fastslow.tasks import TASK_NAMES
+
+    if text not in TASK_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown task {text!r} (tasks: {', '.join(TASK_NAMES)})")
+    return text
+
+
 def cpu(cpuinfo: str) -> dict[str, Any]:
     """The CPU's model name and which of `CPU_FLAGS` it has, from the text of /proc/cpuinfo
     (Linux; elsewhere the platform's processor string and no flags)."""

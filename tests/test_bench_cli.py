@@ -459,3 +459,22 @@ def test_a_dry_run_whose_job_count_cannot_be_read_stops_the_cost_table(monkeypat
     assert paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)[0] == 0
     with pytest.raises(SystemExit, match=r"^snakemake -n all: no job count \('total N'\) in its output"):
         paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)
+
+
+@pytest.mark.parametrize(("script", "args", "named"), [
+    # a traceback from torch.set_num_threads, and a ZeroDivisionError after the whole simulation
+    ("bench_generate.py", ["--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
+    ("claims_noise.py", ["--pairs", "0"], "argument --pairs: must be an integer >= 1, got 0"),
+    # these went on to load the model
+    ("bench_generate.py", ["--reps", "0"], "argument --reps: must be an integer >= 1, got 0"),
+    ("bench_generate.py", ["--dtypes", "float8"], "argument --dtypes: invalid choice: 'float8'"),
+    ("bench_decode.py", ["--task", "nope"], "argument --task: unknown task 'nope' (tasks: "),
+    ("bench_rl_step.py", ["--generations", "1"], "argument --generations: must be an integer >= 2, got 1"),
+    ("bench_pool_step.py", ["--k", "0"], "argument --k: must be an integer >= 1, got 0"),
+    ("bench_pool_step.py", ["--steps", "x"], "argument --steps: must be an integer >= 2, got 'x'"),
+])
+def test_the_other_benchmarks_reject_bad_arguments_before_they_start(tmp_path: Path, script: str,
+                                                                     args: list[str], named: str) -> None:
+    proc = run_script(script, [*args, "--out", str(tmp_path / "out.json")], tmp_path)
+    assert named in error_line(proc, script)
+    assert not (tmp_path / "out.json").exists()
