@@ -456,11 +456,20 @@ def test_a_litellm_reflection_model_without_its_key_stops_the_cycle_first(monkey
         run_cycle(run_rl, config, 0, tmp_path / "no-model", None, tmp_path / "no-train.parquet", tmp_path / "c0")
     assert "litellm finds no" not in str(other.value)  # it got past the check (to the missing files)
     assert reflection_environment_error({"kind": "hf", "path": "x"}) is None
+    # a key given by api_key_env is the one checked: litellm's own variables are not read then
+    keyed = {**settings, "api_key_env": "MY_REFLECTION_KEY"}
+    monkeypatch.delenv("MY_REFLECTION_KEY", raising=False)
+    assert reflection_environment_error(keyed) == (
+        "fast.reflection.api_key_env: $MY_REFLECTION_KEY is not set in the environment the cycle jobs run in; "
+        "export it there (every reflection call would fail)")
+    monkeypatch.setenv("MY_REFLECTION_KEY", "secret")
+    assert reflection_environment_error(keyed) is None
     monkeypatch.setitem(sys.modules, "litellm", types.SimpleNamespace(
         validate_environment=lambda model=None: {"keys_in_environment": True, "missing_keys": []}))
     assert reflection_environment_error(settings) is None
     monkeypatch.setitem(sys.modules, "litellm", None)  # not installed: import fails
     assert "needs the litellm package" in reflection_environment_error(settings)
+    assert "needs the litellm package" in reflection_environment_error(keyed)
 
 
 def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_first(fake_server, tmp_path,

@@ -505,11 +505,11 @@ def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
     for `openai`, the variable `api_key_env` names unset, or an endpoint that cannot be connected
     to (`OpenAICompatibleLM.connection_error`).
     Without them every reflection call fails, the pool never changes, and FST trains as RL would."""
+    key = settings.get("api_key_env")  # named in the config: the endpoint wants a key (unset: none)
+    if key and not os.environ.get(key) and settings.get("kind", "openai") in ("openai", "litellm"):
+        return (f"fast.reflection.api_key_env: ${key} is not set in the environment the cycle jobs run in; "
+                "export it there (every reflection call would fail)")
     if settings.get("kind", "openai") == "openai":
-        key = settings.get("api_key_env")  # named in the config: the endpoint wants a key (unset: none)
-        if key and not os.environ.get(key):
-            return (f"fast.reflection.api_key_env: ${key} is not set in the environment the cycle jobs run in; "
-                    "export it there (every reflection call would fail)")
         lm = build_reflection_lm(settings)
         problem = lm.connection_error()
         if problem:
@@ -523,6 +523,8 @@ def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
     except ImportError:
         return ("fast.reflection.kind 'litellm' needs the litellm package, which is not installed here "
                 "(it is in the gpu extra: pip install -e '.[gpu]')")
+    if key:  # the key is given (checked above): litellm's provider variables are not read
+        return None
     missing = (litellm.validate_environment(model=settings["model"]) or {}).get("missing_keys") or []
     if missing:
         return (f"fast.reflection.model {settings['model']!r}: litellm finds no {', '.join(missing)} in the "
