@@ -63,8 +63,16 @@ def kind_of(machine: dict[str, Any]) -> str:
 
 
 def cpu_default(report: dict[str, Any]) -> bool:
-    """A report of the CPU default: hover_hard, T = 3 (no --set), slow.bf16 as `auto` decides."""
-    return report["task"] == "hover_hard" and not report["overrides"] and report["bf16"] is None
+    """A report of the CPU default: hover_hard, T = 3 (no --set), slow.bf16 as `auto` decides, run
+    as the targets are read (`as_read`)."""
+    return report["task"] == "hover_hard" and not report["overrides"] and report["bf16"] is None and as_read(report)
+
+
+def as_read(report: dict[str, Any]) -> bool:
+    """Run as the Targets table reads a step: to the end (`complete`), one torch thread, each
+    cycle in its own process, and at least two cycles (the last one's steps are reported)."""
+    return (report.get("complete") is True and report.get("threads") == 1 and report.get("process") == "cycle"
+            and report.get("cycles", 0) >= 2)
 
 
 def points(measured: Path) -> list[dict[str, Any]]:
@@ -73,6 +81,9 @@ def points(measured: Path) -> list[dict[str, Any]]:
     for path in sorted(measured.glob("fst_step_*.json")):
         report = json.loads(path.read_text())
         if path.name in SOURCES:
+            if not as_read(report):  # a listed file must be one the table can read
+                raise SystemExit(f"{path}: listed in targets.SOURCES but not a complete one-thread run of "
+                                 f"2 or more cycles, each in its own process")
             kind, methods = SOURCES[path.name]
         elif "environment" in report and cpu_default(report):
             kind, methods = kind_of(report["environment"]), tuple(TARGETS)

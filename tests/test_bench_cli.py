@@ -374,17 +374,23 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert [round(r, 2) for r in summary["amd_fp32/fst"]["ratios"]] == [1.60]
     assert summary["intel_fp32/fst"]["met"] is False and "intel_fp32/fst_reuse" not in summary
     # a new report of the CPU default on an AMD machine: counted there; one with a --set is not
-    new = {"task": "hover_hard", "overrides": {}, "bf16": None,
+    new = {"task": "hover_hard", "overrides": {}, "bf16": None, "complete": True, "threads": 1, "process": "cycle",
+           "cycles": 2,
            "summary": {"rl": {"ratio_by_seed": {"5": 1.0}}, "fst": {"ratio_by_seed": {"5": 1.5}},
                        "fst_reuse": {"ratio_by_seed": {"5": 0.9}}},
            "environment": {"cpu": {"model": "AMD EPYC 7B13", "flags": ["avx2", "fma"], "native_bf16": False}}}
     (measured / "fst_step_new.json").write_text(json.dumps(new))
     (measured / "fst_step_p4.json").write_text(json.dumps({**new, "overrides": {"slow": {"problems_per_step": 4}}}))
+    # ...nor one cut short, on two threads, of one cycle, or with the steps in the benchmark's process
+    for name, change in {"cut": {"complete": False}, "threads": {"threads": 2}, "one_cycle": {"cycles": 1},
+                         "run": {"process": "run"}}.items():
+        (measured / f"fst_step_{name}.json").write_text(json.dumps({**new, **change}))
     report = targets.main(["--measured", str(measured), "--out", str(tmp_path / "out" / "targets.png")])
     assert summary["amd_fp32/fst"]["runs"] + 1 == report["summary"]["amd_fp32/fst"]["runs"]
     assert report["summary"]["amd_fp32/fst"]["ratios"][-1] == 1.5
     assert [p["file"] for p in report["points"]].count("fst_step_new.json") == 2  # fst and fst_reuse, not rl
-    assert "fst_step_p4.json" not in {p["file"] for p in report["points"]}
+    assert {p["file"] for p in report["points"]}.isdisjoint(
+        {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run")})
     assert (tmp_path / "out" / "targets.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "targets.json").read_text())["summary"] == report["summary"]
     amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "flags": ["avx512_bf16", "amx_bf16"],
