@@ -32,17 +32,14 @@ import environment  # this directory: where the benchmark ran, and atomic report
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-positive = environment.positive
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="hover_hard")
-    parser.add_argument("--reps", type=positive, default=2)
-    parser.add_argument("--threads", type=positive, default=1)
-    parser.add_argument("--seed-prompts", type=positive, default=15)
-    parser.add_argument("--child-prompts", type=positive, default=3)
-    parser.add_argument("--max-new-tokens", type=positive, default=64)
+    parser.add_argument("--reps", type=environment.positive, default=2)
+    parser.add_argument("--threads", type=environment.positive, default=1)
+    parser.add_argument("--seed-prompts", type=environment.positive, default=15)
+    parser.add_argument("--child-prompts", type=environment.positive, default=3)
+    parser.add_argument("--max-new-tokens", type=environment.positive, default=64)
     parser.add_argument("--out", type=Path, default=Path("results/bench/prefix.json"))
     args = parser.parse_args()
 

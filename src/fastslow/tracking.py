@@ -312,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{args.folder}: no such folder (the tracking files are in <results>/mlflow)")
     if not (folder / "experiment.json").exists():
         ap.error(f"{args.folder}/experiment.json does not exist: the workflow makes it on its next run")
-    info = retarget(args.folder, args.experiment)
-    groups = sorted(p.stem for p in (Path(args.folder) / "parents").glob("*.json"))
+    info = retarget(folder, args.experiment)
+    groups = sorted(p.stem for p in (folder / "parents").glob("*.json"))
     print(f"{args.folder}: MLflow store {info['tracking_uri']}, experiment {info['experiment']!r} "
           f"({info['experiment_id']}), parent runs of {', '.join(groups) or 'no group yet'}")
     return 0
