@@ -467,7 +467,35 @@ def test_a_dry_run_whose_job_count_cannot_be_read_stops_the_cost_table(monkeypat
         paper_cost.dry_run_jobs("all", "config/paper.yaml", tmp_path)
 
 
+def test_the_cost_table_times_all_targets_planning_as_the_median_of_its_runs(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path: Path) -> None:
+    """The README's `snakemake -n` target reads `dry_run_all_s`: it was one run, the first."""
+    paper_cost = load("paper_cost")
+    seconds = iter([11.0, 9.2, 9.4])
+    planned = []
+
+    def dry_run(target: str, config: str, workdir: Path) -> tuple[int, float]:
+        planned.append(target)
+        return (2094, next(seconds)) if target == "all" else (100, 1.0)
+
+    monkeypatch.setattr(paper_cost, "dry_run_jobs", dry_run)
+    monkeypatch.setattr(sys, "argv", ["paper_cost.py", "--out", str(tmp_path / "cost.json")])
+    paper_cost.main()
+    report = json.loads((tmp_path / "cost.json").read_text())
+    assert planned[:3] == ["all"] * 3 and "all" not in planned[3:]
+    assert (report["all_jobs"], report["dry_run_all_s"], report["dry_run_all_runs_s"]) == (2094, 9.4, [11.0, 9.2, 9.4])
+
+    # a plan that changes between runs is not timed as one
+    jobs = iter([2094, 0])
+    monkeypatch.setattr(paper_cost, "dry_run_jobs", lambda *a: (next(jobs), 9.0))
+    monkeypatch.setattr(sys, "argv", ["paper_cost.py", "--repeat", "2", "--out", str(tmp_path / "cost2.json")])
+    with pytest.raises(SystemExit, match=r"^snakemake -n all planned \[2094, 0\] jobs in its 2 runs$"):
+        paper_cost.main()
+    assert not (tmp_path / "cost2.json").exists()
+
+
 @pytest.mark.parametrize(("script", "args", "named"), [
+    ("paper_cost.py", ["--repeat", "0"], "argument --repeat: must be an integer >= 1, got 0"),
     # a traceback from torch.set_num_threads, and a ZeroDivisionError after the whole simulation
     ("bench_generate.py", ["--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
     ("claims_noise.py", ["--pairs", "0"], "argument --pairs: must be an integer >= 1, got 0"),
