@@ -185,6 +185,44 @@ def runs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
             "whole": whole, "tracker": tracker}
 
 
+def test_distillation_reads_only_the_slow_keys_its_cycle_jobs_params_keep(runs: dict[str, Any],
+                                                                          tiny_model_dir: Path,
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """fst_distill's cycle jobs leave CISPO's and vLLM's slow keys out of their params (a change
+    of beta retrained Fig 8's distillation for nothing), and its cycle builds the SlowConfig
+    without them: a cycle (resumed, as every cycle but the first) must read no other field.
+    `use_vllm` is read only to warn that it is ignored; SlowConfig's own checks and its record in
+    trainer_state read every field."""
+    import copy
+    import dataclasses
+    import sys
+
+    import fastslow.slow.config
+    from fastslow.experiments import CYCLE_READS
+
+    fields = {f.name for f in dataclasses.fields(SlowConfig)}
+    # SlowConfig's checks and its to_dict (dataclasses.asdict: the config recorded in trainer_state)
+    whole = {fastslow.slow.config.__file__, dataclasses.__file__, copy.__file__}
+    read: set[str] = set()
+    plain = SlowConfig.__getattribute__
+
+    def spy(self: SlowConfig, name: str) -> Any:
+        if name in fields and sys._getframe(1).f_code.co_filename not in whole:
+            read.add(name)
+        return plain(self, name)
+
+    monkeypatch.setattr(SlowConfig, "__getattribute__", spy)
+    run_distill_cycle(tiny_model_dir, runs["first"].out_dir, [TEACHER], runs["task"], runs["problems"], _cfg(1),
+                      tmp_path / "cycle1", "toy/run", 1, progress=False, student_context=STUDENT)
+    monkeypatch.undo()
+    kept = set(CYCLE_READS["fst_distill"]["slow"])
+    assert read - kept == {"seed", "use_vllm"}, read
+    assert {"lr", "steps_per_cycle", "num_generations", "max_new_tokens", "temperature"} <= read
+    assert not read & {"beta", "epsilon_high", "baseline", "scale_rewards", "vllm_mode",
+                       "vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "steps_per_generation"}
+
+
 def test_chain_of_cycles_equals_one_run(runs: dict[str, Any], tiny_model_dir: Path) -> None:
     import polars as pl
     import torch

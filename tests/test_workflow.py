@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -534,30 +535,46 @@ class _Unread(dict):
         return _Unread(dict(dict.items(self)), self.kept)
 
 
-@pytest.mark.parametrize("method", ["rl", "gepa"])
+@pytest.mark.parametrize("method", ["rl", "gepa", "fst_distill"])
 def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_dir, tmp_path, monkeypatch):
     """A cycle job's params are what its method's cycle reads (a change of any other setting
     reran it for nothing): rl's leave out `fast` (no round) but pool_size, all of `generation`
-    (the round's sampling) and model.dtype, gepa's `slow` (frozen weights) but steps_per_cycle.
+    (the round's sampling) and model.dtype, gepa's `slow` (frozen weights) but steps_per_cycle,
+    fst_distill's CISPO's and vLLM's slow keys, and a round with the offline proposer its
+    reflection model (`fast.reflection`: these retrained every FST run and Fig 8's distillation).
     Each cycle runs here, the second from the first, with every left-out key poison (reading one
-    whole, or using one, fails): they are unread. rl's slow steps are stubbed (they see only
-    SlowConfig, the slow section); gepa's round runs on the tiny model."""
+    whole, or using one, fails): they are unread. The slow steps are stubbed (they see only
+    SlowConfig, the slow section: test_slow_distill checks which of its fields distillation
+    reads); the rounds run on the tiny model."""
     from slow_toys import stub_slow_steps_and_write_math
 
+    import fastslow.slow.distill
     from fastslow.config import resolve_sample_dtype
     from fastslow.cycle import run_cycle
     from fastslow.experiments import CYCLE_READS, RunSpec
 
     config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+
+    def distill_steps(model_dir, state_in, contexts, task, train_problems, cfg, out_dir, **kwargs):
+        shutil.copytree(tiny_model_dir, Path(out_dir) / "model")  # the next cycle's round samples it
+        return SimpleNamespace(metrics=[])
+
+    monkeypatch.setattr(fastslow.slow.distill, "run_distill_cycle", distill_steps)
+    assert config["fast"]["proposer"] == "feedback_editor"
     spec = RunSpec(experiment="e", method=method, name="math-default-s0", schedule=("math", "math"), seed=0)
     reads = CYCLE_READS[method]
     params = spec.cycle_params(config, ("model", "generation", "seed_context", "slow", "fast"))
-    for section, kept in reads.items():
-        assert set(params[section]) == set(kept) and params[section] != spec.settings(config)[section]
-    assert {k: v for k, v in params.items() if k not in reads} == \
-        {k: v for k, v in spec.settings(config).items() if k in params and k not in reads}
+    for section, kept in reads.items():  # (keys whose defaults are SlowConfig's are not in the config)
+        assert set(params[section]) == set(kept) & set(spec.settings(config)[section])
+        assert params[section] != spec.settings(config)[section]
+    if "fast" not in reads:  # a round: the whole fast section but the reflection model
+        assert set(params["fast"]) == set(spec.settings(config)["fast"]) - {"reflection"}
+    assert {k: v for k, v in params.items() if k not in reads and k != "fast"} == \
+        {k: v for k, v in spec.settings(config).items() if k in params and k not in reads and k != "fast"}
     for section, kept in reads.items():
         config[section] = _Unread(config[section], kept)
+    if "fast" not in reads:
+        config["fast"]["reflection"] = _Poison()
     prev = None
     for cycle in (0, 1):
         summary = run_cycle(spec, config, cycle, tiny_model_dir, prev, train, tmp_path / f"cycle{cycle}")
@@ -566,12 +583,17 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
         assert summary["fast_dtype"] == (None if method == "rl" else resolve_sample_dtype(
             config["fast"]["dtype"], config["model"]["dtype"])) and summary["fast_dtype"] != "bfloat16_if_native"
         prev = tmp_path / f"cycle{cycle}"
-    # fst reads them all: nothing left out
+    # fst reads them all: nothing left out but the reflection model, which the reflective proposer reads
     fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
     for section in reads:
         config[section] = dict(dict.items(config[section]))
+    config["fast"]["reflection"] = {"kind": "openai", "timeout_s": 60}
     sections = ("model", "generation", "slow", "fast")
-    assert fst.cycle_params(config, sections) == {k: fst.settings(config)[k] for k in sections}
+    settings = {k: fst.settings(config)[k] for k in sections}
+    assert fst.cycle_params(config, sections) == {**settings, "fast": {
+        k: v for k, v in settings["fast"].items() if k != "reflection"}}
+    config["fast"]["proposer"] = "reflective"
+    assert fst.cycle_params(config, sections)["fast"]["reflection"] == {"kind": "openai", "timeout_s": 60}
 
 
 def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:

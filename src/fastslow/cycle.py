@@ -26,7 +26,6 @@ fst_distill trains in one process only and refuses N > 1.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import shutil
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
-from fastslow.experiments import RunSpec
+from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section
 from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
 
@@ -128,7 +127,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         from fastslow.slow.config import SlowConfig
         from fastslow.slow.loop import check_device
 
-        slow_cfg = SlowConfig.from_dict({**cfg["slow"], "seed": spec.seed})
+        # fst_distill's: the keys its steps read, the rest (CISPO's, vLLM's) at SlowConfig's defaults
+        slow_cfg = SlowConfig.from_dict({**cycle_section(spec.method, "slow", cfg["slow"]), "seed": spec.seed})
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
             tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
@@ -146,7 +146,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                 raise ValueError(problem)
             if risk:
                 log.warning("%s", risk)
-    if spec.fast and cfg["fast"]["proposer"] == "reflective":  # before loading anything: seconds, not a round
+    if spec.fast and cfg["fast"]["proposer"] == REFLECTIVE:  # before loading anything: seconds, not a round
         from fastslow.fast.proposers import reflection_environment_error
 
         problem = reflection_environment_error(cfg["fast"]["reflection"])
@@ -183,8 +183,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         gen = cfg["generation"]
         # the round's sampling dtype on this machine (the params may say "bfloat16_if_native")
         fast_dtype = resolve_sample_dtype(cfg["fast"].get("dtype", "model"), cfg["model"]["dtype"])
+        # the reflection model only for the proposer that calls it (the params leave it out otherwise)
+        fast = {k: v for k, v in cfg["fast"].items() if k != "reflection" or cfg["fast"]["proposer"] == REFLECTIVE}
         fast_cfg = FastConfig.from_dict({
-            **cfg["fast"], "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
+            **fast, "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})
         if len(train) < FAST_MIN_TRAIN:  # a file task with fewer rows than data.sizes.train asks for
             own = cfg["data"].get("files", {}).get(task_name)
@@ -367,7 +369,3 @@ def eval_context(spec: RunSpec, config: dict[str, Any], pool_file: Path | None) 
         best = Pool.from_json(pool_file).entries[0]
         return best.id, best.text
     return "seed", config["seed_context"]
-
-
-def read_cycle(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

@@ -42,13 +42,23 @@ CYCLES, CYCLES_PER_STAGE = 4, 2
 #: G). gepa trains nothing: of `slow` it reads steps_per_cycle alone (the step
 #: its metrics and cycle.json are filed at; slow.num_generations // K is handed to the round,
 #: which uses it only for the RL step's problems fst's reuse_in_slow gives it).
+#: fst_distill's slow steps distil by reverse KL (`fastslow.slow.distill`): of `slow` they read
+#: neither CISPO's knobs (beta, epsilon_high, baseline, scale_rewards) nor the vLLM settings (they
+#: sample with transformers' generate) nor steps_per_generation; its cycle builds its SlowConfig
+#: from these keys alone, the others at their defaults.
 #: tests/test_workflow.py runs each cycle with the other keys poisoned.
 CYCLE_READS: dict[str, dict[str, tuple[str, ...]]] = {
     # nor any `generation` key (the round's sampling) or model.dtype (the round's sampling dtype):
     # its RL steps sample with `slow`'s settings and train fp32 master weights
     "rl": {"fast": ("pool_size",), "generation": (), "model": ("base",)},
     "gepa": {"slow": ("steps_per_cycle",)},
+    "fst_distill": {"slow": ("lr", "warmup_steps", "num_generations", "problems_per_step", "steps_per_cycle",
+                             "max_new_tokens", "temperature", "top_p", "micro_batch_size", "max_grad_norm",
+                             "weight_decay", "adam_beta1", "adam_beta2", "activation_checkpointing", "bf16")},
 }
+#: The reflection model (`fast.reflection`) is read by the `reflective` proposer alone: with the
+#: offline `feedback_editor` a cycle's params leave it out too (`_read_by`).
+REFLECTIVE = "reflective"
 
 
 @dataclass(frozen=True)
@@ -110,11 +120,24 @@ class RunSpec:
 
 def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """`params` (sections of settings) less the keys `method`'s runs never read (`CYCLE_READS`:
-    its cycle's; its evaluations read no `fast` or `slow` setting)."""
+    its cycle's; its evaluations read no `fast` or `slow` setting), and less `fast.reflection`
+    unless its proposer is the reflective one."""
     for section, read in CYCLE_READS.get(method, {}).items():
         if section in params:
             params[section] = {k: v for k, v in params[section].items() if k in read}
+    if "reflection" in params.get("fast", {}) and params["fast"].get("proposer") != REFLECTIVE:
+        params["fast"] = {k: v for k, v in params["fast"].items() if k != "reflection"}
     return params
+
+
+def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, Any]:
+    """Config section `name` as `method`'s cycle may read it: the keys `CYCLE_READS` keeps (each
+    read alone, so a left-out key is never touched), or the whole section."""
+    keep = CYCLE_READS.get(method, {}).get(name)
+    if keep is None:
+        return dict(section)
+    missing = object()
+    return {k: v for k in keep if (v := section.get(k, missing)) is not missing}
 
 
 def run_tasks(key: str) -> tuple[str, ...]:

@@ -12,7 +12,6 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 #: The stated answer format every offline task asks for.
 ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags."
 #: Completions longer than this are truncated before parsing (rewards stay cheap on 1 MB junk).

@@ -224,7 +224,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
     return out
 
 
-def by_split(problems: Sequence[Problem], source: str) -> dict[str, list[Problem]]:
+def by_split(problems: Sequence[Problem]) -> dict[str, list[Problem]]:
     """Group by the row's split, or by id hash when the file has no split column."""
     groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
     for p in problems:
@@ -242,7 +242,7 @@ class LocalFileTask(TableTask):
 
     def load_rows(self) -> dict[str, list[Problem]]:
         rows, columns, base = _read_table(self.path)
-        return by_split(validate_rows(rows, str(self.path), self.name, self.scorer, columns, base), str(self.path))
+        return by_split(validate_rows(rows, str(self.path), self.name, self.scorer, columns, base))
 
 
 def load_task_file(path: str | Path, scorer: str = "exact", name: str | None = None,
