@@ -767,16 +767,19 @@ def test_every_stage_end_of_a_continual_run_is_evaluated():
 def test_a_run_evaluated_otherwise_starts_from_its_own_initial_evaluation():
     """A base-initialised run shares the base model's evaluation as its step-0 point only when
     its rewards would be scored alike: another k or problem count gets an 'init' evaluation of
-    its own (its curve started at the global k before); the KL switches do not matter."""
+    its own (its curve started at the global k before); the KL switches do not matter, but for
+    one that asks for the KL/entropy pass the base model's evaluation (global switch off) lacks."""
     from fastslow.experiments import expand
     from fastslow.layout import eval_point_file, eval_points
 
-    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"stargraph": {"variants": {
-        "k8": {"evaluation": {"k": 8}}, "few": {"evaluation": {"max_problems": 2}},
-        "nokl": {"evaluation": {"divergence": False}}}}}})
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={
+        "evaluation": {"divergence": False}, "experiments": {"stargraph": {"variants": {
+            "k8": {"evaluation": {"k": 8}}, "few": {"evaluation": {"max_problems": 2}},
+            "nokl": {"evaluation": {"divergence": False, "divergence_tokens": 1024}},
+            "kl": {"evaluation": {"divergence": True}}}}}})
     runs = {s.variant: s for s in expand(cfg).values() if s.experiment == "stargraph" and s.method == "rl"}
     assert eval_point_file(runs["nokl"], "init", "stargraph") == "results/eval/base/stargraph.json"
-    for variant in ("k8", "few"):
+    for variant in ("k8", "few", "kl"):
         assert eval_points(runs[variant])[0] == "init"
         assert eval_point_file(runs[variant], "init", "stargraph") == \
             f"results/runs/stargraph/rl/stargraph-{variant}-s0/eval/init/stargraph.json"

@@ -549,7 +549,7 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     from slow_toys import stub_slow_steps_and_write_math
 
     import fastslow.slow.distill
-    from fastslow.config import resolve_sample_dtype
+    from fastslow.config import job_params, resolve_sample_dtype
     from fastslow.cycle import run_cycle
     from fastslow.experiments import CYCLE_READS, RunSpec
 
@@ -569,8 +569,9 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
         assert params[section] != spec.settings(config)[section]
     if "fast" not in reads:  # a round: the whole fast section but the reflection model
         assert set(params["fast"]) == set(spec.settings(config)["fast"]) - {"reflection"}
+    whole = job_params(spec.settings(config), list(params))  # less the memory bounds
     assert {k: v for k, v in params.items() if k not in reads and k != "fast"} == \
-        {k: v for k, v in spec.settings(config).items() if k in params and k not in reads and k != "fast"}
+        {k: v for k, v in whole.items() if k not in reads and k != "fast"}
     for section, kept in reads.items():
         config[section] = _Unread(config[section], kept)
     if "fast" not in reads:
@@ -583,15 +584,18 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
         assert summary["fast_dtype"] == (None if method == "rl" else resolve_sample_dtype(
             config["fast"]["dtype"], config["model"]["dtype"])) and summary["fast_dtype"] != "bfloat16_if_native"
         prev = tmp_path / f"cycle{cycle}"
-    # fst reads them all: nothing left out but the reflection model, which the reflective proposer reads
+    # fst reads them all: nothing left out but the reflection model, which the reflective proposer
+    # reads, and the other preset's budget
     fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
     for section in reads:
         config[section] = dict(dict.items(config[section]))
     config["fast"]["reflection"] = {"kind": "openai", "timeout_s": 60}
     sections = ("model", "generation", "slow", "fast")
-    settings = {k: fst.settings(config)[k] for k in sections}
+    settings = job_params(fst.settings(config), sections)
+    light = {"light": settings["fast"]["max_metric_calls"]["light"]}  # the preset's budget alone
+    assert settings["fast"]["preset"] == "light" and set(settings["fast"]["max_metric_calls"]) == {"light", "full"}
     assert fst.cycle_params(config, sections) == {**settings, "fast": {
-        k: v for k, v in settings["fast"].items() if k != "reflection"}}
+        **{k: v for k, v in settings["fast"].items() if k != "reflection"}, "max_metric_calls": light}}
     config["fast"]["proposer"] = "reflective"
     assert fst.cycle_params(config, sections)["fast"]["reflection"] == {"kind": "openai", "timeout_s": 60}
 
@@ -631,16 +635,16 @@ def _touch(work: Path, targets: list[str]) -> None:
 
 
 @pytest.mark.workflow
-def test_renaming_a_shared_runs_variant_redraws_its_curves_table_and_nothing_else(tmp_path):
+def test_renaming_a_shared_runs_variant_redraws_its_curves_table_and_pool_page_and_nothing_else(tmp_path):
     """The reuse experiment's no_reuse run is efficiency's FST math run (shared): renamed, it reads
-    the same files, so the curves table kept the old name in its rows (Fig 10's labels). The
-    table's params now name each run's labels: it alone is rebuilt."""
-    target = "results/tables/curves/reuse.parquet"
-    out = _touched(tmp_path, [target], "--config", "experiments={reuse: {variants: {no_reuse: null, plain: {}}}}")
+    the same files, so the curves table kept the old name in its rows (Fig 10's labels), and the
+    pool page its heading. Their params now name each run: they alone are rebuilt."""
+    targets = ["results/tables/curves/reuse.parquet", "results/reports/pools/reuse.html"]
+    out = _touched(tmp_path, targets, "--config", "experiments={reuse: {variants: {no_reuse: null, plain: {}}}}")
     assert out.returncode == 0, out.stderr[-3000:]
     planned = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
                for p in line.split(":", 1)[1].split(",")}
-    assert planned == {target}, out.stdout[-3000:]
+    assert planned == set(targets), out.stdout[-3000:]
 
 
 @pytest.mark.workflow
@@ -648,7 +652,9 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     """`--config fast='{max_metric_calls: {light: 24}}'` reran RL-only cycles (no fast round),
     `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights) and `generation='{batch_size: 3}'`
     (the round's sampling batches) RL-only ones: each now reruns only the cycles that read it, FST's
-    (and fst_distill's) both."""
+    (and fst_distill's) both. CISPO's beta reran distillation, the offline proposer's unread
+    reflection model every cycle with a round, the full preset's budget every light round, and
+    vLLM's GPU shares (memory bounds) every cycle."""
     rl, gepa = "results/runs/efficiency/rl/math-default-s0", "results/runs/ceiling/gepa/hover-default-s0"
     fst, distill = "results/runs/efficiency/fst/math-default-s0", "results/runs/ceiling/fst_distill/hover-default-s0"
     targets = [f"{run}/cycle{c}/cycle.json" for run in (rl, fst) for c in (0, 1)] + \
@@ -657,7 +663,14 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     _touch(tmp_path, targets)  # dry runs only from here: each sees the same built state
     for name, extra in {"nothing": [], "budget": ["--config", "fast={max_metric_calls: {light: 24}}"],
                         "lr": ["--config", "slow={lr: 3e-5}"],
-                        "round_batch": ["--config", "generation={batch_size: 3}"]}.items():
+                        "round_batch": ["--config", "generation={batch_size: 3}"],
+                        "beta": ["--config", "slow={beta: 0.1}"],  # CISPO's: not distillation's
+                        "full_budget": ["--config", "fast={max_metric_calls: {full: 200}}"],  # light runs
+                        # the reflection model: the offline proposer never calls it
+                        "reflection": ["--config", "fast={reflection: {timeout_s: 30}}"],
+                        # vLLM's shares of a GPU: memory bounds
+                        "vllm_memory": ["--config", "generation={gpu_memory_utilization: 0.5}",
+                                        "slow={vllm_gpu_memory_utilization: 0.5}"]}.items():
         out = _dry_run_touched(tmp_path, targets, *extra)
         assert out.returncode == 0, out.stderr[-3000:]
         outputs = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
@@ -667,3 +680,5 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     assert planned["budget"] == {t for t in targets if t.startswith((fst, gepa, distill))}
     assert planned["lr"] == {t for t in targets if t.startswith((rl, fst, distill))}
     assert planned["round_batch"] == {t for t in targets if t.startswith((fst, gepa, distill))}
+    assert planned["beta"] == {t for t in targets if t.startswith((rl, fst))}
+    assert planned["reflection"] == planned["vllm_memory"] == planned["full_budget"] == set()

@@ -798,8 +798,11 @@ def sample_dtype(config: Mapping[str, Any]) -> str:
 
 
 #: Settings that bound a job's memory, not what it computes: left out of its params (`job_params`),
-#: so changing one reruns nothing.
-MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",)}
+#: so changing one reruns nothing. The vLLM engines' shares of a GPU (the evaluations' and the
+#: round's sampler, the RL steps' colocated engine) size their KV caches; raised after an
+#: out-of-memory stop, they retrained every finished run.
+MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",), "generation": ("gpu_memory_utilization",),
+                 "slow": ("vllm_gpu_memory_utilization",)}
 
 
 def job_params(config: Mapping[str, Any], sections: Sequence[str]) -> dict[str, Any]:

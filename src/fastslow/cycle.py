@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
-from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section
+from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section, round_budget
 from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
 
@@ -185,6 +185,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         fast_dtype = resolve_sample_dtype(cfg["fast"].get("dtype", "model"), cfg["model"]["dtype"])
         # the reflection model only for the proposer that calls it (the params leave it out otherwise)
         fast = {k: v for k, v in cfg["fast"].items() if k != "reflection" or cfg["fast"]["proposer"] == REFLECTIVE}
+        fast["max_metric_calls"] = round_budget(fast)  # its preset's (the params hold no other)
         fast_cfg = FastConfig.from_dict({
             **fast, "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})

@@ -127,7 +127,16 @@ def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
             params[section] = {k: v for k, v in params[section].items() if k in read}
     if "reflection" in params.get("fast", {}) and params["fast"].get("proposer") != REFLECTIVE:
         params["fast"] = {k: v for k, v in params["fast"].items() if k != "reflection"}
+    if isinstance(params.get("fast", {}).get("max_metric_calls"), dict) and "preset" in params["fast"]:
+        params["fast"] = {**params["fast"], "max_metric_calls": round_budget(params["fast"])}
     return params
+
+
+def round_budget(fast: dict[str, Any]) -> dict[str, Any]:
+    """`fast.max_metric_calls` as a round reads it: its preset's budget alone (a new `full` budget
+    retrained every `light` run)."""
+    preset = fast["preset"]
+    return {preset: fast["max_metric_calls"][preset]}
 
 
 def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, Any]:

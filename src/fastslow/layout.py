@@ -37,12 +37,15 @@ def shares_base_eval(spec: RunSpec) -> bool:
     model and its overrides (the experiment's and its variant's) name no evaluation setting its
     rewards depend on (k, the problems, the seed, the dtype; a run that does is evaluated at its
     own initial point, so its curve starts at its own k). A key is judged by its presence, not
-    its value: an override that repeats the global value costs one redundant evaluation.
-    Overrides reach `evaluation`, `slow`, `fast` and `cycles` only; the other keys are checked
-    all the same."""
+    its value: an override that repeats the global value costs one redundant evaluation. The KL
+    switches do not count, but for `divergence: true`: the base model's evaluation follows the
+    global switch, and a run asking for the KL/entropy pass where it is off globally would start
+    its curve without one. Overrides reach `evaluation`, `slow`, `fast` and `cycles` only; the
+    other keys are checked all the same."""
     o = spec.overrides
+    evaluation = o.get("evaluation") or {}
     return (spec.init is None and not any(k in o for k in ("model", "generation", "seed_context"))
-            and set(o.get("evaluation") or {}) <= DIVERGENCE_ONLY)
+            and set(evaluation) <= DIVERGENCE_ONLY and evaluation.get("divergence") is not True)
 
 
 def eval_point_file(spec: RunSpec, point: str, task: str, results: str = RESULTS) -> str:

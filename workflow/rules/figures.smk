@@ -75,6 +75,12 @@ rule figure_claims:
         "../scripts/claims.py"
 
 
+def pool_runs(wc):
+    """The runs a pool page names, and the run whose files each reads (a shared run reads another
+    run's pools, so renaming its variant changed no input and the page kept the old name)."""
+    return sorted((s.key, s.source) for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast)
+
+
 rule pool_evolution:
     # Every cycle's pool of every FST/GEPA run of an experiment: its contexts, the best one's diff
     # to its parent, and what the round proposed (the cycle's fast/proposals.json).
@@ -85,6 +91,7 @@ rule pool_evolution:
                           for c in range(s.cycles)],
     params:
         code=library_code("pool_evolution.py"),
+        runs=pool_runs,
     output:
         report(f"{RESULTS}/reports/pools/{{experiment}}.html", category="Context pools",
                caption="../report/pools.rst"),
