@@ -1292,14 +1292,18 @@ def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
     """Snakemake compares params by repr: the same settings merged in another order were
     "changed params" and re-ran every job (`--configfile own.yaml` vs `--configfile
     config/config.yaml own.yaml`)."""
-    from fastslow.config import job_params
+    from fastslow.config import MEMORY_BOUNDS, job_params
 
     cfg = load_config(ROOT / "config" / "config.yaml")
     shuffled = {k: (dict(reversed(list(v.items()))) if isinstance(v, dict) else v) for k, v in reversed(cfg.items())}
     assert shuffled == cfg and repr(shuffled) != repr(cfg)
     sections = ("model", "generation", "seed_context", "slow", "fast")
     assert repr(job_params(shuffled, sections)) == repr(job_params(cfg, sections))
-    assert job_params(cfg, sections) == {k: cfg[k] for k in sections}
+    # the settings less their memory bounds (vLLM's GPU shares)
+    assert job_params(cfg, sections) == {k: {n: v for n, v in cfg[k].items() if n not in MEMORY_BOUNDS[k]}
+                                         if k in MEMORY_BOUNDS else cfg[k] for k in sections}
+    assert "gpu_memory_utilization" in cfg["generation"] and "gpu_memory_utilization" not in \
+        job_params(cfg, sections)["generation"]
 
 
 def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path, monkeypatch):

@@ -540,8 +540,9 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     """A cycle job's params are what its method's cycle reads (a change of any other setting
     reran it for nothing): rl's leave out `fast` (no round) but pool_size, all of `generation`
     (the round's sampling) and model.dtype, gepa's `slow` (frozen weights) but steps_per_cycle,
-    fst_distill's CISPO's and vLLM's slow keys, and a round with the offline proposer its
-    reflection model (`fast.reflection`: these retrained every FST run and Fig 8's distillation).
+    fst_distill's CISPO's and vLLM's slow keys, gepa's and fst_distill's the RL steps' rollout
+    reuse, and a round with the offline proposer its reflection model (`fast.reflection`: these
+    retrained every FST run and Fig 8's distillation).
     Each cycle runs here, the second from the first, with every left-out key poison (reading one
     whole, or using one, fails): they are unread. The slow steps are stubbed (they see only
     SlowConfig, the slow section: test_slow_distill checks which of its fields distillation
@@ -551,7 +552,7 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     import fastslow.slow.distill
     from fastslow.config import job_params, resolve_sample_dtype
     from fastslow.cycle import run_cycle
-    from fastslow.experiments import CYCLE_READS, RunSpec
+    from fastslow.experiments import CYCLE_READS, CYCLE_SKIPS, RunSpec
 
     config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
 
@@ -567,15 +568,17 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     for section, kept in reads.items():  # (keys whose defaults are SlowConfig's are not in the config)
         assert set(params[section]) == set(kept) & set(spec.settings(config)[section])
         assert params[section] != spec.settings(config)[section]
+    skips = CYCLE_SKIPS.get(method, {}).get("fast", ())  # the RL steps' reuse: FST's alone
     if "fast" not in reads:  # a round: the whole fast section but the reflection model
-        assert set(params["fast"]) == set(spec.settings(config)["fast"]) - {"reflection"}
+        assert set(params["fast"]) == set(spec.settings(config)["fast"]) - {"reflection", *skips}
     whole = job_params(spec.settings(config), list(params))  # less the memory bounds
     assert {k: v for k, v in params.items() if k not in reads and k != "fast"} == \
         {k: v for k, v in whole.items() if k not in reads and k != "fast"}
     for section, kept in reads.items():
         config[section] = _Unread(config[section], kept)
     if "fast" not in reads:
-        config["fast"]["reflection"] = _Poison()
+        for key in ("reflection", *skips):
+            config["fast"][key] = _Poison()
     prev = None
     for cycle in (0, 1):
         summary = run_cycle(spec, config, cycle, tiny_model_dir, prev, train, tmp_path / f"cycle{cycle}")
@@ -653,8 +656,9 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     `slow='{lr: 3e-5}'` GEPA-only ones (frozen weights) and `generation='{batch_size: 3}'`
     (the round's sampling batches) RL-only ones: each now reruns only the cycles that read it, FST's
     (and fst_distill's) both. CISPO's beta reran distillation, the offline proposer's unread
-    reflection model every cycle with a round, the full preset's budget every light round, and
-    vLLM's GPU shares (memory bounds) every cycle."""
+    reflection model every cycle with a round, the full preset's budget every light round, the RL
+    steps' reuse settings GEPA-only and distillation cycles, and vLLM's GPU shares (memory bounds)
+    every cycle."""
     rl, gepa = "results/runs/efficiency/rl/math-default-s0", "results/runs/ceiling/gepa/hover-default-s0"
     fst, distill = "results/runs/efficiency/fst/math-default-s0", "results/runs/ceiling/fst_distill/hover-default-s0"
     targets = [f"{run}/cycle{c}/cycle.json" for run in (rl, fst) for c in (0, 1)] + \
@@ -666,6 +670,7 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
                         "round_batch": ["--config", "generation={batch_size: 3}"],
                         "beta": ["--config", "slow={beta: 0.1}"],  # CISPO's: not distillation's
                         "full_budget": ["--config", "fast={max_metric_calls: {full: 200}}"],  # light runs
+                        "reuse_steps": ["--config", "fast={reuse_steps: 2}"],  # FST's RL steps only
                         # the reflection model: the offline proposer never calls it
                         "reflection": ["--config", "fast={reflection: {timeout_s: 30}}"],
                         # vLLM's shares of a GPU: memory bounds
@@ -682,3 +687,4 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     assert planned["round_batch"] == {t for t in targets if t.startswith((fst, gepa, distill))}
     assert planned["beta"] == {t for t in targets if t.startswith((rl, fst))}
     assert planned["reflection"] == planned["vllm_memory"] == planned["full_budget"] == set()
+    assert planned["reuse_steps"] == {t for t in targets if t.startswith(fst)}

@@ -184,7 +184,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         # the round's sampling dtype on this machine (the params may say "bfloat16_if_native")
         fast_dtype = resolve_sample_dtype(cfg["fast"].get("dtype", "model"), cfg["model"]["dtype"])
         # the reflection model only for the proposer that calls it (the params leave it out otherwise)
-        fast = {k: v for k, v in cfg["fast"].items() if k != "reflection" or cfg["fast"]["proposer"] == REFLECTIVE}
+        fast = {k: v for k, v in cycle_section(spec.method, "fast", cfg["fast"]).items()
+                if k != "reflection" or cfg["fast"]["proposer"] == REFLECTIVE}
         fast["max_metric_calls"] = round_budget(fast)  # its preset's (the params hold no other)
         fast_cfg = FastConfig.from_dict({
             **fast, "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],

@@ -56,6 +56,14 @@ CYCLE_READS: dict[str, dict[str, tuple[str, ...]]] = {
                              "max_new_tokens", "temperature", "top_p", "micro_batch_size", "max_grad_norm",
                              "weight_decay", "adam_beta1", "adam_beta2", "activation_checkpointing", "bf16")},
 }
+#: What a method's cycle never reads of a section it otherwise reads whole: its params leave these
+#: out, and its cycle builds its FastConfig without them. The RL steps' rollout reuse is FST's
+#: (`fastslow.cycle`: a GEPA-only cycle writes no rollouts to reuse, and only an fst cycle's
+#: round samples for its RL steps).
+CYCLE_SKIPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "gepa": {"fast": ("reuse_rollouts", "reuse_in_slow", "reuse_steps")},
+    "fst_distill": {"fast": ("reuse_in_slow", "reuse_steps")},
+}
 #: The reflection model (`fast.reflection`) is read by the `reflective` proposer alone: with the
 #: offline `feedback_editor` a cycle's params leave it out too (`_read_by`).
 REFLECTIVE = "reflective"
@@ -125,6 +133,9 @@ def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
     for section, read in CYCLE_READS.get(method, {}).items():
         if section in params:
             params[section] = {k: v for k, v in params[section].items() if k in read}
+    for section, skipped in CYCLE_SKIPS.get(method, {}).items():
+        if section in params:
+            params[section] = {k: v for k, v in params[section].items() if k not in skipped}
     if "reflection" in params.get("fast", {}) and params["fast"].get("proposer") != REFLECTIVE:
         params["fast"] = {k: v for k, v in params["fast"].items() if k != "reflection"}
     if isinstance(params.get("fast", {}).get("max_metric_calls"), dict) and "preset" in params["fast"]:
@@ -141,10 +152,11 @@ def round_budget(fast: dict[str, Any]) -> dict[str, Any]:
 
 def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, Any]:
     """Config section `name` as `method`'s cycle may read it: the keys `CYCLE_READS` keeps (each
-    read alone, so a left-out key is never touched), or the whole section."""
+    read alone, so a left-out key is never touched), or the whole section less `CYCLE_SKIPS`."""
     keep = CYCLE_READS.get(method, {}).get(name)
     if keep is None:
-        return dict(section)
+        skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
+        return {k: v for k, v in section.items() if k not in skipped}
     missing = object()
     return {k: v for k in keep if (v := section.get(k, missing)) is not missing}
 
