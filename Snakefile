@@ -10,7 +10,9 @@ min_version("9.0")
 # is done, and CPython's cyclic GC re-walked them, and Snakemake's own modules, every 700
 # allocations: 0.9 s of `snakemake -n`'s 10 s (bench/HISTORY.md). What is loaded so far is never
 # garbage (freeze: no collection walks it again), and the young generation is collected less
-# often. Jobs run in their own processes: neither setting reaches them.
+# often. Script jobs run in their own Python processes, untouched; Snakemake's own processes (the
+# main one, which the profiles' force-use-threads has run the local `run:` rules too, and the
+# one it starts per job) only collect less often.
 gc.freeze()
 gc.set_threshold(10_000, 10, 10)
 

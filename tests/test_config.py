@@ -779,6 +779,16 @@ def test_a_run_evaluated_otherwise_starts_from_its_own_initial_evaluation():
             "kl": {"evaluation": {"divergence": True}}}}}})
     runs = {s.variant: s for s in expand(cfg).values() if s.experiment == "stargraph" and s.method == "rl"}
     assert eval_point_file(runs["nokl"], "init", "stargraph") == "results/eval/base/stargraph.json"
+    # the global switch on: `true` repeats it, and the run (shared with an identical one) keeps the
+    # base evaluation, not an extra one in the directory of the run it shares
+    exp = {"tasks": ["math"], "methods": ["rl"], "seeds": [0], "cycles": 2}
+    again = load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {
+        "first": exp, "again": {**exp, "overrides": {"evaluation": {"divergence": True}}}}})
+    assert again["evaluation"]["divergence"] is True
+    spec = expand(again)["again/rl/math-default-s0"]
+    assert spec.shared in ("first/rl/math-default-s0", "efficiency/rl/math-default-s0")
+    assert "evaluation" not in spec.overrides
+    assert eval_point_file(spec, "init", "math") == "results/eval/base/math.json"
     for variant in ("k8", "few", "kl"):
         assert eval_points(runs[variant])[0] == "init"
         assert eval_point_file(runs[variant], "init", "stargraph") == \
@@ -1299,11 +1309,14 @@ def test_job_params_do_not_depend_on_which_config_file_set_a_key_first():
     assert shuffled == cfg and repr(shuffled) != repr(cfg)
     sections = ("model", "generation", "seed_context", "slow", "fast")
     assert repr(job_params(shuffled, sections)) == repr(job_params(cfg, sections))
-    # the settings less their memory bounds (vLLM's GPU shares)
-    assert job_params(cfg, sections) == {k: {n: v for n, v in cfg[k].items() if n not in MEMORY_BOUNDS[k]}
-                                         if k in MEMORY_BOUNDS else cfg[k] for k in sections}
-    assert "gpu_memory_utilization" in cfg["generation"] and "gpu_memory_utilization" not in \
-        job_params(cfg, sections)["generation"]
+    # the settings less their memory bounds: vLLM's GPU shares
+    params = job_params(cfg, sections)
+    assert MEMORY_BOUNDS["generation"] == ("gpu_memory_utilization",)
+    assert MEMORY_BOUNDS["slow"] == ("vllm_gpu_memory_utilization",)
+    assert params["generation"] == {k: v for k, v in cfg["generation"].items() if k != "gpu_memory_utilization"}
+    assert params["slow"] == {k: v for k, v in cfg["slow"].items() if k != "vllm_gpu_memory_utilization"}
+    assert "gpu_memory_utilization" in cfg["generation"] and "vllm_gpu_memory_utilization" in cfg["slow"]
+    assert {k: params[k] for k in ("model", "seed_context", "fast")} == {k: cfg[k] for k in ("model", "seed_context", "fast")}
 
 
 def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path, monkeypatch):

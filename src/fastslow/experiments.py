@@ -126,6 +126,20 @@ class RunSpec:
         return _read_by(self.method, job_params(self.settings(config), sections))
 
 
+def _drop_global_divergence(overrides: dict[str, Any], config: dict[str, Any]) -> None:
+    """Drop an override of `evaluation.divergence` that repeats the global switch: the run's
+    settings are the same, and its initial point stays the base model's evaluation
+    (`layout.shares_base_eval`, which gives a run asking for the pass where the global switch is
+    off an evaluation of its own; a repeated `true` did too, in the directory of whatever run it
+    shared)."""
+    evaluation = overrides.get("evaluation")
+    if isinstance(evaluation, dict) and "divergence" in evaluation and \
+            evaluation["divergence"] == config.get("evaluation", {}).get("divergence"):
+        del evaluation["divergence"]
+        if not evaluation:
+            del overrides["evaluation"]
+
+
 def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """`params` (sections of settings) less the keys `method`'s runs never read (`CYCLE_READS`:
     its cycle's; its evaluations read no `fast` or `slow` setting), and less `fast.reflection`
@@ -326,6 +340,7 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
                                        "set that instead"))
                 overrides = deep_update(copy.deepcopy(exp.get("overrides", {})), overrides)
                 cycles = overrides.pop(count, None)
+                _drop_global_divergence(overrides, config)
                 for seed in seeds:
                     for schedule in schedules(cycles):
                         for source in inits:
