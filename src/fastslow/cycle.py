@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
-from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section, round_budget
+from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section
 from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
 from fastslow.tasks.data import load_problems
 
@@ -183,12 +183,9 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         gen = cfg["generation"]
         # the round's sampling dtype on this machine (the params may say "bfloat16_if_native")
         fast_dtype = resolve_sample_dtype(cfg["fast"].get("dtype", "model"), cfg["model"]["dtype"])
-        # the reflection model only for the proposer that calls it (the params leave it out otherwise)
-        fast = {k: v for k, v in cycle_section(spec.method, "fast", cfg["fast"]).items()
-                if k != "reflection" or cfg["fast"]["proposer"] == REFLECTIVE}
-        fast["max_metric_calls"] = round_budget(fast)  # its preset's (the params hold no other)
+        # what its params hold: no reflection model for the offline proposer, the preset's budget alone
         fast_cfg = FastConfig.from_dict({
-            **fast, "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
+            **cycle_section(spec.method, "fast", cfg["fast"]), "max_new_tokens": gen["max_new_tokens"], "temperature": gen["temperature"],
             "top_p": gen["top_p"], "seed": spec.seed, "eval_batch_size": gen["batch_size"]})
         if len(train) < FAST_MIN_TRAIN:  # a file task with fewer rows than data.sizes.train asks for
             own = cfg["data"].get("files", {}).get(task_name)

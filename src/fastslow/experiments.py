@@ -65,7 +65,7 @@ CYCLE_SKIPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fst_distill": {"fast": ("reuse_in_slow", "reuse_steps")},
 }
 #: The reflection model (`fast.reflection`) is read by the `reflective` proposer alone: with the
-#: offline `feedback_editor` a cycle's params leave it out too (`_read_by`).
+#: offline `feedback_editor` a cycle's params leave it out too (`cycle_section`).
 REFLECTIVE = "reflective"
 
 
@@ -141,19 +141,11 @@ def _drop_global_divergence(overrides: dict[str, Any], config: dict[str, Any]) -
 
 
 def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """`params` (sections of settings) less the keys `method`'s runs never read (`CYCLE_READS`:
-    its cycle's; its evaluations read no `fast` or `slow` setting), and less `fast.reflection`
-    unless its proposer is the reflective one."""
-    for section, read in CYCLE_READS.get(method, {}).items():
-        if section in params:
-            params[section] = {k: v for k, v in params[section].items() if k in read}
-    for section, skipped in CYCLE_SKIPS.get(method, {}).items():
-        if section in params:
-            params[section] = {k: v for k, v in params[section].items() if k not in skipped}
-    if "reflection" in params.get("fast", {}) and params["fast"].get("proposer") != REFLECTIVE:
-        params["fast"] = {k: v for k, v in params["fast"].items() if k != "reflection"}
-    if isinstance(params.get("fast", {}).get("max_metric_calls"), dict) and "preset" in params["fast"]:
-        params["fast"] = {**params["fast"], "max_metric_calls": round_budget(params["fast"])}
+    """`params` (sections of settings) as `method`'s cycle reads them (`cycle_section`; its
+    evaluations read no `fast` or `slow` setting)."""
+    for name in params:  # (values replaced in place: the sections keep their order)
+        if name == "fast" or name in CYCLE_READS.get(method, {}) or name in CYCLE_SKIPS.get(method, {}):
+            params[name] = cycle_section(method, name, params[name])
     return params
 
 
@@ -165,14 +157,21 @@ def round_budget(fast: dict[str, Any]) -> dict[str, Any]:
 
 
 def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, Any]:
-    """Config section `name` as `method`'s cycle may read it: the keys `CYCLE_READS` keeps (each
-    read alone, so a left-out key is never touched), or the whole section less `CYCLE_SKIPS`."""
+    """Config section `name` as `method`'s cycle reads it, for its job's params and for the cycle
+    itself: the keys `CYCLE_READS` keeps (each read alone, so a left-out key is never touched), or
+    the whole section less `CYCLE_SKIPS`; of `fast`, the reflection model only for the reflective
+    proposer, and of `max_metric_calls` only the preset's budget (`round_budget`)."""
     keep = CYCLE_READS.get(method, {}).get(name)
-    if keep is None:
-        skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
-        return {k: v for k, v in section.items() if k not in skipped}
-    missing = object()
-    return {k: v for k in keep if (v := section.get(k, missing)) is not missing}
+    if keep is not None:  # in sorted order, as `job_params` gives the sections
+        missing = object()
+        return {k: v for k in sorted(keep) if (v := section.get(k, missing)) is not missing}
+    skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
+    if name == "fast" and section.get("proposer") != REFLECTIVE:
+        skipped = (*skipped, "reflection")
+    read = {k: v for k, v in section.items() if k not in skipped}
+    if name == "fast" and isinstance(read.get("max_metric_calls"), dict) and "preset" in read:
+        read["max_metric_calls"] = round_budget(read)
+    return read
 
 
 def run_tasks(key: str) -> tuple[str, ...]:
