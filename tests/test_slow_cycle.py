@@ -509,11 +509,12 @@ def test_steps_per_generation_is_deterministic_and_takes_the_rounds_rollouts_fir
 def test_steps_per_generation_refuses_vllm_several_processes_and_fst_distill(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One line naming the value where sampling ahead cannot run: with vLLM (SlowConfig and the
-    config check), under several processes (before any work), and for an fst_distill run."""
+    config check), under several processes (before any work), and for an fst_distill run that asks
+    for it in its own overrides; the global key is the RL runs', which distillation never reads."""
     import copy
 
     from fastslow.config import ConfigError, load_config, validate_config
-    from fastslow.experiments import check_experiments
+    from fastslow.experiments import check_experiments, expand
     from fastslow.slow import loop
 
     with pytest.raises(ValueError, match=r"^SlowConfig.steps_per_generation: 3 .*set it to 1$"):
@@ -526,10 +527,14 @@ def test_steps_per_generation_refuses_vllm_several_processes_and_fst_distill(
     with pytest.raises(ConfigError, match=r"^config error: slow.steps_per_generation: 2 .*set it to 1$"):
         validate_config(bad)
     distill = copy.deepcopy(config)
-    distill["slow"]["steps_per_generation"] = 3
+    distill["experiments"]["ceiling"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
     with pytest.raises(ConfigError, match=r"experiments.ceiling: slow.steps_per_generation=3 for its "
                                           r"fst_distill run ceiling/fst_distill/"):
         check_experiments(validate_config(distill))
+    batched = copy.deepcopy(config)  # the global key is the RL runs': distillation never reads it
+    batched["slow"]["steps_per_generation"] = 3
+    check_experiments(validate_config(batched))
+    assert any(r.method == "fst_distill" for r in expand(batched).values())
     ok = copy.deepcopy(config)
     ok["experiments"]["efficiency"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
     check_experiments(validate_config(ok))  # rl and fst runs may

@@ -390,22 +390,24 @@ def check_experiments(config: dict[str, Any]) -> None:
             where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
     _check_fast_budgets(runs, config)
-    _check_distill_generation(runs, config)
+    _check_distill_generation(runs)
     _warn_short_warmup(runs, config)
 
 
-def _check_distill_generation(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
+def _check_distill_generation(runs: dict[str, RunSpec]) -> None:
     """slow.steps_per_generation is the RL cycle's (rl, fst): a distillation cycle samples its
-    teacher's rollouts step by step, so an fst_distill run that sets it above 1 stops the config."""
+    teacher's rollouts step by step and never reads it (its params leave it out, CYCLE_READS), so
+    the global key, meant for the RL runs, passes; an fst_distill run whose own overrides (its
+    experiment's or variant's) set it above 1 asks for what it cannot do, and stops the config."""
     for run in runs.values():
         if run.method != "fst_distill":
             continue
-        n = run.settings(config)["slow"].get("steps_per_generation", 1)
+        n = (run.overrides.get("slow") or {}).get("steps_per_generation", 1)
         if n > 1:
             where = f"experiments.{run.experiment}" + (f" (variant {run.variant})" if run.variant != "default" else "")
             raise _err(f"{where}: slow.steps_per_generation={n} for its fst_distill run {run.key}: a "
                        f"distillation cycle samples each step itself; set it for rl and fst runs only "
-                       f"(in their experiments' overrides or variants)")
+                       f"(globally, or in their experiments' overrides or variants)")
 
 
 def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
