@@ -258,6 +258,50 @@ def test_a_memory_bound_is_no_param_and_does_not_split_a_shared_run():
     assert runs["reuse/fst/math-no_reuse-s0"].shared == "efficiency/fst/math-default-s0"
 
 
+def test_a_key_without_a_schema_default_written_at_its_default_is_no_param():
+    """slow and fast keys without a schema default take SlowConfig's / FastConfig's default when
+    left out, and the filled-in config lacks them. Written out at that default (the schema's
+    `x-implied`, held here to the dataclasses'), a key is left out of the jobs' params too: the
+    cycle reads the same value, so nothing reruns and a run that spells them out is still the
+    earlier experiment's. Any other value is a param, and a run of its own."""
+    from dataclasses import fields
+
+    from fastslow.config import implied_defaults, job_params, load_schema
+    from fastslow.experiments import expand
+    from fastslow.fast import FastConfig
+    from fastslow.slow.config import SlowConfig
+
+    implied = implied_defaults()
+    schema = load_schema()["properties"]
+    for section, dataclass in (("slow", SlowConfig), ("fast", FastConfig)):
+        no_default = {k for k, v in schema[section]["properties"].items() if "default" not in v}
+        assert set(implied[section]) == no_default, section
+        defaults = {f.name: f.default for f in fields(dataclass)}
+        for key, value in implied[section].items():
+            assert value == defaults[key] and type(value) is type(defaults[key]), (section, key)
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    spelt = deep_update(copy.deepcopy(cfg), {s: dict(keys) for s, keys in implied.items()})
+    spelt["fast"]["reuse_steps"] = 1
+    assert job_params(spelt, ("slow", "fast")) == job_params(cfg, ("slow", "fast"))
+    assert spelt["slow"]["top_p"] == 1.0 and "top_p" not in cfg["slow"]  # the config keeps what was written
+    # any other value is a param
+    assert "steps_per_generation" in job_params(deep_update(copy.deepcopy(cfg), {"slow": {"steps_per_generation": 2}}),
+                                                ("slow",))["slow"]
+    assert job_params(deep_update(copy.deepcopy(cfg), {"slow": {"activation_checkpointing": True}}),
+                      ("slow",))["slow"]["activation_checkpointing"] is True
+
+    tiny = _tiny_experiments({"overrides": {"slow": {"top_p": 1, "scale_rewards": "group",
+                                                     "vllm_enable_sleep_mode": False},
+                                            "fast": {"reuse_steps": 1}},
+                              "variants": {"spelt": {}, "clipped": {"slow": {"max_grad_norm": 1.0}}}})
+    runs = expand(tiny)
+    assert runs["reuse/fst/math-spelt-s0"].shared == "efficiency/fst/math-default-s0"
+    assert runs["reuse/fst/math-clipped-s0"].shared is None
+    own = runs["reuse/fst/math-spelt-s0"].cycle_params(tiny, ("slow", "fast"))
+    assert "top_p" not in own["slow"] and "reuse_steps" not in own["fast"]
+
+
 def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
     """An RL-only run's fast settings and slow.baseline (its K is 1 whatever they say) and a GEPA-only run's slow
     settings but T change none of its jobs' params (`CYCLE_READS`): the run is the earlier

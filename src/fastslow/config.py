@@ -805,11 +805,34 @@ MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",), "generation": ("gpu_memor
                  "slow": ("vllm_gpu_memory_utilization",)}
 
 
+@functools.lru_cache(maxsize=1)
+def implied_defaults() -> dict[str, dict[str, Any]]:
+    """Per section, its keys without a schema default and the value a left-out one takes
+    (the schema's `x-implied`: SlowConfig's or FastConfig's default)."""
+    sections = _parsed_schema(str(SCHEMA_PATH))["properties"]
+    implied = {name: {k: p["x-implied"] for k, p in sec.get("properties", {}).items() if "x-implied" in p}
+               for name, sec in sections.items()}
+    return {name: keys for name, keys in implied.items() if keys}
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """`a == b` where a bool never equals a number (True == 1 in Python)."""
+    return (a is b) if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
 def job_params(config: Mapping[str, Any], sections: Sequence[str]) -> dict[str, Any]:
     """A job's params: the config's `sections` (a run's effective settings) less their
-    MEMORY_BOUNDS. Snakemake reruns a job whose params changed."""
-    return canonical({k: {n: v for n, v in config[k].items() if n not in MEMORY_BOUNDS[k]}
-                      if k in MEMORY_BOUNDS else config[k] for k in sections})
+    MEMORY_BOUNDS, and less the keys without a schema default written at the value they take
+    left out (`implied_defaults`: the filled-in config lacks them, so spelling one out would
+    rerun every job that carries it). Snakemake reruns a job whose params changed."""
+    implied = implied_defaults()
+
+    def kept(section: str, name: str, value: Any) -> bool:
+        return name not in MEMORY_BOUNDS.get(section, ()) and not (
+            name in implied.get(section, {}) and _same_value(value, implied[section][name]))
+
+    return canonical({k: {n: v for n, v in config[k].items() if kept(k, n, v)}
+                      if k in MEMORY_BOUNDS or k in implied else config[k] for k in sections})
 
 
 def evaluation_options(config: Mapping[str, Any]) -> dict[str, Any]:
