@@ -264,10 +264,10 @@ def test_a_key_without_a_schema_default_written_at_its_default_is_no_param():
     `x-implied`, held here to the dataclasses'), a key is left out of the jobs' params too: the
     cycle reads the same value, so nothing reruns and a run that spells them out is still the
     earlier experiment's. Any other value is a param, and a run of its own."""
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from fastslow.config import implied_defaults, job_params, load_schema
-    from fastslow.experiments import expand
+    from fastslow.experiments import CYCLE_READS, expand
     from fastslow.fast import FastConfig
     from fastslow.slow.config import SlowConfig
 
@@ -284,7 +284,7 @@ def test_a_key_without_a_schema_default_written_at_its_default_is_no_param():
     spelt = deep_update(copy.deepcopy(cfg), {s: dict(keys) for s, keys in implied.items()})
     spelt["fast"]["reuse_steps"] = 1
     assert job_params(spelt, ("slow", "fast")) == job_params(cfg, ("slow", "fast"))
-    assert spelt["slow"]["top_p"] == 1.0 and "top_p" not in cfg["slow"]  # the config keeps what was written
+    assert "top_p" not in cfg["slow"]  # left out, the filled-in config lacks it
     # any other value is a param
     assert "steps_per_generation" in job_params(deep_update(copy.deepcopy(cfg), {"slow": {"steps_per_generation": 2}}),
                                                 ("slow",))["slow"]
@@ -300,6 +300,10 @@ def test_a_key_without_a_schema_default_written_at_its_default_is_no_param():
     assert runs["reuse/fst/math-clipped-s0"].shared is None
     own = runs["reuse/fst/math-spelt-s0"].cycle_params(tiny, ("slow", "fast"))
     assert "top_p" not in own["slow"] and "reuse_steps" not in own["fast"]
+    # a distillation cycle (CYCLE_READS keeps its slow keys by name) leaves a spelt-out default out too
+    distill = replace(runs["reuse/fst/math-spelt-s0"], method="fst_distill")
+    assert distill.cycle_params(tiny, ("slow",)) == replace(distill, overrides={}).cycle_params(tiny, ("slow",))
+    assert "top_p" in CYCLE_READS["fst_distill"]["slow"] and "top_p" not in distill.cycle_params(tiny, ("slow",))["slow"]
 
 
 def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
@@ -1070,20 +1074,22 @@ def test_reuse_steps_must_fit_the_cycle_and_the_validation_set():
 
 
 def test_config_readme_states_slowconfigs_own_defaults():
-    """The slow keys without a schema default take SlowConfig's: config/README.md says which, and
-    says it right (the twin of the schema descriptions; a changed SlowConfig default must show)."""
+    """The slow and fast keys without a schema default take SlowConfig's or FastConfig's:
+    config/README.md says which, and says it right (the twin of the schema descriptions; a changed
+    default must show)."""
     import re
 
+    from fastslow.config import load_schema
+    from fastslow.fast import FastConfig
     from fastslow.slow.config import SlowConfig
 
     text = (ROOT / "config" / "README.md").read_text(encoding="utf-8")
-    stated = dict(re.findall(r"^\| `slow\.(\w+)` \| SlowConfig's `([^`]*)` \|", text, flags=re.M))
-    from fastslow.config import load_schema
-
-    schema = load_schema()["properties"]["slow"]["properties"]
-    assert set(stated) == {k for k, v in schema.items() if "default" not in v}
-    for key, value in stated.items():
-        assert yaml.safe_load(value) == getattr(SlowConfig(), key), key
+    for section, dataclass in (("slow", SlowConfig), ("fast", FastConfig)):
+        stated = dict(re.findall(rf"^\| `{section}\.(\w+)` \| {dataclass.__name__}'s `([^`]*)` \|", text, flags=re.M))
+        schema = load_schema()["properties"][section]["properties"]
+        assert set(stated) == {k for k, v in schema.items() if "default" not in v}, section
+        for key, value in stated.items():
+            assert yaml.safe_load(value) == getattr(dataclass(), key) == schema[key]["x-implied"], key
 
 
 # --- paper.yaml's figures and docs --------------------------------------------------------------------
@@ -1155,6 +1161,31 @@ def test_a_number_yaml_reads_as_text_is_a_number_by_every_route(tmp_path):
         with pytest.raises(ConfigError) as info:
             load_config(config, overrides={"slow": slow})
         assert expected in str(info.value), str(info.value)
+
+
+def test_an_integer_at_a_number_key_is_the_float_the_default_is():
+    """`temperature: 1` is the default's 1.0. Snakemake compares params by their repr, and 1 and
+    1.0 print differently, so the int reran every job carrying the key (and `timeout_s: 60`
+    written against the schema's default 60 the other way round). Integer keys keep their ints."""
+    from fastslow.config import job_params
+    from fastslow.experiments import expand
+
+    base = load_config(ROOT / "config" / "config.yaml")
+    spelt = load_config(ROOT / "config" / "config.yaml", overrides={
+        "generation": {"temperature": 1, "top_p": 1}, "slow": {"temperature": 1, "epsilon_high": 4},
+        "fast": {"format_credit": 0, "reflection": {"timeout_s": 60}},
+        "experiments": {"continual": {"overrides": {"slow": {"temperature": 1}}},
+                        "ablations": {"variants": {"k4": {"slow": {"temperature": 2}}}}}})
+    sections = ("generation", "slow", "fast")
+    assert repr(job_params(spelt, sections)) == repr(job_params(base, sections))
+    assert type(spelt["fast"]["reflection"]["timeout_s"]) is float  # the schema's own default too
+    assert type(base["fast"]["reflection"]["timeout_s"]) is float
+    for run in expand(spelt).values():
+        if run.experiment == "continual":
+            assert repr(run.settings(spelt)["slow"]["temperature"]) == "1.0"
+        if run.variant == "k4":
+            assert repr(run.settings(spelt)["slow"]["temperature"]) == "2.0"
+    assert type(spelt["slow"]["num_generations"]) is int and type(spelt["evaluation"]["k"]) is int
 
 
 def test_an_empty_seed_context_from_the_command_line_is_named_as_given():

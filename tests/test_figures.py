@@ -1274,6 +1274,28 @@ def test_variant_settings_name_what_each_variant_changes():
                                  "fast.preset": "light"}
 
 
+def test_variant_settings_read_a_spelt_out_default_as_the_default():
+    """A key without a schema default (slow.top_p, SlowConfig's 1.0) spelt out at that default in
+    the ablations' overrides changes no variant and Fig 9 keeps its panels; a variant that sets it
+    to another value is compared with the default, not with None."""
+    from pathlib import Path
+
+    from fastslow.config import load_config
+    from fastslow.experiments import expand, variant_settings
+    from fastslow.layout import fig9_default_run
+
+    root = Path(__file__).resolve().parents[1]
+    plain = load_config(root / "config" / "config.yaml")
+    spelt = load_config(root / "config" / "config.yaml", overrides={"experiments": {"ablations": {
+        "overrides": {"slow": {"top_p": 1.0, "scale_rewards": "group"}}, "variants": {"nucleus": {"slow": {"top_p": 0.9}}}}}})
+    for cfg in (plain, spelt):
+        runs = expand(cfg)
+        info = variant_settings(runs, cfg, "ablations", fig9_default_run(runs))
+        assert info["variants"]["k4"] == {"fast.pool_size": 4}
+    assert info["variants"]["nucleus"] == {"slow.top_p": 0.9} and info["reference"]["slow.top_p"] == 1.0
+    assert figures.ablation_panels(info)[0] == ("fast.pool_size", {}, ["k1", "default", "k4"])
+
+
 def test_ablation_panels_are_the_papers_four():
     """Fig 9 (a) K, (b) the prompt baseline at K=2 beside the problem baseline at K=2, (c) T, (d)
     the GEPA recipe: a one-setting variant beside the default, a two-setting one beside the bar

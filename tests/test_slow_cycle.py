@@ -506,15 +506,17 @@ def test_steps_per_generation_is_deterministic_and_takes_the_rounds_rollouts_fir
     assert tables[0].select(columns).equals(tables[1].select(columns))
 
 
-def test_steps_per_generation_refuses_vllm_several_processes_and_fst_distill(
+def test_steps_per_generation_refuses_vllm_and_several_processes_and_distillation_ignores_it(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One line naming the value where sampling ahead cannot run: with vLLM (SlowConfig and the
-    config check), under several processes (before any work), and for an fst_distill run that asks
-    for it in its own overrides; the global key is the RL runs', which distillation never reads."""
+    config check) and under several processes (before any work). An fst_distill run ignores it, as
+    it ignores CISPO's keys: set globally or in the overrides of an experiment that has
+    fst_distill runs (which apply to its rl and fst runs too), the config passes and the
+    distillation cycles' params leave it out (they were refused, whatever their rl runs asked)."""
     import copy
 
     from fastslow.config import ConfigError, load_config, validate_config
-    from fastslow.experiments import check_experiments, expand
+    from fastslow.experiments import expand
     from fastslow.slow import loop
 
     with pytest.raises(ValueError, match=r"^SlowConfig.steps_per_generation: 3 .*set it to 1$"):
@@ -526,18 +528,17 @@ def test_steps_per_generation_refuses_vllm_several_processes_and_fst_distill(
     bad["slow"].update(steps_per_generation=2, use_vllm=True)
     with pytest.raises(ConfigError, match=r"^config error: slow.steps_per_generation: 2 .*set it to 1$"):
         validate_config(bad)
-    distill = copy.deepcopy(config)
-    distill["experiments"]["ceiling"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
-    with pytest.raises(ConfigError, match=r"experiments.ceiling: slow.steps_per_generation=3 for its "
-                                          r"fst_distill run ceiling/fst_distill/"):
-        check_experiments(validate_config(distill))
-    batched = copy.deepcopy(config)  # the global key is the RL runs': distillation never reads it
-    batched["slow"]["steps_per_generation"] = 3
-    check_experiments(validate_config(batched))
-    assert any(r.method == "fst_distill" for r in expand(batched).values())
-    ok = copy.deepcopy(config)
-    ok["experiments"]["efficiency"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
-    check_experiments(validate_config(ok))  # rl and fst runs may
+    globally, in_ceiling = copy.deepcopy(config), copy.deepcopy(config)
+    globally["slow"]["steps_per_generation"] = 3
+    in_ceiling["experiments"]["ceiling"].setdefault("overrides", {})["slow"] = {"steps_per_generation": 3}
+    for batched in (globally, in_ceiling):
+        validate_config(batched)  # (the experiments' checks included)
+        runs = [r for r in expand(batched).values() if r.experiment == "ceiling"]
+        assert {r.method for r in runs} >= {"fst_distill"}
+        for run in runs:
+            read = run.cycle_params(batched, ("slow",))["slow"]
+            assert ("steps_per_generation" in read) == (run.method in ("rl", "fst")), run.key
+            assert run.settings(batched)["slow"]["steps_per_generation"] == 3
     monkeypatch.setattr(loop, "world_size", lambda: 2)
     monkeypatch.setattr(loop, "per_rank_batches", lambda cfg, n: (1, 1))
     task = LengthTask()

@@ -9,8 +9,9 @@ one line naming the key and what is expected, e.g.::
 Nested values given with Snakemake's `--config` are read back as YAML (`command_line`, see
 `_from_command_line`), so `--config slow='{num_generations: 8}'` sets an integer, as a config
 file does. A number YAML 1.1 (PyYAML) reads as text (`lr: 1e-5`: an exponent without a dot) is a
-number wherever the schema takes one and no text (`_numbers_from_text`); a number must be finite,
-an integer must be an int (not `8.0`).
+number wherever the schema takes one and no text (`_numbers_from_text`), and an integer written
+where the schema takes a number but no integer is that float (`temperature: 1` is 1.0, so it
+names the same params as the default); a number must be finite, an integer must be an int (not `8.0`).
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
     if isinstance(experiments, dict):  # an overlay drops an experiment with `name: null`
         for name in [n for n, v in experiments.items() if v is None]:
             del experiments[name]
-    _numbers_from_text(config, schema)
     _fill_defaults(config, schema)
+    _numbers_from_text(config, schema)  # after the defaults: a schema default of 60 is 60.0 too
     validator = _validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
@@ -159,8 +160,10 @@ def _validator_class() -> Any:
 def _numbers_from_text(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
     """Make a number of each text YAML 1.1 left one (`lr: 1e-5`, see `number_from_text`), in place,
     at a key whose schema takes a number and no text (not at an integer-only key: YAML 1.2 reads 1e3
-    as a float too): the config's own keys and each experiment's `overrides` and `variants`, whose
-    sections are the config's."""
+    as a float too), and a float of each integer at a key that takes a number but no integer
+    (`temperature: 1` is the default's 1.0: Snakemake compares params by their repr, so the int
+    would rerun every job that carries the key): the config's own keys and each experiment's
+    `overrides` and `variants`, whose sections are the config's."""
 
     def walk(node: Any, sub: Mapping[str, Any] | None) -> None:
         items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
@@ -170,6 +173,8 @@ def _numbers_from_text(config: dict[str, Any], schema: Mapping[str, Any]) -> Non
                 walk(value, at)
             elif isinstance(value, str) and "number" in _types(at) and not _takes_text(at, value):
                 node[key] = number_from_text(value)
+            elif type(value) is int and "number" in _types(at) and "integer" not in _types(at):
+                node[key] = float(value)
 
     walk(config, schema)
     experiments = config.get("experiments")

@@ -390,24 +390,7 @@ def check_experiments(config: dict[str, Any]) -> None:
             where, detail = ("overrides", alone) if alone else (f"variants.{run.variant}", detail)
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
     _check_fast_budgets(runs, config)
-    _check_distill_generation(runs)
     _warn_short_warmup(runs, config)
-
-
-def _check_distill_generation(runs: dict[str, RunSpec]) -> None:
-    """slow.steps_per_generation is the RL cycle's (rl, fst): a distillation cycle samples its
-    teacher's rollouts step by step and never reads it (its params leave it out, CYCLE_READS), so
-    the global key, meant for the RL runs, passes; an fst_distill run whose own overrides (its
-    experiment's or variant's) set it above 1 asks for what it cannot do, and stops the config."""
-    for run in runs.values():
-        if run.method != "fst_distill":
-            continue
-        n = (run.overrides.get("slow") or {}).get("steps_per_generation", 1)
-        if n > 1:
-            where = f"experiments.{run.experiment}" + (f" (variant {run.variant})" if run.variant != "default" else "")
-            raise _err(f"{where}: slow.steps_per_generation={n} for its fst_distill run {run.key}: a "
-                       f"distillation cycle samples each step itself; set it for rl and fst runs only "
-                       f"(globally, or in their experiments' overrides or variants)")
 
 
 def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:
@@ -483,10 +466,15 @@ VARIANT_SECTIONS = ("model", "generation", "seed_context", "slow", "fast")
 
 
 def _variant_leaves(settings: dict[str, Any]) -> dict[str, Any]:
-    """A run's settings that a variant may change (VARIANT_SECTIONS), as dotted keys."""
+    """A run's settings that a variant may change (VARIANT_SECTIONS), as dotted keys, a key without
+    a schema default at the value it takes left out (`implied_defaults`): a variant spelling that
+    default out changes nothing, and one changing it is compared with it, not with None."""
+    from fastslow.config import implied_defaults
     from fastslow.io import dotted
 
-    return dotted({s: settings[s] for s in VARIANT_SECTIONS if s in settings})
+    implied = implied_defaults()
+    return dotted({s: {**implied[s], **settings[s]} if s in implied else settings[s]
+                   for s in VARIANT_SECTIONS if s in settings})
 
 
 def variant_settings(runs: dict[str, RunSpec], config: dict[str, Any], experiment: str,
