@@ -184,12 +184,17 @@ def cycle_inputs(wc):
     spec, c = run_of(wc), int(wc.cycle)
     if c >= spec.cycles:
         raise ValueError(f"run {spec.key} has {spec.cycles} cycles; cycle{c} does not exist")
-    inputs = {"tracking": ancient(tracking(wc.experiment)), "base": BASE_MODEL, "init": init_model(spec),
-              "train": data_file(spec.schedule[c], "train")}
+    # Only what the cycle reads, each file once: planning matches every input to its producer,
+    # and cycles are most of paper.yaml's 2094 jobs. The base model (the KL reference) is its own
+    # input only when the run starts from other weights; the previous cycle's cycle.json and
+    # metrics.parquet are not read (its pool.json alone makes the dependency).
+    init = init_model(spec)
+    inputs = {"tracking": ancient(tracking(wc.experiment)), "init": init, "train": data_file(spec.schedule[c], "train")}
+    if init != BASE_MODEL:
+        inputs["base"] = BASE_MODEL
     if c > 0:
         prev = layout.cycle_dir(spec, c - 1)
-        inputs.update(pool=f"{prev}/pool.json", summary=f"{prev}/cycle.json",
-                      metrics=f"{prev}/metrics.parquet")
+        inputs["pool"] = f"{prev}/pool.json"
         if spec.trains:
             inputs.update(model=f"{prev}/model", state=f"{prev}/trainer_state",
                           rollouts=f"{prev}/rollouts.parquet")
