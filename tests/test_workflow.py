@@ -576,6 +576,7 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
         {k: v for k, v in whole.items() if k not in reads and k != "fast"}
     for section, kept in reads.items():
         config[section] = _Unread(config[section], kept)
+    unpoisoned = dict(config["fast"]) if "fast" not in reads else {}
     if "fast" not in reads:
         for key in ("reflection", *skips):
             config["fast"][key] = _Poison()
@@ -592,6 +593,8 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
     for section in reads:
         config[section] = dict(dict.items(config[section]))
+    if unpoisoned:  # (job_params compares the keys without a schema default with their default)
+        config["fast"] = unpoisoned
     config["fast"]["reflection"] = {"kind": "openai", "timeout_s": 60}
     sections = ("model", "generation", "slow", "fast")
     settings = job_params(fst.settings(config), sections)
