@@ -9,7 +9,7 @@ one line naming the key and what is expected, e.g.::
 Nested values given with Snakemake's `--config` are read back as YAML (`command_line`, see
 `_from_command_line`), so `--config slow='{num_generations: 8}'` sets an integer, as a config
 file does. A number YAML 1.1 (PyYAML) reads as text (`lr: 1e-5`: an exponent without a dot) is a
-number wherever the schema takes one and no text (`_numbers_from_text`), and an integer written
+number wherever the schema takes one and no text (`_normalise_numbers`), and an integer written
 where the schema takes a number but no integer is that float (`temperature: 1` is 1.0, so it
 names the same params as the default); a number must be finite, an integer must be an int (not `8.0`).
 """
@@ -134,7 +134,7 @@ def validate_config(config: dict[str, Any], schema: Mapping[str, Any] | None = N
         for name in [n for n, v in experiments.items() if v is None]:
             del experiments[name]
     _fill_defaults(config, schema)
-    _numbers_from_text(config, schema)  # after the defaults: a schema default of 60 is 60.0 too
+    _normalise_numbers(config, schema)  # after the defaults: a schema default of 60 is 60.0 too
     validator = _validator_class()(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
     if errors:
@@ -157,7 +157,7 @@ def _validator_class() -> Any:
     return jsonschema.validators.extend(base, type_checker=checker)
 
 
-def _numbers_from_text(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
+def _normalise_numbers(config: dict[str, Any], schema: Mapping[str, Any]) -> None:
     """Make a number of each text YAML 1.1 left one (`lr: 1e-5`, see `number_from_text`), in place,
     at a key whose schema takes a number and no text (not at an integer-only key: YAML 1.2 reads 1e3
     as a float too), and a float of each integer at a key that takes a number but no integer
