@@ -38,10 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: Scheduling (pyproject's addopts, `-n 2 --dist loadfile`): each test file runs on one worker.
 #: pytest-xdist starts files in order of their test count, largest first (its default
-#: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (one test: a
-#: ~110-job Snakemake DAG on `--cores 2`) starts among the last, after the SLURM and workflow
-#: DAGs, and has both cores mostly to itself. Measured on this 2-core machine (2026-11-26, one
-#: run each): 15 min 7 s that way; 16 min 4 s with the longest files started first
+#: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (two tests: a
+#: ~110-job Snakemake DAG on `--cores 2`, and the SLURM build that runs beside it, mostly waiting
+#: for status checks) starts among the last, after the workflow DAGs, and has both cores mostly
+#: to itself. Measured on this 2-core machine (2026-11-26, one run each, when the SLURM test was
+#: a file of its own): 15 min 7 s that way; 16 min 4 s with the longest files started first
 #: (`--no-loadscope-reorder`), the every-figure DAG taking 890 s instead of 485 s beside the SLURM
 #: and workflow DAGs; 16 min 55 s with it started last of all (no tie order). Most of a smoke
 #: DAG's time is its jobs' start-up: an evaluation job takes ~10 s, ~80% of it (under cProfile)

@@ -1,9 +1,11 @@
-"""profiles/slurm: its rendering everywhere, and the smoke DAG on a real one-node SLURM cluster.
+"""profiles/slurm: its rendering everywhere; and the real one-node SLURM cluster its test runs on.
 
-The cluster test starts slurmctld + slurmd on 127.0.0.1 with ci/slurm/start_slurm.sh (installing
-Debian's slurm-wlm and munge if missing), runs the foundation smoke DAG through
-`snakemake --profile profiles/slurm`, checks that every job went through sbatch and COMPLETED, and
-that every output table equals a plain local run's. It stops the daemons it started.
+That test is `test_smoke_dag_through_slurm_matches_local_run` in tests/test_workflow_figures.py: it
+starts slurmctld + slurmd on 127.0.0.1 with ci/slurm/start_slurm.sh (installing Debian's slurm-wlm
+and munge if missing), runs the foundation smoke DAG and Fig 7 through
+`snakemake --profile profiles/slurm` while the every-figure DAG builds the same files locally beside
+it, checks that every job went through sbatch and COMPLETED, and that every table it wrote equals the
+local build's. It stops the daemons it started.
 
 It is skipped, with the reason, where SLURM cannot run (not root, no apt-get, daemons fail); set
 FASTSLOW_REQUIRE_SLURM=1 to make those a failure instead (.ci/run, the README's test command, does
@@ -12,6 +14,7 @@ not: a fresh machine without root still passes; pytest's -ra summary names the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,16 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
-from test_workflow import workflow_copy
-
-from fastslow.launch import stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
@@ -38,11 +37,11 @@ START = ROOT / "ci" / "slurm" / "start_slurm.sh"
 STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
 # The foundation smoke DAG of tests/test_workflow.py plus one whole figure (Fig 7: an RL and an
 # FST cycle, their evaluations, the curves table and the plot), as explicit targets: every kind of
-# job (training, evaluation, tables, figures) goes through sbatch; the whole smoke DAG (114 jobs)
-# runs locally in tests/test_workflow_figures.py.
+# job (training, evaluation, tables, figures) goes through sbatch. The whole smoke DAG (114 jobs),
+# built locally beside it, is its reference (tests/test_workflow_figures.py).
 TARGET = "results/tables/base_eval.parquet"
 FIGURE = "results/figures/fig7.pdf"
-SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
+SLURM_SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
          "data={tasks: [math, hover, stargraph]}"]
 
 
@@ -50,6 +49,8 @@ def _timing(column: str) -> bool:
     """Columns that time a job (seconds, tokens/s, the CPU share it got) differ between any two runs;
     nothing else may."""
     return column.endswith(("seconds", "_per_s", "cpu_share"))
+
+
 PARTITION = "fastslow"
 # Every variable the profile reads: cleared so the developer's own settings never leak in.
 PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
@@ -62,7 +63,7 @@ EXPECTED_JOBS = {("base_model", ""), ("task_data", "math"), ("task_data", "hover
 EXPECTED_FIGURE_JOBS = {"cycle": 2, "evaluate_point": 2, "curves": 1, "figure": 1}
 
 
-def _clean_env(**extra: str) -> dict[str, str]:
+def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(PROFILE_ENV) and k not in ("MLFLOW_TRACKING_URI", "SNAKEMAKE_PROFILE")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **extra)
@@ -209,7 +210,7 @@ def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", str(PROFILE.parent),
                           "--configfile", "config/paper.yaml",
                           "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=_clean_env())
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env())
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     evaluate = text[text.index("rule evaluate_base:"):]
@@ -218,9 +219,14 @@ def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
     print(f"dry-run with profiles/slurm: {time.monotonic() - t0:.1f} s")
 
 
-# --- a real cluster ------------------------------------------------------------------------------------
+# --- a real cluster (its test is in test_workflow_figures.py: the every-figure DAG is its reference) ---
 
-def _unavailable(reason: str):
+class SlurmUnavailable(Exception):
+    """Why SLURM cannot run here."""
+
+
+def unavailable(reason: str):
+    """Skip with `reason`; fail instead under FASTSLOW_REQUIRE_SLURM=1."""
     if os.environ.get("FASTSLOW_REQUIRE_SLURM") == "1":
         pytest.fail(f"SLURM required (FASTSLOW_REQUIRE_SLURM=1) but unavailable: {reason}")
     pytest.skip(reason)
@@ -232,153 +238,59 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """A one-node cluster on 127.0.0.1, stopped (by pid file) after the module's tests."""
+@contextlib.contextmanager
+def slurm_cluster() -> Iterator[SimpleNamespace]:
+    """A one-node cluster on 127.0.0.1, stopped (by pid file) on leaving; SlurmUnavailable says
+    why there is none."""
     try:
         import snakemake_executor_plugin_slurm  # noqa: F401
     except ImportError:
-        _unavailable("snakemake-executor-plugin-slurm is not installed")
+        raise SlurmUnavailable("snakemake-executor-plugin-slurm is not installed") from None
     if os.geteuid() != 0:
-        _unavailable("starting slurmctld/slurmd (and installing SLURM) needs root")
+        raise SlurmUnavailable("starting slurmctld/slurmd (and installing SLURM) needs root")
     if not shutil.which("slurmctld") and not shutil.which("apt-get"):
-        _unavailable("SLURM is not installed and there is no apt-get to install it")
+        raise SlurmUnavailable("SLURM is not installed and there is no apt-get to install it")
     # short path: slurmd puts step sockets under its spool dir (unix socket paths are <= 107 bytes)
     state = Path(tempfile.mkdtemp(prefix="fss-", dir="/tmp"))
-    env = _clean_env(FASTSLOW_SLURM_DIR=str(state), FASTSLOW_SLURM_PARTITION=PARTITION,
-                     FASTSLOW_SLURMCTLD_PORT=str(_free_port()), FASTSLOW_SLURMD_PORT=str(_free_port()))
-    stop = lambda: subprocess.run(["bash", str(STOP)], env=env, capture_output=True, text=True,  # noqa: E731
-                                  timeout=120)
+    env = clean_env(FASTSLOW_SLURM_DIR=str(state), FASTSLOW_SLURM_PARTITION=PARTITION,
+                    FASTSLOW_SLURMCTLD_PORT=str(_free_port()), FASTSLOW_SLURMD_PORT=str(_free_port()))
+
+    def stop() -> None:
+        out = subprocess.run(["bash", str(STOP)], env=env, capture_output=True, text=True, timeout=120)
+        print(out.stderr.strip())
+        shutil.rmtree(state, ignore_errors=True)
+
     try:
         out = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
         stop()
-        _unavailable("start_slurm.sh did not finish in 900 s")
+        raise SlurmUnavailable("start_slurm.sh did not finish in 900 s") from None
     if out.returncode != 0:
         stop()
-        _unavailable(f"cannot start SLURM here (start_slurm.sh exit {out.returncode}): "
-                     f"{out.stderr.strip()[-1500:]}")
+        raise SlurmUnavailable(f"cannot start SLURM here (start_slurm.sh exit {out.returncode}): "
+                               f"{out.stderr.strip()[-1500:]}")
     print(out.stderr.strip())
     try:
         yield SimpleNamespace(state=state, conf=state / "slurm.conf", env=env)
     finally:
-        print(stop().stderr.strip())
-        shutil.rmtree(state, ignore_errors=True)
+        stop()
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+def start_logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """`cmd` in its own process group (stop_process_group stops it and its children), output to `log`."""
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the process group (snakemake then scancels its SLURM jobs), SIGKILL after 30 s."""
-    stop_process_group(proc)
-
-
-def _tables(results: Path) -> dict[str, pl.DataFrame]:
-    tables = {}
-    for p in sorted(results.rglob("*.parquet")):
+def tables(results: Path, names: list[str] | None = None) -> dict[str, pl.DataFrame]:
+    """The Parquet tables under `results` (or those `names`), less the columns that time a job."""
+    paths = [results / n for n in names] if names is not None else sorted(results.rglob("*.parquet"))
+    out = {}
+    for p in paths:
         if "mlartifacts" not in p.parts:
             df = pl.read_parquet(p)
-            tables[str(p.relative_to(results))] = df.drop([c for c in df.columns if _timing(c)])
-    return tables
-
-
-@pytest.mark.workflow
-@pytest.mark.slow
-def test_smoke_dag_through_slurm_matches_local_run(slurm_cluster, tmp_path):
-    local, remote = workflow_copy(tmp_path / "local"), workflow_copy(tmp_path / "slurm")
-    snakemake = [sys.executable, "-m", "snakemake"]  # the repo's venv: sbatch jobs reuse this python
-    # One CPU per SLURM job, so two jobs share the two-core test node; the local reference run
-    # uses two threads: outputs must not depend on where or on how many threads a job ran. Nor on
-    # Python's string hashing (set iteration order): the builds hash strings differently (sbatch
-    # passes the environment on, --export=ALL).
-    slurm_env = _clean_env(SLURM_CONF=str(slurm_cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
-                           FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
-                           FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
-    # This cluster has no accounting database: job states come from squeue (MinJobAge = 1 h),
-    # and no account is set (the plugin would validate it with sacctmgr).
-    t0 = time.monotonic()
-    remote_proc = _run([*snakemake, "--profile", "profiles/slurm", *SMOKE, "--slurm-status-command", "squeue",
-                        "--slurm-init-seconds-before-status-checks", "2"], remote, slurm_env,
-                       tmp_path / "slurm.log")
-    local_proc = _run([*snakemake, "--cores", "2", *SMOKE], local, _clean_env(PYTHONHASHSEED="2"),
-                      tmp_path / "local.log")
-    try:
-        rc_local = local_proc.wait(timeout=900)
-        rc_remote = remote_proc.wait(timeout=max(60.0, 900 - (time.monotonic() - t0)))
-    finally:  # a timeout or an interrupt leaves no snakemake (or SLURM job) behind
-        _stop(local_proc)
-        _stop(remote_proc)
-    elapsed = time.monotonic() - t0
-    slurm_log = (tmp_path / "slurm.log").read_text()
-    assert rc_local == 0, (tmp_path / "local.log").read_text()[-4000:]
-    assert rc_remote == 0, slurm_log[-6000:]
-
-    # every job went through sbatch: one submission per job, and SLURM says COMPLETED
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.", slurm_log)
-    jobs = {}
-    for jobid, logfile in submitted:
-        parts = Path(logfile).relative_to(remote / "results/logs/slurm").parts  # rule_<r>/[<wc>/]<id>.log
-        rule = parts[0].removeprefix("rule_")
-        wildcards = "/".join(parts[1:-1])
-        jobs[jobid] = (rule, re.sub(r"^task=", "", wildcards) if wildcards else "")
-        assert Path(logfile).is_file(), logfile
-        assert sys.executable.rsplit("/bin/", 1)[0] in Path(logfile).read_text()  # ran the repo's venv
-    figure_jobs = {j for j in jobs.values() if j[0] in EXPECTED_FIGURE_JOBS}
-    assert sorted(set(jobs.values()) - figure_jobs) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
-    assert Counter(rule for rule, _ in figure_jobs) == EXPECTED_FIGURE_JOBS, sorted(figure_jobs)
-    comp = (slurm_cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
-    records = {}
-    for line in comp.splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S*)", line))
-        if "JobId" in fields:
-            records[fields["JobId"]] = fields
-    squeue = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T"], env=slurm_env,
-                            capture_output=True, text=True, timeout=30).stdout
-    for jobid in jobs:
-        assert records.get(jobid, {}).get("JobState") == "COMPLETED", (jobid, jobs[jobid], comp)
-        assert records[jobid]["Partition"] == PARTITION
-        assert f"{jobid}|COMPLETED" in squeue
-    print(f"SLURM run {elapsed:.0f} s (local reference run alongside)")
-    for jobid, (rule, wc) in sorted(jobs.items(), key=lambda kv: int(kv[0])):
-        r = records[jobid]
-        print(f"  sbatch job {jobid:>4}  {rule + ('[' + wc + ']' if wc else ''):22s} {r['JobState']:9s} "
-              f"partition={r['Partition']} {r['Tres']} {r['StartTime']} -> {r['EndTime'][11:]} "
-              f"exit={r['ExitCode']}")
-
-    # identical outputs: every Parquet table by content, every summary, the model's files; less
-    # the MLflow run ids the tables and summaries name (each job's own run, a new one each build)
-    local_tables, remote_tables = _tables(local / "results"), _tables(remote / "results")
-    run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
-    assert sorted(local_tables) == sorted(remote_tables)
-    assert {"tables/base_eval.parquet", "eval/base/math.samples.parquet", "data/hover/val.parquet"} \
-        <= set(local_tables)
-    for name, table in local_tables.items():
-        ids = [c for c in run_ids if c in table.columns]
-        assert_frame_equal(table.drop(ids), remote_tables[name].drop(ids), check_exact=True)
-    assert (remote / FIGURE).read_bytes()[:5] == b"%PDF-"
-    assert {"tables/curves/stargraph.parquet"} <= set(local_tables)
-    assert any(name.endswith("cycle0/rollouts.parquet") for name in local_tables)
-    for task in ("math", "hover", "stargraph"):
-        summary = f"results/eval/base/{task}.json"
-        here, there = (json.loads((d / summary).read_text()) for d in (local, remote))
-        assert here.pop("mlflow_run_id") != there.pop("mlflow_run_id") and here == there
-    model = Path("results/models/tiny-random")
-    files = sorted(p.name for p in (local / model).iterdir() if not p.name.startswith("."))
-    assert files and files == sorted(p.name for p in (remote / model).iterdir() if not p.name.startswith("."))
-    for name in files:
-        assert (local / model / name).read_bytes() == (remote / model / name).read_bytes(), name
-
-    # and every job's MLflow run closed FINISHED
-    from mlflow.tracking import MlflowClient
-
-    info = json.loads((remote / "results/mlflow/experiment.json").read_text())
-    runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
-    job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
-    assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())
-    assert {r.info.status for r in job_runs} == {"FINISHED"}
+            out[str(p.relative_to(results))] = df.drop([c for c in df.columns if _timing(c)])
+    return out
 
 
 def test_a_bad_or_misspelt_profile_variable_stops_snakemake_naming_it(monkeypatch):

@@ -1,11 +1,16 @@
-"""The whole smoke DAG: every figure, table and report from a tiny random model.
+"""The whole smoke DAG: every figure, table and report from a tiny random model; and, beside it,
+the foundation smoke DAG and Fig 7 through a real one-node SLURM cluster, checked against it.
 
-In its own file so that, under `pytest -n 2 --dist loadfile`, this ~8-minute test runs on one
-worker; xdist starts it among the last files, when the rest is nearly done (tests/conftest.py).
+In its own file so that, under `pytest -n 2 --dist loadfile`, these ~8 minutes run on one worker;
+xdist starts the file among the last, when the rest is nearly done (tests/conftest.py). The SLURM
+build runs while the every-figure DAG builds locally: its jobs mostly wait for the plugin's status
+checks, and the local DAG, which builds the same files, is its reference (a separate local build of
+its 14 jobs cost ~150 s of CPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,22 +18,80 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
+from test_slurm import (
+    EXPECTED_FIGURE_JOBS,
+    EXPECTED_JOBS,
+    FIGURE,
+    PARTITION,
+    SLURM_SMOKE,
+    SlurmUnavailable,
+    clean_env,
+    slurm_cluster,
+    start_logged,
+    tables,
+    unavailable,
+)
 from test_workflow import ROOT, SMOKE, snakemake, workflow_copy
+
+from fastslow.launch import stop_process_group
 
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
 
+@pytest.fixture(scope="module")
+def slurm_build(tmp_path_factory):
+    """The SLURM build, started before the every-figure DAG and stopped (with its SLURM jobs) after
+    the module; or, as `unavailable`, why SLURM cannot run here."""
+    with contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(slurm_cluster())
+        except SlurmUnavailable as err:
+            yield SimpleNamespace(unavailable=str(err))
+            return
+        remote = workflow_copy(tmp_path_factory.mktemp("slurm") / "wf")
+        # One CPU per SLURM job, so two jobs share the two-core test node; the local reference
+        # build uses two threads: outputs must not depend on where or on how many threads a job
+        # ran. Nor on Python's string hashing (set iteration order): the builds hash strings
+        # differently (sbatch passes the environment on, --export=ALL).
+        env = clean_env(SLURM_CONF=str(cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
+                        FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
+                        FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
+        # This cluster has no accounting database: job states come from squeue (MinJobAge = 1 h),
+        # and no account is set (the plugin would validate it with sacctmgr). The repo's venv:
+        # sbatch jobs reuse this python.
+        log = remote.parent / "slurm.log"
+        proc = start_logged([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *SLURM_SMOKE,
+                             "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"],
+                            remote, env, log)
+        # SIGTERM (snakemake then scancels its SLURM jobs), SIGKILL after 30 s: a timeout or an
+        # interrupt leaves no snakemake or SLURM job behind; then the daemons stop
+        stack.callback(stop_process_group, proc)
+        yield SimpleNamespace(unavailable=None, cluster=cluster, env=env, proc=proc, remote=remote, log=log,
+                              started=time.monotonic())
+
+
+@pytest.fixture(scope="module")
+def every_figure(tmp_path_factory, slurm_build):
+    """The default target (`all`) of the smoke config, built from nothing in a fresh copy of the
+    workflow, base model and task data included; and snakemake's result."""
+    work = workflow_copy(tmp_path_factory.mktemp("every") / "wf")
+    return work, snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500, env=clean_env(PYTHONHASHSEED="2"))
+
+
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_smoke_builds_every_figure_and_table(tmp_path):
+def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     """Every figure, the claims and channel tables and the pool reports, from a tiny random model:
-    the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted.
-    Builds everything, base model and task data included, in a fresh copy of the workflow."""
-    work = workflow_copy(tmp_path)
-    out = snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500)  # the default target: all
+    the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted."""
+    work, out = every_figure
     assert out.returncode == 0, out.stderr[-6000:]
     for fig in FIGURES:
         pdf, png = work / fig, work / fig.replace(".pdf", ".png")
@@ -154,3 +217,90 @@ def test_smoke_builds_every_figure_and_table(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "rule cycle:" in out.stdout and "Params have changed" in out.stdout
     assert "rule evaluate_base:" not in out.stdout
+
+
+@pytest.mark.workflow
+@pytest.mark.slow
+def test_smoke_dag_through_slurm_matches_local_run(slurm_build, every_figure):
+    if slurm_build.unavailable:
+        unavailable(slurm_build.unavailable)
+    local, built = every_figure
+    assert built.returncode == 0, built.stderr[-4000:]
+    remote, slurm_cluster = slurm_build.remote, slurm_build.cluster
+    rc_remote = slurm_build.proc.wait(timeout=max(60.0, 1500 - (time.monotonic() - slurm_build.started)))
+    elapsed = time.monotonic() - slurm_build.started
+    slurm_log = slurm_build.log.read_text()
+    assert rc_remote == 0, slurm_log[-6000:]
+
+    # every job went through sbatch: one submission per job, and SLURM says COMPLETED
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.", slurm_log)
+    jobs = {}
+    for jobid, logfile in submitted:
+        parts = Path(logfile).relative_to(remote / "results/logs/slurm").parts  # rule_<r>/[<wc>/]<id>.log
+        rule = parts[0].removeprefix("rule_")
+        wildcards = "/".join(parts[1:-1])
+        jobs[jobid] = (rule, re.sub(r"^task=", "", wildcards) if wildcards else "")
+        assert Path(logfile).is_file(), logfile
+        assert sys.executable.rsplit("/bin/", 1)[0] in Path(logfile).read_text()  # ran the repo's venv
+    figure_jobs = {j for j in jobs.values() if j[0] in EXPECTED_FIGURE_JOBS}
+    assert sorted(set(jobs.values()) - figure_jobs) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
+    assert Counter(rule for rule, _ in figure_jobs) == EXPECTED_FIGURE_JOBS, sorted(figure_jobs)
+    comp = (slurm_cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
+    records = {}
+    for line in comp.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        if "JobId" in fields:
+            records[fields["JobId"]] = fields
+    squeue = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i|%T"], env=slurm_build.env,
+                            capture_output=True, text=True, timeout=30).stdout
+    for jobid in jobs:
+        assert records.get(jobid, {}).get("JobState") == "COMPLETED", (jobid, jobs[jobid], comp)
+        assert records[jobid]["Partition"] == PARTITION
+        assert f"{jobid}|COMPLETED" in squeue
+    print(f"SLURM run {elapsed:.0f} s (the every-figure DAG built alongside)")
+    for jobid, (rule, wc) in sorted(jobs.items(), key=lambda kv: int(kv[0])):
+        r = records[jobid]
+        print(f"  sbatch job {jobid:>4}  {rule + ('[' + wc + ']' if wc else ''):22s} {r['JobState']:9s} "
+              f"partition={r['Partition']} {r['Tres']} {r['StartTime']} -> {r['EndTime'][11:]} "
+              f"exit={r['ExitCode']}")
+
+    # identical outputs: every Parquet table by content, every summary, the model's files; less
+    # the MLflow run ids the tables and summaries name (each job's own run, a new one each build).
+    # The local build evaluated the base model on all five smoke tasks: its base_eval table is
+    # compared on the three the SLURM build has.
+    remote_tables = tables(remote / "results")
+    local_tables = tables(local / "results", list(remote_tables))
+    run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
+    assert {"tables/base_eval.parquet", "eval/base/math.samples.parquet", "data/hover/val.parquet"} \
+        <= set(remote_tables)
+    for name, table in remote_tables.items():
+        ids = [c for c in run_ids if c in table.columns]
+        reference = local_tables[name]
+        if name == "tables/base_eval.parquet":
+            assert set(reference["task"]) == {"math", "math_hard", "stargraph", "hover", "hover_hard"}
+            reference = reference.filter(pl.col("task").is_in(["math", "hover", "stargraph"]))
+            reference, table = reference.sort("task"), table.sort("task")
+        assert_frame_equal(reference.drop(ids), table.drop(ids), check_exact=True)
+    assert (remote / FIGURE).read_bytes()[:5] == b"%PDF-"
+    assert {"tables/curves/stargraph.parquet"} <= set(remote_tables)
+    assert any(name.endswith("cycle0/rollouts.parquet") for name in remote_tables)
+    for task in ("math", "hover", "stargraph"):
+        summary = f"results/eval/base/{task}.json"
+        here, there = (json.loads((d / summary).read_text()) for d in (local, remote))
+        assert here.pop("mlflow_run_id") != there.pop("mlflow_run_id") and here == there
+    model = Path("results/models/tiny-random")
+    files = sorted(p.name for p in (local / model).iterdir() if not p.name.startswith("."))
+    assert files and files == sorted(p.name for p in (remote / model).iterdir() if not p.name.startswith("."))
+    for name in files:
+        assert (local / model / name).read_bytes() == (remote / model / name).read_bytes(), name
+
+    # and every job's MLflow run closed FINISHED
+    from mlflow.tracking import MlflowClient
+
+    info = json.loads((remote / "results/mlflow/experiment.json").read_text())
+    runs = MlflowClient(info["tracking_uri"]).search_runs([info["experiment_id"]])
+    job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
+    assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())
+    assert {r.info.status for r in job_runs} == {"FINISHED"}
+
+

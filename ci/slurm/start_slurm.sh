@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start a one-node SLURM cluster on this machine (slurmctld + slurmd on 127.0.0.1, munge auth),
-# for tests/test_slurm.py and for trying profiles/slurm without a real cluster.
+# for the tests' SLURM build (tests/test_slurm.py, tests/test_workflow_figures.py) and for trying
+# profiles/slurm without a real cluster.
 #
 #   eval "$(ci/slurm/start_slurm.sh)"     # prints `export SLURM_CONF=...` on stdout
 #   ... sbatch / snakemake --profile profiles/slurm ...
