@@ -42,7 +42,7 @@ STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
 TARGET = "results/tables/base_eval.parquet"
 FIGURE = "results/figures/fig7.pdf"
 SLURM_SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
-         "data={tasks: [math, hover, stargraph]}"]
+               "data={tasks: [math, hover, stargraph]}"]
 
 
 def _timing(column: str) -> bool:

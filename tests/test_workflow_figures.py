@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shlex
 import shutil
@@ -20,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,44 +46,56 @@ from fastslow.launch import stop_process_group
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
 
+SLURM_TEST = "test_smoke_dag_through_slurm_matches_local_run"
+
+
 @pytest.fixture(scope="module")
 def slurm_build(tmp_path_factory):
     """The SLURM build, started before the every-figure DAG and stopped (with its SLURM jobs) after
-    the module; or, as `unavailable`, why SLURM cannot run here."""
+    the module; or, as `unavailable`, why SLURM cannot run here, or, as `error`, what broke its
+    start (it fails the SLURM test, not the every-figure DAG beside it)."""
     with contextlib.ExitStack() as stack:
         try:
             cluster = stack.enter_context(slurm_cluster())
+            remote = workflow_copy(tmp_path_factory.mktemp("slurm") / "wf")
+            # One CPU per SLURM job, so two jobs share the two-core test node; the local reference
+            # build uses two threads: outputs must not depend on where or on how many threads a
+            # job ran. Nor on Python's string hashing (set iteration order): the builds hash
+            # strings differently (sbatch passes the environment on, --export=ALL).
+            env = clean_env(SLURM_CONF=str(cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
+                            FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
+                            FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
+            # This cluster has no accounting database: job states come from squeue (MinJobAge =
+            # 1 h), and no account is set (the plugin would validate it with sacctmgr). The repo's
+            # venv: sbatch jobs reuse this python.
+            log = remote.parent / "slurm.log"
+            proc = start_logged([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *SLURM_SMOKE,
+                                 "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks",
+                                 "2"], remote, env, log)
+            # SIGTERM (snakemake then scancels its SLURM jobs), SIGKILL after 30 s: a timeout or
+            # an interrupt leaves no snakemake or SLURM job behind; then the daemons stop
+            stack.callback(stop_process_group, proc)
         except SlurmUnavailable as err:
-            yield SimpleNamespace(unavailable=str(err))
+            yield SimpleNamespace(unavailable=str(err), error=None)
             return
-        remote = workflow_copy(tmp_path_factory.mktemp("slurm") / "wf")
-        # One CPU per SLURM job, so two jobs share the two-core test node; the local reference
-        # build uses two threads: outputs must not depend on where or on how many threads a job
-        # ran. Nor on Python's string hashing (set iteration order): the builds hash strings
-        # differently (sbatch passes the environment on, --export=ALL).
-        env = clean_env(SLURM_CONF=str(cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
-                        FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
-                        FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
-        # This cluster has no accounting database: job states come from squeue (MinJobAge = 1 h),
-        # and no account is set (the plugin would validate it with sacctmgr). The repo's venv:
-        # sbatch jobs reuse this python.
-        log = remote.parent / "slurm.log"
-        proc = start_logged([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *SLURM_SMOKE,
-                             "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"],
-                            remote, env, log)
-        # SIGTERM (snakemake then scancels its SLURM jobs), SIGKILL after 30 s: a timeout or an
-        # interrupt leaves no snakemake or SLURM job behind; then the daemons stop
-        stack.callback(stop_process_group, proc)
-        yield SimpleNamespace(unavailable=None, cluster=cluster, env=env, proc=proc, remote=remote, log=log,
-                              started=time.monotonic())
+        except Exception as err:  # noqa: BLE001 - reported by the SLURM test
+            yield SimpleNamespace(unavailable=None, error=f"starting the SLURM build: {type(err).__name__}: {err}")
+            return
+        yield SimpleNamespace(unavailable=None, error=None, cluster=cluster, env=env, proc=proc, remote=remote,
+                              log=log, started=time.monotonic())
 
 
 @pytest.fixture(scope="module")
-def every_figure(tmp_path_factory, slurm_build):
+def every_figure(tmp_path_factory, request):
     """The default target (`all`) of the smoke config, built from nothing in a fresh copy of the
-    workflow, base model and task data included; and snakemake's result."""
+    workflow, base model and task data included: the directory, snakemake's result and the
+    environment it ran in (for the test's later commands). When the SLURM test is to run, its
+    build starts first and runs beside this one."""
+    if any(item.name == SLURM_TEST for item in request.session.items):
+        request.getfixturevalue("slurm_build")
     work = workflow_copy(tmp_path_factory.mktemp("every") / "wf")
-    return work, snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500, env=clean_env(PYTHONHASHSEED="2"))
+    env = clean_env(PYTHONHASHSEED="2")
+    return work, snakemake("--cores", "2", *SMOKE, cwd=work, timeout=1500, env=env), env
 
 
 @pytest.mark.workflow
@@ -91,7 +103,7 @@ def every_figure(tmp_path_factory, slurm_build):
 def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     """Every figure, the claims and channel tables and the pool reports, from a tiny random model:
     the whole DAG (about 110 jobs) really runs, and the figure jobs record what they plotted."""
-    work, out = every_figure
+    work, out, env = every_figure
     assert out.returncode == 0, out.stderr[-6000:]
     for fig in FIGURES:
         pdf, png = work / fig, work / fig.replace(".pdf", ".png")
@@ -101,7 +113,7 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     # Fig 7's, Fig 10's and forgetting's rows come from their own experiments' tables
     assert {"zero_reward_escape", "reuse_speedup", "continual_forgetting"} <= set(claims["claim"])
     # one figure's claims, from its own tables: one job on what `all` built, the table's Fig 7 rows
-    out = snakemake("--cores", "1", "results/tables/claims/fig7.csv", *SMOKE, cwd=work)
+    out = snakemake("--cores", "1", "results/tables/claims/fig7.csv", *SMOKE, cwd=work, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "rule figure_claims:" in out.stderr and "rule cycle:" not in out.stderr
     fig7 = pl.read_csv(work / "results/tables/claims/fig7.csv")
@@ -192,14 +204,14 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     snippet = re.search(r"Without a browser.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert snippet
     listed = subprocess.run(["bash", "-c", snippet[1].replace(".venv/bin/python", shlex.quote(sys.executable))],
-                            cwd=work, capture_output=True, text=True, timeout=120)
+                            cwd=work, capture_output=True, text=True, timeout=120, env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
     continual = [r for r in runs if r.data.tags.get("wildcard.experiment") == "continual"]
     assert continual and all(r.info.run_id in listed.stdout for r in continual)
     assert sum(len(line.split()) > 1 and line.split()[1] in by_id for line in listed.stdout.splitlines()) == len(continual)
 
     # snakemake --report: one self-contained HTML page with the figures, claims and pool pages
-    out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600)
+    out = snakemake("--report", "report.html", *SMOKE, cwd=work, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     html = (work / "report.html").read_text(errors="replace")
     for name in ("fig6.png", "claims.csv", "channels.csv", "continual.html"):
@@ -209,7 +221,7 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     # the same files elsewhere change nothing, an edited one makes the cycles out of date
     accelerate = tmp_path / "accelerate"
     shutil.copytree(ROOT / "profiles/slurm/accelerate", accelerate)
-    env = {**os.environ, "FASTSLOW_ACCELERATE_CONFIG_DIR": str(accelerate)}
+    env = {**env, "FASTSLOW_ACCELERATE_CONFIG_DIR": str(accelerate)}
     out = snakemake("-n", *SMOKE, cwd=work, env=env)
     assert out.returncode == 0 and "Nothing to be done" in out.stdout, out.stdout[-3000:]
     (accelerate / "fsdp2.yaml").write_text((accelerate / "fsdp2.yaml").read_text().replace("bf16", "fp16"))
@@ -221,16 +233,16 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
 
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_smoke_dag_through_slurm_matches_local_run(slurm_build, every_figure):
-    if slurm_build.unavailable:
+def test_smoke_dag_through_slurm_matches_local_run(slurm_build, request):
+    if slurm_build.unavailable:  # skipped (failed under FASTSLOW_REQUIRE_SLURM=1) before any build
         unavailable(slurm_build.unavailable)
-    local, built = every_figure
-    assert built.returncode == 0, built.stderr[-4000:]
-    remote, slurm_cluster = slurm_build.remote, slurm_build.cluster
+    assert not slurm_build.error, slurm_build.error
+    local, built, _ = request.getfixturevalue("every_figure")  # the reference, built beside it
+    remote, cluster = slurm_build.remote, slurm_build.cluster
     rc_remote = slurm_build.proc.wait(timeout=max(60.0, 1500 - (time.monotonic() - slurm_build.started)))
-    elapsed = time.monotonic() - slurm_build.started
     slurm_log = slurm_build.log.read_text()
     assert rc_remote == 0, slurm_log[-6000:]
+    assert built.returncode == 0, f"the local reference build failed: {built.stderr[-4000:]}"
 
     # every job went through sbatch: one submission per job, and SLURM says COMPLETED
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.", slurm_log)
@@ -245,7 +257,7 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, every_figure):
     figure_jobs = {j for j in jobs.values() if j[0] in EXPECTED_FIGURE_JOBS}
     assert sorted(set(jobs.values()) - figure_jobs) == sorted(EXPECTED_JOBS), slurm_log[-4000:]
     assert Counter(rule for rule, _ in figure_jobs) == EXPECTED_FIGURE_JOBS, sorted(figure_jobs)
-    comp = (slurm_cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
+    comp = (cluster.state / "jobcomp.log").read_text()  # jobcomp/filetxt: one line per finished job
     records = {}
     for line in comp.splitlines():
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
@@ -257,7 +269,9 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, every_figure):
         assert records.get(jobid, {}).get("JobState") == "COMPLETED", (jobid, jobs[jobid], comp)
         assert records[jobid]["Partition"] == PARTITION
         assert f"{jobid}|COMPLETED" in squeue
-    print(f"SLURM run {elapsed:.0f} s (the every-figure DAG built alongside)")
+    # (the build ended before this test waited on it: its span is its jobs', from SLURM's records)
+    span = [datetime.fromisoformat(records[j][key]) for j in jobs for key in ("StartTime", "EndTime")]
+    print(f"SLURM jobs ran for {(max(span) - min(span)).total_seconds():.0f} s, beside the every-figure DAG")
     for jobid, (rule, wc) in sorted(jobs.items(), key=lambda kv: int(kv[0])):
         r = records[jobid]
         print(f"  sbatch job {jobid:>4}  {rule + ('[' + wc + ']' if wc else ''):22s} {r['JobState']:9s} "
@@ -271,20 +285,23 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, every_figure):
     remote_tables = tables(remote / "results")
     local_tables = tables(local / "results", list(remote_tables))
     run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
-    assert {"tables/base_eval.parquet", "eval/base/math.samples.parquet", "data/hover/val.parquet"} \
-        <= set(remote_tables)
+    tasks = ("math", "hover", "stargraph")
+    stargraph = [f"runs/stargraph/{method}/stargraph-default-s0/{name}" for method in ("rl", "fst") for name in
+                 ("cycle0/metrics.parquet", "cycle0/rollouts.parquet", "eval/cycle0/stargraph.samples.parquet")]
+    assert sorted(remote_tables) == sorted([f"data/{task}/{split}.parquet" for task in tasks
+                                            for split in ("train", "val", "test")]
+                                           + [f"eval/base/{task}.samples.parquet" for task in tasks] + stargraph
+                                           + ["tables/base_eval.parquet", "tables/curves/stargraph.parquet"])
     for name, table in remote_tables.items():
         ids = [c for c in run_ids if c in table.columns]
         reference = local_tables[name]
         if name == "tables/base_eval.parquet":
             assert set(reference["task"]) == {"math", "math_hard", "stargraph", "hover", "hover_hard"}
-            reference = reference.filter(pl.col("task").is_in(["math", "hover", "stargraph"]))
+            reference = reference.filter(pl.col("task").is_in(tasks))
             reference, table = reference.sort("task"), table.sort("task")
         assert_frame_equal(reference.drop(ids), table.drop(ids), check_exact=True)
     assert (remote / FIGURE).read_bytes()[:5] == b"%PDF-"
-    assert {"tables/curves/stargraph.parquet"} <= set(remote_tables)
-    assert any(name.endswith("cycle0/rollouts.parquet") for name in remote_tables)
-    for task in ("math", "hover", "stargraph"):
+    for task in tasks:
         summary = f"results/eval/base/{task}.json"
         here, there = (json.loads((d / summary).read_text()) for d in (local, remote))
         assert here.pop("mlflow_run_id") != there.pop("mlflow_run_id") and here == there
