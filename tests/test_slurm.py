@@ -41,8 +41,9 @@ STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
 # built locally beside it, is its reference (tests/test_workflow_figures.py).
 TARGET = "results/tables/base_eval.parquet"
 FIGURE = "results/figures/fig7.pdf"
+SLURM_TASKS = ("math", "hover", "stargraph")
 SLURM_SMOKE = [TARGET, FIGURE, "--configfile", "config/config.yaml", "config/smoke.yaml", "--config",
-               "data={tasks: [math, hover, stargraph]}"]
+               f"data={{tasks: [{', '.join(SLURM_TASKS)}]}}"]
 
 
 def _timing(column: str) -> bool:

@@ -5,7 +5,7 @@ In its own file so that, under `pytest -n 2 --dist loadfile`, these ~8 minutes r
 xdist starts the file among the last, when the rest is nearly done (tests/conftest.py). The SLURM
 build runs while the every-figure DAG builds locally: its jobs mostly wait for the plugin's status
 checks, and the local DAG, which builds the same files, is its reference (a separate local build of
-its 14 jobs cost ~150 s of CPU).
+its 14 jobs, ~10 s of start-up each, is gone).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from test_slurm import (
     FIGURE,
     PARTITION,
     SLURM_SMOKE,
+    SLURM_TASKS,
     SlurmUnavailable,
     clean_env,
     slurm_cluster,
@@ -45,8 +46,6 @@ from fastslow.launch import stop_process_group
 
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
-
-SLURM_TEST = "test_smoke_dag_through_slurm_matches_local_run"
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +90,7 @@ def every_figure(tmp_path_factory, request):
     workflow, base model and task data included: the directory, snakemake's result and the
     environment it ran in (for the test's later commands). When the SLURM test is to run, its
     build starts first and runs beside this one."""
-    if any(item.name == SLURM_TEST for item in request.session.items):
+    if any(item.name == test_smoke_dag_through_slurm_matches_local_run.__name__ for item in request.session.items):
         request.getfixturevalue("slurm_build")
     work = workflow_copy(tmp_path_factory.mktemp("every") / "wf")
     env = clean_env(PYTHONHASHSEED="2")
@@ -285,7 +284,7 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, request):
     remote_tables = tables(remote / "results")
     local_tables = tables(local / "results", list(remote_tables))
     run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
-    tasks = ("math", "hover", "stargraph")
+    tasks = SLURM_TASKS
     stargraph = [f"runs/stargraph/{method}/stargraph-default-s0/{name}" for method in ("rl", "fst") for name in
                  ("cycle0/metrics.parquet", "cycle0/rollouts.parquet", "eval/cycle0/stargraph.samples.parquet")]
     assert sorted(remote_tables) == sorted([f"data/{task}/{split}.parquet" for task in tasks
