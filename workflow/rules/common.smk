@@ -1,4 +1,5 @@
 # Paths, config validation and input functions shared by all rule files.
+import inspect
 import sys
 from pathlib import Path
 
@@ -167,6 +168,7 @@ def run_settings(keys):
     def settings(wc):
         return _run_params(run_of(wc), keys, cycle=False)
 
+    settings.__signature__ = inspect.signature(settings)  # as the Snakefile does for the rest
     return settings
 
 
