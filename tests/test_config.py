@@ -1000,6 +1000,46 @@ def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
             assert f"SlowConfig's `{yaml.safe_dump(f.default).splitlines()[0]}`" in rows[f"slow.{f.name}"], f.name
 
 
+NEW_FAST = {"max_demos": 5, "max_rules": 0, "max_demo_chars": 900, "max_stalled_iterations": 3}
+
+
+def test_the_schema_takes_every_fast_key_fastconfig_reads_from_the_fast_section():
+    """FastConfig's fields less those the cycle fills from elsewhere (generation.*, the run's
+    seed, the budgets as max_metric_calls), plus the two the cycle reads itself (val_problems,
+    dtype). The feedback editor's limits reach it from the config, and leave a reflective
+    proposer's params, which never reads them."""
+    from dataclasses import fields
+
+    from fastslow.config import load_schema
+    from fastslow.experiments import cycle_section
+    from fastslow.fast import FastConfig
+
+    schema_keys = set(load_schema()["properties"]["fast"]["properties"])
+    from_elsewhere = {"budgets", "max_new_tokens", "temperature", "top_p", "seed", "eval_batch_size"}
+    assert schema_keys == {f.name for f in fields(FastConfig)} - from_elsewhere | {"val_problems", "dtype"}
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"fast": NEW_FAST})
+    fast = FastConfig.from_dict(cycle_section("fst", "fast", cfg["fast"]))  # as fastslow.cycle builds it
+    assert {k: getattr(fast, k) for k in NEW_FAST} == NEW_FAST
+    assert not set(NEW_FAST) & set(load_config(ROOT / "config" / "config.yaml")["fast"])
+    reflective = load_config(ROOT / "config" / "config.yaml", overrides={"fast": {
+        **NEW_FAST, "proposer": "reflective", "reflection": {"base_url": "http://localhost:8000/v1", "model": "m"}}})
+    read = cycle_section("fst", "fast", reflective["fast"])
+    assert read["max_stalled_iterations"] == 3 and not {"max_demos", "max_rules", "max_demo_chars"} & set(read)
+    assert {"max_demos", "max_rules", "max_demo_chars"} <= set(cycle_section("fst", "fast", cfg["fast"]))
+
+
+@pytest.mark.parametrize(("fast", "expected"), [
+    ({"max_demos": 0}, "fast.max_demos: expected an integer >= 1, got 0"),
+    ({"max_rules": -1}, "fast.max_rules: expected an integer >= 0, got -1"),
+    ({"max_demo_chars": "long"}, "fast.max_demo_chars: expected an integer"),
+    ({"max_stalled_iterations": 0}, "fast.max_stalled_iterations: expected an integer >= 1, got 0"),
+])
+def test_a_bad_feedback_editor_limit_is_one_line(fast, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"fast": fast})
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(("slow", "expected"), [
     ({"activation_checkpointing": "yes"}, "slow.activation_checkpointing: expected a boolean"),
     ({"top_p": 1.5}, "slow.top_p: expected a number <= 1, got 1.5"),

@@ -65,8 +65,10 @@ CYCLE_SKIPS: dict[str, dict[str, tuple[str, ...]]] = {
     "fst_distill": {"fast": ("reuse_in_slow", "reuse_steps")},
 }
 #: The reflection model (`fast.reflection`) is read by the `reflective` proposer alone: with the
-#: offline `feedback_editor` a cycle's params leave it out too (`cycle_section`).
+#: offline `feedback_editor` a cycle's params leave it out too (`cycle_section`), and with the
+#: reflective proposer the feedback editor's limits.
 REFLECTIVE = "reflective"
+FEEDBACK_EDITOR_KEYS = ("max_demos", "max_rules", "max_demo_chars")
 
 
 @dataclass(frozen=True)
@@ -160,14 +162,15 @@ def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, 
     """Config section `name` as `method`'s cycle reads it, for its job's params and for the cycle
     itself: the keys `CYCLE_READS` keeps (each read alone, so a left-out key is never touched), or
     the whole section less `CYCLE_SKIPS`; of `fast`, the reflection model only for the reflective
-    proposer, and of `max_metric_calls` only the preset's budget (`round_budget`)."""
+    proposer and the feedback editor's limits only for it, and of `max_metric_calls` only the
+    preset's budget (`round_budget`)."""
     keep = CYCLE_READS.get(method, {}).get(name)
     if keep is not None:  # in sorted order, as `job_params` gives the sections
         missing = object()
         return {k: v for k in sorted(keep) if (v := section.get(k, missing)) is not missing}
     skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
-    if name == "fast" and section.get("proposer") != REFLECTIVE:
-        skipped = (*skipped, "reflection")
+    if name == "fast":  # each proposer's own settings only where it proposes
+        skipped = (*skipped, *(FEEDBACK_EDITOR_KEYS if section.get("proposer") == REFLECTIVE else ("reflection",)))
     read = {k: v for k, v in section.items() if k not in skipped}
     if name == "fast" and isinstance(read.get("max_metric_calls"), dict) and "preset" in read:
         read["max_metric_calls"] = round_budget(read)
