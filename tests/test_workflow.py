@@ -143,6 +143,30 @@ def test_a_target_of_an_unknown_task_stops_in_one_line(tmp_path):
         assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
+def test_a_target_of_an_unknown_run_stops_in_one_line_with_the_closest_runs(tmp_path):
+    """A reviewer's hand-typed run path (a target, or --forcerun's file) naming no run of the
+    config: one line naming it and the config's closest runs, not an InputFunctionException."""
+    for target, closest in (("results/runs/efficiency/fst/math-defualt-s0/cycle0/pool.json",
+                             "; the closest: efficiency/fst/math-default-s0, "),
+                            ("results/runs/nosuch/rl/x-default-s0/eval/cycle0/math.json", " runs)")):
+        out = snakemake("-n", target, *SMOKE, "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+        text = out.stdout + out.stderr
+        assert out.returncode != 0
+        key = target.split("/")[2:5]
+        assert f"a target's run: no run '{'/'.join(key)}' in the config's experiments (" in text, text[-2000:]
+        assert closest in text, text[-2000:]
+        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+    # a cycle the run does not have (efficiency's smoke runs have 2), and an evaluation of it
+    for target in ("results/runs/efficiency/fst/math-default-s0/cycle7/pool.json",
+                   "results/runs/efficiency/fst/math-default-s0/eval/cycle7/math.json"):
+        out = snakemake("-n", target, *SMOKE, "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+        text = out.stdout + out.stderr
+        assert out.returncode != 0
+        assert ("a target's cycle: run efficiency/fst/math-default-s0 has 2 cycles (cycle0-cycle1); "
+                "cycle7 does not exist") in text, text[-2000:]
+        assert "Traceback" not in text and "InputFunctionException" not in text
+
+
 def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):
     """A row without an answer: the task_data job fails with the loader's one line (file, row,
     reason), not a traceback of the loader's code."""

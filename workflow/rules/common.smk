@@ -1,4 +1,5 @@
 # Paths, config validation and input functions shared by all rule files.
+import difflib
 import inspect
 import sys
 from pathlib import Path
@@ -79,9 +80,14 @@ data_file = layout.data_file
 
 
 def run_of(wc):
+    """The run a job's {experiment}/{method}/{run} names. A target or --forcerun path naming no run
+    of the config (a typo, or another config's run) stops the planning in one line, with the
+    config's closest run keys."""
     key = f"{wc.experiment}/{wc.method}/{wc.run}"
     if key not in RUNS:
-        raise ValueError(f"no run {key!r} in the config's experiments (known: {len(RUNS)} runs)")
+        close = difflib.get_close_matches(key, list(RUNS), n=3, cutoff=0.8)
+        sys.exit(f"a target's run: no run {key!r} in the config's experiments ({len(RUNS)} runs"
+                 + (f"; the closest: {', '.join(close)})" if close else ")"))
     return RUNS[key]
 
 
@@ -185,7 +191,8 @@ def init_model(spec):
 def cycle_inputs(wc):
     spec, c = run_of(wc), int(wc.cycle)
     if c >= spec.cycles:
-        raise ValueError(f"run {spec.key} has {spec.cycles} cycles; cycle{c} does not exist")
+        sys.exit(f"a target's cycle: run {spec.key} has {spec.cycles} cycles (cycle0-cycle{spec.cycles - 1}); "
+                 f"cycle{c} does not exist")
     # Only what the cycle reads, each file once: planning matches every input to its producer,
     # and cycles are most of paper.yaml's 2094 jobs. The base model (the KL reference) is its own
     # input only when the run starts from other weights; the previous cycle's cycle.json and
