@@ -130,6 +130,21 @@ def test_a_curves_table_of_no_runs_stops_before_any_job(tmp_path):
         assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
+def test_a_pool_page_of_an_experiment_without_a_fast_loop_stops_before_any_job(tmp_path):
+    """A misspelt pool page, or one of an RL-only experiment, was planned: a pool_evolution job
+    of no pools and an MLflow parent run for the experiment. It now stops while Snakemake plans,
+    naming the page and the experiments that have one."""
+    for experiment in ("efficency", "plasticity"):  # plasticity: RL runs only, in the smoke config
+        out = snakemake("-n", f"results/reports/pools/{experiment}.html", *SMOKE,
+                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+        assert out.returncode != 0
+        text = out.stdout + out.stderr
+        assert (f"reports/pools/{experiment}.html: experiment {experiment!r} has no FST or GEPA runs in the config "
+                "(pool pages: ablations, ceiling, continual, efficiency, radar, reuse, stargraph)") in text, text[-2000:]
+        assert "rule pool_evolution" not in out.stdout and "rule init_tracking" not in out.stdout
+        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+
+
 def test_a_target_of_an_unknown_task_stops_in_one_line(tmp_path):
     """`results/data/parity/train.parquet` without the own-task overlay: a traceback from the
     task registry whose list of names left out the config's own file tasks."""

@@ -75,6 +75,16 @@ rule figure_claims:
         "../scripts/claims.py"
 
 
+def pool_inputs(wc):
+    """Every cycle's pool of the experiment's FST and GEPA runs. A page of an experiment without
+    such runs (none of the config's, or RL-only) stops the planning in one line."""
+    if wc.experiment not in POOL_EXPERIMENTS:
+        sys.exit(f"reports/pools/{wc.experiment}.html: experiment {wc.experiment!r} has no FST or GEPA runs in "
+                 f"the config (pool pages: {', '.join(POOL_EXPERIMENTS) or 'none'})")
+    return [f"{layout.cycle_dir(s, c)}/pool.json" for s in layout.experiment_runs(RUNS, wc.experiment).values()
+            if s.fast for c in range(s.cycles)]
+
+
 def pool_runs(wc):
     """The runs a pool page names, and the run whose files each reads (a shared run reads another
     run's pools, so renaming its variant changed no input and the page kept the old name)."""
@@ -86,9 +96,7 @@ rule pool_evolution:
     # to its parent, and what the round proposed (the cycle's fast/proposals.json).
     input:
         tracking=ancient(tracking("{experiment}")),
-        pools=lambda wc: [f"{layout.cycle_dir(s, c)}/pool.json"
-                          for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast
-                          for c in range(s.cycles)],
+        pools=pool_inputs,
     params:
         code=library_code("pool_evolution.py"),
         runs=pool_runs,
