@@ -32,8 +32,9 @@ include: "workflow/rules/figures.smk"
 
 # Snakemake reads the signature of every input, params and resources function for each job:
 # 27,000 reads at paper scale, 16,557 of them of the functions of these rule files. A stored
-# __signature__ (inspect's protocol) makes each of ours a lookup, as run_settings does for the
-# functions it makes: 0.07 s instead of 0.27 s of `snakemake -n`'s ~10 s (bench/HISTORY.md).
+# __signature__ (inspect's protocol) makes each read of our named functions a lookup (the few
+# lambdas stay inspected), as run_settings does for the functions it makes: 0.06 s instead of
+# 0.25 s of `snakemake -n`'s ~9-10 s (bench/measured/signature_reads_s53.txt).
 for _function in list(globals().values()):
     if inspect.isfunction(_function) and _function.__code__.co_filename.endswith(".smk"):
         _function.__signature__ = inspect.signature(_function)
