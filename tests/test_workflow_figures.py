@@ -47,7 +47,6 @@ from fastslow.launch import stop_process_group
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
 
-
 @pytest.fixture(scope="module")
 def slurm_build(tmp_path_factory):
     """The SLURM build, started before the every-figure DAG and stopped (with its SLURM jobs) after
@@ -284,23 +283,22 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, request):
     remote_tables = tables(remote / "results")
     local_tables = tables(local / "results", list(remote_tables))
     run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
-    tasks = SLURM_TASKS
     stargraph = [f"runs/stargraph/{method}/stargraph-default-s0/{name}" for method in ("rl", "fst") for name in
                  ("cycle0/metrics.parquet", "cycle0/rollouts.parquet", "eval/cycle0/stargraph.samples.parquet")]
-    assert sorted(remote_tables) == sorted([f"data/{task}/{split}.parquet" for task in tasks
+    assert sorted(remote_tables) == sorted([f"data/{task}/{split}.parquet" for task in SLURM_TASKS
                                             for split in ("train", "val", "test")]
-                                           + [f"eval/base/{task}.samples.parquet" for task in tasks] + stargraph
+                                           + [f"eval/base/{task}.samples.parquet" for task in SLURM_TASKS] + stargraph
                                            + ["tables/base_eval.parquet", "tables/curves/stargraph.parquet"])
     for name, table in remote_tables.items():
         ids = [c for c in run_ids if c in table.columns]
         reference = local_tables[name]
         if name == "tables/base_eval.parquet":
             assert set(reference["task"]) == {"math", "math_hard", "stargraph", "hover", "hover_hard"}
-            reference = reference.filter(pl.col("task").is_in(tasks))
+            reference = reference.filter(pl.col("task").is_in(SLURM_TASKS))
             reference, table = reference.sort("task"), table.sort("task")
         assert_frame_equal(reference.drop(ids), table.drop(ids), check_exact=True)
     assert (remote / FIGURE).read_bytes()[:5] == b"%PDF-"
-    for task in tasks:
+    for task in SLURM_TASKS:
         summary = f"results/eval/base/{task}.json"
         here, there = (json.loads((d / summary).read_text()) for d in (local, remote))
         assert here.pop("mlflow_run_id") != there.pop("mlflow_run_id") and here == there
@@ -318,5 +316,3 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, request):
     job_runs = [r for r in runs if "fastslow.job" in r.data.tags]
     assert len(job_runs) == len(EXPECTED_JOBS) + sum(EXPECTED_FIGURE_JOBS.values())
     assert {r.info.status for r in job_runs} == {"FINISHED"}
-
-
