@@ -85,8 +85,7 @@ def test_cycle_refuses_a_world_size_that_does_not_split_the_step(tmp_path, monke
     with pytest.raises(ValueError, match="cannot be split over 3 processes"):
         run_cycle(tmp_path / "none", None, CONTEXTS, None, problems, SlowConfig(**SLOW),
                   tmp_path / "out", "r", 0)
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(RuntimeError, match="fst_distill runs in one process only, got WORLD_SIZE=2"):
+    with pytest.raises(ValueError, match="cannot be split over 3 processes"):
         run_distill_cycle(tmp_path / "none", None, CONTEXTS[:1], None, problems, SlowConfig(**SLOW),
                           tmp_path / "out", "r", 0)
     assert not (tmp_path / "out").exists()
@@ -147,15 +146,31 @@ def test_launched_slow_part_writes_a_spec_and_logs_the_result(tmp_path, monkeypa
     assert not list(tmp_path.glob("cycle0.*"))  # spec and result removed after a success
 
 
-def test_launched_fst_distill_is_refused(monkeypatch, tmp_path) -> None:
+def test_a_launched_fst_distill_cycle_is_sized_for_its_strategy_before_the_round(tiny_model_dir: Path, monkeypatch,
+                                                                                 tmp_path) -> None:
+    """fst_distill on two GPUs is not refused (it was: it trained in one process only); its
+    memory check, first thing, counts what each rank holds under the launch's strategy: the whole
+    model on every DDP rank, a share of it under FSDP2 (here on a pretend 1 MiB GPU)."""
+    import fastslow.slow.distill as distill
+    from fastslow.config import load_config
     from fastslow.cycle import ENV_TRAIN_PROCESSES, run_cycle
     from fastslow.experiments import RunSpec
+    from fastslow.launch import ENV_STRATEGY
 
     monkeypatch.setenv(ENV_TRAIN_PROCESSES, "2")
+    monkeypatch.setattr(distill, "gpu_memory_bytes", lambda: 2 ** 20)
+    seen = []
+    floor = distill.memory_floor
+    monkeypatch.setattr(distill, "memory_floor", lambda *a, **k: seen.append(a[2:]) or floor(*a, **k))
+    config = load_config("config/config.yaml", "config/smoke.yaml")  # P*G = 1 x 4
     spec = RunSpec(experiment="e", method="fst_distill", name="r", schedule=("math",), seed=0)
-    # Refused first thing, before the (long) fast round: nothing else of the config is read.
-    with pytest.raises(ValueError, match="fst_distill trains in one process only, got 2 processes"):
-        run_cycle(spec, {}, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+    for strategy, says in (("ddp", "whole on every rank (DDP)"), ("fsdp2", "sharded over the 2 ranks (FSDP2)")):
+        monkeypatch.setenv(ENV_STRATEGY, strategy)
+        with pytest.raises(ValueError) as err:
+            run_cycle(spec, config, 0, tiny_model_dir, None, tmp_path / "train.parquet", tmp_path / "c0")
+        assert str(err.value).startswith("fst_distill cannot fit its 2 GPUs: ") and says in str(err.value), err.value
+        assert "\n" not in str(err.value)
+    assert seen == [(2, False, True), (2, True, True)]  # both configs ask for bf16 mixed precision
 
 
 def test_a_deepspeed_strategy_is_refused_before_the_round(monkeypatch, tmp_path) -> None:
@@ -358,3 +373,178 @@ def test_fsdp2_optimizer_state_round_trips_through_the_one_process_layout(tmp_pa
                        for k in state)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_distill_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """FST-distill under `accelerate launch` (ddp.yaml, two CPU ranks): each rank samples its half
+    of a step's P*G rollouts from its own stream, both train the same fp32 replica, the main
+    process writes the cycle, and a second cycle resumes from it. P = 1: the two ranks hold two
+    copies each of one problem."""
+    import polars as pl
+    import torch
+
+    from fastslow.model.convert import load_model
+    from fastslow.slow.loop import RANK_DIGESTS_FILE, take_problems, weights_digest
+    from fastslow.slow.train import read_result, write_spec
+    from fastslow.tasks.base import Problem
+    from fastslow.tasks.data import write_problems
+
+    problems = [Problem(f"p{i}", "length", f"Say the number {i}.", str(i)) for i in range(3)]
+    train = write_problems(problems, tmp_path / "train.parquet")
+    cycles = [tmp_path / "run" / "cycle0", tmp_path / "run" / "cycle1"]
+    teacher = [("best", "Answer with one short word.")]
+    slow = {**SLOW, "problems_per_step": 1}  # P*G = 4: two rollouts of the step's problem per rank
+    for c, out in enumerate(cycles):
+        write_spec(tmp_path / f"job{c}.json", method="fst_distill", init_model=tiny_model_dir,
+                   prev_dir=cycles[0] if c else None, contexts=teacher,
+                   task={"class": "slow_toys:LengthTask"}, train_file=train, slow=slow, out_dir=out,
+                   run_id="toy/distill", cycle=c, extra={"student_context": "Be brief.",
+                                                         "student_context_id": "seed"})
+        proc = _launch(tmp_path / f"job{c}.json", tmp_path)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        result = read_result(out.with_name(out.name + ".result.json"))
+        assert result["num_processes"] == 2 and result["global_step"] == 2 * (c + 1)
+        metrics = result["metrics"]
+        assert [m["step"] for m in metrics] == [2 * c, 2 * c + 1]
+        for m in metrics:  # the whole step's: both ranks' tokens
+            assert m["distill_kl"] > 0 and m["loss"] == m["distill_kl"] and m["grad_norm"] > 0
+
+        # Every step's P*G = 4 rollouts, rank 0's two then rank 1's, and the step's tokens are
+        # both ranks' (the metrics count them all). The ranks sampled the same prompt from their
+        # own streams, not the same two completions twice.
+        rollouts = pl.read_parquet(out / "rollouts.parquet")
+        assert rollouts.height == 2 * 4
+        for t, m in enumerate(metrics):
+            picked = [problems[i] for i in take_problems(3, SLOW["seed"], 2 * c + t, 1)]
+            step = rollouts.filter(pl.col("step") == 2 * c + t)
+            assert step["problem_id"].to_list() == [picked[0].id] * 4
+            assert set(step["context_id"]) == {"seed"}
+            assert int(step["completion_tokens"].sum()) == m["completion_tokens"]
+            texts = step["completion"].to_list()
+            assert sorted(texts[:2]) != sorted(texts[2:])
+        assert rollouts["completion"].str.len_chars().min() > 0
+
+        # Both ranks ended with the weights the main process saved (DDP keeps replicas equal),
+        # saved as fp32 master weights.
+        digests = json.loads((out / RANK_DIGESTS_FILE).read_text())["digests"]
+        saved_model = load_model(out / "model", dtype="auto")
+        assert next(saved_model.parameters()).dtype == torch.float32
+        saved = weights_digest(saved_model)
+        assert digests == [saved, saved]
+
+        state_dir = out / "trainer_state"
+        assert {p.name for p in state_dir.iterdir()} >= {"optimizer.pt", "scheduler.pt", "state.json",
+                                                        "rng_state.pt", "rng_state.rank1.pt"}
+        state = json.loads((state_dir / "state.json").read_text())
+        assert state["num_processes"] == 2 and state["method"] == "fst_distill"
+        assert state["cursor"] == 2 * (c + 1) and state["teacher_context_id"] == "best"
+        # The optimiser state is the whole model's, and the second cycle continued it.
+        optimizer = torch.load(state_dir / "optimizer.pt")
+        assert {float(s["step"]) for s in optimizer["state"].values()} == {2.0 * (c + 1)}
+
+    init, first, second = (_state(tiny_model_dir), _state(cycles[0] / "model"), _state(cycles[1] / "model"))
+    assert any(not torch.equal(init[k], first[k].to(init[k].dtype)) for k in init)
+    assert any(not torch.equal(first[k], second[k]) for k in first)
+
+
+class _FixedCompletions:
+    """A generator whose completions are fixed token ids (cycled), whatever it is asked: the
+    same rollouts in one process and over two ranks, so their distillation steps can be compared."""
+
+    IDS = ((28, 29, 30, 31, 2), (40, 41, 2), (50, 51, 52, 53, 54, 55, 2), (60, 2))
+
+    def __init__(self, generator: Any, offset: int) -> None:
+        self.inner, self.offset, self.pad_id = generator, offset, generator.pad_id
+
+    def encode_prompts(self, chats: list) -> list:
+        return self.inner.encode_prompts(chats)
+
+    def generate(self, chats: list, params: Any) -> list:
+        from fastslow.model.generation import Generation
+
+        tok = self.inner.tokenizer
+        out = []
+        for i, prompt in enumerate(self.encode_prompts(chats)):
+            ids = self.IDS[(self.offset + i) % len(self.IDS)]
+            out.append(Generation(text=tok.decode(ids), prompt_tokens=len(prompt), completion_tokens=len(ids),
+                                  logprob_sum=0.0, completion_ids=ids))
+        return out
+
+
+def _distill_rank(rank: int, world: int, port: int, model_dir: str, queue: Any) -> None:
+    """One rank of a gloo group (rank 0 alone: the one-process path): one distillation step on
+    its share of the fixed rollouts; puts (rank, metrics, records, weights) on `queue`."""
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    import torch
+
+    torch.set_num_threads(1)
+    from slow_toys import LengthTask
+
+    from fastslow.model.convert import load_tokenizer
+    from fastslow.slow.distill import _distill_step, _prepare_distributed, _prepare_local
+    from fastslow.tasks.base import Problem
+
+    cfg = SlowConfig(**{**SLOW, "bf16": False, "micro_batch_size": 1, "max_grad_norm": 1e-3, "warmup_steps": 0})
+    tokenizer = load_tokenizer(model_dir)
+    if world > 1:
+        trainee, generator = _prepare_distributed(Path(model_dir), tokenizer, cfg, world)
+    else:
+        trainee, generator = _prepare_local(Path(model_dir), tokenizer, cfg, "r", 0)
+    rows = [p for p in (Problem("p0", "length", "Say 0.", "0"), Problem("p1", "length", "Say one.", "1"))
+            for _ in range(cfg.num_generations)]
+    share = rank_slice(len(rows), rank, world)
+    fixed = _FixedCompletions(generator, share.start)
+    metrics, records = _distill_step(trainee, fixed, LengthTask(), rows[share], "", "Be brief.", cfg, seed=1)
+    # as numpy arrays: torch tensors would cross the queue through shared memory this process frees
+    weights = {k: v.detach().numpy().copy() for k, v in trainee.student.state_dict().items()}
+    queue.put((rank, metrics, records, weights))
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_distillation_step_over_two_ranks_is_the_one_process_step(tiny_model_dir: Path) -> None:
+    """The same eight rollouts, distilled in one process and over two gloo ranks (four each, two
+    micro batches): the same step-wide token-mean KL and entropy, the same gradient norm (the
+    ranks' gradients averaged, so each rank's loss is N x its token sum over the step's tokens),
+    and, with that norm clipped to 1e-3, the same updated weights."""
+    import multiprocessing
+    import socket
+
+    import numpy as np
+
+    from fastslow.model.convert import load_model
+
+    ctx = multiprocessing.get_context("spawn")
+    results = {}
+    for world in (1, 2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_distill_rank, args=(r, world, port, str(tiny_model_dir), queue))
+                 for r in range(world)]
+        for proc in procs:
+            proc.start()
+        got = sorted((queue.get(timeout=300) for _ in procs), key=lambda x: x[0])
+        for proc in procs:
+            proc.join(timeout=60)
+            assert proc.exitcode == 0
+        results[world] = got
+    (_, one, one_records, _), = results[1]
+    two = [metrics for _, metrics, _, _ in results[2]]
+    assert two[0] == two[1]  # every rank reports the whole step
+    for key in ("distill_kl", "entropy", "loss", "grad_norm", "reward_mean", "frac_zero_std_groups"):
+        assert two[0][key] == pytest.approx(one[key], rel=1e-5), key
+    assert two[0]["completion_tokens"] == one["completion_tokens"] == 2 * sum(map(len, _FixedCompletions.IDS))
+    assert results[2][0][2] == one_records  # both ranks' rows, in row order
+    # one process trains in the checkpoint's dtype, two ranks in fp32: the tiny model is fp32
+    init = {k: v.numpy() for k, v in load_model(tiny_model_dir, dtype="auto").state_dict().items()}
+    assert next(iter(init.values())).dtype == np.float32
+    (_, _, _, alone), = results[1]
+    for name, value in alone.items():
+        assert np.array_equal(results[2][0][3][name], results[2][1][3][name]), name  # the replicas agree
+        np.testing.assert_allclose(results[2][0][3][name], value, rtol=0, atol=1e-7, err_msg=name)
+    assert any(not np.array_equal(alone[k], init[k]) for k in init)

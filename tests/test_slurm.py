@@ -99,9 +99,9 @@ def test_profile_hard_codes_no_site(monkeypatch):
     assert "slurm_account" not in everything and "slurm_partition" not in everything
     res = resources(prof["set-resources"])
     # GPUs for training and evaluation, none for the CPU rules
-    assert res["cycle:gpu"] == "8"
-    for rule in ("evaluate_base", "evaluate_point", "channel_eval", "cycle_frozen", "cycle_distill"):
-        assert res[f"{rule}:gpu"] == "1", rule  # cycle_distill: FST-distill trains in one process
+    assert res["cycle:gpu"] == res["cycle_distill:gpu"] == "8"  # FST-distill shards as the RL steps do
+    for rule in ("evaluate_base", "evaluate_point", "channel_eval", "cycle_frozen"):
+        assert res[f"{rule}:gpu"] == "1", rule
     assert not any(k.startswith(("base_model:gpu", "task_data:gpu")) for k in res)
 
 
@@ -133,7 +133,7 @@ def test_profile_takes_account_and_partitions_from_the_environment(monkeypatch):
     res = resources(prof["set-resources"])
     for rule in ("cycle", "cycle_frozen", "cycle_distill", "evaluate_base", "evaluate_point", "channel_eval"):
         assert res[f"{rule}:slurm_partition"] == "'gpu'" and res[f"{rule}:gpu_model"] == "'h100'"
-    assert res["cycle:gpu"] == "4"
+    assert res["cycle:gpu"] == res["cycle_distill:gpu"] == "4"
     assert prof["slurm-qos"] == "high"
 
 
@@ -214,8 +214,12 @@ def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env())
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
-    evaluate = text[text.index("rule evaluate_base:"):]
-    assert re.search(r"resources: .*runtime=60, gpu=1", evaluate.split("\n\n")[0])
+    def resources_of(rule: str) -> str:  # the first job's resources line
+        return re.search(rf"^rule {rule}:\n(?:    .*\n)*?    resources: (.*)$", text, re.M).group(1)
+
+    assert resources_of("evaluate_base").endswith("runtime=60, gpu=1")
+    assert resources_of("cycle").endswith("runtime=120, gpu=8")
+    assert resources_of("cycle_distill").endswith("runtime=120, gpu=8")  # Fig 8's: sharded as RL's
     assert re.search(r"^total\s+\d+", text, re.M), "no job count"
     print(f"dry-run with profiles/slurm: {time.monotonic() - t0:.1f} s")
 

@@ -20,14 +20,13 @@ process then reads the ranks' result back and logs the metrics (the ranks never 
 FASTSLOW_TRAIN_PROCESSES=N overrides the process count (N > 1 forces the launched path, 1 keeps
 it in process); without a visible GPU the ranks train on CPU (gloo) with mixed precision off,
 which is how tests/test_slow_distributed.py exercises the launched path on a CPU-only machine.
-fst_distill trains in one process only and refuses N > 1.
+fst_distill launches the same way (its steps shard as the RL loop's do).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 import shutil
 import sys
 import time
@@ -119,9 +118,6 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     limit_heap_fragmentation()  # FASTSLOW_MMAP_THRESHOLD (off by default): trade time for peak memory
     cfg = spec.settings(config)
     processes = slow_processes(gpus)
-    if spec.trains and processes > 1 and spec.method == "fst_distill":  # before the fast round
-        raise ValueError(f"fst_distill trains in one process only, got {processes} processes "
-                         f"(job GPUs {gpus}, {ENV_TRAIN_PROCESSES}={os.environ.get(ENV_TRAIN_PROCESSES)!r})")
     slow_cfg = None
     if spec.trains:
         from fastslow.slow.config import SlowConfig
@@ -132,16 +128,17 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
             tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
-        if processes > 1:  # P*G must split over the ranks, and a strategy the loop runs: refused
-            from fastslow.launch import check_training_strategy  # now, not after the fast round
+        strategy: dict[str, Any] = {}
+        if processes > 1:  # P*G must split over the ranks, and a strategy the loops run: refused
+            from fastslow.launch import check_training_strategy, strategy_settings
             from fastslow.slow.trainer import per_rank_batches
 
-            per_rank_batches(slow_cfg, processes)
-            check_training_strategy()
-        if spec.method == "fst_distill":  # one GPU: a model too large for it is refused now, too
+            per_rank_batches(slow_cfg, processes)  # now, not after the fast round
+            strategy = strategy_settings(check_training_strategy())
+        if spec.method == "fst_distill":  # a model too large for its GPUs is refused now, too
             from fastslow.slow.distill import device_memory_check
 
-            problem, risk = device_memory_check(init_model, slow_cfg)
+            problem, risk = device_memory_check(init_model, slow_cfg, processes, **strategy)
             if problem:
                 raise ValueError(problem)
             if risk:

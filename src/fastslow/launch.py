@@ -20,9 +20,9 @@ with at most one GPU the slow cycle stays in the job's process. From a shell rul
 
 `python` is the interpreter running this module, so SLURM jobs use the same virtual environment as
 the workflow. Environment: FASTSLOW_ACCELERATE_CONFIG_DIR (a directory of such configs),
-FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2). The RL loop trains with fsdp2
-and ddp; it refuses zero3 (DeepSpeed steps the optimiser inside backward, our loop steps it
-itself) and fst_distill refuses more than one process.
+FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2). The RL loop and FST-distill's
+train with fsdp2 and ddp; they refuse zero3 (DeepSpeed steps the optimiser inside backward, our
+loops step it themselves).
 """
 
 from __future__ import annotations
@@ -131,6 +131,18 @@ def check_training_strategy(strategy: str | None = None, root: str | Path | None
         raise ValueError(f"accelerate config {path} is DeepSpeed (distributed_type: {kind}), which the slow loop "
                          f"does not support: set {ENV_STRATEGY}=fsdp2 or ddp")
     return path
+
+
+def strategy_settings(path: str | Path) -> dict[str, bool]:
+    """What an accelerate config means for a cycle's memory: `sharded` (FSDP: weights, gradients
+    and optimiser state split over the ranks) and `bf16` (mixed precision bf16; a launch on a
+    machine without GPUs turns it off, and `fastslow.slow.distill.device_memory_check` then makes
+    no check)."""
+    import yaml
+
+    settings = yaml.safe_load(Path(path).read_text()) or {}
+    return {"sharded": str(settings.get("distributed_type")).upper() == "FSDP",
+            "bf16": str(settings.get("mixed_precision")).lower() == "bf16"}
 
 
 def build_command(module: str, args: Sequence[str] = (), *, gpus: int, strategy: str | None = None,

@@ -34,8 +34,8 @@ rule cycle:
 
 
 use rule cycle as cycle_distill with:
-    # fst_distill: the same cycle, trained in one process (one GPU on a cluster: the SLURM
-    # profile sizes it apart from RL/FST's multi-GPU cycles).
+    # fst_distill: the same cycle, its steps distillation instead of CISPO (sharded over the job's
+    # GPUs as cycle's are); a rule of its own so that a profile can size it apart.
     wildcard_constraints:
         method="fst_distill",
 

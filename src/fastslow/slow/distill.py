@@ -9,17 +9,28 @@ completions per problem from the student, and takes one AdamW step on
 
 where the KL is exact over the vocabulary, N is the step's number of completion tokens, and
 gradients flow only through the student. Both distributions are taken at the sampling
-temperature (as TRL does for its losses). Our own loop, not TRL's GKD trainer, because GKD feeds
-teacher and student the same input, whereas here their prompts differ.
+temperature (as TRL does for its losses). Our own loop, not a TRL trainer: TRL's GKD and
+DistillationTrainer feed teacher and student the same input, and its experimental SDFT/SDPO
+trainers put the teacher's extra text (a demonstration, feedback) into the user turn beside the
+student's system prompt, whereas here the teacher's system prompt is φ* in place of the seed
+context. The distributed pieces are TRL's and accelerate's (below).
 
 `run_distill_cycle` has `fastslow.slow.loop.run_cycle`'s signature and output contract: it writes
 `model/`, `trainer_state/`, `rollouts.parquet` (the student's rollouts, labelled with the student
 context) and `metrics.parquet` atomically into `out_dir`, and a chain of cycles equals one
 uninterrupted run (same data stream, sampling seeds derived from (seed, global step), optimiser,
 scheduler and RNG state restored). CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline,
-scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate). It runs in one
-process: under `accelerate launch` with several processes it refuses to start (the RL loop is the
-one that shards a step over ranks).
+scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate).
+
+In one process it trains the checkpoint's dtype in place (`_prepare_local`). Under `accelerate
+launch` with N processes (`python -m fastslow.slow.train`, as the RL loop; `fastslow.launch`)
+every rank samples its contiguous 1/N of each step's P*G rollouts from its own seed stream, and
+the strategy's accelerator (DDP or FSDP2) prepares fp32 master weights, their AdamW state and
+the frozen teacher (`_prepare_distributed`); both forwards run inside the wrapper's forward
+(TRL's `_ForwardRedirection`, `_forward`), each rank's loss is N x its KL sum over all ranks'
+tokens (the wrappers average gradients), and the main process writes the cycle through the RL
+loop's distributed save (full weights, index-keyed optimiser state, every rank's RNG state), so a
+cycle may resume with another process count.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import logging
 import math
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +52,26 @@ from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow.config import SlowConfig
 from fastslow.slow.divergence import _hidden_at, _log_probs
 from fastslow.slow.loop import (
-    STATE_FILE,
     CycleResult,
     Tracker,
+    _accumulation_context,
     _ensure_progress_handler,
-    _rng_state,
+    _main_process_dir,
+    _restore_distributed,
     _set_rng_state,
     _write_table,
     check_device,
     resume_point,
+    save_trained,
     take_problems,
 )
-from fastslow.slow.trainer import enable_activation_checkpointing, world_size
+from fastslow.slow.trainer import (
+    enable_activation_checkpointing,
+    per_rank_batches,
+    process_rank,
+    rank_slice,
+    world_size,
+)
 from fastslow.tasks.base import Problem, Task, build_messages
 
 log = logging.getLogger("fastslow.slow.distill")
@@ -113,61 +134,142 @@ def completion_logits(model: Any, prompts: Sequence[Sequence[int]],
 # ---------------------------------------------------------------- one distillation step
 
 
-def _distill_step(model: Any, teacher: Any, optimizer: Any, scheduler: Any, generator: Any,
-                  task: Task, picked: list[Problem], student_context: str, teacher_context: str,
-                  cfg: SlowConfig, seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Sample from the student, score, one AdamW step on the reverse KL. (metrics, records)."""
+@dataclass
+class _Trainee:
+    """What one distillation step trains with. `model` is what the training forward runs
+    through (accelerate's DDP wrapper, or the FSDP2-sharded model; the model itself in one
+    process), `student` the model inside it (generation, saving), `teacher` the frozen θ_c
+    (prepared by accelerate for evaluation when distributed). `accelerator` is None in one
+    process. The attribute names are those of a trainer that `fastslow.slow.loop`'s distributed
+    save and restore read (`model_wrapped`, `optimizer`, `lr_scheduler`)."""
+
+    model: Any
+    student: Any
+    teacher: Any
+    optimizer: Any
+    lr_scheduler: Any
+    #: the forwards autocast to bf16: `slow.bf16` in one process, the launch config's mixed
+    #: precision under `accelerate launch` (as the RL loop's prepared model does)
+    bf16: bool
+    accelerator: Any = None
+
+    @property
+    def model_wrapped(self) -> Any:
+        return self.model
+
+
+def _forward(trainee: _Trainee, wrapped: Any, unwrapped: Any, prompts: Sequence[Sequence[int]],
+             completions: Sequence[Sequence[int]], pad_id: int) -> Any:
+    """`completion_logits` of one model. Distributed, it runs inside the wrapper's forward (TRL's
+    `_ForwardRedirection`, as TRL's DistillationTrainer does): DDP then prepares the gradients'
+    all-reduce, and FSDP2 gathers the root's sharded weights (embeddings, final norm, LM head)
+    that the decoder and head calls below the root would otherwise see as shards."""
+    if trainee.accelerator is None:
+        return completion_logits(unwrapped, prompts, completions, pad_id)
+    from trl.models.utils import _ForwardRedirection
+
+    return _ForwardRedirection()(wrapped, unwrapped, completion_logits, unwrapped, prompts, completions, pad_id)
+
+
+def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[Problem],
+                  student_context: str, teacher_context: str, cfg: SlowConfig,
+                  seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Sample from the student, score, one AdamW step on the reverse KL. (metrics, records).
+
+    `problems`: one entry per rollout this process samples, all of the step's P*G in one
+    process, its contiguous 1/N under `accelerate launch`. The loss is the token mean over the
+    whole step's completion tokens (every rank's), as one process would take it; the metrics and
+    records are the whole step's, on every rank."""
     import torch
 
     from fastslow.model.generation import SamplingParams
 
+    accelerator = trainee.accelerator
     start = time.perf_counter()
-    lr = float(scheduler.get_last_lr()[0])
-    problems = [p for p in picked for _ in range(cfg.num_generations)]
+    lr = float(trainee.lr_scheduler.get_last_lr()[0])
     student_chats = [build_messages(student_context, p) for p in problems]
     teacher_chats = [build_messages(teacher_context, p) for p in problems]
 
-    model.eval()
+    trainee.model.eval()
     gens = generator.generate(student_chats, SamplingParams(
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p, seed=seed))
     gen_s = time.perf_counter() - start
-    rewards = np.asarray([float(task.reward(p, g.text)) for p, g in zip(problems, gens, strict=True)])
+    rewards = [float(task.reward(p, g.text)) for p, g in zip(problems, gens, strict=True)]
     feedback = [task.feedback(p, g.text) for p, g in zip(problems, gens, strict=True)]
     score_s = time.perf_counter() - start - gen_s
 
     student_ids = generator.encode_prompts(student_chats)
     teacher_ids = generator.encode_prompts(teacher_chats)
     completions = [list(g.completion_ids) for g in gens]
-    n_tokens = max(1, sum(len(c) for c in completions))
+    n_tokens = sum(len(c) for c in completions)
+    scale = 1.0
+    if accelerator is not None:
+        # every rank's tokens; DDP and FSDP2 average the ranks' gradients, so N x this rank's sum
+        n_tokens = int(accelerator.reduce(torch.tensor(float(n_tokens), device=accelerator.device),
+                                          reduction="sum"))
+        scale = float(accelerator.num_processes)
+    n_tokens = max(1, n_tokens)
     micro = cfg.micro_batch_size or len(problems)
-    autocast = torch.autocast(device_type=next(model.parameters()).device.type,
-                              dtype=torch.bfloat16, enabled=cfg.bf16)
-    model.train()
+    starts = list(range(0, len(problems), micro))
+    autocast = torch.autocast(device_type=next(trainee.student.parameters()).device.type,
+                              dtype=torch.bfloat16, enabled=trainee.bf16)
+    trainee.model.train()
     kl_sum, entropy_sum = 0.0, 0.0
-    for lo in range(0, len(problems), micro):
+    for i, lo in enumerate(starts):
         rows = slice(lo, lo + micro)
-        with autocast:
-            with torch.no_grad():
-                teacher_logits = completion_logits(teacher, teacher_ids[rows], completions[rows],
-                                                   generator.pad_id)
-            student_logits = completion_logits(model, student_ids[rows], completions[rows],
-                                               generator.pad_id)
-        kl, entropy = token_reverse_kl(student_logits, teacher_logits, cfg.temperature)
-        (kl.sum() / n_tokens).backward()  # token mean over the whole step, as one batch would be
+        sync = (nullcontext() if accelerator is None
+                else _accumulation_context(accelerator, trainee.model, last=i == len(starts) - 1))
+        with sync:
+            with autocast:
+                with torch.no_grad():
+                    teacher_logits = _forward(trainee, trainee.teacher, accelerator.unwrap_model(trainee.teacher)
+                                              if accelerator is not None else trainee.teacher,
+                                              teacher_ids[rows], completions[rows], generator.pad_id)
+                student_logits = _forward(trainee, trainee.model, trainee.student, student_ids[rows],
+                                          completions[rows], generator.pad_id)
+            kl, entropy = token_reverse_kl(student_logits, teacher_logits, cfg.temperature)
+            loss = kl.sum() * scale / n_tokens  # token mean over the whole step, as one batch would be
+            if accelerator is not None:
+                accelerator.backward(loss)
+            else:
+                loss.backward()
         kl_sum += float(kl.detach().sum())
         entropy_sum += float(entropy.sum())
     clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+    if accelerator is not None:  # FSDP2: a norm over the DTensor shards of all ranks
+        grad_norm = float(accelerator.clip_grad_norm_(trainee.model.parameters(), clip))
+    else:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainee.model.parameters(), clip))
+    trainee.optimizer.step()
+    trainee.lr_scheduler.step()
+    trainee.optimizer.zero_grad(set_to_none=True)
     seconds = time.perf_counter() - start
 
-    lengths = [len(c) for c in completions]
-    grouped = rewards.reshape(-1, cfg.num_generations)
+    records = [{
+        "problem_id": p.id,
+        "completion": g.text,
+        "reward": r,
+        "feedback": fb,
+        "prompt_tokens": g.prompt_tokens,
+        "completion_tokens": g.completion_tokens,
+        "logprob_sum": float(g.logprob_sum) if g.logprob_sum is not None else float("nan"),
+    } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
+    if accelerator is not None:  # the whole step: every rank's rows (rank order = row order)
+        from accelerate.utils import gather_object
+
+        sums = accelerator.reduce(torch.tensor([kl_sum, entropy_sum], dtype=torch.float64,
+                                               device=accelerator.device), reduction="sum")
+        kl_sum, entropy_sum = float(sums[0]), float(sums[1])
+        parts = gather_object([(records, gen_s, score_s, seconds)])
+        records = [rec for part in parts for rec in part[0]]
+        gen_s, score_s, seconds = (max(part[k] for part in parts) for k in (1, 2, 3))
+
+    rewards_all = np.asarray([rec["reward"] for rec in records], dtype=float)
+    lengths = [rec["completion_tokens"] for rec in records]
+    grouped = rewards_all.reshape(-1, cfg.num_generations)
     metrics = {
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()),
+        "reward_mean": float(rewards_all.mean()),
+        "reward_std": float(rewards_all.std()),
         "frac_zero_std_groups": float(np.mean(np.isclose(grouped.std(axis=1), 0.0))),
         "distill_kl": kl_sum / n_tokens,
         "entropy": entropy_sum / n_tokens,
@@ -182,15 +284,6 @@ def _distill_step(model: Any, teacher: Any, optimizer: Any, scheduler: Any, gene
         "step_seconds": seconds,
         "generated_tokens_per_s": float(sum(lengths) / max(gen_s, 1e-9)),
     }
-    records = [{
-        "problem_id": p.id,
-        "completion": g.text,
-        "reward": float(r),
-        "feedback": fb,
-        "prompt_tokens": g.prompt_tokens,
-        "completion_tokens": g.completion_tokens,
-        "logprob_sum": float(g.logprob_sum) if g.logprob_sum is not None else float("nan"),
-    } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
     return metrics, records
 
 
@@ -231,19 +324,27 @@ def rounding_warning(model: Any, lr: float) -> str | None:
         return None
     return (f"{dtype} weights trained in place: an AdamW step (~lr = {lr:g}) is below half the "
             f"dtype's spacing for {lost / total:.0%} of them, so those updates round away "
-            f"(README: 'Known gap at paper scale')")
+            f"(README: 'FST-distill at paper scale')")
 
 
-def memory_floor(model_dir: str | Path, cfg: SlowConfig) -> dict[str, Any]:
-    """What one distillation cycle of the model in `model_dir` holds on its one device, from the
-    model's config and the weights files' headers (no weights are read; the parameters are
-    counted on the meta device), in bytes. `run_distill_cycle` trains the weights in place, in
-    their own dtype, so at the first optimiser step the weights, their gradients, both AdamW
-    moments and the frozen teacher's copy are all held: five copies, `certain` (activations,
-    logits and the CUDA context come on top). Sampling a step holds the weights, the moments
-    and the teacher (the gradients are freed) and the KV cache of the P*G rollouts, which at
-    worst all run to `max_new_tokens` (`sampling_worst`; their prompts on top, rows that stop
-    early leave the cache)."""
+def memory_floor(model_dir: str | Path, cfg: SlowConfig, processes: int = 1,
+                 sharded: bool = False, bf16: bool = True) -> dict[str, Any]:
+    """What one distillation cycle of the model in `model_dir` holds on each of its devices, from
+    the model's config and the weights files' headers (no weights are read; the parameters are
+    counted on the meta device), in bytes.
+
+    In one process `run_distill_cycle` trains the weights in place, in their own dtype, so at the
+    first optimiser step the weights, their gradients, both AdamW moments and the frozen
+    teacher's copy are all held: five copies, `certain` (activations, logits and the CUDA
+    context come on top). Sampling a step holds the weights, the moments and the teacher (the
+    gradients are freed) and the KV cache of the P*G rollouts, which at worst all run to
+    `max_new_tokens` (`sampling_worst`; their prompts on top, rows that stop early leave the cache).
+
+    Over `processes` > 1 ranks (`accelerate launch`) the student is fp32 master weights,
+    gradients and two moments (16 bytes a parameter) and the teacher is held in bf16 under the
+    launch config's mixed precision (`bf16`, else fp32); FSDP2 (`sharded`) splits both over the
+    ranks, DDP gives every rank the whole. Each rank samples P*G / N rollouts, its KV cache in
+    bf16 (fp32 without mixed precision)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -251,14 +352,24 @@ def memory_floor(model_dir: str | Path, cfg: SlowConfig) -> dict[str, Any]:
     dtype = _weights_dtype(config, Path(model_dir))
     with torch.device("meta"):
         params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-    size = torch.empty((), dtype=dtype).element_size()
-    copy_bytes = params * size
     text = config.get_text_config()
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    kv = cfg.rollouts_per_step * cfg.max_new_tokens * text.num_hidden_layers * heads * head_dim * 2 * size
-    return {"params": params, "dtype": str(dtype).removeprefix("torch."),
-            "certain": 5 * copy_bytes, "kv_worst": kv, "sampling_worst": 4 * copy_bytes + kv}
+    per_token = text.num_hidden_layers * heads * head_dim * 2  # keys and values, every layer
+    if processes <= 1:
+        size = torch.empty((), dtype=dtype).element_size()
+        copy_bytes = params * size
+        kv = cfg.rollouts_per_step * cfg.max_new_tokens * per_token * size
+        return {"params": params, "dtype": str(dtype).removeprefix("torch."), "processes": 1,
+                "sharded": False, "certain": 5 * copy_bytes, "kv_worst": kv,
+                "sampling_worst": 4 * copy_bytes + kv}
+    share = processes if sharded else 1
+    low = 2 if bf16 else 4
+    student, teacher = 16 * params, low * params  # fp32 weights, gradients, two moments; teacher
+    kv = cfg.rollouts_per_step // processes * cfg.max_new_tokens * per_token * low
+    return {"params": params, "dtype": "float32", "processes": processes, "sharded": sharded,
+            "certain": (student + teacher) // share, "kv_worst": kv,
+            "sampling_worst": (student * 3 // 4 + teacher) // share + kv}
 
 
 def _weights_dtype(config: Any, model_dir: Path) -> Any:
@@ -284,20 +395,33 @@ def _weights_dtype(config: Any, model_dir: Path) -> Any:
 
 
 def memory_verdict(floor: dict[str, Any], device_bytes: int, device: str = "cuda:0") -> tuple[str | None, str | None]:
-    """(refusal, warning) of a cycle whose needs are `floor` on a device of `device_bytes`: a
-    one-line refusal when what it certainly holds does not fit, a warning when its sampling's
-    worst case does not; None for each that does."""
+    """(refusal, warning) of a cycle whose needs are `floor` (`memory_floor`) on devices of
+    `device_bytes` each: a one-line refusal when what it certainly holds does not fit, a warning
+    when its sampling's worst case does not; None for each that does."""
     gib = 1024 ** 3
     refusal = warning = None
+    n = floor.get("processes", 1)
+    if n <= 1:
+        where, holds = "one GPU", (f"{floor['params'] / 1e9:.2f}B parameters in {floor['dtype']} with their "
+                                   "gradients, two AdamW moments and the frozen teacher hold")
+        fix = "several GPUs shard it: README 'FST-distill at paper scale'"
+    else:
+        where = f"its {n} GPUs"
+        holds = (f"{floor['params'] / 1e9:.2f}B parameters as fp32 master weights with their gradients, two "
+                 f"AdamW moments and the frozen teacher, "
+                 + (f"sharded over the {n} ranks (FSDP2), hold" if floor.get("sharded")
+                    else "whole on every rank (DDP), hold"))
+        fix = ("more GPUs" if floor.get("sharded")
+               else "FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards them")
     if floor["certain"] > device_bytes:
-        refusal = (f"fst_distill cannot fit one GPU: {floor['params'] / 1e9:.2f}B parameters in {floor['dtype']} "
-                   f"with their gradients, two AdamW moments and the frozen teacher hold "
-                   f"{floor['certain'] / gib:.1f} GiB before any activation, and {device} has "
-                   f"{device_bytes / gib:.1f} GiB (README: 'Known gap at paper scale')")
+        refusal = (f"fst_distill cannot fit {where}: {holds} {floor['certain'] / gib:.1f} GiB "
+                   f"{'per GPU ' if n > 1 else ''}before any activation, and {device} has "
+                   f"{device_bytes / gib:.1f} GiB ({fix})")
     if floor["sampling_worst"] > device_bytes:
         warning = (f"fst_distill may run out of memory on {device} ({device_bytes / gib:.1f} GiB) while "
-                   f"sampling: P*G rollouts of up to max_new_tokens hold up to {floor['kv_worst'] / gib:.1f} GiB "
-                   f"of KV cache beside {(floor['sampling_worst'] - floor['kv_worst']) / gib:.1f} GiB of weights, "
+                   f"sampling: {'P*G' if n <= 1 else f'its P*G/{n}'} rollouts of up to max_new_tokens hold up to "
+                   f"{floor['kv_worst'] / gib:.1f} GiB of KV cache beside "
+                   f"{(floor['sampling_worst'] - floor['kv_worst']) / gib:.1f} GiB of weights, "
                    "AdamW moments and teacher (fewer or shorter rollouts: slow.problems_per_step, "
                    "num_generations, max_new_tokens)")
     return refusal, warning
@@ -323,12 +447,84 @@ def gpu_memory_bytes() -> int | None:
         return None
 
 
-def device_memory_check(model_dir: str | Path, cfg: SlowConfig) -> tuple[str | None, str | None]:
-    """`memory_verdict` on this job's GPU; (None, None) on a CPU."""
+def device_memory_check(model_dir: str | Path, cfg: SlowConfig, processes: int = 1,
+                        sharded: bool = False, bf16: bool = True) -> tuple[str | None, str | None]:
+    """`memory_verdict` on this job's (first) GPU; (None, None) on a CPU. `processes`, `sharded`
+    and `bf16`: the ranks the cycle trains in, whether their strategy shards (FSDP2) and whether
+    it runs in bf16 mixed precision (`memory_floor`)."""
     device_bytes = gpu_memory_bytes()
     if device_bytes is None:
         return None, None
-    return memory_verdict(memory_floor(model_dir, cfg), device_bytes)
+    return memory_verdict(memory_floor(model_dir, cfg, processes, sharded, bf16), device_bytes)
+
+
+def _prepare_local(policy_dir: Path, tokenizer: Any, cfg: SlowConfig, run_id: str,
+                   cycle: int) -> tuple[_Trainee, Any]:
+    """One process: the checkpoint's dtype for weights and AdamW state (an 8B policy with fp32
+    weights and AdamW state, ~96 GB, and its teacher would not fit one GPU); bf16 weights round
+    very small updates away (`rounding_warning`)."""
+    import torch
+    from trl.trainer.utils import disable_dropout_in_model
+
+    from fastslow.model.convert import load_model
+    from fastslow.model.generation import HFGenerator
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(policy_dir, dtype="auto", device=device)
+    warning = rounding_warning(model, cfg.lr)
+    if warning:
+        log.warning("FST-distill %s cycle %d: %s", run_id, cycle, warning)
+    disable_dropout_in_model(model)  # TRL's, as its trainers do
+    teacher = copy.deepcopy(model).eval().requires_grad_(False)  # θ_c, frozen for the cycle
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    optimizer, scheduler = make_optimizer(model, cfg)
+    # One generation batch per step (as TRL's), so the samples do not depend on micro_batch_size.
+    generator = HFGenerator(model, tokenizer, batch_size=cfg.rollouts_per_step)
+    return _Trainee(model, model, teacher, optimizer, scheduler, cfg.bf16), generator
+
+
+def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
+                         num_processes: int) -> tuple[_Trainee, Any]:
+    """Under `accelerate launch`: the strategy's accelerator (DDP or FSDP2, from the launch
+    config) prepares the student and its optimiser, and the teacher for evaluation (sharded too
+    under FSDP2), as TRL's DistillationTrainer does. fp32 master weights and AdamW state, as the
+    RL loop keeps (bf16 would round lr-1e-6 updates away); under the launch config's bf16 mixed
+    precision (fsdp2.yaml, ddp.yaml; off on a CPU) the forwards autocast to bf16 and the frozen
+    teacher is held in bf16 (what its forward computes in). Each rank samples its P*G/N rollouts in one batch; sharded, with plain `generate` over
+    the sharded model (the ranks decode in step: transformers syncs them), not with the prefill
+    sharing and row compaction that would run a different number of forwards on each rank."""
+    import torch
+    from accelerate import Accelerator
+    from trl.trainer.utils import disable_dropout_in_model
+
+    from fastslow.model.convert import load_model
+    from fastslow.model.generation import HFGenerator
+
+    # cpu: without a GPU, gloo ranks (MULTI_CPU), as TRL's trainer arguments set them up
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    if accelerator.num_processes != num_processes:
+        raise RuntimeError(f"fst_distill: WORLD_SIZE={num_processes} but accelerate set up "
+                           f"{accelerator.num_processes} process(es) ({accelerator.distributed_type})")
+    bf16 = accelerator.mixed_precision == "bf16"
+    model = load_model(policy_dir, dtype="float32")
+    disable_dropout_in_model(model)
+    teacher = copy.deepcopy(model).to(torch.bfloat16 if bf16 else torch.float32)
+    teacher.eval().requires_grad_(False)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    optimizer, scheduler = make_optimizer(model, cfg)
+    # the scheduler stays unprepared: accelerate's wrapper would step it once per process
+    model, optimizer = accelerator.prepare(model, optimizer)
+    teacher = accelerator.prepare_model(teacher, evaluation_mode=True)
+    student = accelerator.unwrap_model(model)
+    rows = cfg.rollouts_per_step // num_processes
+    if accelerator.is_fsdp2:
+        generator = HFGenerator(model, tokenizer, batch_size=rows, share_prefill=False)
+        generator.compact = False
+    else:
+        generator = HFGenerator(student, tokenizer, batch_size=rows)
+    return _Trainee(model, student, teacher, optimizer, scheduler, bf16, accelerator), generator
 
 
 # ---------------------------------------------------------------- the cycle
@@ -372,13 +568,14 @@ def run_distill_cycle(
     import torch
 
     from fastslow.io import atomic_path
-    from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
-    from fastslow.model.generation import HFGenerator, derive_seed, render_prompts
+    from fastslow.model.convert import PROVENANCE_FILE, load_tokenizer
+    from fastslow.model.generation import derive_seed, render_prompts
 
     check_device(cfg)
-    if world_size() > 1:
-        raise RuntimeError(f"fst_distill runs in one process only, got WORLD_SIZE={world_size()}; "
-                           "give the job one GPU (or unset FASTSLOW_TRAIN_PROCESSES)")
+    num_processes = world_size()
+    distributed = num_processes > 1
+    if distributed:  # P*G must split over the ranks: fail before any work
+        per_rank_batches(cfg, num_processes)
     if len(contexts) != 1:
         raise ValueError(f"run_distill_cycle takes exactly one (teacher) context, got {len(contexts)}")
     (teacher_id, teacher_context), = contexts
@@ -390,31 +587,23 @@ def run_distill_cycle(
     if cfg.use_vllm:
         log.warning("FST-distill samples with HF generate; use_vllm is ignored")
     ref_dir = Path(ref_model_dir) if ref_model_dir is not None else model_dir
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rank = process_rank()
+    is_main = rank == 0
+    out_dir = Path(out_dir)
 
-    with atomic_path(out_dir, is_dir=True) as tmp:
+    with (atomic_path(out_dir, is_dir=True) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
         tokenizer = load_tokenizer(policy_dir)
-        # The checkpoint's dtype, unlike the RL cycle's fp32 master weights (slow.loop): distillation
-        # runs in one process, where an 8B policy with fp32 weights and AdamW state (~96 GB) and
-        # its teacher would not fit one GPU. bf16 weights round very small updates away.
-        model = load_model(policy_dir, dtype="auto", device=device)
-        warning = rounding_warning(model, cfg.lr)
-        if warning:
-            log.warning("FST-distill %s cycle %d: %s", run_id, cycle, warning)
-        from trl.trainer.utils import disable_dropout_in_model
-
-        disable_dropout_in_model(model)  # TRL's, as its trainers do
-        teacher = copy.deepcopy(model).eval().requires_grad_(False)  # θ_c, frozen for the cycle
-        if cfg.activation_checkpointing:
-            enable_activation_checkpointing(model)
-        optimizer, scheduler = make_optimizer(model, cfg)
-        if state_in is not None:
-            state_dir = Path(state_in) / "trainer_state"
-            optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
-            scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
-            _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
-        # One generation batch per step (as TRL's), so the samples do not depend on micro_batch_size.
-        generator = HFGenerator(model, tokenizer, batch_size=cfg.rollouts_per_step)
+        if distributed:
+            trainee, generator = _prepare_distributed(policy_dir, tokenizer, cfg, num_processes)
+            if state_in is not None:
+                _restore_distributed(trainee, Path(state_in) / "trainer_state", cfg, global_step)
+        else:
+            trainee, generator = _prepare_local(policy_dir, tokenizer, cfg, run_id, cycle)
+            if state_in is not None:
+                state_dir = Path(state_in) / "trainer_state"
+                trainee.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
+                trainee.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
+                _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
         generator.length_key = "slow.max_new_tokens"
 
         student_hash = context_hash(student_context)
@@ -425,9 +614,13 @@ def run_distill_cycle(
             picked = [problems[i] for i in take_problems(len(problems), cfg.seed, cursor,
                                                          cfg.problems_per_step)]
             cursor += cfg.problems_per_step
-            metrics, records = _distill_step(model, teacher, optimizer, scheduler, generator, task,
-                                             picked, student_context, teacher_context, cfg,
-                                             derive_seed(cfg.seed, global_step))
+            step_rows = [p for p in picked for _ in range(cfg.num_generations)]
+            seed = derive_seed(cfg.seed, global_step)
+            if distributed:  # this rank's contiguous share of the rows, sampled from its own stream
+                step_rows = step_rows[rank_slice(len(step_rows), rank, num_processes)]
+                seed = derive_seed(seed, rank)
+            metrics, records = _distill_step(trainee, generator, task, step_rows, student_context,
+                                             teacher_context, cfg, seed)
             for p in picked:
                 if p.id not in prompt_texts:
                     chat = build_messages(student_context, p)
@@ -438,37 +631,36 @@ def run_distill_cycle(
             rollout_rows.extend(records)
             metrics_rows.append({"run": run_id, "cycle": cycle, "step": global_step,
                                  "step_in_cycle": t, "num_contexts": 1, **metrics})
-            if tracker is not None:
+            if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
-            log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                     "entropy %.3f, %d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id,
-                     cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
-                     metrics["reward_std"], metrics["distill_kl"], metrics["entropy"],
-                     metrics["completion_tokens"], metrics["generated_tokens_per_s"],
-                     metrics["step_seconds"], metrics["generation_seconds"],
-                     metrics["training_seconds"])
+            if is_main:
+                log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
+                         "entropy %.3f, %d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id,
+                         cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                         metrics["reward_std"], metrics["distill_kl"], metrics["entropy"],
+                         metrics["completion_tokens"], metrics["generated_tokens_per_s"],
+                         metrics["step_seconds"], metrics["generation_seconds"],
+                         metrics["training_seconds"])
             global_step += 1
 
-        model.eval()
+        trainee.student.eval()
         log.info("distill %s cycle %d: writing the weights and the trainer state", run_id, cycle)
-        model.save_pretrained(tmp / "model")
-        tokenizer.save_pretrained(tmp / "model")
-        (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
-            {"kind": "distill-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
-             "base": str(ref_dir), "teacher_context_id": teacher_id}, indent=2, sort_keys=True) + "\n")
-        state_dir = tmp / "trainer_state"
-        state_dir.mkdir()
-        torch.save(optimizer.state_dict(), state_dir / "optimizer.pt")
-        torch.save(scheduler.state_dict(), state_dir / "scheduler.pt")
-        torch.save(_rng_state(), state_dir / "rng_state.pt")
-        (state_dir / STATE_FILE).write_text(json.dumps({
+        info = {
             "run": run_id, "cycle": cycle, "global_step": global_step, "cursor": cursor,
             "problems_fingerprint": fingerprint, "num_problems": len(problems),
             "ref_model_dir": str(ref_dir), "method": "fst_distill",
             "teacher_context_id": teacher_id, "teacher_context_hash": context_hash(teacher_context),
             "student_context_hash": student_hash, "config": cfg.to_dict(),
-        }, indent=2, sort_keys=True) + "\n")
-        _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
-        _write_table(metrics_rows, tmp / "metrics.parquet", None)
-        del generator, teacher, model
-    return CycleResult(out_dir=Path(out_dir), global_step=global_step, metrics=metrics_rows)
+        }
+        # several processes: collective (the weights gathered under FSDP2, every rank's RNG state)
+        save_trained(trainee, tokenizer, tmp, info, num_processes)
+        if tmp is not None:
+            (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
+                {"kind": "distill-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
+                 "base": str(ref_dir), "teacher_context_id": teacher_id}, indent=2, sort_keys=True) + "\n")
+            _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
+            _write_table(metrics_rows, tmp / "metrics.parquet", None)
+        if distributed:
+            trainee.accelerator.wait_for_everyone()
+        del generator, trainee
+    return CycleResult(out_dir=out_dir, global_step=global_step, metrics=metrics_rows)

@@ -792,16 +792,7 @@ def run_cycle(
             "problems_fingerprint": fingerprint, "num_problems": len(problems),
             "ref_model_dir": str(ref_dir), "config": cfg.to_dict(),
         }
-        if distributed:
-            info["num_processes"] = num_processes
-            _save_distributed(trainer, tokenizer, tmp, info)
-            digests = _rank_digests(trainer) if os.environ.get(ENV_DEBUG_DIGESTS) == "1" else None
-            if tmp is not None and digests is not None:
-                (tmp / RANK_DIGESTS_FILE).write_text(json.dumps({"digests": digests}) + "\n")
-        else:
-            trainer.model.save_pretrained(tmp / "model")
-            tokenizer.save_pretrained(tmp / "model")
-            _save_state(trainer, tmp / "trainer_state", info)
+        save_trained(trainer, tokenizer, tmp, info, num_processes)
         if tmp is not None:
             (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
                 {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
@@ -815,6 +806,25 @@ def run_cycle(
                 shutil.rmtree(shared_work, ignore_errors=True)
         del trainer, model
     return CycleResult(out_dir=out_dir, global_step=global_step, metrics=metrics_rows)
+
+
+def save_trained(trainer: Any, tokenizer: Any, tmp: Path | None, info: dict[str, Any],
+                 num_processes: int) -> None:
+    """Write `model/` and `trainer_state/` (`info` as state.json) into the cycle's temp dir `tmp`
+    (None on the ranks that write nothing). Several processes: collective (`_save_distributed`;
+    with FASTSLOW_DEBUG_RANK_DIGESTS=1 also every rank's weights digest). `trainer` is TRL's, or
+    anything with its `model`, `model_wrapped`, `optimizer`, `lr_scheduler` and `accelerator`."""
+    if num_processes > 1:
+        info["num_processes"] = num_processes
+        _save_distributed(trainer, tokenizer, tmp, info)
+        digests = _rank_digests(trainer) if os.environ.get(ENV_DEBUG_DIGESTS) == "1" else None
+        if tmp is not None and digests is not None:
+            (tmp / RANK_DIGESTS_FILE).write_text(json.dumps({"digests": digests}) + "\n")
+    else:
+        assert tmp is not None
+        trainer.model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        _save_state(trainer, tmp / "trainer_state", info)
 
 
 def _rank_digests(trainer: Any) -> list[str]:

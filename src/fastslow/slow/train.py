@@ -6,7 +6,7 @@ everything they need from one JSON job spec written by the caller (`write_spec`;
 does it): the weights to start from, the previous cycle's directory, the pool's contexts, how to
 rebuild the task, the training-set file, the `SlowConfig`, where to write, the run id and cycle,
 the method (rl / fst: CISPO `fastslow.slow.loop.run_cycle`; fst_distill:
-`fastslow.slow.distill.run_distill_cycle`, one process only) and its extra arguments
+`fastslow.slow.distill.run_distill_cycle`) and its extra arguments
 (`new_data`, `student_context`). Every rank runs the same cycle on its share of the rows; the main
 process writes the cycle directory and a result JSON (global step, the per-step metrics) that the
 caller reads back with `read_result`.
