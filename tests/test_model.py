@@ -858,3 +858,29 @@ def test_loading_weights_draws_no_progress_bar_into_a_log_file(tiny_model_dir: P
     list(bar)
     bar.close()
     assert "shown" in capsys.readouterr().err
+
+
+def test_generation_under_no_grad_instead_of_inference_mode_gives_the_same_completions(
+        tiny_model: Any, tokenizer: Any) -> None:
+    """`inference_mode = False` (FST-distill's FSDP2 ranks: the gather buffers FSDP2 makes at the
+    first forward serve the training forward after it) decodes under no_grad, not inference
+    mode, and samples exactly what the default does."""
+    import torch
+
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, seed=3)
+    modes: dict[bool, set[tuple[bool, bool]]] = {}
+    outs = {}
+    for inference in (True, False):
+        gen = HFGenerator(tiny_model, tokenizer, batch_size=4)
+        gen.inference_mode = inference
+        seen: set[tuple[bool, bool]] = set()
+        handle = tiny_model.register_forward_hook(
+            lambda *_, seen=seen: seen.add((torch.is_inference_mode_enabled(), torch.is_grad_enabled())))
+        try:
+            outs[inference] = gen.generate(MIXED[:4], params)
+        finally:
+            handle.remove()
+        modes[inference] = seen
+    assert modes == {True: {(True, False)}, False: {(False, False)}}
+    assert [g.completion_ids for g in outs[False]] == [g.completion_ids for g in outs[True]]
+    assert [g.token_logprobs for g in outs[False]] == [g.token_logprobs for g in outs[True]]

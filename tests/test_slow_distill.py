@@ -364,19 +364,22 @@ def test_the_paper_scale_distill_cycle_is_warned_of_and_a_larger_model_refused(t
     smol.save_pretrained(tmp_path / "smollm2")
     small = memory_floor(tmp_path / "smollm2", paper)
     assert memory_verdict(small, h100) == (None, None)
-    # Launched on the paper's 8 GPUs: FSDP2 shards the fp32 student (16 bytes a parameter) and
-    # the bf16 teacher, 17.2 GiB a GPU, and each rank samples 32 rollouts (18 GiB of KV cache at
-    # worst): Qwen3-8B and even 14B fit. DDP gives every rank all of it: refused, naming FSDP2.
+    # Launched on the paper's 8 GPUs: FSDP2 shards the fp32 student (16 bytes a parameter), every
+    # rank holds the bf16 teacher whole: 30.5 GiB a GPU; each rank samples 32 rollouts (18 GiB of
+    # KV cache at worst): Qwen3-8B and even 14B fit. DDP gives every rank all of it, and its
+    # gradient buckets (another fp32 copy of the gradients): refused, naming FSDP2.
     sharded = memory_floor(tmp_path / "qwen3-8b", paper, processes=8, sharded=True, bf16=True)
-    assert sharded["certain"] == 18 * floor["params"] // 8 and sharded["dtype"] == "float32"
+    assert sharded["certain"] == 16 * floor["params"] // 8 + 2 * floor["params"]
+    assert f"{sharded['certain'] / 2 ** 30:.1f}" == "30.5" and sharded["dtype"] == "float32"
     assert sharded["kv_worst"] == floor["kv_worst"] // 8
     assert memory_verdict(sharded, h100) == (None, None)
     big = memory_floor(tmp_path / "qwen3-14b", paper, processes=8, sharded=True, bf16=True)
     assert memory_verdict(big, h100) == (None, None)
     error, _ = memory_verdict(memory_floor(tmp_path / "qwen3-8b", paper, processes=8, sharded=False), h100)
     assert error and error.startswith("fst_distill cannot fit its 8 GPUs: 8.19B parameters as fp32 master weights ")
-    assert "whole on every rank (DDP), hold 137.3 GiB per GPU" in error
-    assert error.endswith("(FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards them)") and "\n" not in error
+    assert ("moments and gradient buckets whole on every rank (DDP), and the frozen teacher whole on every rank "
+            "(15.3 GiB), hold 167.8 GiB per GPU") in error
+    assert error.endswith("(FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards the student)") and "\n" not in error
 
 
 def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_model_dir: Path, tmp_path: Path,

@@ -150,7 +150,7 @@ def test_a_launched_fst_distill_cycle_is_sized_for_its_strategy_before_the_round
                                                                                  tmp_path) -> None:
     """fst_distill on two GPUs is not refused (it was: it trained in one process only); its
     memory check, first thing, counts what each rank holds under the launch's strategy: the whole
-    model on every DDP rank, a share of it under FSDP2 (here on a pretend 1 MiB GPU)."""
+    student on every DDP rank, a share of it under FSDP2 (here on a pretend 1 MiB GPU)."""
     import fastslow.slow.distill as distill
     from fastslow.config import load_config
     from fastslow.cycle import ENV_TRAIN_PROCESSES, run_cycle
@@ -164,12 +164,15 @@ def test_a_launched_fst_distill_cycle_is_sized_for_its_strategy_before_the_round
     monkeypatch.setattr(distill, "memory_floor", lambda *a, **k: seen.append(a[2:]) or floor(*a, **k))
     config = load_config("config/config.yaml", "config/smoke.yaml")  # P*G = 1 x 4
     spec = RunSpec(experiment="e", method="fst_distill", name="r", schedule=("math",), seed=0)
-    for strategy, says in (("ddp", "whole on every rank (DDP)"), ("fsdp2", "sharded over the 2 ranks (FSDP2)")):
+    for strategy, says in (("ddp", "gradient buckets whole on every rank (DDP)"),
+                           ("fsdp2", "sharded over the 2 ranks (FSDP2)")):
         monkeypatch.setenv(ENV_STRATEGY, strategy)
         with pytest.raises(ValueError) as err:
             run_cycle(spec, config, 0, tiny_model_dir, None, tmp_path / "train.parquet", tmp_path / "c0")
         assert str(err.value).startswith("fst_distill cannot fit its 2 GPUs: ") and says in str(err.value), err.value
         assert "\n" not in str(err.value)
+        if strategy == "fsdp2":  # the whole teacher on a 1 MiB GPU: more GPUs would not help
+            assert str(err.value).endswith("(more GPUs shrink the student's share, not the teacher's copy)")
     assert seen == [(2, False, True), (2, True, True)]  # both configs ask for bf16 mixed precision
 
 
@@ -506,10 +509,11 @@ def _distill_rank(rank: int, world: int, port: int, model_dir: str, queue: Any) 
 
 @pytest.mark.slow
 def test_a_distillation_step_over_two_ranks_is_the_one_process_step(tiny_model_dir: Path) -> None:
-    """The same eight rollouts, distilled in one process and over two gloo ranks (four each, two
-    micro batches): the same step-wide token-mean KL and entropy, the same gradient norm (the
-    ranks' gradients averaged, so each rank's loss is N x its token sum over the step's tokens),
-    and, with that norm clipped to 1e-3, the same updated weights."""
+    """The same eight rollouts, distilled in one process and over two gloo ranks (four each, in
+    micro batches of one): the same step-wide token-mean KL and entropy, the same gradient norm
+    (the ranks' gradients averaged, so each rank's loss is N x its token sum over the step's
+    tokens: without the N the norm halves), and the same updated weights (Adam's first step is
+    about lr x sign(g), so these check the routing and the replicas, not the scale)."""
     import multiprocessing
     import socket
 

@@ -20,7 +20,7 @@ with at most one GPU the slow cycle stays in the job's process. From a shell rul
 
 `python` is the interpreter running this module, so SLURM jobs use the same virtual environment as
 the workflow. Environment: FASTSLOW_ACCELERATE_CONFIG_DIR (a directory of such configs),
-FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2). The RL loop and FST-distill's
+FASTSLOW_ACCELERATE_STRATEGY (fsdp2 | zero3 | ddp, default fsdp2). The RL loop and FST-distill
 train with fsdp2 and ddp; they refuse zero3 (DeepSpeed steps the optimiser inside backward, our
 loops step it themselves).
 """

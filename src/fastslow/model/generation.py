@@ -737,6 +737,10 @@ class HFGenerator:
     compact = True
     #: on CPU, one masked-out column of padding in front of every batch (`masked_decoding`)
     pad_column = True
+    #: decode under `torch.inference_mode` (False: `torch.no_grad`, for an FSDP2-sharded model,
+    #: whose gather buffers are made once and reused by the training forward after it: made under
+    #: inference mode they could not be saved for backward; TRL generates under no_grad too)
+    inference_mode = True
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 8,
                  chat_template_kwargs: dict[str, Any] | None = None,
@@ -838,7 +842,8 @@ class HFGenerator:
         recorder = _SampledLogprobs(len(prompts))
         kwargs = self._generation_kwargs(params, recorder, len(prompts))
         devices = [device.index or 0] if device.type == "cuda" else []
-        with (torch.random.fork_rng(devices=devices), torch.inference_mode(),
+        with (torch.random.fork_rng(devices=devices),
+              torch.inference_mode() if self.inference_mode else torch.no_grad(),
               self._neutral_generation_config()):
             cache = shared_prefill(self.model, input_ids, attention) if self.share_prefill else None
             torch.manual_seed(seed)

@@ -25,10 +25,10 @@ scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate).
 In one process it trains the checkpoint's dtype in place (`_prepare_local`). Under `accelerate
 launch` with N processes (`python -m fastslow.slow.train`, as the RL loop; `fastslow.launch`)
 every rank samples its contiguous 1/N of each step's P*G rollouts from its own seed stream, and
-the strategy's accelerator (DDP or FSDP2) prepares fp32 master weights, their AdamW state and
-the frozen teacher (`_prepare_distributed`); both forwards run inside the wrapper's forward
-(TRL's `_ForwardRedirection`, `_forward`), each rank's loss is N x its KL sum over all ranks'
-tokens (the wrappers average gradients), and the main process writes the cycle through the RL
+the strategy's accelerator (DDP or FSDP2) prepares fp32 master weights and their AdamW state,
+and places the frozen teacher whole on every rank (`_prepare_distributed`); the student's
+forward runs inside the wrapper's (TRL's `_ForwardRedirection`, `_student_logits`), each rank's
+loss is N x its KL sum over all ranks' tokens (the wrappers average gradients), and the main process writes the cycle through the RL
 loop's distributed save (full weights, index-keyed optimiser state, every rank's RNG state), so a
 cycle may resume with another process count.
 """
@@ -158,17 +158,18 @@ class _Trainee:
         return self.model
 
 
-def _forward(trainee: _Trainee, wrapped: Any, unwrapped: Any, prompts: Sequence[Sequence[int]],
-             completions: Sequence[Sequence[int]], pad_id: int) -> Any:
-    """`completion_logits` of one model. Distributed, it runs inside the wrapper's forward (TRL's
-    `_ForwardRedirection`, as TRL's DistillationTrainer does): DDP then prepares the gradients'
-    all-reduce, and FSDP2 gathers the root's sharded weights (embeddings, final norm, LM head)
-    that the decoder and head calls below the root would otherwise see as shards."""
+def _student_logits(trainee: _Trainee, prompts: Sequence[Sequence[int]],
+                    completions: Sequence[Sequence[int]], pad_id: int) -> Any:
+    """The student's `completion_logits`. Distributed, they run inside the wrapper's forward
+    (TRL's `_ForwardRedirection`, as TRL's DistillationTrainer does): DDP then prepares the
+    gradients' all-reduce, and FSDP2 gathers the root's sharded weights (embeddings, final norm,
+    LM head) that the decoder and head calls below the root would otherwise see as shards."""
     if trainee.accelerator is None:
-        return completion_logits(unwrapped, prompts, completions, pad_id)
+        return completion_logits(trainee.student, prompts, completions, pad_id)
     from trl.models.utils import _ForwardRedirection
 
-    return _ForwardRedirection()(wrapped, unwrapped, completion_logits, unwrapped, prompts, completions, pad_id)
+    return _ForwardRedirection()(trainee.model, trainee.student, completion_logits, trainee.student,
+                                 prompts, completions, pad_id)
 
 
 def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[Problem],
@@ -221,12 +222,11 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
                 else _accumulation_context(accelerator, trainee.model, last=i == len(starts) - 1))
         with sync:
             with autocast:
-                with torch.no_grad():
-                    teacher_logits = _forward(trainee, trainee.teacher, accelerator.unwrap_model(trainee.teacher)
-                                              if accelerator is not None else trainee.teacher,
-                                              teacher_ids[rows], completions[rows], generator.pad_id)
-                student_logits = _forward(trainee, trainee.model, trainee.student, student_ids[rows],
-                                          completions[rows], generator.pad_id)
+                with torch.no_grad():  # the teacher is never wrapped (see _prepare_distributed)
+                    teacher_logits = completion_logits(trainee.teacher, teacher_ids[rows], completions[rows],
+                                                       generator.pad_id)
+                student_logits = _student_logits(trainee, student_ids[rows], completions[rows],
+                                                 generator.pad_id)
             kl, entropy = token_reverse_kl(student_logits, teacher_logits, cfg.temperature)
             loss = kl.sum() * scale / n_tokens  # token mean over the whole step, as one batch would be
             if accelerator is not None:
@@ -341,10 +341,11 @@ def memory_floor(model_dir: str | Path, cfg: SlowConfig, processes: int = 1,
     `max_new_tokens` (`sampling_worst`; their prompts on top, rows that stop early leave the cache).
 
     Over `processes` > 1 ranks (`accelerate launch`) the student is fp32 master weights,
-    gradients and two moments (16 bytes a parameter) and the teacher is held in bf16 under the
-    launch config's mixed precision (`bf16`, else fp32); FSDP2 (`sharded`) splits both over the
-    ranks, DDP gives every rank the whole. Each rank samples P*G / N rollouts, its KV cache in
-    bf16 (fp32 without mixed precision)."""
+    gradients and two moments (16 bytes a parameter), which FSDP2 (`sharded`) splits over the
+    ranks and DDP gives every rank whole, plus DDP's gradient buckets (another fp32 copy of the
+    gradients, 4 bytes; torch's default `gradient_as_bucket_view=False`), and every rank holds
+    the whole teacher, in bf16 under the launch config's mixed precision (`bf16`, else fp32).
+    Each rank samples P*G / N rollouts, its KV cache in bf16 (fp32 without mixed precision)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -362,14 +363,17 @@ def memory_floor(model_dir: str | Path, cfg: SlowConfig, processes: int = 1,
         kv = cfg.rollouts_per_step * cfg.max_new_tokens * per_token * size
         return {"params": params, "dtype": str(dtype).removeprefix("torch."), "processes": 1,
                 "sharded": False, "certain": 5 * copy_bytes, "kv_worst": kv,
-                "sampling_worst": 4 * copy_bytes + kv}
-    share = processes if sharded else 1
+                "sampling_worst": 4 * copy_bytes + kv, "teacher": copy_bytes}
     low = 2 if bf16 else 4
-    student, teacher = 16 * params, low * params  # fp32 weights, gradients, two moments; teacher
+    teacher = low * params
+    if sharded:  # fp32 weights, gradients and two moments, a share each; sampling frees the gradients
+        student, sampling = 16 * params // processes, 12 * params // processes
+    else:  # the same whole, and the gradient buckets (the DDP reducer keeps them while sampling)
+        student, sampling = 20 * params, 16 * params
     kv = cfg.rollouts_per_step // processes * cfg.max_new_tokens * per_token * low
     return {"params": params, "dtype": "float32", "processes": processes, "sharded": sharded,
-            "certain": (student + teacher) // share, "kv_worst": kv,
-            "sampling_worst": (student * 3 // 4 + teacher) // share + kv}
+            "certain": student + teacher, "kv_worst": kv, "sampling_worst": sampling + teacher + kv,
+            "teacher": teacher}
 
 
 def _weights_dtype(config: Any, model_dir: Path) -> Any:
@@ -407,12 +411,12 @@ def memory_verdict(floor: dict[str, Any], device_bytes: int, device: str = "cuda
         fix = "several GPUs shard it: README 'FST-distill at paper scale'"
     else:
         where = f"its {n} GPUs"
-        holds = (f"{floor['params'] / 1e9:.2f}B parameters as fp32 master weights with their gradients, two "
-                 f"AdamW moments and the frozen teacher, "
-                 + (f"sharded over the {n} ranks (FSDP2), hold" if floor.get("sharded")
-                    else "whole on every rank (DDP), hold"))
-        fix = ("more GPUs" if floor.get("sharded")
-               else "FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards them")
+        holds = (f"{floor['params'] / 1e9:.2f}B parameters as fp32 master weights with their gradients and two "
+                 + (f"AdamW moments sharded over the {n} ranks (FSDP2)" if floor.get("sharded")
+                    else "AdamW moments and gradient buckets whole on every rank (DDP)")
+                 + f", and the frozen teacher whole on every rank ({floor['teacher'] / gib:.1f} GiB), hold")
+        fix = ("more GPUs shrink the student's share, not the teacher's copy" if floor.get("sharded")
+               else "FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards the student")
     if floor["certain"] > device_bytes:
         refusal = (f"fst_distill cannot fit {where}: {holds} {floor['certain'] / gib:.1f} GiB "
                    f"{'per GPU ' if n > 1 else ''}before any activation, and {device} has "
@@ -487,13 +491,18 @@ def _prepare_local(policy_dir: Path, tokenizer: Any, cfg: SlowConfig, run_id: st
 def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
                          num_processes: int) -> tuple[_Trainee, Any]:
     """Under `accelerate launch`: the strategy's accelerator (DDP or FSDP2, from the launch
-    config) prepares the student and its optimiser, and the teacher for evaluation (sharded too
-    under FSDP2), as TRL's DistillationTrainer does. fp32 master weights and AdamW state, as the
-    RL loop keeps (bf16 would round lr-1e-6 updates away); under the launch config's bf16 mixed
-    precision (fsdp2.yaml, ddp.yaml; off on a CPU) the forwards autocast to bf16 and the frozen
-    teacher is held in bf16 (what its forward computes in). Each rank samples its P*G/N rollouts in one batch; sharded, with plain `generate` over
-    the sharded model (the ranks decode in step: transformers syncs them), not with the prefill
-    sharing and row compaction that would run a different number of forwards on each rank."""
+    config) prepares the student and its optimiser, and places the frozen teacher whole on every
+    rank (`prepare_model(..., evaluation_mode=True)`, as TRL's DistillationTrainer does: accelerate
+    shards no evaluation model). fp32 master weights and AdamW state, as the RL loop keeps (bf16
+    would round lr-1e-6 updates away); under the launch config's bf16 mixed precision
+    (fsdp2.yaml, ddp.yaml; off on a CPU) the forwards autocast to bf16 and the teacher is held in
+    bf16 (what its forward computes in). Each rank samples its P*G/N rollouts in one batch;
+    sharded, with plain `generate` over the sharded model under `no_grad` (the ranks decode in
+    step: transformers syncs them), not with the prefill sharing and row compaction that would
+    run a different number of forwards on each rank, nor under inference mode (FSDP2's gather
+    buffers, made at the first forward, serve the training forward after it)."""
+    import os
+
     import torch
     from accelerate import Accelerator
     from trl.trainer.utils import disable_dropout_in_model
@@ -501,27 +510,36 @@ def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
     from fastslow.model.convert import load_model
     from fastslow.model.generation import HFGenerator
 
+    # Both models load before the process group exists, on every rank: once it does, FSDP's
+    # CPU-RAM-efficient loading (fsdp2.yaml) lets transformers leave ranks > 0 to accelerate,
+    # which broadcasts rank 0's weights into the student as it shards it but fills no teacher
+    # (transformers 5.23 still loads them; other versions need not). The launch's mixed
+    # precision (in its environment) picks the teacher's dtype.
+    bf16 = os.environ.get("ACCELERATE_MIXED_PRECISION", "no") == "bf16"
+    model = load_model(policy_dir, dtype="float32")
+    teacher = load_model(policy_dir, dtype="bfloat16" if bf16 else "float32").requires_grad_(False)
     # cpu: without a GPU, gloo ranks (MULTI_CPU), as TRL's trainer arguments set them up
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     if accelerator.num_processes != num_processes:
         raise RuntimeError(f"fst_distill: WORLD_SIZE={num_processes} but accelerate set up "
                            f"{accelerator.num_processes} process(es) ({accelerator.distributed_type})")
     bf16 = accelerator.mixed_precision == "bf16"
-    model = load_model(policy_dir, dtype="float32")
+    teacher.to(torch.bfloat16 if bf16 else torch.float32)
     disable_dropout_in_model(model)
-    teacher = copy.deepcopy(model).to(torch.bfloat16 if bf16 else torch.float32)
-    teacher.eval().requires_grad_(False)
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
     optimizer, scheduler = make_optimizer(model, cfg)
     # the scheduler stays unprepared: accelerate's wrapper would step it once per process
     model, optimizer = accelerator.prepare(model, optimizer)
-    teacher = accelerator.prepare_model(teacher, evaluation_mode=True)
+    # placed explicitly: under FSDP accelerate places no model itself (it leaves placement to
+    # sharding), and this one it does not shard
+    teacher = accelerator.prepare_model(teacher, device_placement=True, evaluation_mode=True)
     student = accelerator.unwrap_model(model)
     rows = cfg.rollouts_per_step // num_processes
     if accelerator.is_fsdp2:
         generator = HFGenerator(model, tokenizer, batch_size=rows, share_prefill=False)
         generator.compact = False
+        generator.inference_mode = False
     else:
         generator = HFGenerator(student, tokenizer, batch_size=rows)
     return _Trainee(model, student, teacher, optimizer, scheduler, bf16, accelerator), generator
