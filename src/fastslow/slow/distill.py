@@ -529,7 +529,9 @@ def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
     optimizer, scheduler = make_optimizer(model, cfg)
-    # the scheduler stays unprepared: accelerate's wrapper would step it once per process
+    # the scheduler stays unprepared: accelerate's wrapper would step it once per process. The
+    # student is prepared first: accelerator.clip_grad_norm_ finds the model of the parameters it
+    # is given by comparing them with each prepared model's, in order
     model, optimizer = accelerator.prepare(model, optimizer)
     # placed explicitly: under FSDP accelerate places no model itself (it leaves placement to
     # sharding), and this one it does not shard
