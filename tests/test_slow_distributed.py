@@ -6,7 +6,9 @@ for a job with several processes (`fastslow.launch.build_command`, ddp.yaml, mix
 off). Checked: both ranks' rollouts of every step are in the table in row order, the weights
 moved, both ranks hold exactly the saved weights (DDP invariant, FASTSLOW_DEBUG_RANK_DIGESTS),
 and a second cycle resumes from the first (optimiser, scheduler, per-rank RNG, data cursor).
-FSDP2 sharding and its gathered save/optimiser state need GPUs and are not exercised.
+The same for FST-distill's steps. FSDP2 sharding and its gathered save/optimiser state need GPUs
+(on a CPU accelerate runs an FSDP config as DDP): the launched RL and distill cycles also run
+under fsdp2.yaml with bf16 where two CUDA GPUs are visible (`-k fsdp2`), and are skipped here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from slow_toys import RecordingTracker
 
 from fastslow import launch
@@ -221,10 +224,20 @@ def test_rollouts_that_do_not_split_over_the_ranks_are_refused_before_the_round(
 # ---------------------------------------------------------------- two real ranks
 
 
-def _launch(job: Path, cwd: Path) -> subprocess.CompletedProcess:
-    # The command fastslow.cycle.launch_slow builds on a GPU-less machine, with ddp.yaml.
-    cmd = launch.build_command("fastslow.slow.train", ["--spec", str(job)], gpus=2, strategy="ddp",
-                               accelerate_args=["--mixed_precision", "no"])
+#: The launched cycles' strategies: DDP everywhere (gloo ranks on a CPU), FSDP2 on two GPUs.
+STRATEGIES = [
+    pytest.param("ddp", id="ddp"),
+    pytest.param("fsdp2", id="fsdp2", marks=pytest.mark.skipif(
+        torch.cuda.device_count() < 2, reason="FSDP2 needs two CUDA GPUs (on a CPU accelerate runs it as DDP)")),
+]
+
+
+def _launch(job: Path, cwd: Path, strategy: str = "ddp") -> subprocess.CompletedProcess:
+    # The command fastslow.cycle.launch_slow builds: mixed precision off on a GPU-less machine,
+    # the strategy config's own (bf16) on GPUs.
+    cpu = not torch.cuda.is_available()
+    cmd = launch.build_command("fastslow.slow.train", ["--spec", str(job)], gpus=2, strategy=strategy,
+                               accelerate_args=["--mixed_precision", "no"] if cpu else [])
     # The ranks import the toy task by name (slow_toys:LengthTask) from this directory.
     path = f"{Path(__file__).parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "PYTHONPATH": path,
@@ -262,9 +275,9 @@ def _sampled_first_step(state_in: Path, problems: list) -> dict:
 
 
 @pytest.mark.slow
-def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path, strategy: str) -> None:
     import polars as pl
-    import torch
 
     from fastslow.model.convert import load_model
     from fastslow.slow.loop import RANK_DIGESTS_FILE, take_problems, weights_digest
@@ -284,7 +297,7 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
                    prev_dir=cycles[0] if c else None, contexts=CONTEXTS,
                    task={"class": "slow_toys:LengthTask"}, train_file=train, slow=SLOW, out_dir=out,
                    run_id="toy/run", cycle=c, extra={"round_rollouts": given} if given else None)
-        proc = _launch(tmp_path / f"job{c}.json", tmp_path)
+        proc = _launch(tmp_path / f"job{c}.json", tmp_path, strategy)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         result = read_result(out.with_name(out.name + ".result.json"))
         assert result["num_processes"] == 2 and result["global_step"] == 2 * (c + 1)
@@ -306,7 +319,8 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
             texts = [r["text"] for (h, pid), rs in given.items() for r in rs]
             assert sorted(rollouts.filter(pl.col("step") == 2)["completion"].to_list()) == sorted(texts)
 
-        # Both ranks ended with the weights the main process saved (DDP keeps replicas equal).
+        # Both ranks ended with the weights the main process saved (DDP keeps replicas equal;
+        # FSDP2's shards gather to them).
         digests = json.loads((out / RANK_DIGESTS_FILE).read_text())["digests"]
         saved = weights_digest(load_model(out / "model", dtype="auto"))
         assert digests == [saved, saved]
@@ -379,13 +393,13 @@ def test_fsdp2_optimizer_state_round_trips_through_the_one_process_layout(tmp_pa
 
 
 @pytest.mark.slow
-def test_two_ranks_distill_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
-    """FST-distill under `accelerate launch` (ddp.yaml, two CPU ranks): each rank samples its half
-    of a step's P*G rollouts from its own stream, both train the same fp32 replica, the main
-    process writes the cycle, and a second cycle resumes from it. P = 1: the two ranks hold two
-    copies each of one problem."""
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_two_ranks_distill_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path, strategy: str) -> None:
+    """FST-distill under `accelerate launch` (ddp.yaml on two CPU ranks; fsdp2.yaml on two GPUs):
+    each rank samples its half of a step's P*G rollouts from its own stream, both train the same
+    fp32 weights, the main process writes the cycle, and a second cycle resumes from it. P = 1:
+    the two ranks hold two copies each of one problem."""
     import polars as pl
-    import torch
 
     from fastslow.model.convert import load_model
     from fastslow.slow.loop import RANK_DIGESTS_FILE, take_problems, weights_digest
@@ -404,7 +418,7 @@ def test_two_ranks_distill_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Pa
                    task={"class": "slow_toys:LengthTask"}, train_file=train, slow=slow, out_dir=out,
                    run_id="toy/distill", cycle=c, extra={"student_context": "Be brief.",
                                                          "student_context_id": "seed"})
-        proc = _launch(tmp_path / f"job{c}.json", tmp_path)
+        proc = _launch(tmp_path / f"job{c}.json", tmp_path, strategy)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         result = read_result(out.with_name(out.name + ".result.json"))
         assert result["num_processes"] == 2 and result["global_step"] == 2 * (c + 1)
@@ -428,8 +442,8 @@ def test_two_ranks_distill_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Pa
             assert sorted(texts[:2]) != sorted(texts[2:])
         assert rollouts["completion"].str.len_chars().min() > 0
 
-        # Both ranks ended with the weights the main process saved (DDP keeps replicas equal),
-        # saved as fp32 master weights.
+        # Both ranks ended with the weights the main process saved (DDP keeps replicas equal;
+        # FSDP2's shards gather to them), saved as fp32 master weights.
         digests = json.loads((out / RANK_DIGESTS_FILE).read_text())["digests"]
         saved_model = load_model(out / "model", dtype="auto")
         assert next(saved_model.parameters()).dtype == torch.float32
