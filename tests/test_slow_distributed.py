@@ -226,7 +226,8 @@ def test_rollouts_that_do_not_split_over_the_ranks_are_refused_before_the_round(
 
 #: The launched cycles' strategies: DDP everywhere (gloo ranks on a CPU), FSDP2 on two GPUs.
 STRATEGIES = [
-    pytest.param("ddp", id="ddp"),
+    pytest.param("ddp", id="ddp", marks=pytest.mark.skipif(
+        torch.cuda.device_count() == 1, reason="two ranks need two GPUs, or none (gloo on the CPU)")),
     pytest.param("fsdp2", id="fsdp2", marks=pytest.mark.skipif(
         torch.cuda.device_count() < 2, reason="FSDP2 needs two CUDA GPUs (on a CPU accelerate runs it as DDP)")),
 ]
