@@ -165,7 +165,9 @@ dist.all_reduce(t)
 # One file per rank: two ranks printing to one pipe can interleave their lines.
 open(f"rank{state.process_index}.json", "w").write(json.dumps({"rank": state.process_index, "world": state.num_processes, "sum": t.item(),
                   "port": os.environ.get("MASTER_PORT"), "argv": sys.argv[1:],
-                  "fsdp": os.environ.get("ACCELERATE_USE_FSDP")}))
+                  "fsdp": os.environ.get("ACCELERATE_USE_FSDP"),
+                  # would transformers load real weights on rank 0 only (zeros elsewhere) now?
+                  "rank0_only_loading": __import__("transformers.integrations").integrations.is_fsdp_enabled()}))
 dist.barrier()
 dist.destroy_process_group()  # an un-destroyed gloo group can abort the process at exit
 """
@@ -187,3 +189,7 @@ def test_two_process_launch_runs_on_cpu(tmp_path):
     assert ranks[0]["port"] == ranks[1]["port"] and int(ranks[0]["port"]) not in (0, 29500)
     assert all(r["world"] == 2 and r["sum"] == 3.0 and r["argv"] == ["--x", "1"] and r["fsdp"] == "true"
                for r in ranks)
+    # fsdp2.yaml keeps transformers' CPU-RAM-efficient loading off: with it, transformers < 5.18
+    # (the GPU pin set) gives ranks > 0 zeros for a model made once the process group exists
+    # (TRL's KL reference model), which nothing broadcasts into
+    assert [r["rank0_only_loading"] for r in ranks] == [False, False]

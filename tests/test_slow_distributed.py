@@ -6,7 +6,9 @@ for a job with several processes (`fastslow.launch.build_command`, ddp.yaml, mix
 off). Checked: both ranks' rollouts of every step are in the table in row order, the weights
 moved, both ranks hold exactly the saved weights (DDP invariant, FASTSLOW_DEBUG_RANK_DIGESTS),
 and a second cycle resumes from the first (optimiser, scheduler, per-rank RNG, data cursor).
-The same for FST-distill's steps. FSDP2 sharding and its gathered save/optimiser state need GPUs
+FST-distill's launched cycles are checked alike (rollouts, replicas, resumed optimiser and cursor;
+the scheduler and every rank's RNG file saved), and one distillation step over two ranks against
+one process on the same rollouts. FSDP2 sharding and its gathered save/optimiser state need GPUs
 (on a CPU accelerate runs an FSDP config as DDP): the launched RL and distill cycles also run
 under fsdp2.yaml with bf16 where two CUDA GPUs are visible (`-k fsdp2`), and are skipped here.
 """

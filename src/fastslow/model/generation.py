@@ -723,7 +723,8 @@ def generate_compacting(generate: Callable[..., Any], model: Any, input_ids: Any
 
 
 class HFGenerator:
-    """Batched generation with transformers `generate` (CPU or a single GPU).
+    """Batched generation with transformers `generate` (CPU, one GPU, or one rank of an FSDP2-sharded
+    model: see `inference_mode`, and `compact`/`share_prefill` off, which run rank-dependent forwards).
 
     Prompts are sorted by length so that each batch pads little, generated in batches of
     `batch_size` with left padding, and returned in the caller's order. Sampling is seeded per

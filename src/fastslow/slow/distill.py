@@ -18,8 +18,8 @@ context. The distributed pieces are TRL's and accelerate's (below).
 `run_distill_cycle` has `fastslow.slow.loop.run_cycle`'s signature and output contract: it writes
 `model/`, `trainer_state/`, `rollouts.parquet` (the student's rollouts, labelled with the student
 context) and `metrics.parquet` atomically into `out_dir`, and a chain of cycles equals one
-uninterrupted run (same data stream, sampling seeds derived from (seed, global step), optimiser,
-scheduler and RNG state restored). CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline,
+uninterrupted run with the same process count (same data stream, sampling seeds derived from
+(seed, global step) and, launched, the rank; optimiser, scheduler and RNG state restored). CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline,
 scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate).
 
 In one process it trains the checkpoint's dtype in place (`_prepare_local`). Under `accelerate
@@ -510,11 +510,10 @@ def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
     from fastslow.model.convert import load_model
     from fastslow.model.generation import HFGenerator
 
-    # Both models load before the process group exists, on every rank: once it does, FSDP's
-    # CPU-RAM-efficient loading (fsdp2.yaml) lets transformers leave ranks > 0 to accelerate,
-    # which broadcasts rank 0's weights into the student as it shards it but fills no teacher
-    # (transformers 5.23 still loads them; other versions need not). The launch's mixed
-    # precision (in its environment) picks the teacher's dtype.
+    # Both models load before the process group exists, on every rank: once it does, under FSDP's
+    # CPU-RAM-efficient loading transformers < 5.18 gives ranks > 0 zeros for accelerate to fill,
+    # which it does for the student it shards but not for a teacher (fsdp2.yaml keeps that loading
+    # off anyway). The launch's mixed precision (in its environment) picks the teacher's dtype.
     bf16 = os.environ.get("ACCELERATE_MIXED_PRECISION", "no") == "bf16"
     model = load_model(policy_dir, dtype="float32")
     teacher = load_model(policy_dir, dtype="bfloat16" if bf16 else "float32").requires_grad_(False)
