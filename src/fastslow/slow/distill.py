@@ -19,8 +19,9 @@ context. The distributed pieces are TRL's and accelerate's (below).
 `model/`, `trainer_state/`, `rollouts.parquet` (the student's rollouts, labelled with the student
 context) and `metrics.parquet` atomically into `out_dir`, and a chain of cycles equals one
 uninterrupted run with the same process count (same data stream, sampling seeds derived from
-(seed, global step) and, launched, the rank; optimiser, scheduler and RNG state restored). CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline,
-scale_rewards) are not used; `use_vllm` is ignored (sampling uses HF generate).
+(seed, global step) and, launched, the rank; optimiser, scheduler and RNG state restored).
+CISPO-only knobs of `SlowConfig` (beta, epsilon_high, baseline, scale_rewards) are not used;
+`use_vllm` is ignored (sampling uses HF generate).
 
 In one process it trains the checkpoint's dtype in place (`_prepare_local`). Under `accelerate
 launch` with N processes (`python -m fastslow.slow.train`, as the RL loop; `fastslow.launch`)
@@ -28,9 +29,9 @@ every rank samples its contiguous 1/N of each step's P*G rollouts from its own s
 the strategy's accelerator (DDP or FSDP2) prepares fp32 master weights and their AdamW state,
 and places the frozen teacher whole on every rank (`_prepare_distributed`); the student's
 forward runs inside the wrapper's (TRL's `_ForwardRedirection`, `_student_logits`), each rank's
-loss is N x its KL sum over all ranks' tokens (the wrappers average gradients), and the main process writes the cycle through the RL
-loop's distributed save (full weights, index-keyed optimiser state, every rank's RNG state), so a
-cycle may resume with another process count.
+loss is N x its KL sum over all ranks' tokens (the wrappers average gradients), and the main
+process writes the cycle through the RL loop's save (`save_trained`: full weights, index-keyed
+optimiser state, every rank's RNG state), so a cycle may resume with another process count.
 """
 
 from __future__ import annotations
@@ -57,10 +58,9 @@ from fastslow.slow.loop import (
     _accumulation_context,
     _ensure_progress_handler,
     _main_process_dir,
-    _restore_distributed,
-    _set_rng_state,
     _write_table,
     check_device,
+    restore_trained,
     resume_point,
     save_trained,
     take_problems,
@@ -584,7 +584,6 @@ def run_distill_cycle(
         student_context, student_context_id: the context the student is sampled and trained
             with (the run's seed context; "" = no system prompt), and its id in rollouts.
     """
-    import torch
 
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_tokenizer
@@ -612,17 +611,10 @@ def run_distill_cycle(
 
     with (atomic_path(out_dir, is_dir=True) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
         tokenizer = load_tokenizer(policy_dir)
-        if distributed:
-            trainee, generator = _prepare_distributed(policy_dir, tokenizer, cfg, num_processes)
-            if state_in is not None:
-                _restore_distributed(trainee, Path(state_in) / "trainer_state", cfg, global_step)
-        else:
-            trainee, generator = _prepare_local(policy_dir, tokenizer, cfg, run_id, cycle)
-            if state_in is not None:
-                state_dir = Path(state_in) / "trainer_state"
-                trainee.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
-                trainee.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
-                _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
+        trainee, generator = (_prepare_distributed(policy_dir, tokenizer, cfg, num_processes) if distributed
+                              else _prepare_local(policy_dir, tokenizer, cfg, run_id, cycle))
+        if state_in is not None:
+            restore_trained(trainee, Path(state_in) / "trainer_state", cfg, global_step, num_processes)
         generator.length_key = "slow.max_new_tokens"
 
         student_hash = context_hash(student_context)

@@ -657,7 +657,6 @@ def run_cycle(
     Under `accelerate launch` (WORLD_SIZE > 1) every rank calls this with the same arguments;
     only the main process writes `out_dir` and calls `tracker`.
     """
-    import torch
 
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
@@ -706,15 +705,8 @@ def run_cycle(
                                 num_processes=num_processes,
                                 max_prompt_tokens=prompt_tokens if cfg.use_vllm else None)
         rank = trainer.accelerator.process_index
-        if state_in is not None:
-            state_dir = Path(state_in) / "trainer_state"
-            if distributed:
-                _restore_distributed(trainer, state_dir, cfg, global_step)
-            else:
-                trainer.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
-                trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
-                # After build_trainer: TRL's constructor reseeds the global RNG.
-                _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
+        if state_in is not None:  # after build_trainer: TRL's constructor reseeds the global RNG
+            restore_trained(trainer, Path(state_in) / "trainer_state", cfg, global_step, num_processes)
         trainer.state.global_step = global_step
 
         chats = {(p.id, cid): (p, text) for p in problems for cid, text in contexts}
@@ -825,6 +817,21 @@ def save_trained(trainer: Any, tokenizer: Any, tmp: Path | None, info: dict[str,
         trainer.model.save_pretrained(tmp / "model")
         tokenizer.save_pretrained(tmp / "model")
         _save_state(trainer, tmp / "trainer_state", info)
+
+
+def restore_trained(trainer: Any, state_dir: Path, cfg: SlowConfig, global_step: int,
+                    num_processes: int) -> None:
+    """Load what `save_trained` wrote into `state_dir` (trainer_state/): the optimiser, the
+    scheduler and the RNG state, into a trainer built for this cycle (`save_trained`'s kinds).
+    Several processes: `_restore_distributed` (collective under FSDP2)."""
+    import torch
+
+    if num_processes > 1:
+        _restore_distributed(trainer, state_dir, cfg, global_step)
+        return
+    trainer.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
+    trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
+    _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
 
 
 def _rank_digests(trainer: Any) -> list[str]:
