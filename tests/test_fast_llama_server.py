@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from fastslow.fast import FastConfig, Pool, run_round
 from fastslow.fast.testing import ScriptedGenerator, ToyTask
@@ -39,12 +39,6 @@ runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
@@ -54,7 +48,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         gguf = find_smollm2_gguf()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("llama") / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

@@ -480,14 +480,14 @@ def test_an_openai_reflection_endpoint_that_cannot_be_reached_stops_the_cycle_fi
     endpoint that answers, even 404 on /models (some servers do not implement it), passes."""
     import socket
 
+    from ports import free_port
+
     from fastslow.config import load_config
     from fastslow.cycle import run_cycle
     from fastslow.experiments import RunSpec
     from fastslow.fast.proposers import reflection_environment_error
 
-    with socket.socket() as s:  # a port nobody listens on: connection refused
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it: connection refused
     settings = {"kind": "openai", "base_url": f"http://127.0.0.1:{port}", "model": "m", "timeout_s": 5}
     problem = reflection_environment_error(settings)
     assert problem is not None and "\n" not in problem

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from fastslow.launch import stop_process_group
 
@@ -60,17 +60,11 @@ WORKER = textwrap.dedent("""
 """).replace("STEPS", str(STEPS))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
     """`mlflow server` on 127.0.0.1 with a SQLite backend; yields its URI; stopped afterwards."""
     t0 = time.monotonic()
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(

@@ -20,7 +20,7 @@ from fastslow.slow import SlowConfig, read_state, run_cycle
 CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
                   "clip_fraction", "generated_tokens_per_s", "step_seconds", "generation_seconds",
-                  "scoring_seconds", "training_seconds", "lr", "loss"}
+                  "scoring_seconds", "training_seconds", "lr", "loss", "grad_norm"}
 
 
 
@@ -145,6 +145,40 @@ def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:
     assert [step for _, step in calls] == [0, 1, 2, 3]
     assert calls[0][0]["slow/lr"] == 0.0  # warm-up: step 0 has lr 0 (HF constant_with_warmup)
     assert {f"slow/{k}" for k in METRIC_COLUMNS} <= set(calls[0][0])
+
+
+def test_max_grad_norm_clips_the_step_and_grad_norm_is_logged_before_it(tiny_model_dir: Path,
+                                                                         tmp_path: Path) -> None:
+    """slow.max_grad_norm clips the RL step's gradient, and `grad_norm` logs the norm before the
+    clip, so the same first step logs the same norm either way. AdamW's first update is about
+    lr * g / (|g| + eps): a gradient clipped to a total norm of 1e-9 sits far under eps = 1e-8, so no
+    weight moves by more than a tenth of lr, where unclipped the weights with a gradient move by
+    about lr. Fails if the clip is skipped or the norm is taken after it."""
+    task = LengthTask()
+    problems = task.problems("train", 2, 0)
+    base = _weights(tiny_model_dir)
+    norms, moved = {}, {}
+    for name, clip in (("free", None), ("clipped", 1e-9)):
+        cfg = dataclasses.replace(_cfg(1), warmup_steps=0, max_grad_norm=clip, bf16=False)
+        result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / name, "toy/run", 0,
+                           progress=False)
+        norms[name] = result.metrics[0]["grad_norm"]
+        after = _weights(result.model_dir)
+        moved[name] = max(float((after[k].float() - base[k].float()).abs().max()) for k in base)
+    assert norms["free"] > 1e-6 and norms["clipped"] == pytest.approx(norms["free"], rel=1e-4), norms
+    assert moved["free"] > 0.5e-3 and moved["clipped"] < 0.1e-3, moved
+
+
+def test_clip_gradients_measures_and_scales_the_global_norm() -> None:
+    from fastslow.slow.loop import clip_gradients
+
+    a, b, frozen = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 4.0])  # frozen has no gradient
+    assert clip_gradients([a, b, frozen], None) == pytest.approx(5.0)
+    assert a.grad.tolist() == [3.0, 0.0] and b.grad.tolist() == [0.0, 4.0]  # measured, not touched
+    assert clip_gradients([a, b, frozen], 1.0) == pytest.approx(5.0)  # the norm before the clip
+    assert a.grad.tolist() == pytest.approx([0.6, 0.0]) and b.grad.tolist() == pytest.approx([0.0, 0.8])
+    assert frozen.grad is None
 
 
 def test_bad_pool_rejected_before_any_work(tiny_model_dir: Path, tmp_path: Path) -> None:

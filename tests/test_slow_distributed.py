@@ -16,6 +16,7 @@ under fsdp2.yaml with bf16 where two CUDA GPUs are visible (`-k fsdp2`), and are
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -305,6 +306,8 @@ def test_two_ranks_train_a_cycle_and_resume(tiny_model_dir: Path, tmp_path: Path
         result = read_result(out.with_name(out.name + ".result.json"))
         assert result["num_processes"] == 2 and result["global_step"] == 2 * (c + 1)
         assert [m["step"] for m in result["metrics"]] == [2 * c, 2 * c + 1]
+        # The whole step's gradient norm, taken after the ranks reduced their gradients.
+        assert all(math.isfinite(m["grad_norm"]) and m["grad_norm"] > 0 for m in result["metrics"])
         # Both ranks took their half of the given rows: 8 reused in all, and only at step 0.
         assert [m["reused_rollouts"] for m in result["metrics"]] == ([8, 0] if c else [0, 0])
 
@@ -532,18 +535,16 @@ def test_a_distillation_step_over_two_ranks_is_the_one_process_step(tiny_model_d
     tokens: without the N the norm halves), and the same updated weights (Adam's first step is
     about lr x sign(g), so these check the routing and the replicas, not the scale)."""
     import multiprocessing
-    import socket
 
     import numpy as np
+    from ports import free_port
 
     from fastslow.model.convert import load_model
 
     ctx = multiprocessing.get_context("spawn")
     results = {}
     for world in (1, 2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         queue = ctx.Queue()
         procs = [ctx.Process(target=_distill_rank, args=(r, world, port, str(tiny_model_dir), queue))
                  for r in range(world)]

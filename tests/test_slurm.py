@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from types import SimpleNamespace
 
 import polars as pl
 import pytest
+from ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
@@ -237,12 +237,6 @@ def unavailable(reason: str):
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def slurm_cluster() -> Iterator[SimpleNamespace]:
     """A one-node cluster on 127.0.0.1, stopped (by pid file) on leaving; SlurmUnavailable says
@@ -258,7 +252,7 @@ def slurm_cluster() -> Iterator[SimpleNamespace]:
     # short path: slurmd puts step sockets under its spool dir (unix socket paths are <= 107 bytes)
     state = Path(tempfile.mkdtemp(prefix="fss-", dir="/tmp"))
     env = clean_env(FASTSLOW_SLURM_DIR=str(state), FASTSLOW_SLURM_PARTITION=PARTITION,
-                    FASTSLOW_SLURMCTLD_PORT=str(_free_port()), FASTSLOW_SLURMD_PORT=str(_free_port()))
+                    FASTSLOW_SLURMCTLD_PORT=str(free_port()), FASTSLOW_SLURMD_PORT=str(free_port()))
 
     def stop() -> None:
         out = subprocess.run(["bash", str(STOP)], env=env, capture_output=True, text=True, timeout=120)

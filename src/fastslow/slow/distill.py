@@ -60,6 +60,7 @@ from fastslow.slow.loop import (
     _main_process_dir,
     _write_table,
     check_device,
+    clip_gradients,
     restore_trained,
     resume_point,
     save_trained,
@@ -235,11 +236,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
                 loss.backward()
         kl_sum += float(kl.detach().sum())
         entropy_sum += float(entropy.sum())
-    clip = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
-    if accelerator is not None:  # FSDP2: a norm over the DTensor shards of all ranks
-        grad_norm = float(accelerator.clip_grad_norm_(trainee.model.parameters(), clip))
-    else:
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(trainee.model.parameters(), clip))
+    grad_norm = clip_gradients(trainee.model.parameters(), cfg.max_grad_norm, accelerator)
     trainee.optimizer.step()
     trainee.lr_scheduler.step()
     trainee.optimizer.zero_grad(set_to_none=True)

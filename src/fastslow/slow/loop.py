@@ -490,11 +490,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     if prompts is not None and prompts.kv:
         raise RuntimeError(f"slow loop: {len(prompts.kv)} prompt forwards never sent their gradients to the "
                            f"weights (their micro batches were counted wrong)")
-    if cfg.max_grad_norm is not None:
-        if distributed:  # FSDP2: a norm over the DTensor shards of all ranks
-            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        else:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    grad_norm = clip_gradients(model.parameters(), cfg.max_grad_norm, accelerator if distributed else None)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.optimizer.zero_grad(set_to_none=True)
@@ -594,8 +590,25 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "reused_rollouts": reused,
         "sampled_ahead_rollouts": ahead_rollouts,  # this step's `sample_ahead`: the block's later steps' too
         "reused_is_weight": float(weight_sum / reused_tokens) if float(reused_tokens) > 0 else math.nan,
+        "grad_norm": grad_norm,
     }
     return metrics, records
+
+
+def clip_gradients(parameters: Any, max_norm: float | None, accelerator: Any = None) -> float:
+    """The gradients' global L2 norm before clipping (what TRL logs as grad_norm), having scaled
+    them to at most `max_norm` (None: measured only, left as they are). With several processes pass
+    the accelerator: its `clip_grad_norm_` takes the norm over all ranks' DTensor shards under FSDP2
+    (DDP's gradients are already reduced), and finds the prepared model by its parameters."""
+    import torch
+
+    if accelerator is not None:
+        return float(accelerator.clip_grad_norm_(parameters, math.inf if max_norm is None else max_norm))
+    parameters = [p for p in parameters if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+    if max_norm is not None:
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
+    return float(norm)
 
 
 def _accumulation_context(accelerator: Any, model: Any, last: bool) -> Any:
