@@ -581,7 +581,6 @@ def run_distill_cycle(
         student_context, student_context_id: the context the student is sampled and trained
             with (the run's seed context; "" = no system prompt), and its id in rollouts.
     """
-
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_tokenizer
     from fastslow.model.generation import derive_seed, render_prompts

@@ -670,7 +670,6 @@ def run_cycle(
     Under `accelerate launch` (WORLD_SIZE > 1) every rank calls this with the same arguments;
     only the main process writes `out_dir` and calls `tracker`.
     """
-
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
     from fastslow.model.generation import check_context, render_prompts
