@@ -162,6 +162,49 @@ def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,
     assert after < 0.5 * before
 
 
+class _Counting:
+    """A generator passing everything to `inner`, counting the prompts it is asked to encode;
+    with `strip`, its generations report no prompt ids (as a backend that gives none)."""
+
+    def __init__(self, inner: Any, strip: bool) -> None:
+        self.inner, self.strip, self.pad_id, self.encoded = inner, strip, inner.pad_id, []
+
+    def encode_prompts(self, chats: list) -> list:
+        self.encoded.append(len(chats))
+        return self.inner.encode_prompts(chats)
+
+    def generate(self, chats: list, params: Any) -> list:
+        import dataclasses
+
+        gens = self.inner.generate(chats, params)
+        return [dataclasses.replace(g, prompt_ids=()) for g in gens] if self.strip else gens
+
+
+def test_a_step_trains_on_the_prompt_ids_it_sampled_from(tiny_model_dir: Path, tokenizer: Any) -> None:
+    """The student's prompts are not encoded again for the loss: the generations' own prompt ids
+    serve it, and only the teacher's prompts are encoded. A generator that reports no prompt ids
+    gets them encoded, and the step is the same to the bit (loss, norm, updated weights)."""
+    import torch
+
+    from fastslow.slow.distill import _distill_step, _prepare_local
+
+    task = LengthTask()
+    rows = [p for p in task.problems("train", 2, 0) for _ in range(2)]
+    cfg = _cfg(1, warmup_steps=0, problems_per_step=2, bf16=False)
+    got = {}
+    for strip in (False, True):
+        trainee, generator = _prepare_local(tiny_model_dir, tokenizer, cfg, "r", 0)
+        counting = _Counting(generator, strip)
+        metrics, _ = _distill_step(trainee, counting, task, rows, STUDENT, TEACHER[1], cfg, seed=5)
+        got[strip] = (counting.encoded, metrics, trainee.student.state_dict())
+    assert got[False][0] == [len(rows)]  # the teacher's prompts alone
+    assert got[True][0] == [len(rows), len(rows)]
+    for key in ("loss", "distill_kl", "grad_norm", "completion_tokens"):
+        assert got[False][1][key] == got[True][1][key], key
+    assert got[False][1]["grad_norm"] > 0
+    assert all(torch.equal(v, got[True][2][k]) for k, v in got[False][2].items())
+
+
 # ---------------------------------------------------------------- (3, 4) resumability, outputs
 
 

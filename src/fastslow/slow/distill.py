@@ -200,7 +200,10 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
     feedback = [task.feedback(p, g.text) for p, g in zip(problems, gens, strict=True)]
     score_s = time.perf_counter() - start - gen_s
 
-    student_ids = generator.encode_prompts(student_chats)
+    # the ids the student sampled from, as our generators report them; encoded again only for a
+    # generator that reports none
+    student_ids = ([list(g.prompt_ids) for g in gens] if all(g.prompt_ids for g in gens)
+                   else generator.encode_prompts(student_chats))
     teacher_ids = generator.encode_prompts(teacher_chats)
     completions = [list(g.completion_ids) for g in gens]
     n_tokens = sum(len(c) for c in completions)
