@@ -641,7 +641,8 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     job of its own. Each cycle's round re-generated the pool it was seeded with on the validation
     set (a weights id per cycle, a fresh cache per job) and charged it to its budget: 12 of 32 calls
     at toy scale, about half the paper's. Now the round's evaluations go to `fast_cache.json`,
-    and the next cycle's round serves them free: no seed generations, the whole budget for search."""
+    and the next cycle's round serves them free: no seed generations, the whole budget for search.
+    Not across a continual run's change of task."""
     from fastslow.config import load_config, task_spec
     from fastslow.cycle import FROZEN_CACHE, run_cycle
     from fastslow.experiments import RunSpec
@@ -665,6 +666,12 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
     assert fast1["cached_evaluations"] >= fast0["cached_evaluations"] > 0
     assert first["weights"] == second["weights"] == str(tiny_model_dir)
+    # A continual run's cycle on a new task carries nothing: the cache is keyed by problem id, and
+    # two tasks' ids may coincide (here the very same rows, under another task's name).
+    switched = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math", "math_hard"), seed=0)
+    run_cycle(switched, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "switched1")
+    fast_switched = json.loads((tmp_path / "switched1" / "fast.json").read_text())
+    assert fast_switched["seed_generations"] == len(val_ids)
 
 
 def test_a_rounds_time_includes_loading_its_sampler(tiny_model_dir: Path, tmp_path: Path,

@@ -190,7 +190,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             raise ValueError(f"task {task_name!r}: its train split {train_file} has {len(train)} problem(s), and a "
                              f"fast round needs at least {FAST_MIN_TRAIN} (one to validate on, one to reflect on): {fix}")
         reflect, pareto = gepa_split(train, cfg["fast"]["val_problems"])
-        reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and prev_dir is not None
+        # the previous cycle's rollouts and evaluations are of its task's problems, keyed by problem
+        # id: a continual run's first cycle on a new task takes none (two tasks' ids may coincide)
+        same_task = prev_dir is not None and not _continual(spec, cycle)
+        reuse = prev_dir / "rollouts.parquet" if (fast_cfg.reuse_rollouts and same_task
                                                    and (prev_dir / "rollouts.parquet").exists()) else None
         if fast_cfg.reuse_in_slow and spec.method == "fst" and spec.trains:
             from fastslow.slow.loop import cycle_step_problems
@@ -201,7 +204,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             cache = RolloutCache()
         if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
             cache = RolloutCache()
-            if prev_dir is not None:
+            if same_task:
                 cache = RolloutCache.from_json(prev_dir / FROZEN_CACHE)
                 log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle %d",
                          cycle, spec.key, len(cache), cycle - 1)
