@@ -108,8 +108,16 @@ def test_extra_files_count_by_content_not_place(package, tmp_path):
         path.parent.mkdir()
         path.write_text("mixed_precision: bf16\n")
     assert digest(package, extra=[one]) == digest(package, extra=[two]) != digest(package)
+    # a comment or another layout is not a change (a user pulling a comment edit retrains nothing)
+    two.write_text("# the GPUs' precision\nmixed_precision:   bf16   # native on A100/H100\n")
+    assert digest(package, extra=[two]) == digest(package, extra=[one])
     two.write_text("mixed_precision: 'no'\n")
     assert digest(package, extra=[two]) != digest(package, extra=[one])
+    other = tmp_path / "one/notes.txt"  # other data files: their bytes
+    other.write_text("a\n")
+    first = digest(package, extra=[other])
+    other.write_text("a \n")
+    assert digest(package, extra=[other]) != first
     with pytest.raises(FileNotFoundError, match="no file .*missing.yaml to digest"):
         digest(package, extra=[tmp_path / "missing.yaml"])
 

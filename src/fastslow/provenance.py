@@ -9,7 +9,8 @@ functions too, and modules named in strings for `importlib`, as `fastslow.tasks`
 any data files the rule names (`extra`): a job re-runs when code it can import changed.
 
 What counts is each module's syntax tree without docstrings (`ast.unparse`): comments,
-docstrings, blank lines and formatting change nothing. Modules the script cannot import change
+docstrings, blank lines and formatting change nothing, nor do a YAML data file's comments and
+layout (its values count). Modules the script cannot import change
 nothing either (an edit of `fastslow.figures` redraws figures and trains nothing). A module
 counts whether or not the job calls it, so the digest errs towards re-running. Not covered: a
 module name built at run time (none today), and files the library reads that no rule names.
@@ -221,6 +222,16 @@ def task_digest(modules: Iterable[str], package_dir: Path = PACKAGE_DIR, exclude
     return _digest(_closure(None, package_dir, others, roots=modules), package_dir, ())
 
 
+def _data_bytes(path: Path) -> bytes:
+    """What of a data file counts: a YAML file's values (its comments and layout change
+    nothing, as a module's do not), any other file's bytes."""
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        return json.dumps(yaml.safe_load(path.read_text()), sort_keys=True, default=str).encode()
+    return path.read_bytes()
+
+
 def _digest(closure: dict[str, Path], package_dir: Path, extra: Sequence[str | Path]) -> str:
     package = package_dir.name
     digest = hashlib.sha256()
@@ -230,7 +241,7 @@ def _digest(closure: dict[str, Path], package_dir: Path, extra: Sequence[str | P
     for path in sorted(Path(p) for p in extra):
         if not path.is_file():
             raise FileNotFoundError(f"no file {path} to digest")
-        digest.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\0".encode())
+        digest.update(f"{path.name}\0{hashlib.sha256(_data_bytes(path)).hexdigest()}\0".encode())
     if _CACHE is not None:
         _CACHE.save()
     return digest.hexdigest()[:DIGEST_CHARS]
