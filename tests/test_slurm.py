@@ -295,12 +295,14 @@ def tables(results: Path, names: list[str] | None = None) -> dict[str, pl.DataFr
 def test_a_bad_or_misspelt_profile_variable_stops_snakemake_naming_it(monkeypatch):
     """A count that is no number stopped the profile with int()'s message, naming no variable;
     a misspelt FASTSLOW_SLURM_* name was ignored (FASTSLOW_SLURM_GPU_PARTITON: every GPU job in
-    the CPU partition). Both now stop snakemake in a message naming the variable."""
+    the CPU partition), and so was a misspelt GPU count (FASTSLOW_TRAIN_GPU: 8 GPUs a cycle). All
+    now stop snakemake in a message naming the variable."""
     from snakemake.profiles import ConfigFileParserException
 
     for env, says in (({"FASTSLOW_TRAIN_GPUS": "abc"}, "FASTSLOW_TRAIN_GPUS must be a whole number >= 0"),
                       ({"FASTSLOW_SLURM_MAX_MEM_MB": "400G"}, "FASTSLOW_SLURM_MAX_MEM_MB must be a whole number"),
-                      ({"FASTSLOW_SLURM_GPU_PARTITON": "gpu"}, "unknown variable(s) FASTSLOW_SLURM_GPU_PARTITON;")):
+                      ({"FASTSLOW_SLURM_GPU_PARTITON": "gpu"}, "unknown variable(s) FASTSLOW_SLURM_GPU_PARTITON;"),
+                      ({"FASTSLOW_TRAIN_GPU": "2"}, "unknown variable(s) FASTSLOW_TRAIN_GPU;")):
         with pytest.raises(ConfigFileParserException) as err:
             render_profile(monkeypatch, **env)
         assert says in str(err.value), str(err.value)
