@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -331,13 +332,14 @@ def test_a_stop_signal_while_the_store_is_busy_stops_the_job_within_seconds(trac
 
 def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, monkeypatch):
     """The tracking files pin the store and experiment they were made for: a job asked for another
-    stops before it logs anything, in one line naming both and what to delete."""
+    stops before it logs anything, in one line naming both and the command that remakes them, with
+    this interpreter (a bare `python` is none on Debian, or not the venv's)."""
     path, info = tracking
     made = info["tracking_uri"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.cluster:5000")
     with pytest.raises(RuntimeError, match=f"made for MLflow store {made}, experiment 'exp', but this run asks "
-                                           "for MLFLOW_TRACKING_URI=http://mlflow.cluster:5000: `python -m "
-                                           "fastslow.tracking .*/results/mlflow --experiment exp` remakes them"), \
+                                           f"for MLFLOW_TRACKING_URI=http://mlflow.cluster:5000: `{re.escape(sys.executable)} "
+                                           "-m fastslow.tracking .*/results/mlflow --experiment exp` remakes them"), \
             job_run(rule="r", wildcards={}, config={}, tracking_json=path):
         pass
     monkeypatch.setenv("MLFLOW_TRACKING_URI", made)  # the same store, named by the variable

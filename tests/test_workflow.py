@@ -545,7 +545,7 @@ def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(
     try:
         out = snakemake(*args, cwd=smoke_workdir, env=env)
         assert out.returncode != 0
-        command = "python -m fastslow.tracking results/mlflow --experiment fastslow"
+        command = f"{sys.executable} -m fastslow.tracking results/mlflow --experiment fastslow"  # this venv's
         assert f"but this run asks for MLFLOW_TRACKING_URI={store}: `{command}` remakes them" in out.stderr, \
             out.stderr[-3000:]
         assert "rule " not in out.stdout + out.stderr and not (smoke_workdir / target).exists()

@@ -25,8 +25,10 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -279,7 +281,7 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     folder = Path(tracking_json).parent  # <results>/mlflow/parents/<group>.json: <results>/mlflow
     folder = folder.parent if folder.name == "parents" else folder
     raise RuntimeError(f"{tracking_json} was made for MLflow store {made}, experiment {exp!r}, but this run "
-                       f"asks for {asked}: `python -m fastslow.tracking {folder} --experiment {want}` "
+                       f"asks for {asked}: `{shlex.quote(sys.executable)} -m fastslow.tracking {folder} --experiment {want}` "
                        f"remakes them for it (finished jobs stay up to date)")
 
 
