@@ -47,7 +47,8 @@ $(BIN)/ruff: | $(BIN)/python
 
 # snakemake --lint asks for a conda environment or container per rule (the workflow runs in one
 # environment: pyproject.toml on a CPU, environment.yml on a GPU cluster) and for input functions
-# outside common.smk (which holds them by design), so its exit status is shown, not fatal.
+# in a rule file (train.smk's and figures.smk's sit beside the rules they serve), so its exit
+# status is shown, not fatal.
 lint: $(BIN)/ruff
 	$(BIN)/ruff check src tests workflow bench
 	$(BIN)/snakemake --lint || echo "snakemake --lint: advice above (not fatal; see the Makefile)"

@@ -341,7 +341,7 @@ def job_per_step(run: dict[str, Any]) -> float | None:
     return last["job_wall_s"] / last["steps"] if last.get("job_wall_s") is not None else None
 
 
-PAPER_CALLS_PER_ROLLOUT = 960 / (6 * 32 * 8)  # FST.md: ~960 metric calls a round, T = 6 steps of 256 rollouts
+PAPER_CALLS_PER_ROLLOUT = 960 / (6 * 32 * 8)  # the paper (unverified readings): ~960 metric calls a round, T = 6 steps of 256 rollouts
 
 
 def calls_per_rollout(run: dict[str, Any]) -> float | None:

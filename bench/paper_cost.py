@@ -3,7 +3,7 @@
 Jobs come from `snakemake -n` on each figure target with `config/paper.yaml` (what would really
 be submitted, counting shared upstream jobs once per figure). GPU-hours come from the runs behind
 each figure (`fastslow.experiments.expand`) and the paper's per-step costs on 8xH100, which are
-unverified readings (../shared/FST.md): RL 60 s/step, FST 100 s/step, FST with rollout reuse
+third-party readings of the paper, unverified: RL 60 s/step, FST 100 s/step, FST with rollout reuse
 47 s/step. Assumptions of ours, stated in the output: a GEPA-only cycle costs FST's fast round
 (100 - 60 = 40 s/step x T on 8 GPUs), FST-distill costs FST, one evaluation point is 15 minutes of
 one GPU (256 problems x 4 samples with vLLM), and a figure's upstream runs (e.g. Fig 5's math and
