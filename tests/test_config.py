@@ -20,6 +20,22 @@ def _default() -> dict:
     return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
+def test_the_schema_is_found_without_an_editable_install(tmp_path, monkeypatch):
+    """The schema sat only beside the package's source (an editable install): a `pip install .`
+    failed every validation with a traceback. Now the workflow directory's serves, and with none
+    the error is one line naming where it looked."""
+    import fastslow.config as config
+
+    monkeypatch.setattr(config, "SCHEMA_PATH", tmp_path / "site-packages" / config.SCHEMA_FILE)
+    monkeypatch.chdir(ROOT)  # snakemake runs in the workflow directory
+    assert config.schema_path() == ROOT / config.SCHEMA_FILE
+    validate_config(load_config(ROOT / "config" / "config.yaml"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^no config schema workflow/schemas/config\.schema\.yaml in "
+                                                 rf"{tmp_path} \(nor in {tmp_path / 'site-packages'}\): run in"):
+        config.schema_path()
+
+
 def test_shipped_configs_validate():
     for name in ("config.yaml", "paper.yaml"):
         cfg = load_config(ROOT / "config" / name)

@@ -27,7 +27,19 @@ from typing import Any
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_FILE = Path("workflow") / "schemas" / "config.schema.yaml"
+#: The schema of the checkout this package was installed from in place (`pip install -e .`).
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / SCHEMA_FILE
+
+
+def schema_path() -> Path:
+    """The config schema: the checkout's beside this package (an editable install), else the one
+    of the workflow directory snakemake runs in (a copied install: `pip install .`)."""
+    for path in (SCHEMA_PATH, Path.cwd() / SCHEMA_FILE):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"no config schema {SCHEMA_FILE} in {Path.cwd()} (nor in {SCHEMA_PATH.parents[2]}): "
+                            f"run in the fastslow checkout, or install it in place (pip install -e .)")
 
 
 class ConfigError(ValueError):
@@ -55,7 +67,7 @@ def number_from_text(value: Any) -> Any:
 
 def load_schema(path: str | Path | None = None) -> dict[str, Any]:
     """The config schema (a fresh copy: callers may not share mutations)."""
-    return copy.deepcopy(_parsed_schema(str(path or SCHEMA_PATH)))
+    return copy.deepcopy(_parsed_schema(str(path or schema_path())))
 
 
 @functools.lru_cache(maxsize=4)
@@ -814,7 +826,7 @@ MEMORY_BOUNDS = {"evaluation": ("divergence_tokens",), "generation": ("gpu_memor
 def implied_defaults() -> dict[str, dict[str, Any]]:
     """Per section, its keys without a schema default and the value a left-out one takes
     (the schema's `x-implied`: SlowConfig's or FastConfig's default)."""
-    sections = _parsed_schema(str(SCHEMA_PATH))["properties"]
+    sections = _parsed_schema(str(schema_path()))["properties"]
     implied = {name: {k: p["x-implied"] for k, p in sec.get("properties", {}).items() if "x-implied" in p}
                for name, sec in sections.items()}
     return {name: keys for name, keys in implied.items() if keys}
