@@ -149,3 +149,19 @@ def test_fast_config_accepts_a_template_with_both_placeholders() -> None:
     cfg = FastConfig(proposer="reflective", reflection={
         "kind": "hf", "path": "m", "prompt_template": "Improve <curr_param> given <side_info>"})
     assert cfg.reflection["prompt_template"].startswith("Improve")
+
+
+def test_bad_pool_and_loader_inputs_name_the_value() -> None:
+    """One line naming what is wrong: the k asked for, and which ids a split holds twice."""
+    from fastslow.fast.round import ProblemLoader
+    from fastslow.tasks.base import Problem
+
+    with pytest.raises(ValueError, match=r"^k must be >= 1, got 0$"):
+        select_pareto_pool([{"a": 1.0}], 0)
+    rows = [Problem(i, "t", "q", "a") for i in ("p1", "p2", "p1", "p3", "p2", "p1")]
+    with pytest.raises(ValueError, match=r"^duplicate problem ids in the val problems: 'p1', 'p2'$"):
+        ProblemLoader(rows, "val")
+    many = [Problem(f"p{i}", "t", "q", "a") for i in range(7)] * 2
+    with pytest.raises(ValueError, match=r"^duplicate problem ids in the train problems: 'p0', 'p1', 'p2', "
+                                         r"'p3', 'p4' and 2 more$"):
+        ProblemLoader(many, "train")

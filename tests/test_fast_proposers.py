@@ -119,6 +119,32 @@ def test_a_round_keeps_its_validation_answers_out_of_the_feedback_editors_edits(
     assert [set(p.private) for p in made] == [{p.id for p in val[:3]} | {TRAIN[0].id}]
 
 
+def test_each_round_seeds_its_proposer_anew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every round's feedback editor drew from random.Random(cfg.seed): each round replayed the
+    same rule-or-demonstration coin flips. Now a round's proposer draws from the round's seed, as
+    its sampling and minibatches do; a local reflection model samples from it too."""
+    import random
+
+    import fastslow.fast.round as round_module
+    from fastslow.fast.proposers import build_reflection_lm
+    from fastslow.model.generation import derive_seed
+
+    seeds = []
+    real = round_module.make_proposer
+    monkeypatch.setattr(round_module, "make_proposer",
+                        lambda *args, **kwargs: seeds.append(kwargs["seed"]) or real(*args, **kwargs))
+    cfg = FastConfig(pool_size=1, max_metric_calls=20, minibatch_size=2, seed=3)
+    for r in (0, 1):
+        run_round(Pool.seed(["Solve."], k=1), ScriptedGenerator(), TASK, TRAIN, TASK.problems("val", 4, 0), cfg, r,
+                  tmp_path / str(r),
+                  log=lambda _m: None)
+    assert seeds == [derive_seed(3, 0), derive_seed(3, 1)] and seeds[0] != seeds[1]
+    editor = real(cfg, TRAIN, lambda _m: None, seed=seeds[1])
+    assert editor.rng.getstate() == random.Random(seeds[1]).getstate()
+    assert real(cfg, TRAIN, lambda _m: None).rng.getstate() == random.Random(3).getstate()  # no seed: cfg's
+    assert build_reflection_lm({"kind": "hf", "path": "unused"}, seed=seeds[1]).seed == seeds[1]
+
+
 def test_near_miss_working() -> None:
     assert near_miss_working("79 + 32 = 111", "111") == "79 + 32 = 111"
     assert near_miss_working("So 43 + 6 = **49**. Done.", "49") == "So 43 + 6 = **49"

@@ -215,7 +215,8 @@ class FastAdapter:
         batch of 6 (the weights are read once per decoding step either way), so evaluating the
         K seed contexts together is nearly K times cheaper than one call per context, and a
         tail call of 2 sequences would cost almost a full call. A pair's samples are adjacent,
-        so they share a batch and its prompt prefill.
+        so they share a batch and its prompt prefill, except where a call's end falls between
+        them (the calls are cut by size, not at pairs).
         """
         for_slow = for_slow or {}
         now = sum((h, p.id) not in ahead and (h, p.id) not in slow_only for h, _, p in pairs)

@@ -185,7 +185,7 @@ def select_pareto_pool(scores: Sequence[Mapping[Any, float]], k: int,
     fill the pool. Candidates with identical `texts` are considered once (the first).
     """
     if k < 1:
-        raise ValueError("k must be >= 1")
+        raise ValueError(f"k must be >= 1, got {k!r}")
     n = len(scores)
     if n == 0:
         return []

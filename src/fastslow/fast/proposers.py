@@ -532,13 +532,14 @@ def reflection_environment_error(settings: Mapping[str, Any]) -> str | None:
     return None
 
 
-def build_reflection_lm(settings: Mapping[str, Any]) -> LanguageModel:
+def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageModel:
     """The reflection model described by `settings`:
 
     - `{"kind": "openai", "base_url": ..., "model": ..., "timeout_s": 60, "api_key_env": ...}`
     - `{"kind": "litellm", "model": "provider/name", "timeout_s": 60}` (keys from the environment)
     - `{"kind": "hf", "path": "/local/model/dir"}`
-    Optional for all: `max_tokens`, `temperature`.
+    Optional for all: `max_tokens`, `temperature`. `seed`: the local model's sampling seed (the
+    hosted kinds take none).
     """
     kind = settings.get("kind", "openai")
     timeout = float(settings.get("timeout_s", 60))
@@ -561,7 +562,7 @@ def build_reflection_lm(settings: Mapping[str, Any]) -> LanguageModel:
         return LM(settings["model"], temperature=temperature, max_tokens=max_tokens, num_retries=1,
                   timeout=timeout, **extra)
     if kind == "hf":
-        return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature)
+        return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature, seed=seed)
     raise ValueError(f"fast.reflection.kind must be openai, litellm or hf, got {kind!r}")
 
 

@@ -8,7 +8,8 @@ resumes from the `GEPAState` it finds in `run_dir/gepa_state.bin`. A round there
 2. builds the initial `GEPAState` with gepa's own API: `GEPAState(seed_0, eval_0)` for the
    first context, then `update_state_with_new_program` for the others (roots, parent None),
    which maintains the per-instance Pareto front exactly as GEPA does; the state's
-   `total_num_evals` is set to the rollouts those evaluations generated;
+   `total_num_evals` is set to the metric calls those evaluations charged (the rollouts they
+   generated, and first uses of reused ones);
 3. saves that state into the round's gepa directory and calls `gepa.optimize` with the same
    directory and seed_0. The engine re-scores seed_0 on the validation set before loading the
    state; the adapter's cache serves it, so nothing is generated. From there the search,
@@ -189,7 +190,10 @@ class ProblemLoader:
     def __init__(self, problems: Sequence[Problem], split: str) -> None:
         self.by_id = {f"{split}:{p.id}": p for p in problems}
         if len(self.by_id) != len(problems):
-            raise ValueError(f"duplicate problem ids in the {split} problems")
+            seen: set[str] = set()
+            twice = sorted({p.id for p in problems if p.id in seen or seen.add(p.id)})
+            raise ValueError(f"duplicate problem ids in the {split} problems: {', '.join(map(repr, twice[:5]))}"
+                             + (f" and {len(twice) - 5} more" if len(twice) > 5 else ""))
         self.ids = list(self.by_id)
 
     def all_ids(self) -> list[str]:
@@ -225,15 +229,18 @@ def build_seeded_state(contexts: Sequence[str], evaluations: Sequence[Any],
 
 
 def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
-                  task: Task | None = None, private: Collection[str] = ()) -> FeedbackEditor | ReflectiveProposer:
+                  task: Task | None = None, private: Collection[str] = (),
+                  seed: int | None = None) -> FeedbackEditor | ReflectiveProposer:
     """The proposer named by `cfg.proposer`, ready for gepa's custom_candidate_proposer hook;
-    `private`: ids of problems whose answers the feedback editor must not write into a context."""
+    `private`: ids of problems whose answers the feedback editor must not write into a context;
+    `seed`: its draws' (the round's, so that rounds do not replay one another's; default cfg.seed)."""
+    seed = cfg.seed if seed is None else seed
     if cfg.proposer == "feedback_editor":
-        return FeedbackEditor(problems_by_id(train), seed=cfg.seed, max_demos=cfg.max_demos,
+        return FeedbackEditor(problems_by_id(train), seed=seed, max_demos=cfg.max_demos,
                               max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log,
                               working_labels=getattr(task, "demo_working", ()),
                               gist=getattr(task, "demo_gist", None), private=private)
-    lm = build_reflection_lm(cfg.reflection)
+    lm = build_reflection_lm(cfg.reflection, seed=seed)
     return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
 
 
@@ -250,9 +257,10 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     last rollouts.parquet, used when `cfg.reuse_rollouts` is on: its rollouts of (pool
     context, train problem) pairs are used instead of generating them. The problems they cover
     become the Pareto validation set (the seeds' val scores), and those left over feed the
-    minibatches (scores and reflective dataset) when they fill one. Minibatches never come
-    from the validation set, with reuse or without, so a round with reuse makes the same
-    search (metric calls) as one without, with fewer generations.
+    minibatches (scores and reflective dataset) when they fill one. Minibatches come from
+    outside the validation set, with reuse or without, so a round with reuse makes the same
+    search (metric calls) as one without, with fewer generations; only when fewer than a
+    minibatch of train problems lie outside it do they draw from all of them.
     `slow_problems` (the next RL steps' problems, with `slow_samples` = G/K > 0) lead the
     validation set (its size unchanged), and every validation evaluation of a candidate samples
     it `slow_samples` times (times the slots it fills, for a seed) on each of them
@@ -368,7 +376,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     # No edit may write the answer of a validation problem (its Pareto score) or of a problem the
     # next RL steps train on into a context: with reuse both can be train problems.
     private = {p.id for p in val_problems} | {p.id for p in slow_problems}
-    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task, private)
+    proposer_fn = proposer or make_proposer(cfg, list(known.values()), log, task, private,
+                                            seed=derive_seed(cfg.seed, round_index))
     recorded = RecordedProposer(proposer_fn)
     guard = BudgetGuard(budget, worst_iteration, lambda: adapter.metric_calls,
                         patience=cfg.max_stalled_iterations, log=log)
