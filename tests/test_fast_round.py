@@ -334,6 +334,33 @@ def test_gepa_only_rounds_with_frozen_weights(tmp_path: Path) -> None:
 
 
 
+def test_frozen_rounds_pay_once_for_every_evaluation_their_searches_use(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a GEPA-only run's rounds (one frozen-weights cache, carried from round to round), every
+    (context, problem) evaluation the searches were served cost one metric call, once. A rollout
+    generated ahead (prefetch) and never used had been carried as a plain, free entry, so a later
+    round's search used it with no call charged; such rollouts are now left behind."""
+    from fastslow.fast import adapter as adapter_module
+
+    served: set[tuple[str, str]] = set()
+    real = adapter_module.FastAdapter.evaluate_many
+
+    def recording(self, items, capture_traces=False, ahead=()):
+        served.update((context_hash(c["context"]), p.id) for c, batch in items for p in batch)
+        return real(self, items, capture_traces, ahead)
+
+    monkeypatch.setattr(adapter_module.FastAdapter, "evaluate_many", recording)
+    free = []
+    for seed in range(6):
+        served.clear()
+        cfg = FastConfig(pool_size=2, max_metric_calls=30, minibatch_size=2, seed=seed)
+        _, summaries = run_gepa_only(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN[:12], VAL[:4], cfg,
+                                     4, tmp_path / str(seed), log=quiet)
+        free.append(len(served) - sum(s["metric_calls"] for s in summaries))
+        assert all(s["prefetched"] > s["prefetch_used"] for s in summaries[:1])  # some go unused
+    assert free == [0] * 6, free
+
+
 def test_a_context_carried_into_the_next_round_keeps_its_lineage(tmp_path: Path) -> None:
     """Round 1 seeded with round 0's pool (same weights, one cache): each context carried over
     keeps the born_round and parent it had (a seed stays a seed, -1 and no parent; round 0's

@@ -106,11 +106,15 @@ class RolloutCache:
     def carried(self, weights_id: str) -> RolloutCache:
         """The entries of `weights_id` as the next round on the same frozen weights takes them:
         plain evaluations (no token ids, no reuse/prefetch/slow-loop flags), free cache hits.
-        A flag left on charged a metric call again when the next round first served the entry."""
+        A flag left on charged a metric call again when the next round first served the entry.
+        Entries no round has charged (generated ahead, or for the slow loop, and never served to
+        the search) are left out: carried free, the next round's search would get evaluations
+        no budget paid for."""
         plain = {"reused": False, "prefetched": False, "for_slow": False}
         return RolloutCache({key: Scored(v.score, {**{k: x for k, x in v.trajectory.items() if k != "rollouts"},
                                                    **plain})
-                             for key, v in self.entries.items() if key[2] == weights_id})
+                             for key, v in self.entries.items()
+                             if key[2] == weights_id and v.trajectory.get("charged", True)})
 
     @classmethod
     def from_json(cls, path: str | Path) -> RolloutCache:
@@ -272,6 +276,7 @@ class FastAdapter:
                 "feedback": str(self.task.feedback(p, g.text)),
                 "parsed_answer": parsed, "reused": False, "prefetched": key in ahead,
                 "for_slow": key in slow_only, "samples": len(rollouts),
+                "charged": key not in ahead and key not in slow_only,  # else at its first use
             }
             if key in for_slow:  # the slow loop trains on these: keep every sample's tokens
                 traj["rollouts"] = [{"prompt_ids": r[3].prompt_ids, "completion_ids": r[3].completion_ids,
@@ -360,6 +365,7 @@ class FastAdapter:
                     self.reused_hits += kind == "reused"
                     if kind is not None and key not in self._deferred_served:  # first use
                         self._deferred_served[key] = kind
+                        hit.trajectory["charged"] = True
                         calls += 1
                 scores.append(hit.score)
                 outputs.append({"completion": hit.trajectory["completion"], "reward": hit.score})
@@ -447,7 +453,7 @@ class FastAdapter:
                 "prompt": str(worst["prompt"]), "completion": str(worst["completion"]),
                 "reward": float(worst["reward"]), "feedback": str(worst["feedback"]),
                 "parsed_answer": extract_answer(str(worst["completion"])), "reused": True,
-                "samples": len(rs),
+                "samples": len(rs), "charged": False,
             }
             self.cache.put(h, pid, self.weights_id, Scored(sum(rewards) / len(rewards), traj))
         return len(groups)
