@@ -361,6 +361,27 @@ def test_frozen_rounds_pay_once_for_every_evaluation_their_searches_use(tmp_path
     assert free == [0] * 6, free
 
 
+def test_a_frozen_rounds_prefetch_spans_the_iterations_its_free_seed_evaluations_leave(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With prefetch, a round's minibatches come from a subset sized to the iterations its budget
+    can pay for. That counted the seeds' validation evaluations as paid, though a GEPA-only run's
+    later rounds get them free from the carried cache: their searches ran twice the iterations
+    over the first round's 8 problems. Now the subset counts what the seeds really cost."""
+    import fastslow.fast.round as round_module
+
+    sizes = []
+    real = round_module.ProblemLoader
+    monkeypatch.setattr(round_module, "ProblemLoader",
+                        lambda problems, split: sizes.append((split, len(problems))) or real(problems, split))
+    cfg = FastConfig(pool_size=2, max_metric_calls=30, minibatch_size=2)  # prefetch on, the default
+    _, summaries = run_gepa_only(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL[:4], cfg, 2,
+                                 tmp_path, log=quiet)
+    assert summaries[1]["seed_generations"] == 0  # the seeds' validation scores: carried, free
+    # 30 calls: round 0 pays 2 x 4 for its seeds and keeps 4 for a child's validation, 4 iterations
+    # of 2 x 2; round 1 pays nothing for its seeds: 6 iterations
+    assert [n for split, n in sizes if split == "train"] == [8, 12]
+
+
 def test_a_context_carried_into_the_next_round_keeps_its_lineage(tmp_path: Path) -> None:
     """Round 1 seeded with round 0's pool (same weights, one cache): each context carried over
     keeps the born_round and parent it had (a seed stays a seed, -1 and no parent; round 0's
