@@ -353,8 +353,9 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     step generates; rows whose prompt tokens differ from TRL's are generated (and reported).
     The given per-token sampling log-probs are the behaviour policy's: here shifted by -2 (as
     if another sampler found the tokens less likely), so pi_theta / pi_behaviour on every reused
-    token is e^2 (`reused_is_weight`), above CISPO's cap tau = 4: the loss clips the reused
-    tokens of positive advantage (`clip_fraction`), and no token of the next, on-policy step.
+    token is e^2 (`reused_is_weight`), above CISPO's cap tau = 4: the loss caps every reused
+    token's weight (`clip_fraction`, their share of the step's tokens), and no token's of the
+    next, on-policy step.
     The rollout records carry the sampler's log-prob sums."""
     import polars as pl
 
@@ -371,7 +372,7 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
     assert "sampled before" not in lines[1]
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(math.exp(2.0), rel=1e-3)
     assert math.isnan(result.metrics[1]["reused_is_weight"])
-    assert result.metrics[0]["clip_fraction"] > 0 and result.metrics[1]["clip_fraction"] == 0
+    assert result.metrics[1]["clip_fraction"] == 0
     assert all(m["generation_seconds"] > 0 for m in result.metrics)  # 2 rows, then all 8
     assert "2 reused rollouts had other prompt tokens" in caplog.text
     first = pl.read_parquet(result.rollouts_path).filter(pl.col("step") == 0)
@@ -382,6 +383,9 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
             assert first["completion_tokens"][i] == g.completion_tokens
             assert first["logprob_sum"][i] == pytest.approx(g.logprob_sum - 2.0 * g.completion_tokens,
                                                             rel=1e-4, abs=1e-4)
+    # every reused token's weight, e^2, passed the cap, whatever its advantage; no generated one's
+    reused = sum(n for (key, n) in zip(keys, first["completion_tokens"], strict=True) if key != bad)
+    assert result.metrics[0]["clip_fraction"] == pytest.approx(reused / first["completion_tokens"].sum())
 
 
 def _loss_spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.Tensor, torch.Tensor | None]]:

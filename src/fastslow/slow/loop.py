@@ -516,6 +516,11 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         reused_tokens = known.sum().float()
         weight_sum = torch.exp(logps - torch.nan_to_num(behaviour.float()))[known].sum()
     logprob_sums = (torch.nan_to_num(sampled) * mask).sum(1).tolist()
+    # CISPO's cap at work: tokens whose weight pi_theta / pi_sampler passed tau, whatever their
+    # advantage's sign (TRL's cispo_clip_ratio counts positive advantages only, and on the vLLM
+    # path compares with a no-grad forward of the same weights, where the cap never binds)
+    clipped = ((torch.exp(logps - torch.nan_to_num(sampled)) > cfg.epsilon_high) & (mask > 0)).sum().float()
+    clip_fraction = float(clipped / n_tokens)
     kl_terms = None
     if "ref_per_token_logps" in batch:
         delta = batch["ref_per_token_logps"].float() - logps
@@ -524,9 +529,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     else:  # beta = 0: no reference model in the trainer
         kl = math.nan
     entropy = float((entropies * mask).sum() / n_tokens)
-    trl_metrics = trainer._metrics["train"]
-    clip = trl_metrics.get("cispo_clip_ratio") or [math.nan]  # TRL averages it over all ranks
-    trl_metrics.clear()
+    trainer._metrics["train"].clear()  # TRL's own, per micro batch: ours are the step's
 
     local_rewards = np.asarray(reward.last_rewards, dtype=float)
     completion_tokens = batch["completion_mask"].sum(1).tolist()
@@ -553,10 +556,11 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
 
         sums = torch.stack([mask.sum(), (entropies * mask).sum(),
                             kl_terms.sum() if kl_terms is not None else mask.new_zeros(()),
-                            weight_sum, reused_tokens])
+                            weight_sum, reused_tokens, clipped])
         sums = accelerator.reduce(sums, reduction="sum")
         weight_sum, reused_tokens = sums[3], sums[4]
         tokens = float(sums[0].clamp(min=1.0))
+        clip_fraction = float(sums[5]) / tokens
         entropy = float(sums[1]) / tokens
         kl = float(sums[2]) / tokens if kl_terms is not None else math.nan
         loss_total = float(accelerator.reduce(torch.tensor(loss_total, device=mask.device),
@@ -576,7 +580,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "frac_zero_std_groups": float(np.mean(np.isclose(grouped.std(axis=1), 0.0))),
         "entropy": entropy,
         "kl_to_base": kl,
-        "clip_fraction": float(np.mean(clip)),
+        "clip_fraction": clip_fraction,
         "loss": loss_total,
         "lr": lr,
         "completion_tokens": int(sum(completion_tokens)),
