@@ -500,7 +500,7 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
     """fast.reuse_in_slow: given rows keep their completion (and, on the vLLM path, their
     per-token sampling log-probs, which TRL's importance-sampling correction reads); the other
     rows are generated, in one call, in row order. On the vLLM path a given row without
-    log-probs cannot be used and is generated (counted as a mismatch)."""
+    log-probs cannot be used and is generated (counted as such, not as other prompt tokens)."""
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
     trainer.use_vllm = vllm  # only the splice is exercised: generation itself is faked below
     trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1  # the vLLM path syncs first
@@ -517,7 +517,8 @@ def test_reused_rows_are_spliced_into_trl_generation(tiny_model_dir, tokenizer, 
                           2: ([6], [14, 15], [-0.3, -0.4])}
     completions, logprobs = trainer._generate_single_turn(prompts, None, {}, 4)
     if vllm:
-        assert asked == [[[3, 4, 5], [7, 8, 9, 10]]] and trainer.reuse_mismatches == 1
+        assert asked == [[[3, 4, 5], [7, 8, 9, 10]]] and trainer.reuse_without_logprobs == 1
+        assert trainer.reuse_mismatches == 0
         assert completions == [[11, 12], [103], [14, 15], [104]]
         assert logprobs == [[-0.1, -0.2], [-1.0], [-0.3, -0.4], [-1.0]]
         assert trainer.reused == {0, 2}
@@ -538,7 +539,7 @@ def test_reused_rows_need_one_log_prob_per_completion_token(tiny_model_dir, toke
     tokens) has no usable sampling log-probs: on the vLLM path it is generated (a mismatch), on
     the HF path it is reused but trained as on-policy (`reuse_unweighted`), never weighted by
     misaligned log-probs. The splice test's rows had log-probs of the right length or none, so a
-    check of presence only passed."""
+    check of presence only passed. A row whose prompt tokens are not TRL's is a mismatch on both."""
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
     trainer.use_vllm = vllm
     trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1
@@ -549,17 +550,19 @@ def test_reused_rows_need_one_log_prob_per_completion_token(tiny_model_dir, toke
         return [[100 + len(p)] for p in prompt_ids], ([[-1.0] for _ in prompt_ids] if vllm else None)
 
     trainer._generate_rows = fake_generate
-    prompts = [[1, 2], [3, 4, 5]]
-    trainer.reuse_rows = {0: ([1, 2], [11, 12], [-0.1, -0.2]), 1: ([3, 4, 5], [13, 14], [-0.3])}
+    prompts = [[1, 2], [3, 4, 5], [6]]
+    trainer.reuse_rows = {0: ([1, 2], [11, 12], [-0.1, -0.2]), 1: ([3, 4, 5], [13, 14], [-0.3]),
+                          2: ([6, 6], [15], [-0.5])}
     completions, logprobs = trainer._generate_single_turn(prompts, None, {}, 2)
+    assert trainer.reuse_mismatches == 1  # row 2: other prompt tokens
     if vllm:
-        assert asked == [[[3, 4, 5]]] and trainer.reuse_mismatches == 1
-        assert completions == [[11, 12], [103]] and logprobs == [[-0.1, -0.2], [-1.0]]
+        assert asked == [[[3, 4, 5], [6]]] and trainer.reuse_without_logprobs == 1
+        assert completions == [[11, 12], [103], [101]] and logprobs == [[-0.1, -0.2], [-1.0], [-1.0]]
         assert trainer.reused == {0}
     else:
-        assert asked == [] and completions == [[11, 12], [13, 14]]
+        assert asked == [[[6]]] and completions == [[11, 12], [13, 14], [101]]
         assert trainer.reused == {0, 1} and set(trainer.behaviour) == {0}
-        assert trainer.reuse_unweighted == 1 and trainer.reuse_mismatches == 0
+        assert trainer.reuse_unweighted == 1 and trainer.reuse_without_logprobs == 0
 
 
 def test_reused_rows_train_against_the_policy_that_sampled_them(tiny_model_dir, tokenizer, tmp_path) -> None:

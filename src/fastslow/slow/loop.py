@@ -764,6 +764,11 @@ def run_cycle(
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
                             "generated instead", run_id, cycle, trainer.reuse_mismatches)
                 trainer.reuse_mismatches = 0
+            if trainer.reuse_without_logprobs:
+                log.warning("slow %s cycle %d: %d reused rollouts came without the per-token sampling log-probs "
+                            "vLLM's importance correction needs; generated instead", run_id, cycle,
+                            trainer.reuse_without_logprobs)
+                trainer.reuse_without_logprobs = 0
             if trainer.reuse_unweighted:
                 log.warning("slow %s cycle %d: %d reused rollouts came without their sampling log-probs; "
                             "trained as on-policy", run_id, cycle, trainer.reuse_unweighted)

@@ -169,7 +169,9 @@ def _grpo_trainer_class() -> type:
             self.timings = {"generation": 0.0, "scoring": 0.0}
             self.stash: list[tuple[Any, Any]] = []
             self.reused: set[int] = set()  # rows of the last generation served from `reuse_rows`
-            self.reuse_mismatches = 0
+            self.reuse_mismatches = 0  # given rows whose prompt tokens are not TRL's (generated)
+            #: vLLM path: given rows without their per-token sampling log-probs (generated)
+            self.reuse_without_logprobs = 0
             #: HF path: reused rows without their sampler's per-token log-probs (trained as on-policy)
             self.reuse_unweighted = 0
             #: HF path: reused row -> the per-token log-probs of the policy that sampled it
@@ -202,8 +204,8 @@ def _grpo_trainer_class() -> type:
             `reuse_rows` whose prompt tokens are exactly TRL's: those keep their given completion
             (a row whose tokens differ is generated and counted in `reuse_mismatches`). On the
             vLLM path TRL also gets each token's sampling log-prob (for its importance-sampling
-            correction): a reused row then needs its own, else it is generated too. Text prompts
-            only.
+            correction): a reused row then needs its own, else it is generated too (counted in
+            `reuse_without_logprobs`). Text prompts only.
 
             On the vLLM path the weights are synced into vLLM first, on every rank, whatever rows
             are reused (`sync_vllm_weights`). Where generation is itself a collective (FSDP without
@@ -217,10 +219,10 @@ def _grpo_trainer_class() -> type:
             def has_logprobs(r: Any) -> bool:  # one sampling log-prob per completion token
                 return r[2] is not None and len(r[2]) == len(r[1])
 
-            hits = {i: r for i, r in reuse.items()
-                    if i < len(prompt_ids) and list(prompt_ids[i]) == list(r[0])
-                    and (not self.use_vllm or has_logprobs(r))}
-            self.reuse_mismatches += len(reuse) - len(hits)
+            same = {i: r for i, r in reuse.items() if i < len(prompt_ids) and list(prompt_ids[i]) == list(r[0])}
+            hits = {i: r for i, r in same.items() if not self.use_vllm or has_logprobs(r)}
+            self.reuse_mismatches += len(reuse) - len(same)
+            self.reuse_without_logprobs += len(same) - len(hits)
             self.reused = set(hits)
             if not self.use_vllm:  # TRL's HF path has no sampling log-probs: `behaviour_logps`
                 self.behaviour = {i: r[2] for i, r in hits.items() if has_logprobs(r)}
