@@ -220,10 +220,16 @@ def test_a_cycle_whose_prompts_do_not_fit_the_models_positions_stops_in_one_line
 
 def test_resume_rejects_another_train_set(runs: dict[str, Any], tiny_model_dir: Path,
                                           tmp_path: Path) -> None:
+    from fastslow.slow.loop import problems_fingerprint
+
     other = LengthTask().problems("train", 4, 0)
-    with pytest.raises(ValueError, match="different train set"):
+    stored = read_state(runs["first"].out_dir)["problems_fingerprint"]
+    with pytest.raises(ValueError, match=rf"different train set \(or order\): fingerprint {stored}, these 4 "
+                                         rf"problems' {problems_fingerprint(other)}; the data position"):
         run_cycle(tiny_model_dir, runs["first"].out_dir, CONTEXTS, LengthTask(), other, _cfg(1),
                   tmp_path / "out", "r", 1)
+    with pytest.raises(ValueError, match=r"^train_problems have duplicate ids: '.+'$"):
+        run_cycle(tiny_model_dir, None, CONTEXTS, LengthTask(), [*other, other[0]], _cfg(1), tmp_path / "dup", "r", 0)
     # A continual run switching task says so: the new stream starts at 0, the step count goes on.
     result = run_cycle(tiny_model_dir, runs["first"].out_dir, CONTEXTS, LengthTask(), other,
                        _cfg(1), tmp_path / "out", "r", 1, progress=False, new_data=True)

@@ -85,7 +85,7 @@ from fastslow.fast.proposers import FeedbackEditor, ReflectiveProposer, build_re
 from fastslow.io import write_json
 from fastslow.model.generation import Generator, derive_seed
 from fastslow.records import context_hash
-from fastslow.tasks.base import Problem, Task
+from fastslow.tasks.base import Problem, Task, duplicate_ids
 
 logger = logging.getLogger(__name__)
 Log = Callable[[str], None]
@@ -191,10 +191,7 @@ class ProblemLoader:
     def __init__(self, problems: Sequence[Problem], split: str) -> None:
         self.by_id = {f"{split}:{p.id}": p for p in problems}
         if len(self.by_id) != len(problems):
-            seen: set[str] = set()
-            twice = sorted({p.id for p in problems if p.id in seen or seen.add(p.id)})
-            raise ValueError(f"duplicate problem ids in the {split} problems: {', '.join(map(repr, twice[:5]))}"
-                             + (f" and {len(twice) - 5} more" if len(twice) > 5 else ""))
+            raise ValueError(f"duplicate problem ids in the {split} problems: {duplicate_ids(problems)}")
         self.ids = list(self.by_id)
 
     def all_ids(self) -> list[str]:

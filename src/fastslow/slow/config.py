@@ -51,7 +51,8 @@ class SlowConfig:
     temperature: float = _help("Sampling temperature of the rollouts (also divides the logits "
                                "in the loss, as TRL does).", default=1.0)
     top_p: float = _help("Nucleus sampling for rollouts (1.0 = off; below 1 the recorded "
-                         "logprob_sum is the untruncated policy's).", default=1.0)
+                         "logprob_sum of a row generated in the step on the HF path is the "
+                         "untruncated policy's, of a vLLM or reused row its sampler's).", default=1.0)
     baseline: Literal["problem", "prompt"] = _help(
         "Advantage baseline: 'problem' = one group of G across contexts (the paper's default), "
         "'prompt' = one group of G/K per (problem, context).", default="problem")

@@ -13,7 +13,9 @@ A chain of cycles gives the same rewards and weights as one uninterrupted run
 (tests/test_slow_cycle.py): the data order is a pure function of (seed, cursor), the RNG state
 is saved and restored after the trainer is built, and the optimiser and scheduler state dicts are
 saved exactly. `step` in every table is the 0-based global RL step = the number of optimiser
-updates the sampling weights had received.
+updates before it: the updates the sampling weights had received, for a rollout generated in
+the step (one the fast round sampled, or an earlier step of a `slow.steps_per_generation` block,
+is older by up to that many).
 
 Under `accelerate launch` with N processes (`python -m fastslow.slow.train`, see
 `fastslow.launch`) every rank runs this same function on a contiguous 1/N of each step's rows
@@ -60,7 +62,7 @@ from fastslow.slow.trainer import (
     rank_slice,
     world_size,
 )
-from fastslow.tasks.base import Problem, Task, build_messages
+from fastslow.tasks.base import Problem, Task, build_messages, duplicate_ids
 
 log = logging.getLogger("fastslow.slow")
 
@@ -428,15 +430,15 @@ def resume_point(model_dir: Path, state_in: str | Path | None, problems: Sequenc
     if not problems:
         raise ValueError("train_problems is empty")
     if len({p.id for p in problems}) != len(problems):
-        raise ValueError("train_problems have duplicate ids")
+        raise ValueError(f"train_problems have duplicate ids: {duplicate_ids(problems)}")
     fingerprint = problems_fingerprint(problems)
     if state_in is None:
         return Path(model_dir), 0, 0, fingerprint
     prev = read_state(state_in)
     if prev["problems_fingerprint"] != fingerprint and not new_data:
-        raise ValueError(f"state_in {state_in} was trained on a different train set (or order); "
-                         "the data position would be meaningless (pass new_data=True for a "
-                         "new task)")
+        raise ValueError(f"state_in {state_in} was trained on a different train set (or order): fingerprint "
+                         f"{prev['problems_fingerprint']}, these {len(problems)} problems' {fingerprint}; the "
+                         "data position would be meaningless (pass new_data=True for a new task)")
     return Path(state_in) / "model", prev["global_step"], 0 if new_data else prev["cursor"], fingerprint
 
 

@@ -15,7 +15,7 @@ So the baseline is chosen by one number, no TRL code changed:
 
 The alternatives were heavier: a dataset of (problem, context) rows needs a custom sampler that
 keeps a problem's K contexts together and rebuilds the dataset whenever the pool changes;
-`rollout_func` bypasses TRL's generation (and its vLLM weight sync) only to change a prompt; a
+`rollout_func` replaces TRL's generation (its own vLLM calls) only to change a prompt; a
 `_generate_and_score_completions` override would copy 600 lines. What we do override is small:
 timers around generation and scoring (for the step-time split), and a stash of the per-token
 log-probabilities and entropies of the training forward pass, which gives each rollout's

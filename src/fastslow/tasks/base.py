@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -96,6 +98,15 @@ class TaskDataError(ValueError):
 
 #: Difficulty levels of the procedural tasks ("easy→hard" radar axes).
 DIFFICULTIES: tuple[str, ...] = ("easy", "default", "hard")
+
+
+def duplicate_ids(problems: Sequence[Problem], show: int = 5) -> str:
+    """The ids `problems` hold more than once, for an error message ('' for none): the first
+    `show`, quoted, and how many more."""
+    counts = Counter(p.id for p in problems)
+    twice = [pid for pid, n in counts.items() if n > 1]
+    more = f" and {len(twice) - show} more" if len(twice) > show else ""
+    return ", ".join(repr(pid) for pid in twice[:show]) + more
 
 
 def extract_answer(completion: str) -> str | None:
