@@ -14,7 +14,6 @@ from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state
 from fastslow.slow.distill import (
     completion_logits,
-    reverse_kl_loss,
     run_distill_cycle,
     token_reverse_kl,
 )
@@ -50,16 +49,15 @@ def test_reverse_kl_matches_hand_computation() -> None:
 
     # Position 0: p = (1/2, 1/2), q = (1/4, 3/4): KL = ½ln(½/¼) + ½ln(½/¾) = ½ln(4/3).
     # Position 1: p = (e/(1+e), 1/(1+e)), q uniform: KL = Σ p ln p + ln 2.
-    # Position 2 is masked out (its huge KL must not count).
+    # Position 2: a huge KL, its own (kl[2]) and no other position's.
     student = torch.tensor([[0.0, 0.0], [1.0, 0.0], [50.0, 0.0]], requires_grad=True)
     teacher = torch.tensor([[0.0, math.log(3.0)], [7.0, 7.0], [0.0, 50.0]], requires_grad=True)
     p1 = math.e / (1 + math.e)
     kl0 = 0.5 * math.log(4 / 3)
     kl1 = p1 * math.log(p1) + (1 - p1) * math.log(1 - p1) + math.log(2)
-    loss = reverse_kl_loss(student, teacher, mask=torch.tensor([1, 1, 0]))
-    assert float(loss.detach()) == pytest.approx((kl0 + kl1) / 2, rel=1e-6)
     kl, entropy = token_reverse_kl(student, teacher)
-    assert kl[:2].tolist() == pytest.approx([kl0, kl1], rel=1e-6)
+    assert kl[:2].tolist() == pytest.approx([kl0, kl1], rel=1e-6) and float(kl[2]) > 10
+    loss = kl[:2].mean()  # the step's loss: the token mean over the completion positions
     assert float(entropy[0]) == pytest.approx(math.log(2), rel=1e-6)
     # Temperature divides both logit sets: at T=2 position 0 compares (½,½) with (1/(1+√3), ...).
     q0 = 1 / (1 + math.sqrt(3))
@@ -70,7 +68,7 @@ def test_reverse_kl_matches_hand_computation() -> None:
     assert student.grad is not None and student.grad[:2].abs().sum() > 0
     assert teacher.grad is None
     same = torch.randn(3, 5)
-    assert float(reverse_kl_loss(same, same + 4.0)) == pytest.approx(0.0, abs=1e-6)
+    assert token_reverse_kl(same, same + 4.0)[0].tolist() == pytest.approx([0.0] * 3, abs=1e-6)
 
 
 def test_rounding_warning_names_bf16_weights_whose_updates_round_away() -> None:
@@ -132,7 +130,7 @@ def _context_kl(student: Any, teacher: Any, tokenizer: Any, problems: list[Probl
     with torch.no_grad():
         s = completion_logits(student, s_ids, completions, tokenizer.pad_token_id)
         t = completion_logits(teacher, t_ids, completions, tokenizer.pad_token_id)
-    return float(reverse_kl_loss(s, t))
+    return float(token_reverse_kl(s, t)[0].mean())
 
 
 def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,

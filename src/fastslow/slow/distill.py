@@ -99,16 +99,6 @@ def token_reverse_kl(student_logits: Any, teacher_logits: Any,
     return kl, entropy
 
 
-def reverse_kl_loss(student_logits: Any, teacher_logits: Any, mask: Any | None = None,
-                    temperature: float = 1.0) -> Any:
-    """Mean over the (masked) positions of `token_reverse_kl`: the distillation loss."""
-    kl, _ = token_reverse_kl(student_logits, teacher_logits, temperature)
-    if mask is None:
-        return kl.mean()
-    mask = mask.to(kl.dtype)
-    return (kl * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 def completion_logits(model: Any, prompts: Sequence[Sequence[int]],
                       completions: Sequence[Sequence[int]], pad_id: int) -> Any:
     """The model's (log-normalised) logits predicting each completion token, shape (N, V).

@@ -96,10 +96,9 @@ class TaskReward:
 
     __name__ = "task_reward"  # TRL names the reward's metrics after this
 
-    def __init__(self, task: Task, problems: dict[str, Problem], with_feedback: bool = True):
+    def __init__(self, task: Task, problems: dict[str, Problem]):
         self.task = task
         self.problems = problems
-        self.with_feedback = with_feedback
         self.last_texts: list[str] = []
         self.last_rewards: list[float] = []
         self.last_feedback: list[str] = []
@@ -110,8 +109,7 @@ class TaskReward:
         problems = [self.problems[pid] for pid in problem_id]
         rewards = [float(self.task.reward(p, t)) for p, t in zip(problems, texts, strict=True)]
         self.last_texts, self.last_rewards = texts, rewards
-        self.last_feedback = ([self.task.feedback(p, t) for p, t in zip(problems, texts, strict=True)]
-                              if self.with_feedback else [""] * len(texts))
+        self.last_feedback = [self.task.feedback(p, t) for p, t in zip(problems, texts, strict=True)]
         return rewards
 
 
