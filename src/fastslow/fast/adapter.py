@@ -159,9 +159,7 @@ class FastAdapter:
     def __init__(self, generator: Generator, task: Task, sampling: SamplingParams,
                  weights_id: str = "base", cache: RolloutCache | None = None,
                  max_metric_calls: int | None = None, batch_size: int = 16,
-                 on_generate: Callable[[int], None] | None = None, format_credit: float = 0.0,
-                 progress: Callable[[str], None] | None = None,
-                 record_chars: int = MAX_RECORD_COMPLETION_CHARS) -> None:
+                 format_credit: float = 0.0, progress: Callable[[str], None] | None = None) -> None:
         self.generator = generator
         self.task = task
         self.sampling = sampling
@@ -169,10 +167,8 @@ class FastAdapter:
         self.cache = cache if cache is not None else RolloutCache()
         self.max_metric_calls = max_metric_calls
         self.batch_size = batch_size
-        self.on_generate = on_generate
         self.progress = progress  # one line before a sampling pass and after each of its calls
         self.format_credit = format_credit
-        self.record_chars = record_chars  # completion characters shown in a reflective record
         self.generations = 0
         self.prefetched = 0
         self.generate_seconds = 0.0  # wall time of `_generate` (sampling and scoring) so far
@@ -247,8 +243,6 @@ class FastAdapter:
             gens = self.generator.generate(convs, params)
             if len(gens) != len(chunk):
                 raise RuntimeError(f"generator returned {len(gens)} completions for {len(chunk)} prompts")
-            if self.on_generate is not None:
-                self.on_generate(len(chunk))
             if self.progress is not None:
                 self.progress(f"sampled {lo + len(chunk)}/{len(seqs)} sequences "
                               f"({time.perf_counter() - started:.0f} s)")
@@ -421,7 +415,7 @@ class FastAdapter:
             seen.add(t["problem_id"])
             records.append({
                 "Inputs": t["problem"],
-                "Generated Outputs": clip_middle(t["completion"], self.record_chars),
+                "Generated Outputs": clip_middle(t["completion"]),
                 "Feedback": t["feedback"],
                 "Score": t["reward"],
                 "problem_id": t["problem_id"],
