@@ -176,6 +176,38 @@ def test_math_numeric_forms() -> None:
     assert "6*7" in task.feedback(p, "<answer>41</answer>")
 
 
+@pytest.mark.parametrize("gold, answer", [("16", "16\\pi"), ("2", "\\sqrt{2}"), ("3", "\\frac{\\pi}{3}"), ("5", "x^5"),
+                                          ("10", "10!"), ("7", "7i"), ("6", "\\log_2 6"), ("8", "\\pi r^2 = 8\\pi")])
+def test_a_math_expression_is_not_its_only_number(gold: str, answer: str) -> None:
+    """The only number of an answer was read as its value: 16\\pi scored 1 against 16, and
+    \\sqrt{2} against 2. An expression around the number now reads as no number."""
+    task = get_task("math")
+    p = Problem("m1", "math", "?", gold, {"source": "gsm_symbolic"})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 0.0
+    assert "the answer is an expression" in task.feedback(p, f"<answer>{answer}</answer>")
+    assert task.reward(p, f"<answer>\\text{{{gold} apples}}</answer>") == 1.0  # words around it still pass
+
+
+def test_math_splits_keep_a_word_problem_told_with_other_names_in_one_split() -> None:
+    """gsm_symbolic items had no identity but their prompt, so the same template and numbers told
+    of James in test and of David in train were two problems: 6 of 182 such test items at these
+    sizes had a train twin. They are keyed by template and numbers now."""
+    from fastslow.tasks.math_task import problem_identity
+    from fastslow.tasks.scoring import find_numbers
+
+    james = {"name": "James", "age": 11, "years": 7, "multiplier": 3}
+    assert problem_identity("", variables=james) == problem_identity("", variables={**james, "name": "David"})
+    assert problem_identity("", variables=james) != problem_identity("", variables={**james, "age": 12})
+    task = get_task("math")
+
+    def told(p: Problem) -> tuple:  # the numbers a word problem states and its answer, names aside
+        return tuple(find_numbers(p.prompt.split("\n\nGive the final")[0])), p.answer
+
+    train = {told(p) for p in task.problems("train", 2000, seed=0) if p.metadata["source"] == "gsm_symbolic"}
+    test = [p for p in task.problems("test", 400, seed=0) if p.metadata["source"] == "gsm_symbolic"]
+    assert len(test) > 150 and not [p.prompt[:80] for p in test if told(p) in train]
+
+
 def test_physics_units_and_tolerance() -> None:
     task = get_task("physics")
     meta = {"value": 250.0, "unit": "m", "dimension": "length", "formula": "d = v²/(2·a)",
@@ -183,8 +215,13 @@ def test_physics_units_and_tolerance() -> None:
     p = Problem("p1", "physics", "…", "250 m", meta)
     for ok in ("250 m", "250", "0.25 km", "25000 cm", "254 m", "d = 250 metres", "2.5e2 m"):
         assert task.reward(p, f"<answer>{ok}</answer>") == 1.0, ok
-    for bad in ("260 m", "250 km", "250 J", "two hundred fifty", "250 m or 300 m"):
+    for bad in ("260 m", "250 km", "250 J", "two hundred fifty", "250 m or 300 m",
+                "100 or 250 m", "between 1 and 250 m", "1, 2, 3 or 250 m", "1 250 m"):  # hedges, and 1250 m
         assert task.reward(p, f"<answer>{bad}</answer>") == 0.0, bad
+    assert task.reward(p, "<answer>2 significant figures: 250 m</answer>") == 1.0
+    big = Problem("p2", "physics", "…", "1200 J", {**meta, "value": 1200.0, "unit": "J", "dimension": "energy",
+                                                     "value_si": 1200.0})
+    assert task.reward(big, "<answer>1 200 J</answer>") == 1.0  # read as 200 J before
     assert "too high by 4.0%" in task.feedback(p, "<answer>260 m</answer>")
     assert "Wrong kind of unit" in task.feedback(p, "<answer>250 J</answer>")
     assert "d = v²/(2·a)" in task.feedback(p, "<answer>1</answer>")

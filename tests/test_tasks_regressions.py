@@ -446,6 +446,10 @@ def test_codeio_integers_are_exact():
     assert task.reward(problem, '<answer>{"total": 2399813805, "ratio": 0.1}</answer>') == 1.0
     assert task.reward(problem, '<answer>{"total": 2399815805, "ratio": 0.1}</answer>') == 0.0
     assert task.reward(problem, '<answer>{"total": 2399813805, "ratio": 0.10000001}</answer>') == 1.0
+    # an integer written as a float is exact too (it passed within 1e-6 of the gold)
+    assert task.reward(problem, '<answer>{"total": 2399813805.0, "ratio": 0.1}</answer>') == 1.0
+    for wrong in ("2399815805.0", "2.3998e9", "2399813000.0"):
+        assert task.reward(problem, f'<answer>{{"total": {wrong}, "ratio": 0.1}}</answer>') == 0.0, wrong
 
 
 @pytest.mark.parametrize("gold, right, wrong", [

@@ -3,7 +3,7 @@
 Splits are kept apart by *content*, not only by seed: each candidate problem has a partition key
 whose hash decides the one split it may ever belong to. The key is the problem's canonical
 identity when its generator provides one — physics: the generator and its givens in SI; math:
-the arithmetic expression or the equation — so the same problem worded differently ("1.7 kΩ" /
+the arithmetic expression, the equation, or a word problem's template and numbers — so the same problem worded differently ("1.7 kΩ" /
 "1700 Ω", "Calculate 7 - 5." / "7 - 5 =") still has one key; otherwise it is the prompt (CodeIO
 keys by its program). Problems with the same key therefore never land in two splits — for any
 seeds, any sizes, and across the difficulties of a task family — and a split can be regenerated

@@ -13,12 +13,14 @@ right and may swap a divisor without showing it ("Calculate 5 / 9." with answer 
 whose answer is not the exact value of its own expression is dropped.
 
 Splits: a problem's identity is its expression (basic_arithmetic and chain_sum word the same
-"7 - 5" differently) or its equation up to the variable's name; other items are keyed by prompt.
+"7 - 5" differently), its equation up to the variable's name, or a word problem's template and
+numbers (gsm_symbolic tells one problem of James or of David); other items are keyed by prompt.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import operator
 import re
 from collections.abc import Mapping
@@ -69,7 +71,7 @@ class MathTask(ReasoningGymTask):
         cand.metadata = {"source": source.dataset, "solution": str(rg_meta.get("answer_cot", "")),
                          "expression": expression}
         cand.key = problem_identity(expression, str(rg_meta.get("equation", "")),
-                                    str(rg_meta.get("variable", "")))
+                                    str(rg_meta.get("variable", "")), rg_meta.get("variables"))
         return cand
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -96,15 +98,23 @@ class MathTask(ReasoningGymTask):
         return Judgement(float(ok), problem.answer, raw, notes)
 
 
-def problem_identity(expression: str, equation: str = "", variable: str = "") -> str | None:
+def problem_identity(expression: str, equation: str = "", variable: str = "",
+                     variables: Any = None) -> str | None:
     """What makes two math problems the same however worded: the expression without spaces
-    ("7-5"), or the equation with its variable renamed x; None (key by prompt) for neither."""
+    ("7-5"), or the equation with its variable renamed x, or a word problem's template (the names
+    of its `variables`) and its numbers, without the names and objects it is told with (gsm_symbolic:
+    "James is 11 ..." and "David is 11 ..." are one problem); None (key by prompt) for none."""
     if expression.strip():
         return "math|expression|" + re.sub(r"\s+", "", expression)
     if equation.strip():
         if re.fullmatch(r"[A-Za-z]", variable):
             equation = re.sub(rf"(?<![A-Za-z]){variable}(?![A-Za-z])", "x", equation)
         return "math|equation|" + re.sub(r"\s+", "", equation)
+    if isinstance(variables, Mapping) and variables:
+        numbers = {str(k): v for k, v in variables.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return "math|template|" + json.dumps({"template": sorted(map(str, variables)), "numbers": numbers},
+                                              sort_keys=True, default=str)
     return None
 
 

@@ -111,11 +111,20 @@ def find_numbers(text: str) -> list[float]:
     return values
 
 
+#: Notation that makes an answer's only number part of another value: a LaTeX command other than
+#: the wrappers parse_number takes off (\\boxed, \\text, ...), a power, an index, a factorial, a
+#: root or pi sign, or a letter stuck to a digit ("7i", "16pi", "3x").
+_SYMBOLIC_RE = re.compile(r"\\(?!(?:boxed|text|textbf|textrm|mathrm|mathbf|mbox|displaystyle|left|right)\b)[A-Za-z]+"
+                          r"|[\^_!√π∞]|\d(?:[A-Za-z]|pi)\b")
+
+
 def extract_number(text: Any) -> tuple[float | None, str]:
     """The number an answer states, and how it was read (for feedback).
 
     The whole answer is tried first; then the part after the last "=" ("x = 42"); then the only
-    number in the text ("42 apples"). Several candidate numbers make it ambiguous: None.
+    number in the text ("42 apples"), unless the text around it is mathematics ("16\\pi", "\\sqrt{2}",
+    "x^5", "10!", "7i": another value, which happens to contain the number). Several candidate
+    numbers make it ambiguous: None.
     """
     if not isinstance(text, str) or not text.strip():
         return None, "the answer is empty"
@@ -129,6 +138,9 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
     numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
     if len(numbers) == 1:
+        symbolic = _SYMBOLIC_RE.search(tail)
+        if symbolic:
+            return None, f"the answer is an expression ({symbolic.group(0).strip()!r} in it), not a number"
         return numbers[0], "read the only number in the answer"
     if not numbers:
         return None, "no number could be read from the answer"
@@ -266,6 +278,8 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
         return a is b if isinstance(a, bool) and isinstance(b, bool) else False
     if isinstance(a, int) and isinstance(b, int):
         return a == b  # integers are exact: 2399815805 is not 2399813805
+    if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and isinstance(b, int):
+        return float(a) == float(b)  # and so is an integer written as a float: 2399813805.0 too
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True

@@ -294,17 +294,25 @@ def _read_unit(raw: str) -> str | None:
     return None
 
 
+#: What between a bare number and a later one with a unit makes them alternatives or a range.
+_HEDGE_RE = re.compile(r"\b(?:or|and|to|between)\b|[,;/\-–—±]")
+
+
 def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
     """(value, unit symbol or None, raw unit text) of an answer like "12.5 m/s" or "v = 3 kJ".
 
     The text after the last "=" is read. With several numbers, the first one followed by a known
-    unit wins; a lone number may carry no unit. Value None means no number could be read.
+    unit wins; a lone number may carry no unit. Value None means no number could be read, or the
+    answer hedges: two values with units that differ ("250 m or 300 m"), or a bare number offered
+    beside one with a unit ("100 or 679.1 J", "between 1 and 679.1 J"). Digits grouped by spaces
+    are one number ("1 200 J").
     """
     if not isinstance(text, str) or not text.strip():
         return None, None, ""
     s = text.rsplit("=", 1)[-1].strip()[:400]
     s = re.sub(r"(\*\*|__)(.+?)\1", r"\2", s)  # markdown bold, before "**" means a power
     s = re.sub(r"(?<=\d)(?:\\,|\u2009|\u202f)(?=\d{3}(?!\d))", "", s)  # 1\,200 thousands
+    s = re.sub(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![.,]?\d)", lambda m: m.group(0).replace(" ", ""), s)  # 1 200
     for junk in ("$", "\\,", "\\ ", "\\!", "~"):
         s = s.replace(junk, " " if junk != "$" else "")
     whole = parse_number(s.strip())
@@ -317,7 +325,12 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
         if value is None:
             continue
         raw = (m.group(2) or "").strip()
-        readings.append((value, _read_unit(raw) if raw else None, raw))
+        readings.append((value, _read_unit(raw) if raw else None, raw, m.start(), m.end(1)))
+    first = next((r for r in readings if r[1] is not None), None)
+    if first is not None and any(r[1] is None and _HEDGE_RE.search(s[r[4]:first[3]])
+                                 for r in readings if r[4] <= first[3]):
+        return None, None, ""  # "100 or 679.1 J": two answers, the unit written once
+    readings = [r[:3] for r in readings]
     with_unit = [r for r in readings if r[1] is not None]
     if with_unit:
         # "12 m/s (43.2 km/h)" restates one value; "250 m or 300 m" hedges between two: refuse.
