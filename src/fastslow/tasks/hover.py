@@ -198,14 +198,17 @@ class HoverTask(GeneratedTask):
         shown += rng.sample(pool, min(n_distract, len(pool)))
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]
+        # A false value the documents mention, so "never mentioned" is no shortcut to the label;
+        # drawn, and required, whatever the label, so the documents of either label are alike.
+        swapped = _swap_value(world, rng, truth, near=hard, text=" ".join(t for _, t in docs))
+        if swapped is None:
+            return None
         claimed, perturbed, how = truth, None, ""
         if use_decoy and decoy is not None:
             claimed, perturbed = decoy[1][-1], decoy[0]
             how = f"the claimed value belongs to a neighbouring chain that diverges at hop {decoy[0]}"
         elif label == "NOT_SUPPORTED":
-            # Prefer a value the documents mention, so "never mentioned" is no shortcut to the label.
-            claimed = _swap_value(world, rng, truth, near=hard, text=" ".join(t for _, t in docs))
-            perturbed, how = hops, "the last hop's value was changed"
+            claimed, perturbed, how = swapped, hops, "the last hop's value was changed"
         if claimed is None or (label == "NOT_SUPPORTED" and claimed.name == truth.name):
             return None
         claim = _claim(ents, rels, claimed)
@@ -288,17 +291,19 @@ def _divert(world: World, rng: random.Random, ents: list[Entity],
 
 def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool,
                 text: str) -> Entity | None:
-    """Another value of the same type, preferably one that `text` (the documents) mentions."""
+    """Another value of the same type that `text` (the documents) mentions (`near`: for a year,
+    the mentioned one nearest the truth), or None: a value the documents never mention gave the
+    label away ("never mentioned, so NOT_SUPPORTED" read 57% of hover_easy's claims right)."""
     if truth.type == "year":
         mentioned = sorted({y for y in re.findall(r"\b1[89]\d\d\b|\b20\d\d\b", text) if y != truth.name})
-        if mentioned and not near and rng.random() < 0.7:
-            return Entity(rng.choice(mentioned), "year")
-        step = rng.choice([1, 2]) if near else rng.randint(3, 15)
-        return Entity(str(int(truth.name) + rng.choice([-1, 1]) * step), "year")
-    alt = [e for e in world.entities(truth.type) if e.name != truth.name
-           and (truth.type != "org" or e.kind == truth.kind)]
-    mentioned = [e for e in alt if e.name in text]
-    return rng.choice(mentioned or alt) if alt else None
+        if not mentioned:
+            return None
+        if near:
+            return Entity(min(mentioned, key=lambda y: (abs(int(y) - int(truth.name)), y)), "year")
+        return Entity(rng.choice(mentioned), "year")
+    mentioned = [e for e in world.entities(truth.type) if e.name != truth.name and e.name in text
+                 and (truth.type != "org" or e.kind == truth.kind)]
+    return rng.choice(mentioned) if mentioned else None
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:
