@@ -475,3 +475,18 @@ def test_a_train_split_too_small_for_a_fast_round_names_the_file_to_fix(tmp_path
     spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
     with pytest.raises(ValueError, match=r"has 1 problem\(s\), .*: raise data\.sizes\.train$"):
         run_cycle(spec, config, 0, tmp_path / "no-model", None, tmp_path / "train.parquet", tmp_path / "c1")
+
+
+def test_sampling_and_scoring_errors_name_the_bad_values() -> None:
+    """One line naming what is wrong: the batch size asked for, both lengths, the short problem."""
+    from fastslow.evaluate import summarize
+    from fastslow.model.generation import HFGenerator
+    from fastslow.slow.divergence import kl_and_entropy
+
+    with pytest.raises(ValueError, match=r"^batch_size must be >= 1, got 0$"):
+        HFGenerator(None, None, batch_size=0)
+    with pytest.raises(ValueError, match=r"^prompt_ids and completion_ids must have the same length, got 2 and 1$"):
+        kl_and_entropy(None, None, None, [[1], [2]], [[3]])
+    rows = [{"problem_id": p, "reward": 1.0, "completion_tokens": 3} for p in ("a", "a", "b")]
+    with pytest.raises(ValueError, match=r"^expected 2 samples per problem, got \[1, 2\] \(problem 'b' has 1\)$"):
+        summarize(rows, 2)

@@ -99,6 +99,30 @@ def test_make_generator_forwards_the_engine_size_to_vllm_only(tiny_model_dir: Pa
     assert isinstance(hf, generation.HFGenerator)
 
 
+def test_the_hf_sampler_runs_on_the_gpu_when_there_is_one(tiny_model_dir: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """make_generator("hf") loaded the model on the CPU unless told otherwise, and no caller told
+    it: evaluation, the fast round and a local reflection model sampled on the CPU of a GPU node.
+    Now None means the GPU when torch sees one (an explicit device still wins)."""
+    import torch
+
+    from fastslow.model import convert
+
+    devices: list[str] = []
+    real = convert.load_model
+
+    def recording(path: Any, dtype: str = "auto", device: str = "cpu") -> Any:
+        devices.append(device)
+        return real(path, dtype=dtype, device="cpu")  # no GPU here: record where it was asked for
+
+    monkeypatch.setattr(convert, "load_model", recording)
+    generation.make_generator("hf", tiny_model_dir)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    generation.make_generator("hf", tiny_model_dir)
+    generation.make_generator("hf", tiny_model_dir, device="cpu")
+    assert devices == ["cpu", "cuda", "cpu"]
+
+
 def test_fast_round_generator_gets_the_configured_gpu_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """fastslow.cycle builds the fast round's generator with generation.gpu_memory_utilization."""
     from fastslow import cycle as cycle_mod

@@ -115,7 +115,9 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:
     for r in rows:
         by_problem.setdefault(r["problem_id"], []).append(r["reward"])
     if any(len(v) != k for v in by_problem.values()):
-        raise ValueError(f"expected {k} samples per problem, got {sorted({len(v) for v in by_problem.values()})}")
+        short = next(pid for pid, v in by_problem.items() if len(v) != k)
+        raise ValueError(f"expected {k} samples per problem, got {sorted({len(v) for v in by_problem.values()})} "
+                         f"(problem {short!r} has {len(by_problem[short])})")
     mat = np.array(list(by_problem.values()), dtype=float).reshape(len(by_problem), k)
     return {f"mean@{k}": mean_at_k(mat), f"mean@{k}_se": mean_at_k_se(mat), f"best@{k}": best_at_k(mat),
             "problems": len(by_problem),

@@ -747,7 +747,7 @@ class HFGenerator:
                  chat_template_kwargs: dict[str, Any] | None = None,
                  share_prefill: bool = True) -> None:
         if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
         self.model = model
         #: the config key its callers' max_new_tokens come from, for `check_context`'s message
         self.length_key = "generation.max_new_tokens"
@@ -1001,18 +1001,22 @@ class VLLMGenerator:
 
 
 def make_generator(backend: Literal["hf", "vllm"], model_path: str | Path,
-                   dtype: str = "auto", batch_size: int = 8, device: str = "cpu",
+                   dtype: str = "auto", batch_size: int = 8, device: str | None = None,
                    gpu_memory_utilization: float | None = None, max_model_len: int | None = None,
                    **kwargs: Any) -> Generator:
     """A generator for the model at `model_path`: "hf" (transformers) or "vllm" (GPU).
 
     `gpu_memory_utilization` (config `generation.gpu_memory_utilization`; None: VLLMGenerator's
     default) and `max_model_len` (None: the model's whole context) size the vLLM engine; the hf
-    backend ignores both.
+    backend ignores both. `device` (hf): None is the GPU when there is one (evaluation, the fast
+    round and a local reflection model sampled on the CPU of a GPU node), else the CPU.
     """
     if backend == "hf":
+        import torch
+
         from fastslow.model.convert import load_model, load_tokenizer
 
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = load_model(model_path, dtype=dtype, device=device)
         return HFGenerator(model, load_tokenizer(model_path), batch_size=batch_size, **kwargs)
     if backend == "vllm":

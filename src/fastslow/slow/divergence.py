@@ -156,7 +156,8 @@ def kl_and_entropy(
     import torch
 
     if len(prompt_ids) != len(completion_ids):
-        raise ValueError("prompt_ids and completion_ids must have the same length")
+        raise ValueError(f"prompt_ids and completion_ids must have the same length, got {len(prompt_ids)} "
+                         f"and {len(completion_ids)}")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     kl_sum, ent_sum, count = 0.0, 0.0, 0
     # Completions grouped by prompt (evaluation samples k per prompt): each prompt's prefix is
