@@ -1058,8 +1058,28 @@ def test_a_radar_axis_without_an_evaluation_is_a_gap_not_a_zero():
     last = pl.DataFrame(rows).select(CURVE_COLUMNS).filter(pl.col("cycle") == 0)
     vals, missing = figures.radar_values(last, "base", "mean_at_k", ["math", "physics"])
     assert vals[0] == 0.5 and np.isnan(vals[1]) and missing == ["physics"]
-    assert figures.radar_values(last, "efficiency/fst/math-default-s0", "mean_at_k", ["math", "physics"]) == (
-        [0.6, 0.0], [])
+    assert figures.radar_values(last, "fst", "mean_at_k", ["math", "physics"]) == ([0.6, 0.0], [])
+
+
+def test_a_radar_draws_one_polygon_a_method_its_seeds_averaged(tmp_path):
+    """With two seeds, each seed's run drew a polygon of its own under one legend label
+    (RL→GEPA twice); the base model's were averaged. Now one per method, the mean of its seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _rows("radar", "gepa", "math", [0.1, 0.5], init="base")
+    for seed, value in ((0, 0.2), (1, 0.6)):
+        rows += _rows("radar", "gepa", "math", [0.1, value], init=f"efficiency/rl/math-default-s{seed}")
+    table = pl.DataFrame(rows).select(CURVE_COLUMNS)
+    fig = plt.figure()
+    figures._radars(fig, table, 2)
+    polar = [ax for ax in fig.axes if ax.name == "polar"]
+    labels = [line.get_label() for line in polar[0].get_lines()]
+    assert labels == ["Base→GEPA", "RL→GEPA"]
+    assert polar[0].get_lines()[1].get_ydata()[0] == pytest.approx(0.4)
+    plt.close(fig)
 
 
 

@@ -340,11 +340,12 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, float
     return ratios
 
 
-def radar_values(last: pl.DataFrame, init: str, metric: str, axes_tasks: list[str]) -> tuple[list[float], list[str]]:
-    """One starting point's `metric` on each radar axis (its runs' last evaluations, averaged), NaN
-    where it has none, and the axes it has none on (drawn as a gap, named in the legend: a 0
+def radar_values(last: pl.DataFrame, method: str, metric: str, axes_tasks: list[str]) -> tuple[list[float], list[str]]:
+    """One starting point's `metric` on each radar axis: the last evaluations of the runs started
+    from a `method`'s weights (`_init_method`: "base", "rl", "fst"), averaged over them (its seeds),
+    NaN where it has none, and the axes it has none on (drawn as a gap, named in the legend: a 0
     there would read as a measured zero)."""
-    sub = last.filter(pl.col("init") == init)
+    sub = last.filter(pl.col("init").map_elements(_init_method, return_dtype=pl.String) == method)
     means = {t: sub.filter(pl.col("eval_task") == t)[metric].mean() for t in axes_tasks}
     return ([float("nan") if v is None else float(v) for v in means.values()],
             [t for t, v in means.items() if v is None])
@@ -414,11 +415,10 @@ def radar_axes(last: pl.DataFrame) -> dict[str, str | None]:
     return dict(sorted(groups.items(), key=lambda tg: (order.index(tg[1]) if tg[1] else len(order), tg[0])))
 
 
-def _init_rank(init: str) -> tuple[int, str]:
-    """A radar's starting points in the caption's order: Base, RL, FST, then any other."""
-    method = _init_method(init)
+def _init_rank(method: str) -> tuple[int, str]:
+    """A radar's starting points (their methods) in the caption's order: Base, RL, FST, then any other."""
     order = ("base", "rl", "fst")
-    return (order.index(method) if method in order else len(order), init)
+    return (order.index(method) if method in order else len(order), method)
 
 
 def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
@@ -434,10 +434,10 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
     for j, metric in enumerate(("mean_at_k", "best_at_k")):
         ax = fig.add_subplot(2, ncols, ncols + j + 1, projection="polar")
         drawn: list[float] = []
-        for init in sorted(last["init"].unique().to_list(), key=_init_rank):  # the caption's order
-            vals, missing = radar_values(last, init, metric, axes_tasks)
+        # one polygon per starting method, its seeds averaged (a polygon a seed drew look-alikes)
+        for method in sorted({_init_method(i) for i in last["init"].unique().to_list()}, key=_init_rank):
+            vals, missing = radar_values(last, method, metric, axes_tasks)
             drawn += vals
-            method = _init_method(init)
             ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
                     label=f"{LABELS.get(method, method)}→GEPA"
                     + (f" (none on {', '.join(map(task_label, missing))})" if missing else ""))
