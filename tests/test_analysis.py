@@ -98,6 +98,22 @@ def test_a_curve_still_rising_slowly_runs_c_mid_to_its_bound_and_is_unidentified
     assert not fit.identified
 
 
+def test_a_curve_without_a_step_0_evaluation_fits_its_start():
+    """Fig 3 and the asymptote claim held R0 at the curve's first evaluation, which with
+    evaluation.eval_init off is a cycle's end, not the start: A came out low (0.592 for a true
+    0.60 below). R0 is held at the step-0 evaluation only; a later first point leaves it fitted."""
+    from fastslow.analysis import sigmoid, start_reward
+
+    c = np.array([0.0, 10, 20, 40, 80, 160, 320])
+    r = sigmoid(c, 0.05, 0.6, 40.0, 2.0)
+    assert start_reward(c, r) == pytest.approx(0.05)
+    later = slice(1, None)  # the curve as a run without its step-0 evaluation gives it
+    assert start_reward(c[later], r[later]) is None
+    free = fit_sigmoid(c[later], r[later], r0=start_reward(c[later], r[later]))
+    pinned = fit_sigmoid(c[later], r[later], r0=float(r[1]))
+    assert abs(free.a - 0.6) < 1e-3 and abs(pinned.a - 0.6) > 5e-3  # 0.592 pinned
+
+
 def test_fit_sigmoid_needs_three_points():
     with pytest.raises(ValueError, match="at least 3 points"):
         fit_sigmoid(np.array([0.0, 1.0, 2.0]), np.array([0.0, 0.1, 0.2]))

@@ -135,6 +135,14 @@ class SigmoidFit:
         return sigmoid(c, self.r0, self.a, self.c_mid, self.b)
 
 
+def start_reward(c: np.ndarray, r: np.ndarray) -> float | None:
+    """The R0 a curve's fit holds fixed: its evaluation at step 0 (the weights before any
+    training), or None (fitted) when the curve starts later (`evaluation.eval_init` off: its first
+    point is a cycle's end, not the start)."""
+    c = np.asarray(c, dtype=float)
+    return float(np.asarray(r, dtype=float)[0]) if c.size and c[0] == 0 else None
+
+
 def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> SigmoidFit:
     """Least-squares fit (scipy) of `sigmoid` to a validation curve; C > 0 (steps or samples).
 

@@ -44,6 +44,7 @@ from fastslow.analysis import (
     paired_noise_bound,
     reward_onset_note,
     running_max,
+    start_reward,
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
@@ -445,7 +446,8 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             else:
                 try:
                     fits = {m: fit_sigmoid(c["step"].to_numpy().astype(float), c["mean_at_k"].to_numpy(),
-                                           r0=float(c["mean_at_k"][0])) for m, c in (("rl", rl), ("fst", fst))}
+                                           r0=start_reward(c["step"].to_numpy(), c["mean_at_k"].to_numpy()))
+                            for m, c in (("rl", rl), ("fst", fst))}
                     loose = [m.upper() for m, f in fits.items() if not f.identified]
                     if loose:  # a curve still rising: its A would be the fit's bound, not the data's
                         why = (f"asymptote not identified for {' and '.join(loose)}: the fit did not converge "

@@ -25,6 +25,7 @@ from fastslow.analysis import (
     reward_onset_note,
     rolling_mean,
     running_max,
+    start_reward,
     steps_to_peak_note,
     steps_to_peak_ratio,
 )
@@ -474,7 +475,8 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int) -> None:
 
 
 def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
-    """Asymptote: 4-parameter sigmoid fit per curve, upper asymptote A annotated."""
+    """Asymptote: 4-parameter sigmoid fit per curve, upper asymptote A annotated (R0 held at the
+    step-0 evaluation where the curve has one, `start_reward`)."""
     plt = _plt()
     df = tables["efficiency"]
     tasks = _panel_tasks(df, EFFICIENCY_TASKS)
@@ -503,7 +505,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
                             ecolor=COLORS[method], elinewidth=0.8, capsize=2, alpha=0.7)
             try:
-                fit = fit_sigmoid(x, y, r0=float(y[0]))
+                fit = fit_sigmoid(x, y, r0=start_reward(x, y))
             except ValueError:
                 continue
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
@@ -528,7 +530,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         ax.legend(fontsize=7, loc="best")
     _suptitle(fig, "Fig 3 — fitted asymptote A per curve")
     _footnote(fig, [df], " ".join(  # no reward (the CPU default), too few points: no fit to explain
-        ([] if not drew_fit else ["Fit: R − R0 = (A − R0) / (1 + (C_mid/C)^B).",
+        ([] if not drew_fit else ["Fit: R − R0 = (A − R0) / (1 + (C_mid/C)^B), R0 the step-0 evaluation where there is one.",
                                   "Solid: fit window; dotted: extrapolation."])
         + ([] if not drew_errors else ["Bars: ±1 standard error over val problems."])))
     _save(fig, out)
