@@ -518,3 +518,22 @@ def test_the_article_a_is_no_label_a():
     assert normalize_label("The answer is (b).", labels) == "B"
     assert normalize_label("a", labels) == normalize_label("A", labels) == "A"
     assert normalize_label("B or C", labels) is None
+
+
+def test_the_exact_file_scorer_keeps_words_apart_and_reads_latex_variants(tmp_path: Path) -> None:
+    """The `exact` scorer deleted every space ("1 2" passed for 12, "newyork" for New York) and
+    read \\dfrac and \\left( as other text than \\frac and (. Spaces beside a symbol still go."""
+    path = tmp_path / "exact.jsonl"
+    golds = ["12", "New York", r"\frac{\sqrt{3}}{2}", "(1,2)", "x+1"] * 3
+    path.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"q{i}?", "answer": g}) + "\n"
+                            for i, g in enumerate(golds)), encoding="utf-8")
+    task = load_task_file(path, scorer="exact")
+    by_gold = {p.answer: p for s in ("train", "val", "test") for p in task.problems(s, 15, seed=0)}
+    cases = {"12": (["12", "\\boxed{12}."], ["1 2"]), "New York": (["new  york", "\\boxed{New York}."], ["newyork"]),
+             r"\frac{\sqrt{3}}{2}": ([r"\dfrac{\sqrt{3}}{2}", r"\frac {\sqrt{3}}{2}"], [r"\frac{3}{2}"]),
+             "(1,2)": ([r"\left(1, 2\right)"], ["(1,3)"]), "x+1": (["x + 1"], ["x+2"])}
+    for gold, (right, wrong) in cases.items():
+        for answer in right:
+            assert task.reward(by_gold[gold], f"<answer>{answer}</answer>") == 1.0, (gold, answer)
+        for answer in wrong:
+            assert task.reward(by_gold[gold], f"<answer>{answer}</answer>") == 0.0, (gold, answer)

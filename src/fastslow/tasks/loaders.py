@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -152,12 +153,17 @@ class TableTask(TaskBase):
 
 
 def _loose(text: str) -> str:
-    """Exact-match normal form: case, whitespace, a \\boxed{} / $…$ wrapper and a final period."""
-    s = normalize_text(text)
+    """Exact-match normal form: case, a \\boxed{} / $…$ wrapper, a final period, LaTeX's
+    \\dfrac/\\tfrac (\\frac) and \\left/\\right, and spaces beside a symbol ("x + 1" is "x+1");
+    a space between two words or numbers stays ("1 2" is not "12", "New York" not "newyork")."""
+    s = normalize_text(text).rstrip(".").strip()
     for prefix, suffix in (("\\boxed{", "}"), ("$", "$")):
         if s.startswith(prefix) and s.endswith(suffix) and len(s) >= len(prefix) + len(suffix):
             s = s[len(prefix):len(s) - len(suffix)].strip()
-    return s.rstrip(".").replace(" ", "")
+    s = re.sub(r"\\[dt]frac(?![a-z])", r"\\frac", s)
+    s = re.sub(r"\\(?:left|right)(?![a-z])", "", s)
+    s = re.sub(r"\s+", " ", s.rstrip(".").strip())
+    return re.sub(r" (?=[^\w])|(?<=[^\w]) ", "", s)
 
 
 def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, scorer: str,
