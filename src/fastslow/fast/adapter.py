@@ -73,6 +73,13 @@ class Scored:
     score: float
     trajectory: dict[str, Any]
 
+    @property
+    def paid(self) -> bool:
+        """Whether a round charged its metric call already (so it serves free): not when it was
+        reused, generated ahead or for the slow loop and never yet served to the search.
+        Entries carried in files written before the mark (no "charged" key) were charged."""
+        return bool(self.trajectory.get("charged", True))
+
 
 @dataclass
 class RolloutCache:
@@ -114,7 +121,7 @@ class RolloutCache:
         return RolloutCache({key: Scored(v.score, {**{k: x for k, x in v.trajectory.items() if k != "rollouts"},
                                                    **plain})
                              for key, v in self.entries.items()
-                             if key[2] == weights_id and v.trajectory.get("charged", True)})
+                             if key[2] == weights_id and v.paid})
 
     @classmethod
     def from_json(cls, path: str | Path) -> RolloutCache:

@@ -75,7 +75,6 @@ from fastslow.fast.adapter import (
     COMPONENT,
     FastAdapter,
     RolloutCache,
-    Scored,
     problems_by_id,
     read_rollouts,
 )
@@ -354,7 +353,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
             # the most iterations the guard lets run: what the seeds' validation evaluations leave
             # (none that an earlier round on these weights paid for: a GEPA-only run's carried
             # cache), each iteration a parent and a child on a minibatch, one child on val
-            seed_calls = sum(not _paid(adapter.cache.get(e.hash, p.id, weights_id)) for e in seeds for p in val_problems)
+            hits = [adapter.cache.get(e.hash, p.id, weights_id) for e in seeds for p in val_problems]
+            seed_calls = sum(hit is None or not hit.paid for hit in hits)
             iterations = max(1, (budget - seed_calls - len(val_problems)) // (2 * mb))
             n_train = min(len(trainset), iterations * mb)
             trainset = random.Random(derive_seed(cfg.seed, round_index)).sample(trainset, n_train)
@@ -579,12 +579,6 @@ def run_gepa_only(pool: Pool, generator: Generator, task: Task, train_problems: 
         summaries.append(summary)
         cache = cache.carried(weights_id)  # as a GEPA-only run's next cycle takes it (`to_json`)
     return pool, summaries
-
-
-def _paid(hit: Scored | None) -> bool:
-    """Whether a cached evaluation is a free hit: charged already (not reused, generated ahead
-    or for the slow loop and never used)."""
-    return hit is not None and bool(hit.trajectory.get("charged", True))
 
 
 def _distinct(entries: Sequence[PoolEntry]) -> list[PoolEntry]:

@@ -209,7 +209,7 @@ class HoverTask(GeneratedTask):
             how = f"the claimed value belongs to a neighbouring chain that diverges at hop {decoy[0]}"
         elif label == "NOT_SUPPORTED":
             claimed, perturbed, how = swapped, hops, "the last hop's value was changed"
-        if claimed is None or (label == "NOT_SUPPORTED" and claimed.name == truth.name):
+        if label == "NOT_SUPPORTED" and claimed.name == truth.name:
             return None
         claim = _claim(ents, rels, claimed)
         doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
