@@ -447,6 +447,10 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
             "peak_rss_mb": max(r["peak_rss_mb"] for r in results[method]),
             "mean_s_per_step": means[method],
             "mean_ratio_to_rl": means[method] / means["rl"] if "rl" in means else None,
+            # the Targets' measure: each seed's ratio, averaged over the seeds (ratio_to_rl above is
+            # the ratio of the seeds' mean seconds, which weighs the slower seeds more)
+            "mean_ratio_by_seed": mean([runs[s]["cycles"][-1]["wall_per_step_s"] / rl[s]["cycles"][-1]["wall_per_step_s"]
+                                        for s in seeds]) if paired else None,
             # the ratio the method would reach if its round cost only the search's evaluations and
             # its slow steps cost RL-only's: a lower bound for any rollout reuse at this budget and T
             "search_floor_ratio": 1 + mean(searches) / rl_s if rl_s and None not in searches else None,

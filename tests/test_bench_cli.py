@@ -373,6 +373,12 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert summary["amx/fst_reuse"]["runs"] == 4 and round(summary["amx/fst_reuse"]["mean"], 2) == 1.00
     assert [round(r, 2) for r in summary["amd_fp32/fst"]["ratios"]] == [1.60]
     assert summary["intel_fp32/fst"]["met"] is False and "intel_fp32/fst_reuse" not in summary
+    # a seed run twice weighs once: its runs are averaged before the seeds are
+    reuse = summary["amd_fp32/fst_reuse"]
+    assert (reuse["runs"], reuse["seeds"]) == (4, 2)
+    by_seed = {s: [p["ratio"] for p in targets.points(measured) if p["kind"] == "amd_fp32"
+                   and p["method"] == "fst_reuse" and p["seed"] == s] for s in (0, 1)}
+    assert reuse["mean"] == pytest.approx((sum(by_seed[0]) / 2 + sum(by_seed[1]) / 2) / 2)
     # a new report of the CPU default on an AMD machine: counted there; one with a --set is not
     new = {"task": "hover_hard", "overrides": {}, "bf16": None, "complete": True, "threads": 1, "process": "cycle",
            "cycles": 2,
