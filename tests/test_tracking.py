@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -73,6 +74,41 @@ def test_an_experiment_deleted_in_the_store_stops_init_and_jobs_in_one_line(tmp_
     assert str(err.value) == expected
     MlflowClient(info["tracking_uri"]).restore_experiment(info["experiment_id"])  # what it advises
     assert init_experiment("exp", None, tmp_path / "results")["experiment_id"] == info["experiment_id"]
+
+
+def test_a_reset_database_stops_jobs_in_one_line_naming_the_remake(tmp_path, monkeypatch):
+    """A store reset (or its database deleted) under tracking files that Snakemake keeps (ancient
+    inputs): each job failed with MLflow's "No Experiment with id=1 exists"; now one line says what
+    is missing, and the command it names remakes the files so the job runs."""
+    from fastslow.tracking import log_init, main
+
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    log_init("logs/e.log", experiment="exp", out_json="results/mlflow/experiment.json")
+    log_init("logs/g.log", experiment_json="results/mlflow/experiment.json", group="efficiency",
+             out_json="results/mlflow/parents/efficiency.json")
+    path = Path("results/mlflow/parents/efficiency.json")
+    info = json.loads(path.read_text())
+    # the same address, a fresh database (this process caches its connection to the old file)
+    store = f"sqlite:///{tmp_path / 'fresh' / 'store.db'}"
+    (tmp_path / "fresh").mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    info = {**info, "tracking_uri": store}
+    for name in ("experiment.json", "parents/efficiency.json"):
+        made = json.loads((path.parents[1] / name).read_text())
+        (path.parents[1] / name).write_text(json.dumps({**made, "tracking_uri": store}))
+    with pytest.raises(RuntimeError) as err, job_run(rule="r", wildcards={}, config={}, tracking_json=path,
+                                                     parent="efficiency"):
+        pass
+    assert str(err.value) == (f"{path} names experiment {info['experiment_id']} ('exp'), which MLflow store "
+                              f"{info['tracking_uri']} does not hold (its database deleted or reset?): "
+                              f"`{sys.executable} -m fastslow.tracking {path.parents[1]}` remakes the files there "
+                              f"(finished jobs stay up to date)")
+    assert main([str(path.parents[1])]) == 0
+    with job_run(rule="r", wildcards={}, config={}, tracking_json=path, parent="efficiency"):
+        pass
+    assert [r.info.status for r in _runs(json.loads(path.read_text()), "r")] == ["FINISHED"]
 
 
 def test_job_run_logs_tags_config_metrics_tables_and_checkpoint_refs(tmp_path, tracking):
@@ -356,8 +392,14 @@ def test_tracking_files_of_another_store_or_experiment_stop_the_job(tracking, mo
     server = dict(info, tracking_uri="http://mlflow.cluster:5000")
     from fastslow.tracking import check_store
 
-    with pytest.raises(RuntimeError, match="asks for the embedded sqlite store"):
+    with pytest.raises(RuntimeError, match="asks for the embedded store of results "):
         check_store(server, {}, "results/mlflow/parents/fig.json")
+    # a copied project: its files name the original's database, which its jobs must not log to
+    copy = path.parents[2] / "copy" / "results" / "mlflow" / "tracking.json"
+    with pytest.raises(RuntimeError, match=f"made for MLflow store {made}, .* asks for the embedded store of "
+                                           f"{re.escape(str(copy.parents[1]))} "):
+        check_store(info, {}, copy)
+    check_store(info, {}, path)  # the project's own files: no mismatch
     assert [r.info.status for r in _runs(info)] == ["FINISHED"] * 4  # two parents and the two jobs
 
 

@@ -113,6 +113,17 @@ def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
             "or set another mlflow_experiment")
 
 
+def missing_experiment(info: Mapping[str, Any], tracking_json: str | Path) -> str:
+    """The one line for tracking files whose experiment the store no longer holds (its database
+    deleted or reset): the command that remakes them there."""
+    folder = Path(tracking_json).parent
+    folder = folder.parent if folder.name == "parents" else folder
+    return (f"{tracking_json} names experiment {info['experiment_id']} ({info['experiment']!r}), which MLflow store "
+            f"{info['tracking_uri']} does not hold (its database deleted or reset?): "
+            f"`{shlex.quote(sys.executable)} -m fastslow.tracking {folder}` remakes the files there "
+            f"(finished jobs stay up to date)")
+
+
 def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
                  out_json: str | Path) -> dict[str, Any]:
     """One FINISHED parent run per name in the experiment of `experiment_info` (an existing one is
@@ -270,16 +281,17 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     env = os.environ.get("MLFLOW_TRACKING_URI")
     made, exp = info["tracking_uri"], info["experiment"]
     want = config.get("mlflow_experiment") or exp
+    folder = Path(tracking_json).parent  # <results>/mlflow/parents/<group>.json: <results>/mlflow
+    folder = folder.parent if folder.name == "parents" else folder
     if env and _store(env) != _store(made):
         asked = f"MLFLOW_TRACKING_URI={env}"
-    elif not env and not made.startswith("sqlite:"):
-        asked = "the embedded sqlite store (MLFLOW_TRACKING_URI is unset)"
+    elif not env and _store(made) != _store(f"sqlite:///{folder.parent.resolve() / 'mlflow.db'}"):
+        # a copied or moved project's files still name the old project's database
+        asked = f"the embedded store of {folder.parent} (MLFLOW_TRACKING_URI is unset)"
     elif want != exp:
         asked = f"mlflow_experiment {want!r}"
     else:
         return
-    folder = Path(tracking_json).parent  # <results>/mlflow/parents/<group>.json: <results>/mlflow
-    folder = folder.parent if folder.name == "parents" else folder
     raise RuntimeError(f"{tracking_json} was made for MLflow store {made}, experiment {exp!r}, but this run "
                        f"asks for {asked}: `{shlex.quote(sys.executable)} -m fastslow.tracking {folder} --experiment {want}` "
                        f"remakes them for it (finished jobs stay up to date)")
@@ -349,9 +361,11 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     try:
         run = _retry(client.create_run, exp_id, run_name=job_key, tags=tags)
     except Exception as exc:  # noqa: BLE001 - MlflowException; the store's own error otherwise
-        if "'active' state" not in str(exc):
-            raise
-        raise RuntimeError(deleted_experiment(info["experiment"], exp_id, info["tracking_uri"])) from None
+        if "'active' state" in str(exc):
+            raise RuntimeError(deleted_experiment(info["experiment"], exp_id, info["tracking_uri"])) from None
+        if getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST":  # the database reset or deleted
+            raise RuntimeError(missing_experiment(info, tracking_json)) from None
+        raise
     run_id = run.info.run_id
     tracker = JobTracker(client, run_id)
 
