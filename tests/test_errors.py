@@ -355,15 +355,17 @@ def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
         tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk was found when the cycle saved its weights, after the fast round and every RL
     step, as torch's 'basic_ios::clear: iostream error'. The cycle checks the space its weights
-    need (the initial model's size here, cycle 0) first, in one line."""
+    need first, in one line: at cycle 0, float32 weights and AdamW's two moments, 12 bytes a
+    parameter (it had asked for the initial model's size, a third of that in float32 and a sixth
+    in bf16)."""
     import shutil
 
     import fastslow.io
     from fastslow.cycle import run_cycle
-    from fastslow.io import tree_bytes
+    from fastslow.model.convert import load_model
 
     spec, config, train = _cycle_that_must_not_start(monkeypatch, tmp_path)
-    needed = tree_bytes(tiny_model_dir)
+    needed = 12 * load_model(tiny_model_dir).num_parameters()
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(fastslow.io.shutil, "disk_usage", lambda p: usage._replace(free=needed - 1))
     with pytest.raises(OSError) as err:

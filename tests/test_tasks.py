@@ -394,6 +394,22 @@ def test_write_problems_replaces_atomically(tmp_path: Path) -> None:
     write_problems(ps[:1], path)
     assert load_problems(path) == ps[:1]
     assert [f.name for f in tmp_path.iterdir()] == ["x.parquet"]
+    # a writer killed mid-write (SIGKILL: no clean-up) leaves its temporary; the next write of the
+    # split removes it (its own mkstemp files had stayed for good), and a failed write keeps the old file
+    import tempfile
+
+    stale = Path(tempfile.mkdtemp(prefix=".x.parquet.", dir=tmp_path))
+    (stale / "x.parquet").write_bytes(b"PAR1 half")
+    write_problems(ps, path)
+    assert [f.name for f in tmp_path.iterdir()] == ["x.parquet"] and load_problems(path) == ps
+
+    class Bad:
+        def to_row(self) -> dict[str, Any]:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_problems([*ps, Bad()], path)  # type: ignore[list-item]
+    assert load_problems(path) == ps and [f.name for f in tmp_path.iterdir()] == ["x.parquet"]
 
 
 # --- loaders --------------------------------------------------------------------------------

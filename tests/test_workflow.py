@@ -97,6 +97,19 @@ def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
     assert "runs/ceiling/gepa/hover-default-s0" in out.stdout
 
 
+def test_a_gepa_cycle_lists_the_evaluations_it_reads(tmp_path):
+    """A gepa cycle reads the previous cycle's fast_cache.json: an input, so that deleting it
+    re-runs the cycle that made it rather than failing the next with FileNotFoundError."""
+    run = "results/runs/ceiling/gepa/hover-default-s0"
+    out = snakemake("-n", f"{run}/cycle1/pool.json", "--configfile", "config/config.yaml",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = out.stdout.split("rule cycle_frozen:")[1:]
+    inputs = {job.split("wildcards:")[1].split("cycle=")[1].split()[0]: job.split("input:")[1].split("\n")[0]
+              for job in jobs}
+    assert f"{run}/cycle0/fast_cache.json" in inputs["1"] and "fast_cache.json" not in inputs["0"]
+
+
 def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):
     """An overlay that drops Fig 7's experiment (`stargraph: null`, as own_task.yaml drops the
     paper's): asking for fig7 stops while Snakemake plans, naming the experiment. It planned the

@@ -88,6 +88,24 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
         return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus)
 
 
+def first_cycle_bytes(init_model: Path) -> int:
+    """About what a training cycle saves, from its initial weights: the weights in float32 and
+    AdamW's two float32 moments, 12 bytes a parameter (the parameters counted from the
+    safetensors headers; a bf16 checkpoint's own size is a sixth of this). Without safetensors,
+    the directory's size (a lower bound)."""
+    from safetensors import safe_open
+
+    params = 0
+    for path in sorted(init_model.glob("*.safetensors")):
+        with safe_open(str(path), "np") as f:  # the header only
+            for key in f.keys():
+                n = 1
+                for dim in f.get_slice(key).get_shape():
+                    n *= dim
+                params += n
+    return 12 * params if params else tree_bytes(init_model)
+
+
 def _torch_threads() -> int | None:
     """torch's intra-op threads in this process (None where torch was never imported)."""
     torch = sys.modules.get("torch")
@@ -151,9 +169,9 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             raise ValueError(problem)
     if spec.trains:  # now, not when the trained weights are saved at the cycle's end
         saved = [prev_dir / d for d in ("model", "trainer_state")] if prev_dir is not None else []
-        needed = sum(tree_bytes(d) for d in saved if d.exists()) or tree_bytes(init_model)
-        # the previous cycle's weights and optimiser state (the first cycle's: its initial weights,
-        # a lower bound): what this one saves
+        needed = sum(tree_bytes(d) for d in saved if d.exists()) or first_cycle_bytes(init_model)
+        # the previous cycle's weights and optimiser state (the first cycle's: estimated from its
+        # initial weights): what this one saves
         problem = free_space_error(out_dir.parent, needed, f"cycle {cycle} of {spec.key}")
         if problem:
             raise OSError(problem)

@@ -207,6 +207,8 @@ def cycle_inputs(wc):
         if spec.trains:
             inputs.update(model=f"{prev}/model", state=f"{prev}/trainer_state",
                           rollouts=f"{prev}/rollouts.parquet")
+        elif spec.fast and spec.schedule[c] == spec.schedule[c - 1]:
+            inputs["cache"] = f"{prev}/fast_cache.json"  # gepa: the frozen weights' evaluations so far
     return inputs
 
 

@@ -149,7 +149,8 @@ def run_job(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def read_result(path: str | Path) -> dict[str, Any]:
-    """The result JSON a finished job wrote (NaN metrics, e.g. kl_to_base at beta=0, survive)."""
+    """The result JSON a finished job wrote (a NaN metric, e.g. kl_to_base at beta=0, is null here:
+    `write_json` writes standard JSON, and `log_result` leaves nulls out)."""
     return json.loads(Path(path).read_text())
 
 

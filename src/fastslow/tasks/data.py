@@ -8,8 +8,6 @@ fixed, and nothing time- or host-dependent is written.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,23 +26,18 @@ def _schema() -> Any:
 
 
 def write_problems(problems: Sequence[Problem], path: str | Path) -> Path:
-    """Write `problems` to a Parquet file atomically (temp file in the same dir, then rename)."""
+    """Write `problems` to a Parquet file atomically (`fastslow.io.atomic_path`: whole or absent
+    after a crash, with the umask's modes)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from fastslow.io import atomic_path
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     rows = [p.to_row() for p in problems]
     table = pa.Table.from_pydict({c: [r[c] for r in rows] for c in COLUMNS}, schema=_schema())
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; split files are ordinary shared outputs
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
