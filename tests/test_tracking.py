@@ -245,6 +245,12 @@ def test_sigkilled_run_is_closed_and_linked_by_the_rerun(tracking):
     assert old.info.status == "KILLED"  # ... so the rerun closes it
     assert new.info.status == "FINISHED"
     assert new.data.tags["fastslow.previous_run"] == old.info.run_id
+    # the replaced run says so: a search by tag tells it from the current one
+    assert old.data.tags["fastslow.superseded_by"] == new.info.run_id
+    assert "fastslow.superseded_by" not in new.data.tags
+    current = MlflowClient(info["tracking_uri"]).search_runs(  # the README's query
+        [info["experiment_id"]], filter_string="tags.`fastslow.superseded_by` IS NULL and tags.`fastslow.job` = 'long/x=1'")
+    assert [r.info.run_id for r in current] == [new.info.run_id]
 
 
 def test_tracking_leaves_the_environment_alone(tmp_path, tracking):

@@ -11,7 +11,8 @@
 - `job_run` opens a child run tagged with rule, wildcards and git commit, logs the resolved config,
   and ends the run FINISHED, FAILED (exception) or KILLED (SIGTERM/SIGINT/SIGHUP: the run is closed,
   then the process dies by the signal). A SIGKILL cannot be caught: the next run of the same job
-  finds the stale RUNNING run, marks it KILLED and links to it. Once the block has succeeded, those
+  finds the stale RUNNING run, marks it KILLED and links to it. Every rerun links to the job's
+  previous run (`fastslow.previous_run`) and tags that one `fastslow.superseded_by`. Once the block has succeeded, those
   signals are ignored for the rest of the process (the block ends every job's script): a Ctrl-C
   during the exit cannot fail a job whose outputs are written and whose run is FINISHED.
 - Once the run is open, logging never fails the job (`_best_effort`): the outputs are the result.
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" across reruns
 TAG_PREVIOUS = "fastslow.previous_run"
+TAG_SUPERSEDED = "fastslow.superseded_by"  # on that previous run: the job's run that replaced it
 #: Signals that stop a job: scancel / SLURM's time limit, Ctrl-C, and the terminal closing (SIGHUP).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 #: Seconds a stopped job waits for the tracking store to mark its run KILLED before it stops
@@ -368,6 +370,9 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
         raise
     run_id = run.info.run_id
     tracker = JobTracker(client, run_id)
+    if previous:  # a search for FINISHED runs must tell the replaced one from the current one
+        with contextlib.suppress(Exception):  # best effort: the job's own run is what counts
+            _retry(client.set_tag, previous[0].info.run_id, TAG_SUPERSEDED, run_id)
 
     def _on_signal(signum, frame):  # noqa: ARG001
         def close() -> None:
