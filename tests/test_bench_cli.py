@@ -277,6 +277,7 @@ def test_summary_pairs_each_method_with_rl_on_the_same_seeds(bench: ModuleType, 
     assert summary["fst"]["s_per_step"] == pytest.approx(10.0)
     assert summary["fst"]["ratio_to_rl"] == pytest.approx(10.0 / 8.0)  # not 9 / 6 (fastest of each)
     assert summary["fst"]["ratio_by_seed"] == {"0": pytest.approx(1.1), "1": pytest.approx(1.5)}
+    assert summary["fst"]["mean_ratio_by_seed"] == pytest.approx(1.3)  # the seeds' ratios averaged, not 10 / 8
     assert summary["fst"]["search_floor_ratio"] == pytest.approx(1 + 2.0 / 8.0)
     assert summary["fst"]["peak_rss_mb"] == 300.0
     assert summary["rl"]["mean_s_per_step"] == pytest.approx(23.0 / 3)
@@ -373,12 +374,7 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert summary["amx/fst_reuse"]["runs"] == 4 and round(summary["amx/fst_reuse"]["mean"], 2) == 1.00
     assert [round(r, 2) for r in summary["amd_fp32/fst"]["ratios"]] == [1.60]
     assert summary["intel_fp32/fst"]["met"] is False and "intel_fp32/fst_reuse" not in summary
-    # a seed run twice weighs once: its runs are averaged before the seeds are
-    reuse = summary["amd_fp32/fst_reuse"]
-    assert (reuse["runs"], reuse["seeds"]) == (4, 2)
-    by_seed = {s: [p["ratio"] for p in targets.points(measured) if p["kind"] == "amd_fp32"
-                   and p["method"] == "fst_reuse" and p["seed"] == s] for s in (0, 1)}
-    assert reuse["mean"] == pytest.approx((sum(by_seed[0]) / 2 + sum(by_seed[1]) / 2) / 2)
+    assert (summary["amd_fp32/fst_reuse"]["runs"], summary["amd_fp32/fst_reuse"]["seeds"]) == (4, 2)
     # a new report of the CPU default on an AMD machine: counted there; one with a --set is not
     new = {"task": "hover_hard", "overrides": {}, "bf16": None, "complete": True, "threads": 1, "process": "cycle",
            "cycles": 2,
@@ -394,6 +390,12 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     report = targets.main(["--measured", str(measured), "--out", str(tmp_path / "out" / "targets.png")])
     assert summary["amd_fp32/fst"]["runs"] + 1 == report["summary"]["amd_fp32/fst"]["runs"]
     assert report["summary"]["amd_fp32/fst"]["ratios"][-1] == 1.5
+    # a seed run twice weighs once: AMD fp32's reuse ran seeds 0 and 1 twice each (s40, s43:
+    # 1.1774 and 1.0221; 1.1016 and 1.0832), the new report seed 5 once (0.9)
+    reuse = report["summary"]["amd_fp32/fst_reuse"]
+    assert (reuse["runs"], reuse["seeds"]) == (5, 3)
+    assert reuse["mean"] == pytest.approx((1.09975 + 1.0924 + 0.9) / 3, abs=1e-4)  # 1.0307
+    assert reuse["run_mean"] == pytest.approx(1.05686, abs=1e-4) and reuse["met"] is False
     assert [p["file"] for p in report["points"]].count("fst_step_new.json") == 2  # fst and fst_reuse, not rl
     assert {p["file"] for p in report["points"]}.isdisjoint(
         {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run")})

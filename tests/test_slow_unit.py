@@ -86,7 +86,9 @@ def test_data_stream_is_a_seeded_permutation_per_epoch() -> None:
     first = take_problems(5, seed=3, cursor=0, count=5)
     second = take_problems(5, seed=3, cursor=5, count=5)
     assert sorted(first) == sorted(second) == list(range(5))
-    assert first != second or take_problems(5, 3, 10, 5) != first  # epochs reshuffle
+    epochs = [first, second, take_problems(5, 3, 10, 5), take_problems(5, 3, 15, 5)]
+    assert all(e != first for e in epochs[1:])  # each epoch reshuffles (seed 3: no repeat in four)
+    assert take_problems(5, seed=4, cursor=0, count=5) != first  # and the seed decides the order
     # Reading in pieces gives the same stream as reading at once (the resumable position).
     whole = take_problems(5, seed=3, cursor=0, count=12)
     assert whole == take_problems(5, 3, 0, 4) + take_problems(5, 3, 4, 4) + take_problems(5, 3, 8, 4)

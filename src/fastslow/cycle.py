@@ -30,17 +30,28 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
 from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section
-from fastslow.io import exclusive_lock, free_space_error, tree_bytes, write_json, write_parquet
+from fastslow.io import (
+    exclusive_lock,
+    free_space_error,
+    json_text,
+    tree_bytes,
+    write_json,
+    write_parquet,
+)
 from fastslow.tasks.data import load_problems
 
 log = logging.getLogger("fastslow.cycle")
 
 CYCLE_FILE = "cycle.json"
+#: In a cycle's scratch directory: its finished fast round (pool, summary, the rollouts sampled for
+#: the first RL steps), for a rerun after the slow steps failed (`run_cycle`'s `job`).
+ROUND_DONE = "round_done.json"
 FROZEN_CACHE = "fast_cache.json"  # gepa: the round's evaluations, served free to the next cycle's round
 ENV_TRAIN_PROCESSES = "FASTSLOW_TRAIN_PROCESSES"
 
@@ -79,13 +90,49 @@ def gepa_split(train: list[Any], n_val: int) -> tuple[list[Any], list[Any]]:
 
 def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
               prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any = None,
-              gpus: int = 0) -> dict[str, Any]:
+              gpus: int = 0, job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run cycle `cycle` of `spec` from `prev_dir` (None for cycle 0) into `out_dir`; the slow
     steps run in `slow_processes(gpus)` processes (see the module docstring). One process at a
     time: a second one (a job a killed Snakemake left running, and its rerun) stops in one line
-    (`fastslow.io.exclusive_lock` on `<out_dir>.lock`)."""
+    (`fastslow.io.exclusive_lock` on `<out_dir>.lock`).
+
+    `job` (the Snakemake job's params: code, settings) lets a rerun of an FST cycle that failed
+    or was killed during its slow steps take the fast round it finished (`round_key`) instead of
+    searching again; None (a call outside the workflow) always runs the round."""
     with exclusive_lock(out_dir.with_name(out_dir.name + ".lock"), f"cycle {cycle} of {spec.key} ({out_dir})"):
-        return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus)
+        return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus, job)
+
+
+def round_key(job: Mapping[str, Any], spec: RunSpec, cycle: int, inputs: Sequence[Path]) -> str:
+    """What a finished fast round depends on: the job's params (library code, settings), the run
+    and cycle, and its input files as found on disk (names, sizes, modification times: a
+    previous cycle run again, or base weights rebuilt, gives another key)."""
+    import hashlib
+
+    files = []
+    for root in inputs:
+        paths = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for p in paths:
+            if p.exists():
+                st = p.stat()
+                files.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+    payload = json_text({"job": job, "run": spec.key, "cycle": cycle, "files": files}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _finished_round(scratch: Path, key: str | None) -> dict[str, Any] | None:
+    """The round a failed or killed run of the same job finished (`ROUND_DONE` in its scratch
+    directory, with the same `round_key`), else None."""
+    import json
+
+    marker = scratch / ROUND_DONE
+    if key is None or not marker.exists():
+        return None
+    try:
+        done = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return done if done.get("key") == key else None
 
 
 def first_cycle_bytes(init_model: Path) -> int:
@@ -128,7 +175,8 @@ def _device() -> str:
 
 
 def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Path,
-               prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any, gpus: int) -> dict[str, Any]:
+               prev_dir: Path | None, train_file: Path, out_dir: Path, tracker: Any, gpus: int,
+               job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from fastslow.fast import FastConfig, Pool, RolloutCache, run_round
     from fastslow.memory import limit_heap_fragmentation, release_free_memory, release_gpu_memory
     from fastslow.model.generation import make_generator
@@ -184,10 +232,20 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     weights = weights_of(spec, prev_dir, init_model)
     fast_summary: dict[str, Any] = {}
     scratch = out_dir.with_name(out_dir.name + ".fast")
-    # A scratch dir found here is an interrupted job's (a finished one renames it into out_dir):
-    # no cache to resume from (a round restarts from scratch, `run_round`), and left in place it
-    # would be renamed into this cycle's out_dir/fast below even when this run has no fast round.
-    shutil.rmtree(scratch, ignore_errors=True)
+    # A scratch dir found here is an interrupted job's (a finished one renames it into out_dir).
+    # Its round, if it finished (ROUND_DONE) with the same key, is this run's: an FST cycle that
+    # failed in its slow steps does not search again. Otherwise it goes: no round restarts from
+    # a part (`run_round`), and left in place it would be renamed into this cycle's out_dir/fast
+    # below even when this run has no fast round.
+    key = None
+    if job is not None and spec.fast and spec.trains:
+        key = round_key(job, spec, cycle, [init_model, train_file, *(
+            [prev_dir / n for n in ("pool.json", "model", "trainer_state", "rollouts.parquet")]
+            if prev_dir is not None else [])])
+    resumed = _finished_round(scratch, key)
+    if resumed is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    round_rollouts = None  # reuse_in_slow: the round's samples for the first RL steps
     frozen = spec.fast and not spec.trains  # gepa: every round samples the same weights
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL steps', sampled by the fast round (reuse_in_slow)
@@ -230,20 +288,39 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                  fast_cfg.proposer, fast_cfg.budget())
         if tracker is not None:
             tracker.set_tags({"fastslow.fast_dtype": fast_dtype})
-        t0 = time.perf_counter()  # the round's time includes loading its sampler (else counted as I/O)
-        generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
-                                   batch_size=gen["batch_size"],
-                                   gpu_memory_utilization=gen.get("gpu_memory_utilization"))
-        # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
-        pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
-                                       run_dir=scratch, reuse_rollouts=reuse, weights_id=weights_id,
-                                       cache=cache, slow_problems=slow_problems,
-                                       slow_samples=cfg["slow"]["num_generations"] // k)
-        fast_summary["seconds"] = time.perf_counter() - t0
-        del generator
-        gc.collect()
-        release_free_memory()  # the generator's pages, before training allocates its own
-        release_gpu_memory()  # and its GPU memory (vLLM), before the slow steps' vLLM and weights
+        if resumed is not None:
+            from fastslow.slow.train import decode_extra
+
+            pool, fast_summary = Pool.from_dict(resumed["pool"]), resumed["summary"]
+            round_rollouts = decode_extra(resumed.get("extra")).get("round_rollouts")
+            log.warning("cycle %d of %s: the fast round a failed run of this job finished is taken from %s "
+                        "(%d metric calls, not searched again)", cycle, spec.key, scratch / ROUND_DONE,
+                        fast_summary.get("metric_calls", 0))
+            if tracker is not None:
+                tracker.set_tags({"fastslow.round_resumed": "true"})
+        else:
+            t0 = time.perf_counter()  # the round's time includes loading its sampler (else counted as I/O)
+            generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
+                                       batch_size=gen["batch_size"],
+                                       gpu_memory_utilization=gen.get("gpu_memory_utilization"))
+            # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
+            pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
+                                           run_dir=scratch, reuse_rollouts=reuse, weights_id=weights_id,
+                                           cache=cache, slow_problems=slow_problems,
+                                           slow_samples=cfg["slow"]["num_generations"] // k)
+            fast_summary["seconds"] = time.perf_counter() - t0
+            del generator
+            gc.collect()
+            release_free_memory()  # the generator's pages, before training allocates its own
+            release_gpu_memory()  # and its GPU memory (vLLM), before the slow steps' vLLM and weights
+            if cache is not None and spec.method == "fst" and spec.trains:  # reuse_in_slow
+                round_rollouts = cache.sampled([text for _, text in unique_contexts(pool.contexts(k))],
+                                               slow_problems, weights_id)
+            if key is not None:  # kept until the cycle succeeds: a rerun after a failed slow step takes it
+                from fastslow.slow.train import encode_extra
+
+                write_json({"key": key, "pool": pool.to_dict(), "summary": fast_summary,
+                            "extra": encode_extra({"round_rollouts": round_rollouts})}, scratch / ROUND_DONE)
         if tracker is not None:
             tracker.log_metrics({"fast/best_val_mean": fast_summary["best_val_mean"],
                                  "fast/generations": fast_summary["generations"],
@@ -275,8 +352,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                 log.warning("fst_distill %s cycle %d: the pool's best context is the seed context the "
                             "student already has: the teacher is the student, nothing is distilled this "
                             "cycle (its steps move the weights by weight decay alone)", spec.key, cycle)
-        if cache is not None:  # reuse_in_slow: the round sampled the first steps' problems
-            extra["round_rollouts"] = cache.sampled([text for _, text in contexts], slow_problems, weights_id)
+        if round_rollouts is not None:  # reuse_in_slow: the round sampled the first steps' problems
+            extra["round_rollouts"] = round_rollouts
         if processes > 1:
             slow_metrics = launch_slow(spec, cfg, task_name, cycle, init_model, prev_dir, contexts,
                                        train_file, slow_cfg, out_dir, extra, processes, tracker)
@@ -292,6 +369,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         if frozen and cache is not None:
             fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id)
     if scratch.exists():
+        (scratch / ROUND_DONE).unlink(missing_ok=True)  # the cycle succeeded: nothing to resume
         shutil.rmtree(out_dir / "fast", ignore_errors=True)
         scratch.rename(out_dir / "fast")
 

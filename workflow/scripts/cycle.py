@@ -20,8 +20,10 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     prev = Path(smk.input.pool).parent if cycle > 0 else None
     out_dir = Path(smk.output.summary).parent
     # More than one GPU: the slow steps run under `accelerate launch` (fastslow.cycle docstring).
+    # the job's params (code, settings): a rerun after its slow steps failed takes its finished round
     summary = run_cycle(spec, smk.config, cycle, Path(smk.input.init), prev, Path(smk.input.train),
-                        out_dir, tracker=tracker, gpus=gpus_requested(smk.resources))
+                        out_dir, tracker=tracker, gpus=gpus_requested(smk.resources),
+                        job={name: smk.params[name] for name in smk.params.keys()})
     tracker.log_artifact(smk.output.pool, "pool")
     proposals = out_dir / "fast" / PROPOSALS_FILE  # what the fast round tried (none for RL)
     if proposals.exists():

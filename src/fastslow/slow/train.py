@@ -55,13 +55,13 @@ def write_spec(path: str | Path, *, method: str, init_model: str | Path, prev_di
         "prev_dir": None if prev_dir is None else str(prev_dir),
         "contexts": [[cid, text] for cid, text in contexts], "task": dict(task),
         "train_file": str(train_file), "slow": dict(slow), "out_dir": str(out_dir),
-        "run_id": run_id, "cycle": int(cycle), "extra": _encode_extra(extra),
+        "run_id": run_id, "cycle": int(cycle), "extra": encode_extra(extra),
         "result": str(result) if result is not None else str(default_result_path(out_dir)),
     }
     return write_json(spec, path)
 
 
-def _encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     """The extra arguments as JSON: `round_rollouts` (keyed by (context hash, problem id)
     tuples) becomes a list of {"context_hash", "problem_id", "rollouts"}."""
     out = dict(extra or {})
@@ -71,8 +71,8 @@ def _encode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`_encode_extra` undone."""
+def decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`encode_extra` undone."""
     out = dict(extra or {})
     if out.get("round_rollouts"):
         out["round_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
@@ -138,7 +138,7 @@ def run_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     result = slow_cycle(Path(spec["init_model"]), None if spec["prev_dir"] is None else Path(spec["prev_dir"]),
                         contexts, build_task(spec["task"]), load_problems(spec["train_file"]), cfg,
                         Path(spec["out_dir"]), run_id=spec["run_id"], cycle=int(spec["cycle"]),
-                        tracker=None, **_decode_extra(spec.get("extra")))
+                        tracker=None, **decode_extra(spec.get("extra")))
     out = {"out_dir": str(result.out_dir), "global_step": result.global_step,
            "metrics": result.metrics, "num_processes": world_size()}
     if process_rank() == 0:
