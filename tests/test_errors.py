@@ -362,6 +362,8 @@ def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
 
     import fastslow.io
     from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
     from fastslow.model.convert import load_model
 
     spec, config, train = _cycle_that_must_not_start(monkeypatch, tmp_path)
@@ -375,6 +377,22 @@ def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
                              f"{tmp_path}, it needs about {needed / gib:.2f} GiB; free some space or move results/ "
                              "to a larger file system")
     assert not (tmp_path / "c0").exists() and not (tmp_path / "c0.fast").exists()
+    # a later cycle asks for what the previous one saved: its weights and its optimiser state
+    prev = tmp_path / "c0"
+    (prev / "model").mkdir(parents=True)
+    (prev / "model" / "model.safetensors").write_bytes(b"0" * 3000)
+    (prev / "trainer_state").mkdir()
+    (prev / "trainer_state" / "optimizer.pt").write_bytes(b"0" * 6000)
+    Pool.seed([config["seed_context"]], 2).to_json(prev / "pool.json")  # not among what it saves
+    monkeypatch.setattr(fastslow.io.shutil, "disk_usage", lambda p: usage._replace(free=8999))
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math", "math"), seed=0)
+    with pytest.raises(OSError) as err:
+        run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
+    assert one_line(err).startswith(f"not enough disk space for cycle 1 of e/fst/r: {8999 / gib:.2f} GiB free at "
+                                    f"{tmp_path}, it needs about {9000 / gib:.2f} GiB")
+    monkeypatch.setattr(fastslow.io.shutil, "disk_usage", lambda p: usage._replace(free=9000))
+    with pytest.raises(AssertionError, match="^the fast round started$"):  # enough: on to the round
+        run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
 
 
 HOLD_LOCK = """

@@ -591,3 +591,103 @@ def test_steps_per_generation_refuses_vllm_and_several_processes_and_distillatio
         run_cycle(tiny_model_dir, None, CONTEXTS, task, task.problems("train", 4, 0),
                   dataclasses.replace(_cfg(2), steps_per_generation=2), tmp_path / "c0", "toy/run", 0)
     assert not (tmp_path / "c0").exists()
+
+
+def test_fst_trains_on_its_rounds_pool_and_is_evaluated_with_its_best_context(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hand-off at the heart of FST: the RL steps sample from the pool the round returned
+    (every context of it, G/K rollouts each), and an fst or gepa run is evaluated with the pool's
+    best context, rl and fst_distill with the seed context. Every other test's round keeps the
+    seed context alone (the tiny model accepts no edit), so training or evaluating with the seed
+    context would have passed them all. The round is stubbed to return two contexts of its own."""
+    import json
+
+    import polars as pl
+
+    import fastslow.fast
+    from fastslow.config import load_config
+    from fastslow.cycle import eval_context, run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
+    from fastslow.tasks.base import Problem
+    from fastslow.tasks.data import write_problems
+
+    config = load_config("config/config.yaml", "config/smoke.yaml")  # K = 2, G = 4, T = 2
+    found = ["Add the numbers. Answer with the sum alone.", "Think, then give <answer>N</answer>."]
+
+    def round_(pool, *args, **kwargs):
+        return Pool.seed(found, pool.k), {"best_val_mean": 0.5, "generations": 0, "metric_calls": 0, "proposed": 2,
+                                          "accepted": 2, "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0,
+                                          "slow_sample_seconds": 0.0}
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    train = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(8)],
+                           tmp_path / "train.parquet")
+    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c0")
+    pool = Pool.from_json(tmp_path / "c0" / "pool.json")
+    assert [e.text for e in pool.entries] == found
+    rollouts = pl.read_parquet(tmp_path / "c0" / "rollouts.parquet")
+    steps, g, k = config["slow"]["steps_per_cycle"], config["slow"]["num_generations"], 2
+    by_context = rollouts.group_by("context_id").len().sort("context_id")
+    assert by_context["context_id"].to_list() == sorted(e.id for e in pool.entries)
+    assert by_context["len"].to_list() == [steps * g // k] * k  # G/K of every step's G, each context
+    for e in pool.entries:  # each prompt is its context's text, then the problem
+        prompts = rollouts.filter(pl.col("context_id") == e.id)["prompt"].to_list()
+        assert all(e.text in p and config["seed_context"] not in p for p in prompts)
+    # evaluated with: the pool's best for fst and gepa, the seed context for rl and fst_distill
+    for method, expected in (("fst", (pool.entries[0].id, found[0])), ("gepa", (pool.entries[0].id, found[0])),
+                             ("rl", ("seed", config["seed_context"])),
+                             ("fst_distill", ("seed", config["seed_context"]))):
+        run = RunSpec(experiment="e", method=method, name="math-default-s0", schedule=("math",), seed=0)
+        assert eval_context(run, config, tmp_path / "c0" / "pool.json") == expected, method
+    assert eval_context(spec, config, None) == ("seed", config["seed_context"])  # the initial weights
+    assert json.loads((tmp_path / "c0" / "cycle.json").read_text())["pool_best"] == pool.entries[0].id
+
+
+def test_a_context_filling_several_pool_slots_gets_an_id_per_slot() -> None:
+    """A pool holding fewer than K distinct contexts repeats them to fill its K slots (the seed
+    context alone, at first): each slot is a context of its own to the RL step (G/K rollouts),
+    with a suffixed id, so the per-context rows never merge."""
+    from fastslow.cycle import unique_contexts
+    from fastslow.fast import Pool
+
+    pool = Pool.seed(["A.", "B."], 4)
+    a, b = (e.id for e in pool.entries[:2])
+    assert unique_contexts(pool.contexts(4)) == [(a, "A."), (b, "B."), (f"{a}#1", "A."), (f"{b}#1", "B.")]
+    assert unique_contexts(Pool.seed(["A."], 2).contexts(2)) == [(a, "A."), (f"{a}#1", "A.")]
+
+
+@pytest.mark.parametrize("schedule", [("math", "math"), ("math", "math_hard")], ids=["same-task", "task-switch"])
+def test_rollout_reuse_does_not_cross_a_continual_task_switch(schedule: tuple[str, str], tiny_model_dir: Path,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fast.reuse_rollouts` hands the round the last cycle's RL rollouts, keyed by problem id; a
+    continual run's first cycle on a new task must not take them (two tasks' ids can coincide: a
+    file task keeps its rows' ids, Hub datasets number theirs). Within a task it does."""
+    import shutil
+
+    import polars as pl
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.fast
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    config["fast"]["reuse_rollouts"] = True
+    prev = tmp_path / "c0"
+    shutil.copytree(tiny_model_dir, prev / "model")
+    Pool.seed([config["seed_context"]], 2).to_json(prev / "pool.json")
+    pl.DataFrame({"problem_id": ["p0"], "completion": ["<answer>1</answer>"]}).write_parquet(prev / "rollouts.parquet")
+    handed: list = []
+
+    def round_(pool, *args, **kwargs):
+        handed.append(kwargs["reuse_rollouts"])
+        return pool, {"best_val_mean": 0.0, "generations": 0, "metric_calls": 0, "proposed": 0, "accepted": 0,
+                      "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0, "slow_sample_seconds": 0.0}
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=schedule, seed=0)
+    run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
+    assert handed == [prev / "rollouts.parquet" if schedule[1] == schedule[0] else None]

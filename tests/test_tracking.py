@@ -674,3 +674,38 @@ def test_the_libraries_versions_a_job_is_tagged_with():
     assert tagged["torch"] == version("torch") and tagged["trl"] == version("trl")
     assert {"transformers", "gepa", "reasoning-gym"} <= set(tagged)
     assert "vllm" not in tagged or tagged["vllm"] == version("vllm")  # only what is installed
+
+
+def test_a_locked_database_is_retried_with_backoff_and_other_errors_are_not(monkeypatch):
+    """Local jobs on several cores share one SQLite file, which takes one writer at a time:
+    'database is locked' is waited out (0.2 s, doubling) up to 8 attempts; any other error, or
+    the eighth lock, is raised at once."""
+    import fastslow.tracking as tracking
+
+    slept: list[float] = []
+    monkeypatch.setattr(tracking.time, "sleep", slept.append)
+    calls: list[int] = []
+
+    def locked_twice(x):
+        calls.append(x)
+        if len(calls) <= 2:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return x * 2
+
+    assert tracking._retry(locked_twice, 21) == 42 and calls == [21, 21, 21]
+    assert slept == [0.2, 0.4]
+    slept.clear()
+
+    def other(x):
+        raise ValueError("no such table: runs")
+
+    with pytest.raises(ValueError, match="no such table"):
+        tracking._retry(other, 1)
+    assert slept == []
+
+    def always_locked():
+        raise RuntimeError("database is locked")
+
+    with pytest.raises(RuntimeError, match="locked"):
+        tracking._retry(always_locked)
+    assert slept == [0.2 * 2 ** i for i in range(7)]  # 8 attempts, 7 waits (25.4 s in all)

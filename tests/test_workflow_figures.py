@@ -159,6 +159,10 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     assert on_math.sort(["run", "step"]).equals(
         pl.read_parquet(work / "results/tables/curves/efficiency.parquet").sort(["run", "step"]))
     assert not [r for r in runs if r.info.status == "RUNNING"]
+    # logging never fails a job (tracking._best_effort), so a broken log call shows only as this tag
+    failed = {r.data.tags.get("fastslow.job"): r.data.tags["fastslow.logging_failures"] for r in runs
+              if "fastslow.logging_failures" in r.data.tags}
+    assert not failed, failed
     # a run's jobs log that run's own settings (its variant's), not the global config they are given
     def of_run(key: str, rule: str) -> list:
         return [r for r in runs if r.data.tags.get("fastslow.run") == key and r.data.tags.get("fastslow.rule") == rule]
