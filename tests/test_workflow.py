@@ -722,7 +722,9 @@ def _touch(work: Path, targets: list[str]) -> None:
                     path.mkdir(parents=True, exist_ok=True)
                 else:
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(json.dumps({"tracking_uri": "sqlite:///mlflow.db", "experiment": "fastslow"})
+                    # the embedded store of this results/ (another sqlite file stops the run)
+                    path.write_text(json.dumps({"tracking_uri": f"sqlite:///{work / 'results' / 'mlflow.db'}",
+                                                "experiment": "fastslow"})
                                     if path.name == "experiment.json" else "")
     touch = snakemake("--touch", "--forceall", "--notemp", *common, env=env)
     assert touch.returncode == 0, touch.stderr[-3000:]

@@ -859,7 +859,13 @@ def evaluation_options(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"backend": gen["backend"], "dtype": config["model"]["dtype"], "batch_size": gen["batch_size"],
             "sample_dtype": sample_dtype(config), "divergence": ev["divergence"],
             "divergence_tokens": ev["divergence_tokens"],
-            "gpu_memory_utilization": gen["gpu_memory_utilization"]}
+            "gpu_memory_utilization": gen["gpu_memory_utilization"],
+            "chat_template_kwargs": chat_template_kwargs(config)}
+
+
+def chat_template_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`model.chat_template_kwargs` (none: the template's defaults), as every prompt is rendered."""
+    return dict(config["model"].get("chat_template_kwargs") or {})
 
 
 def make_task(config: Mapping[str, Any], name: str):

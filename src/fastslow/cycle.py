@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastslow.config import FAST_MIN_TRAIN, make_task, resolve_sample_dtype
+from fastslow.config import FAST_MIN_TRAIN, chat_template_kwargs, make_task, resolve_sample_dtype
 from fastslow.experiments import REFLECTIVE, RunSpec, cycle_section
 from fastslow.io import (
     exclusive_lock,
@@ -190,7 +190,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         from fastslow.slow.loop import check_device
 
         # fst_distill's: the keys its steps read, the rest (CISPO's, vLLM's) at SlowConfig's defaults
-        slow_cfg = SlowConfig.from_dict({**cycle_section(spec.method, "slow", cfg["slow"]), "seed": spec.seed})
+        slow_cfg = SlowConfig.from_dict({**cycle_section(spec.method, "slow", cfg["slow"]), "seed": spec.seed,
+                                         "chat_template_kwargs": chat_template_kwargs(cfg)})
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
             tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
@@ -302,7 +303,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             t0 = time.perf_counter()  # the round's time includes loading its sampler (else counted as I/O)
             generator = make_generator(gen["backend"], weights, dtype=fast_dtype,
                                        batch_size=gen["batch_size"],
-                                       gpu_memory_utilization=gen.get("gpu_memory_utilization"))
+                                       gpu_memory_utilization=gen.get("gpu_memory_utilization"),
+                                       chat_template_kwargs=chat_template_kwargs(cfg))
             # GEPA's own files go beside the cycle dir: the slow step below replaces out_dir whole.
             pool, fast_summary = run_round(pool, generator, task, reflect, pareto, fast_cfg, round_index=cycle,
                                            run_dir=scratch, reuse_rollouts=reuse, weights_id=weights_id,

@@ -141,6 +141,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
                      backend: str = "hf", dtype: str = "float32", batch_size: int = 8,
                      sample_dtype: str | None = None, divergence: bool = True,
                      gpu_memory_utilization: float | None = None, divergence_tokens: int | None = None,
+                     chat_template_kwargs: dict[str, Any] | None = None,
                      ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """mean@k, best@k, token-level KL(π_θ ‖ π_base) and mean entropy of one (weights, context).
 
@@ -175,10 +176,12 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     max_model_len = None
     if backend == "vllm":  # vLLM would otherwise reserve the model's whole context (40960 for Qwen3-8B)
         tokenizer = load_tokenizer(model_dir)
-        max_model_len = longest_prompt(tokenizer, [build_messages(context, p) for p in problems]) + params.max_new_tokens
+        max_model_len = longest_prompt(tokenizer, [build_messages(context, p) for p in problems],
+                                       chat_template_kwargs=chat_template_kwargs) + params.max_new_tokens
     log.info("eval %s: %d problems x %d samples, sampled in %s", task.name, len(problems), k, sample_dtype)
     generator = make_generator(backend, model_dir, dtype=sample_dtype, batch_size=batch_size,
-                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len)
+                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                               chat_template_kwargs=chat_template_kwargs)
     # vLLM schedules a call's prompts itself and each call waits for its longest sample, so it gets
     # `batch_size` prompts a call (paper.yaml: 256); the HF generator batches within a call.
     chunk = batch_size if backend == "vllm" else 32
@@ -210,7 +213,8 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     prompt_ids = [r.pop("prompt_ids") for r in rows]
     if not all(prompt_ids):
         by_id = {p.id: p for p in problems}
-        prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows])
+        prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows],
+                                    chat_template_kwargs)
     t0 = time.perf_counter()
     kl, entropy = kl_and_entropy(model, base, tokenizer, prompt_ids, [r.pop("completion_ids") for r in rows],
                                  batch_size=batch_size, temperature=1.0, max_tokens=divergence_tokens)

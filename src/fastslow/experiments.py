@@ -49,8 +49,9 @@ CYCLES, CYCLES_PER_STAGE = 4, 2
 #: tests/test_workflow.py runs each cycle with the other keys poisoned.
 CYCLE_READS: dict[str, dict[str, tuple[str, ...]]] = {
     # nor any `generation` key (the round's sampling) or model.dtype (the round's sampling dtype):
-    # its RL steps sample with `slow`'s settings and train fp32 master weights
-    "rl": {"fast": ("pool_size",), "generation": (), "model": ("base",)},
+    # its RL steps sample with `slow`'s settings and train fp32 master weights (through the
+    # model's chat template, with model.chat_template_kwargs)
+    "rl": {"fast": ("pool_size",), "generation": (), "model": ("base", "chat_template_kwargs")},
     "gepa": {"slow": ("steps_per_cycle",)},
     "fst_distill": {"slow": ("lr", "warmup_steps", "num_generations", "problems_per_step", "steps_per_cycle",
                              "max_new_tokens", "temperature", "top_p", "micro_batch_size", "max_grad_norm",

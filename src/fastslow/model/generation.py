@@ -105,11 +105,13 @@ def encode_prompts(
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def longest_prompt(tokenizer: Any, conversations: Sequence[Conversation], chunk: int = 256) -> int:
+def longest_prompt(tokenizer: Any, conversations: Sequence[Conversation], chunk: int = 256,
+                   chat_template_kwargs: dict[str, Any] | None = None) -> int:
     """Tokens of the longest of `encode_prompts(tokenizer, conversations)` (0 for none), encoded
     `chunk` at a time: what sizes a vLLM engine's context."""
     return max((len(ids) for lo in range(0, len(conversations), chunk)
-                for ids in encode_prompts(tokenizer, conversations[lo:lo + chunk])), default=0)
+                for ids in encode_prompts(tokenizer, conversations[lo:lo + chunk], chat_template_kwargs)),
+               default=0)
 
 
 #: Config keys that bound a model's positions, by architecture (Llama/Qwen, GPT-2, others).

@@ -90,10 +90,17 @@ class SlowConfig:
     seed: int = _help("Seed of sampling, data order and everything random in the run; with "
                       "use_vllm, vLLM's sampler is seeded by TRL (the process index), not by this.",
                       default=0)
+    chat_template_kwargs: dict[str, Any] = _help(
+        "Keyword arguments for the chat template wherever the loop renders a prompt (TRL's "
+        "`chat_template_kwargs` and our own renderings alike), e.g. {'enable_thinking': False}; "
+        "the cycle fills it from `model.chat_template_kwargs`.", default_factory=dict)
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
             return ValueError(f"SlowConfig.{name}: expected {expected}, got {getattr(self, name)!r}")
+
+        if not isinstance(self.chat_template_kwargs, dict) or not all(isinstance(k, str) for k in self.chat_template_kwargs):
+            raise bad("chat_template_kwargs", "a mapping of template variable names to values")
 
         if self.bf16 == "auto":
             self.bf16 = native_bf16_available()

@@ -474,7 +474,8 @@ def _prepare_local(policy_dir: Path, tokenizer: Any, cfg: SlowConfig, run_id: st
         enable_activation_checkpointing(model)
     optimizer, scheduler = make_optimizer(model, cfg)
     # One generation batch per step (as TRL's), so the samples do not depend on micro_batch_size.
-    generator = HFGenerator(model, tokenizer, batch_size=cfg.rollouts_per_step)
+    generator = HFGenerator(model, tokenizer, batch_size=cfg.rollouts_per_step,
+                            chat_template_kwargs=cfg.chat_template_kwargs)
     return _Trainee(model, model, teacher, optimizer, scheduler, cfg.bf16), generator
 
 
@@ -528,11 +529,12 @@ def _prepare_distributed(policy_dir: Path, tokenizer: Any, cfg: SlowConfig,
     student = accelerator.unwrap_model(model)
     rows = cfg.rollouts_per_step // num_processes
     if accelerator.is_fsdp2:
-        generator = HFGenerator(model, tokenizer, batch_size=rows, share_prefill=False)
+        generator = HFGenerator(model, tokenizer, batch_size=rows, share_prefill=False,
+                                chat_template_kwargs=cfg.chat_template_kwargs)
         generator.compact = False
         generator.inference_mode = False
     else:
-        generator = HFGenerator(student, tokenizer, batch_size=rows)
+        generator = HFGenerator(student, tokenizer, batch_size=rows, chat_template_kwargs=cfg.chat_template_kwargs)
     return _Trainee(model, student, teacher, optimizer, scheduler, bf16, accelerator), generator
 
 
@@ -624,7 +626,7 @@ def run_distill_cycle(
             for p in picked:
                 if p.id not in prompt_texts:
                     chat = build_messages(student_context, p)
-                    prompt_texts[p.id] = render_prompts(tokenizer, [chat])[0]
+                    prompt_texts[p.id] = render_prompts(tokenizer, [chat], cfg.chat_template_kwargs)[0]
             for rec in records:
                 rec.update(run=run_id, cycle=cycle, step=global_step, context_id=student_context_id,
                            context_hash=student_hash, prompt=prompt_texts[rec["problem_id"]])

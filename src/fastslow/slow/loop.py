@@ -162,7 +162,8 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
     from fastslow.slow.trainer import longest_prompt_tokens
 
     picked = take_problems(len(problems), cfg.seed, cursor, cfg.problems_per_step * cfg.steps_per_cycle)
-    return longest_prompt_tokens(tokenizer, [problems[i] for i in sorted(set(picked))], contexts)
+    return longest_prompt_tokens(tokenizer, [problems[i] for i in sorted(set(picked))], contexts,
+                                 cfg.chat_template_kwargs)
 
 
 def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], list[Mapping[str, Any]]],
@@ -216,7 +217,8 @@ def sample_ahead(model: Any, tokenizer: Any, block: Sequence[Sequence[Mapping[st
     owners = [key for key, n in todo for _ in range(n)]
     conversations = [build_messages(chats[key_of[key]][1], chats[key_of[key]][0]) for key in owners]
     start = time.perf_counter()
-    generator = HFGenerator(model, tokenizer, batch_size=len(conversations))  # one call, as TRL's
+    generator = HFGenerator(model, tokenizer, batch_size=len(conversations),  # one call, as TRL's
+                            chat_template_kwargs=cfg.chat_template_kwargs)
     generator.length_key = "slow.max_new_tokens"
     training, use_cache = model.training, model.config.use_cache
     model.eval()
@@ -758,7 +760,8 @@ def run_cycle(
             rows = step_rows[share]
             for key in {(r["problem_id"], r["context_id"]) for r in rows} - prompt_texts.keys():
                 problem, text = chats[key]
-                prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)])[0]
+                prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)],
+                                                   cfg.chat_template_kwargs)[0]
             if any(unserved.values()):
                 trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead)

@@ -556,12 +556,14 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
 
 
 def longest_prompt_tokens(tokenizer: Any, problems: Sequence[Problem],
-                          contexts: Sequence[tuple[str, str]]) -> int:
+                          contexts: Sequence[tuple[str, str]],
+                          chat_template_kwargs: dict[str, Any] | None = None) -> int:
     """Tokens of the longest rollout prompt (a problem under one of the contexts, through the chat
     template, as TRL tokenises it: `encode_prompts` gives the same ids, see `reuse_rows`)."""
     from fastslow.model.generation import longest_prompt
 
-    return longest_prompt(tokenizer, [build_messages(text, p) for p in problems for _, text in contexts])
+    return longest_prompt(tokenizer, [build_messages(text, p) for p in problems for _, text in contexts],
+                          chat_template_kwargs=chat_template_kwargs)
 
 
 def train_on_cpu() -> bool:
@@ -641,6 +643,9 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         logging_steps=1,
         save_strategy="no",
         log_completions=False,
+        # model.chat_template_kwargs: TRL renders the prompts it samples and trains on with these,
+        # as our own renderings (longest_prompt_tokens, the round's rollouts) do
+        chat_template_kwargs=dict(cfg.chat_template_kwargs) or None,
     )
 
 
