@@ -152,6 +152,87 @@ def test_launched_slow_part_writes_a_spec_and_logs_the_result(tmp_path, monkeypa
     assert not list(tmp_path.glob("cycle0.*"))  # spec and result removed after a success
 
 
+@pytest.mark.parametrize("how", ["failed", "stopped"])
+def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: str, tmp_path, monkeypatch) -> None:
+    """A multi-GPU cycle's ranks never track; the job logged their metrics from the result they
+    write at the end. Ranks that crashed at step T-1 (an OOM, NCCL) or were stopped (scancel,
+    SLURM's time limit) left the job's MLflow run with no slow/* metric at all. Now rank 0 appends
+    each finished step to <out_dir>.steps.jsonl (`StepLog`, as the loop's tracker), and the job
+    logs those steps before it fails, or before the stop's handler ends its run KILLED. (Here a
+    fake rank 0 writes two of three steps, then fails or is stopped.)"""
+    import subprocess
+
+    from fastslow import cycle as cycle_mod
+    from fastslow.experiments import RunSpec
+    from fastslow.slow.train import StepLog, default_steps_path
+
+    for key in (launch.ENV_STRATEGY, launch.ENV_CONFIG_DIR):
+        monkeypatch.delenv(key, raising=False)
+    out_dir = tmp_path / "cycle0"
+    stale = default_steps_path(out_dir)
+    StepLog(stale).log_metrics({"slow/reward_mean": 9.0}, step=99)  # an earlier attempt's: not logged
+    order: list[str] = []
+
+    def fake_run(command: list[str], before_stop: Any = None, **kwargs: Any) -> None:
+        steps = StepLog(default_steps_path(out_dir))
+        for s in (0, 1):
+            steps.log_metrics({"slow/reward_mean": 0.25 * s, "slow/kl_to_base": float("nan")}, step=s)
+        with default_steps_path(out_dir).open("a") as f:
+            f.write('{"step": 2, "metr')  # step 2 killed while writing its line
+        if how == "stopped":  # launch.run: the ranks stopped, then the callback, then the handler
+            before_stop()
+            order.append("handler")
+            raise KeyboardInterrupt
+        raise subprocess.CalledProcessError(1, command)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    spec = RunSpec(experiment="e", method="rl", name="r", schedule=("math",), seed=3)
+
+    class Tracker(RecordingTracker):
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            order.append("logged")
+            super().log_metrics(metrics, step)
+
+    tracker = Tracker()
+    with pytest.raises(KeyboardInterrupt if how == "stopped" else subprocess.CalledProcessError):
+        cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math", 0, tmp_path / "init", None,
+                              [("seed", "Be brief.")], tmp_path / "train.parquet",
+                              SlowConfig(**{**SLOW, "steps_per_cycle": 3}), out_dir, {}, 2, tracker)
+    assert [step for _, step in tracker.calls] == [0, 1]  # once each, the stale file's step 99 not
+    assert tracker.calls[1][0]["slow/reward_mean"] == 0.25 and math.isnan(tracker.calls[1][0]["slow/kl_to_base"])
+    assert order == ["logged", "logged"] + (["handler"] if how == "stopped" else [])
+
+
+def test_the_ranks_main_process_records_each_step_as_it_ends(tmp_path, monkeypatch) -> None:
+    """`python -m fastslow.slow.train`'s rank 0 hands the loop a `StepLog` beside the cycle
+    directory; other ranks none (the loop logs on the main process only)."""
+    import types
+
+    import fastslow.slow.loop
+    from fastslow.slow import train as train_mod
+    from fastslow.slow.train import default_steps_path, read_steps
+
+    handed: list[Any] = []
+
+    def loop(*args: Any, tracker: Any = None, **kwargs: Any) -> Any:
+        handed.append(tracker)
+        if tracker is not None:
+            tracker.log_metrics({"slow/reward_mean": 0.5}, step=4)
+        return types.SimpleNamespace(out_dir=args[6], global_step=5, metrics=[])
+
+    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", loop)
+    monkeypatch.setattr(train_mod, "build_task", lambda task: None)
+    monkeypatch.setattr("fastslow.tasks.data.load_problems", lambda path: [])
+    spec = {"method": "rl", "init_model": str(tmp_path / "init"), "prev_dir": None, "contexts": [["seed", "x"]],
+            "task": {"name": "math"}, "train_file": str(tmp_path / "t.parquet"), "slow": SLOW,
+            "out_dir": str(tmp_path / "cycle0"), "run_id": "e/rl/r", "cycle": 0, "result": str(tmp_path / "r.json")}
+    train_mod.run_job(spec)
+    assert read_steps(default_steps_path(tmp_path / "cycle0")) == [{"step": 4, "metrics": {"slow/reward_mean": 0.5}}]
+    monkeypatch.setattr(train_mod, "process_rank", lambda: 1)
+    train_mod.run_job(spec)
+    assert handed[1] is None
+
+
 def test_a_launched_fst_distill_cycle_is_sized_for_its_strategy_before_the_round(tiny_model_dir: Path, monkeypatch,
                                                                                  tmp_path) -> None:
     """fst_distill on two GPUs is not refused (it was: it trained in one process only); its

@@ -297,8 +297,10 @@ LAUNCHED = TERMINAL + textwrap.dedent("""
     from fastslow.launch import run
     from fastslow.tracking import job_run
     ranks = "import os, time; open(sys.argv[1], 'w').write(str(os.getpid())); print('started', flush=True); time.sleep(60)"
-    with job_run(rule="multi_gpu", wildcards={}, config={}, tracking_json=sys.argv[1]):
-        run([sys.executable, "-c", "import sys; " + ranks, sys.argv[2]])
+    with job_run(rule="multi_gpu", wildcards={}, config={}, tracking_json=sys.argv[1]) as tracker:
+        # what the cycle logs of the ranks' finished steps, once they have stopped
+        run([sys.executable, "-c", "import sys; " + ranks, sys.argv[2]],
+            before_stop=lambda: tracker.log_metrics({"slow/reward_mean": 0.5}, step=1))
 """)
 
 
@@ -318,6 +320,7 @@ def test_a_stop_signal_while_ranks_run_marks_run_killed_and_stops_them(tmp_path,
     (run,) = _runs(info, "multi_gpu")
     assert run.info.status == "KILLED"
     assert "fastslow.error" not in run.data.tags
+    assert run.data.metrics == {"slow/reward_mean": 0.5}  # logged after the ranks stopped, before the close
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
 

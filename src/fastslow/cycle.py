@@ -16,7 +16,8 @@ Where the slow steps run: in this process when the job has at most one GPU; with
 (`gpus`, from `fastslow.launch.gpus_requested(snakemake.resources)`) in N ranks started by
 `accelerate launch` (`fastslow.launch`, strategy from FASTSLOW_ACCELERATE_STRATEGY, default
 fsdp2) running `python -m fastslow.slow.train` on a job spec written beside `out_dir`; this
-process then reads the ranks' result back and logs the metrics (the ranks never track).
+process then reads the ranks' result back and logs the metrics (the ranks never track; when
+they fail or are stopped, it logs the steps they finished, from `<out_dir>.steps.jsonl`).
 FASTSLOW_TRAIN_PROCESSES=N overrides the process count (N > 1 forces the launched path, 1 keeps
 it in process); without a visible GPU the ranks train on CPU (gloo) with mixed precision off,
 which is how tests/test_slow_distributed.py exercises the launched path on a CPU-only machine.
@@ -415,7 +416,14 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
 
     from fastslow.launch import build_command, run
     from fastslow.slow.loop import check_device
-    from fastslow.slow.train import default_result_path, log_result, read_result, write_spec
+    from fastslow.slow.train import (
+        default_result_path,
+        default_steps_path,
+        log_result,
+        read_result,
+        read_steps,
+        write_spec,
+    )
 
     check_device(slow_cfg)  # the GPU-less case fails here, in one line, not in N ranks
     # (the fast round's generator gave its GPU memory back in run_cycle, release_gpu_memory)
@@ -433,11 +441,30 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
                             accelerate_args=["--mixed_precision", "no"] if cpu else [])
     log.info("cycle %d of %s: slow steps in %d processes: %s", cycle, spec.key, processes,
              " ".join(command))
-    run(command, stderr=_stream_with_fileno(sys.stderr))
+    steps_path = default_steps_path(out_dir)
+    steps_path.unlink(missing_ok=True)  # an earlier attempt's
+    logged: list[bool] = []
+
+    def log_finished_steps() -> None:
+        """The ranks failed or were stopped: the steps they finished, to the job's MLflow run."""
+        if logged or tracker is None:
+            return
+        logged.append(True)
+        rows = read_steps(steps_path)
+        for row in rows:
+            tracker.log_metrics(row["metrics"], step=row["step"])
+        log.warning("cycle %d of %s: the ranks stopped after %d of %d steps; the metrics of those are logged",
+                    cycle, spec.key, len(rows), slow_cfg.steps_per_cycle)
+
+    try:
+        run(command, stderr=_stream_with_fileno(sys.stderr), before_stop=log_finished_steps)
+    except Exception:
+        log_finished_steps()
+        raise
     result = read_result(result_path)
     log_result(result, tracker)
-    spec_path.unlink(missing_ok=True)
-    result_path.unlink(missing_ok=True)
+    for path in (spec_path, result_path, steps_path):
+        path.unlink(missing_ok=True)
     return result["metrics"]
 
 

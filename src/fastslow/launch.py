@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
 import re
 import shlex
@@ -36,11 +37,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fastslow.tracking import STOP_SIGNALS
+
+log = logging.getLogger("fastslow.launch")
 
 STRATEGIES = {"fsdp2": "fsdp2.yaml", "zero3": "zero3.yaml", "ddp": "ddp.yaml"}
 DEFAULT_STRATEGY = "fsdp2"
@@ -186,14 +189,17 @@ _WITH_PARENT = ("import ctypes, os, signal, sys\n"
 
 
 def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
-        cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None) -> None:
+        cwd: str | Path | None = None, stdout: Any = None, stderr: Any = None,
+        before_stop: Callable[[], None] | None = None) -> None:
     """Run `command`, forwarding SIGTERM/SIGINT/SIGHUP (SLURM's time limit, scancel, Ctrl-C, the
     terminal closing) to its whole process group so no rank outlives the job; raise
     CalledProcessError on a non-zero exit. `stdout` and `stderr` are Popen's (e.g. the rule's log
     file; default: inherited). A forwarded signal is then passed on to the handler this replaced
     (the MLflow run's, which ends it KILLED), not reported as the ranks' non-zero exit. A signal
     the job ignores (SIGHUP under nohup) stays ignored. A job killed outright (SIGKILL, out of
-    memory) cannot forward anything: its ranks get SIGTERM from the kernel (`_WITH_PARENT`)."""
+    memory) cannot forward anything: its ranks get SIGTERM from the kernel (`_WITH_PARENT`).
+    `before_stop` runs once the ranks have stopped on a forwarded signal, before that handler
+    (the cycle logs the steps its ranks finished: `fastslow.cycle.launch_slow`)."""
     if stdout is not None or stderr is not None:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # our own lines before the ranks'
@@ -221,6 +227,11 @@ def run(command: Sequence[str], *, env: Mapping[str, str] | None = None,
         stop_process_group(proc)  # interrupted while waiting: do not leave the ranks behind
     if received:  # the job was told to stop: stop it as the replaced handler would have
         signum = received[0]
+        if before_stop is not None:
+            try:
+                before_stop()
+            except Exception:  # noqa: BLE001 - the stop goes on whatever the callback does
+                log.exception("stopping the ranks: the callback before the stop failed")
         handler = old[signum]
         if callable(handler):
             handler(signum, None)  # job_run's: KILLED, then the default action; SIGINT's: KeyboardInterrupt

@@ -12,7 +12,10 @@ process writes the cycle directory and a result JSON (global step, the per-step 
 caller reads back with `read_result`.
 
 Tracking stays with the caller: these processes never open an MLflow run (one run per Snakemake
-job, and N ranks must not log N copies); the caller logs the returned metrics.
+job, and N ranks must not log N copies); the caller logs the returned metrics. The main process
+also appends each step's metrics to `<out_dir>.steps.jsonl` as the step ends (`StepLog`): ranks
+that fail or are stopped before their result leave the steps they finished there, for the caller
+to log.
 
 The task is rebuilt either from the experiment config (``{"name": ..., "config": {"data": ...}}``,
 through `fastslow.config.make_task`, as the in-process path does) or, for tasks outside the
@@ -22,9 +25,11 @@ registry (tests), from an importable class (``{"class": "package.module:Name", "
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,6 +83,39 @@ def decode_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
         out["round_rollouts"] = {(e["context_hash"], e["problem_id"]): e["rollouts"]
                                  for e in out["round_rollouts"]}
     return out
+
+
+class StepLog:
+    """Rank 0's tracker under `accelerate launch`: each step's metrics (the loop's
+    `log_metrics(dict, step)`) appended to a JSON-lines file as the step ends, so that the job's
+    parent logs the steps that finished when the ranks fail or are stopped before their result
+    (`read_steps`; `fastslow.cycle.launch_slow`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": int(step), "metrics": dict(metrics)}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_steps(path: str | Path) -> list[dict[str, Any]]:
+    """What `StepLog` wrote ({"step", "metrics"} per finished step; none without the file). A
+    line the ranks were killed while writing is left out."""
+    rows = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
+def default_steps_path(out_dir: str | Path) -> Path:
+    """Beside the cycle directory, as the result (`default_result_path`)."""
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + ".steps.jsonl")
 
 
 def default_result_path(out_dir: str | Path) -> Path:
@@ -138,7 +176,8 @@ def run_job(spec: Mapping[str, Any]) -> dict[str, Any]:
     result = slow_cycle(Path(spec["init_model"]), None if spec["prev_dir"] is None else Path(spec["prev_dir"]),
                         contexts, build_task(spec["task"]), load_problems(spec["train_file"]), cfg,
                         Path(spec["out_dir"]), run_id=spec["run_id"], cycle=int(spec["cycle"]),
-                        tracker=None, **decode_extra(spec.get("extra")))
+                        tracker=StepLog(default_steps_path(spec["out_dir"])) if process_rank() == 0 else None,
+                        **decode_extra(spec.get("extra")))
     out = {"out_dir": str(result.out_dir), "global_step": result.global_step,
            "metrics": result.metrics, "num_processes": world_size()}
     if process_rank() == 0:
