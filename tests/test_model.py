@@ -884,3 +884,38 @@ def test_generation_under_no_grad_instead_of_inference_mode_gives_the_same_compl
     assert modes == {True: {(True, False)}, False: {(False, False)}}
     assert [g.completion_ids for g in outs[False]] == [g.completion_ids for g in outs[True]]
     assert [g.token_logprobs for g in outs[False]] == [g.token_logprobs for g in outs[True]]
+
+
+def test_a_hub_id_pinned_to_a_revision_fetches_that_revision(tiny_model_dir: Path, tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """`model.base: owner/name@<commit>` pins the hub snapshot: unpinned, the base_model job
+    fetched the repository's latest, so a new machine or cache could train other weights under
+    the same params. The revision is not part of the directory name; an unknown one is one line.
+    (The hub is replaced by a function serving the tiny model.)"""
+    import huggingface_hub
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    from fastslow.config import model_name
+    from fastslow.model.convert import base_model_error
+
+    asked: list[tuple[str, str | None]] = []
+
+    def snapshot_download(repo_id: str, revision: str | None = None, **kwargs: Any) -> str:
+        asked.append((repo_id, revision))
+        if revision == "nope":
+            raise RevisionNotFoundError.__new__(RevisionNotFoundError)  # (its __init__ wants an HTTP response)
+        return str(tiny_model_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    out = prepare_base_model("acme/tiny-chat@0123abcd", tmp_path / "pinned")
+    assert asked == [("acme/tiny-chat", "0123abcd")] and (out / "config.json").is_file()
+    assert json.loads((out / "fastslow_source.json").read_text())["source"] == "acme/tiny-chat@0123abcd"
+    prepare_base_model("acme/tiny-chat", tmp_path / "latest")
+    assert asked[-1] == ("acme/tiny-chat", None)
+    assert base_model_error("acme/tiny-chat@v1.0") is None
+    assert model_name({"model": {"base": "acme/tiny-chat@0123abcd"}}) == "tiny-chat"
+    with pytest.raises(RuntimeError) as err:
+        prepare_base_model("acme/tiny-chat@nope", tmp_path / "bad")
+    assert str(err.value) == ("cannot fetch base model 'acme/tiny-chat@nope': acme/tiny-chat has no revision 'nope' "
+                              "(a commit hash, tag or branch of the repository)")
+    assert not (tmp_path / "bad").exists()

@@ -654,7 +654,7 @@ def model_name(config: Mapping[str, Any]) -> str:
     local = os.path.expanduser(base)
     if base.startswith((".", "/", "~")) or os.path.isdir(local):
         return Path(os.path.abspath(local)).name.replace(" ", "_")
-    return base.rstrip("/").split("/")[-1].replace(" ", "_")
+    return base.rstrip("/").split("/")[-1].split("@")[0].replace(" ", "_")  # a hub id's revision: not the name
 
 
 def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]]:

@@ -32,7 +32,8 @@ SMOLLM2_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LINK_THRESHOLD_BYTES = 32 * 1024 * 1024
 #: Written into every prepared directory: where the weights came from.
 PROVENANCE_FILE = "fastslow_source.json"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: A hub id, optionally pinned to a revision (a commit hash, tag or branch): "Qwen/Qwen3-8B@<commit>".
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: What a hub snapshot needs: configs, safetensors weights, tokenizer files (no .bin/.pth/.gguf).
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
@@ -302,13 +303,28 @@ def _prepare_from_dir(src: Path, out_dir: Path, source: str, kind: str) -> Path:
     return out_dir
 
 
-def _snapshot(repo_id: str) -> Path:
-    """Download (or find in the HF cache) a hub model; one-line errors when that fails."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+def split_hub_id(spec: str) -> tuple[str, str | None]:
+    """("owner/name", revision or None) of a hub id, pinned ("Qwen/Qwen3-8B@<commit>") or not."""
+    repo, _, revision = spec.partition("@")
+    return repo, revision or None
 
+
+def _snapshot(spec: str) -> Path:
+    """Download (or find in the HF cache) a hub model, at the revision `spec` pins (else the
+    repository's latest); one-line errors when that fails."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    repo_id, revision = split_hub_id(spec)
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS))
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
+    except RevisionNotFoundError as err:
+        raise RuntimeError(f"cannot fetch base model {spec!r}: {repo_id} has no revision {revision!r} "
+                           "(a commit hash, tag or branch of the repository)") from err
     except (GatedRepoError, RepositoryNotFoundError) as err:
         raise RuntimeError(
             f"cannot fetch base model {repo_id!r}: the hub has no such repository or it needs "
@@ -333,7 +349,9 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
       - ``"tiny-random"``: a 2-layer random Llama with SmolLM2's tokenizer (tests, smoke);
       - a local HF model directory: mirrored (small files copied, weights symlinked);
       - a hub id such as ``"Qwen/Qwen3-8B"``: `snapshot_download`, then mirrored like a
-        local directory (the weights stay in the HF cache and are linked from `out_dir`).
+        local directory (the weights stay in the HF cache and are linked from `out_dir`);
+        ``"Qwen/Qwen3-8B@<commit>"`` pins the revision (unpinned: the latest when first fetched,
+        which a new machine or cache may find changed).
     Each output carries `fastslow_source.json` saying where it came from.
     """
     quiet_bars_off_terminals()  # the GGUF conversion and hub snapshots load with transformers
@@ -453,7 +471,8 @@ def model_fingerprint(spec: str) -> str | None:
     """A digest of a local base model directory's files (name, size, modification time; not
     their bytes: an 8B model is 16 GB), so the workflow sees the directory change (weights
     saved again in place) and prepares the base model again. None for a built-in name or a
-    hub id, whose content the name pins."""
+    hub id (whose content a pinned revision, `owner/name@<commit>`, fixes; an unpinned one is the
+    latest when first fetched)."""
     local = Path(spec).expanduser()
     if spec in (SMOLLM2_SPEC, TINY_SPEC) or not local.is_dir():
         return None
