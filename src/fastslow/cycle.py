@@ -42,6 +42,7 @@ from fastslow.io import (
     free_space_error,
     json_text,
     tree_bytes,
+    tree_fingerprint,
     write_json,
     write_parquet,
 )
@@ -106,17 +107,11 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
 
 def round_key(job: Mapping[str, Any], spec: RunSpec, cycle: int, inputs: Sequence[Path]) -> str:
     """What a finished fast round depends on: the job's params (library code, settings), the run
-    and cycle, and its input files as found on disk (names, sizes, modification times: a
-    previous cycle run again, or base weights rebuilt, gives another key)."""
+    and cycle, and its input files as found on disk (`tree_fingerprint`: names, sizes,
+    modification times; a previous cycle run again, or base weights rebuilt, gives another key)."""
     import hashlib
 
-    files = []
-    for root in inputs:
-        paths = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-        for p in paths:
-            if p.exists():
-                st = p.stat()
-                files.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+    files = [[str(p.resolve()), tree_fingerprint(p)] for p in inputs if p.exists()]
     payload = json_text({"job": job, "run": spec.key, "cycle": cycle, "files": files}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -233,6 +233,25 @@ def free_space_error(directory: str | Path, needed: int, what: str) -> str | Non
             f"{needed / gib:.2f} GiB; free some space or move results/ to a larger file system")
 
 
+def tree_fingerprint(path: str | Path) -> str:
+    """A digest of the files at `path` (a file, or a directory's files but hidden ones: .git,
+    download metadata, Snakemake's .snakemake_timestamp): each one's name, size and modification
+    time, not its bytes (an 8B model is 16 GB). Links are followed: a linked file counts as its
+    target."""
+    import hashlib
+
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(root.rglob("*"))
+    digest = hashlib.sha256()
+    for file in files:
+        rel = Path(file.name) if file == root else file.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or not file.is_file():
+            continue
+        st = file.stat()
+        digest.update(f"{rel.as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def tree_bytes(path: str | Path) -> int:
     """Bytes of the files under `path` (links followed: a linked model counts its weights)."""
     path = Path(path)

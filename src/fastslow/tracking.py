@@ -115,11 +115,17 @@ def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
             "or set another mlflow_experiment")
 
 
+def _tracking_folder(tracking_json: str | Path) -> Path:
+    """`<results>/mlflow`, the folder of the tracking files: `tracking_json`'s own, or its parent
+    for a group's `<results>/mlflow/parents/<group>.json`."""
+    folder = Path(tracking_json).parent
+    return folder.parent if folder.name == "parents" else folder
+
+
 def missing_experiment(info: Mapping[str, Any], tracking_json: str | Path) -> str:
     """The one line for tracking files whose experiment the store no longer holds (its database
     deleted or reset): the command that remakes them there."""
-    folder = Path(tracking_json).parent
-    folder = folder.parent if folder.name == "parents" else folder
+    folder = _tracking_folder(tracking_json)
     return (f"{tracking_json} names experiment {info['experiment_id']} ({info['experiment']!r}), which MLflow store "
             f"{info['tracking_uri']} does not hold (its database deleted or reset?): "
             f"`{shlex.quote(sys.executable)} -m fastslow.tracking {folder}` remakes the files there "
@@ -283,8 +289,7 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     env = os.environ.get("MLFLOW_TRACKING_URI")
     made, exp = info["tracking_uri"], info["experiment"]
     want = config.get("mlflow_experiment") or exp
-    folder = Path(tracking_json).parent  # <results>/mlflow/parents/<group>.json: <results>/mlflow
-    folder = folder.parent if folder.name == "parents" else folder
+    folder = _tracking_folder(tracking_json)
     if env and _store(env) != _store(made):
         asked = f"MLFLOW_TRACKING_URI={env}"
     elif not env and _store(made) != _store(f"sqlite:///{folder.parent.resolve() / 'mlflow.db'}"):

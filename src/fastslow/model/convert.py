@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fastslow.io import atomic_path
+from fastslow.io import atomic_path, tree_fingerprint
 
 SMOLLM2_SPEC = "smollm2-135m-instruct"
 TINY_SPEC = "tiny-random"
@@ -476,16 +476,9 @@ def model_fingerprint(spec: str) -> str | None:
     local = Path(spec).expanduser()
     if spec in (SMOLLM2_SPEC, TINY_SPEC) or not local.is_dir():
         return None
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(local.rglob("*")):
-        rel = path.relative_to(local)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-            continue  # as _link_or_copy_tree: .git and download metadata are not the model
-        stat = path.stat()  # follows a symlink: the file the mirror will link or copy
-        digest.update(f"{rel.as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+    # as _link_or_copy_tree, hidden files (.git, download metadata) are not the model, and a
+    # symlink counts as the file the mirror will link or copy
+    return tree_fingerprint(local)
 
 
 def _torch_dtype(dtype: str, allow_auto: bool = True) -> Any:
