@@ -551,6 +551,24 @@ def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
         "RL (no reward, KL 0:\nevery checkpoint at the origin)", "FST"]
 
 
+def test_fig4_says_which_methods_kl_was_not_measured(tmp_path, saved):
+    """A run evaluated with `evaluation.divergence: false` has no KL: its method had a legend
+    entry and nothing drawn, and nothing said why."""
+    rl = [{**r, "kl_to_base": float("nan")} for r in _rows("efficiency", "rl", "hover", [0.1, 0.2, 0.3])]
+    fst = _rows("efficiency", "fst", "hover", [0.1, 0.4, 0.5], kl=[0, .01, .02])
+    last = figures.fig4({"efficiency": pl.DataFrame(rl + fst).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    (ax,) = saved[0].axes
+    assert ax.get_title().replace("\n", " ") == "HoVer KL not measured for RL (evaluation.divergence: false)"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FST"]
+    assert len(ax.lines) == len(ax.collections) == 1
+    assert math.isnan(last["hover"]["rl"]["kl"]) and last["hover"]["rl"]["reward"] == pytest.approx(0.3)
+    saved.clear()  # neither measured: no legend at all, both named
+    figures.fig4({"efficiency": pl.DataFrame(rl + [{**r, "kl_to_base": float("nan")} for r in fst])
+                  .select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    (ax,) = saved[0].axes
+    assert ax.get_legend() is None and "KL not measured for RL or FST" in ax.get_title().replace("\n", " ")
+
+
 def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
     inits = {"base": [0.1, 0.2, 0.3],
              "efficiency/rl/math-default-s0": [0.15, 0.2, 0.25], "efficiency/fst/math-default-s0": [0.2, 0.4, 0.5],
@@ -691,6 +709,9 @@ def test_fig8_reward_and_entropy_of_the_ceiling_task(tmp_path, saved):
     assert _lines(ax2) == {"RL": pytest.approx([0.8, 0.6, 0.5, 0.4]), "FST": pytest.approx([0.8, 0.75, 0.7, 0.7]),
                            "FST-distill": pytest.approx([0.8, 0.7, 0.65, 0.6]), "GEPA only": pytest.approx([0.8] * 4)}
     assert {ln.get_label(): ln.get_linestyle() for ln in ax.lines}["GEPA only"] == "--"
+    # one legend, beside the panels: inside the reward panel it covered the curves' ends
+    assert ax.get_legend() is None and [t.get_text() for t in ax2.get_legend().get_texts()] == list(_lines(ax))
+    assert ax2.get_legend().get_window_extent().x0 > ax2.get_window_extent().x1
     assert any(_unwrapped(t).startswith("4 runs, seeds [0]") for t in fig.texts)  # efficiency's math runs left out
     # GEPA only's x is the step its round stands beside, which the figure says (it takes no RL step)
     assert any("GEPA only trains no weights: its round c is drawn at step (c + 1) × T" in _unwrapped(t)
@@ -722,6 +743,35 @@ def test_fig10_reward_and_seconds_per_step(tmp_path, saved):
     assert _bar_heights(ax2) == {"no reuse": pytest.approx(16.0), "rollout reuse": pytest.approx(11.0)}
     assert ax2.get_ylabel() == "seconds / step"
     _written(out)
+
+
+def test_fig10_draws_rl_only_on_the_task_as_its_reference(tmp_path, saved):
+    """The paper's point is reuse against RL-only (RL ≈ 60 s a step, FST ≈ 100, FST with reuse
+    ≈ 47): efficiency's RL run on the task is a third curve and bar, in RL's colour; its runs on
+    other tasks are not read. Without one, the footnote says so."""
+    import matplotlib.colors
+
+    rows = [{**r, "cycle_cpu_share": 0.9} for r in _reuse_rows("no_reuse", [0.1, 0.2, 0.3, 0.35], [30.0, 34.0, 32.0])
+            + _reuse_rows("reuse", [0.1, 0.25, 0.3, 0.4], [20.0, 22.0, 24.0])]
+    rl = _set(_set(_rows("efficiency", "rl", "hover_hard", [0.1, 0.15, 0.2, 0.3], steps_per_cycle=2), "cycle_seconds",
+                   [None, 24.0, 26.0, 28.0]), "cycle_cpu_share", [None, 0.3, 0.3, 0.3])
+    other = _set(_rows("efficiency", "rl", "math", [0.5] * 4, steps_per_cycle=2), "cycle_seconds", [None, 90.0, 90.0, 90.0])
+    numbers = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                             "efficiency": pl.DataFrame(rl + other).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    ax, ax2 = saved[0].axes
+    assert _lines(ax)["RL"] == pytest.approx([0.1, 0.15, 0.2, 0.3])
+    assert _bar_heights(ax2) == {"no reuse": pytest.approx(16.0), "rollout reuse": pytest.approx(11.0),
+                                 "RL": pytest.approx(13.0)}
+    assert matplotlib.colors.to_rgb(ax2.patches[-1].get_facecolor()) == matplotlib.colors.to_rgb(figures.COLORS["rl"])
+    assert numbers["seconds_per_step"]["rl"] == pytest.approx(13.0) and numbers["last"]["rl"] == pytest.approx(0.3)
+    assert not any("No RL-only run" in _unwrapped(t) for t in saved[0].texts)
+    assert ax2.texts[-1].get_text() == "13.0\nCPU 30%"  # its share counts in the comparability check
+    assert "not comparable: unequal CPU shares" in ax2.get_title()
+    saved.clear()
+    figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    assert "RL" not in _bar_heights(saved[0].axes[1])
+    assert any("No RL-only run on HoVer-hard (experiment efficiency) to compare with." in _unwrapped(t)
+               for t in saved[0].texts)
 
 
 @pytest.mark.parametrize("case", ["two_seeds", "eval_every_2"])
@@ -1247,6 +1297,18 @@ def test_fig6_legend_of_every_task_sits_beside_the_curves(tmp_path, saved):
     assert len({ln.get_marker() for ln in ax2.lines if not ln.get_label().startswith("_")}) == 2  # a marker per task
 
 
+def test_fig8_says_whose_entropy_was_not_measured(tmp_path, saved):
+    """GEPA only's run evaluated with `evaluation.divergence: false`: no entropy line, and said."""
+    ceiling = (_rows("ceiling", "gepa", "hover", [0.3, 0.5, 0.6])
+               + _set(_rows("ceiling", "fst_distill", "hover", [0.3, 0.4, 0.6]), "entropy", [0.8, 0.7, 0.6]))
+    ceiling = [{**r, "entropy": float("nan")} if r["method"] == "gepa" else r for r in ceiling]
+    figures.fig8({"ceiling": pl.DataFrame(ceiling).select(CURVE_COLUMNS)}, tmp_path / "fig8.pdf")
+    ax, ax2 = saved[0].axes[:2]
+    assert list(_lines(ax)) == ["FST-distill", "GEPA only"] and list(_lines(ax2)) == ["FST-distill"]
+    assert ax2.get_title().replace("\n", " ") == ("actor entropy on val completions not measured for GEPA only "
+                                                  "(evaluation.divergence: false)")
+
+
 def test_fig8_names_the_methods_without_a_run_on_its_task(tmp_path, saved):
     """The smoke config has no efficiency run on hover: Fig 8's title promised FST and RL, its
     panels had neither, and nothing said why."""
@@ -1332,7 +1394,7 @@ def test_ablation_panels_are_the_papers_four():
 
 def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
     """With the variants' definitions Fig 9 has the paper's four panels, each bar labelled by its
-    setting's value and the default's green, RL's dashed line in each; a variant that changes
+    setting's value and the headline setting's green in each panel, RL's dashed line in each; a variant that changes
     nothing is not dropped but drawn in a panel of its own."""
     drawn = []
     save = figures._save
@@ -1355,7 +1417,11 @@ def test_fig9_draws_a_panel_per_ablated_setting(tmp_path, monkeypatch):
     assert [[round(p.get_height(), 2) for p in ax.patches] for ax in axes] == [
         [0.31, 0.36, 0.40, 0.42], [0.36, 0.33], [0.41, 0.42, 0.37], [0.42, 0.43], [0.2]]
     green = [[p.get_facecolor()[1] > p.get_facecolor()[0] + 0.1 for p in ax.patches] for ax in axes]
-    assert green == [[False, False, False, True], [False, False], [False, True, False], [True, False], [False]]
+    # the paper's sage bars, "the headline configuration in each panel": in (b) the problem baseline
+    # at K=2, though K=2 is not the default's K
+    assert green == [[False, False, False, True], [True, False], [False, True, False], [True, False], [False]]
+    bold = [[t.get_fontweight() == "bold" for t in ax.get_xticklabels()] for ax in axes]
+    assert bold == green
     assert all(line.get_linestyle() == "--" and line.get_ydata()[0] == pytest.approx(0.3)
                for ax in axes for line in ax.get_lines())
     assert all(ax.get_lines() for ax in axes)

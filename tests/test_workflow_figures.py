@@ -154,6 +154,10 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     # Fig 8 reads efficiency's runs on hover only: the smoke config has none, so it plotted none
     fig8 = next(r for r in figure_runs if r.data.tags["fastslow.figure"] == "fig8")
     assert not [r for r in fig8.data.tags["fastslow.input_runs"].split(",") if r.startswith("efficiency/")]
+    # Fig 10 reads efficiency's RL run on the reuse experiment's task, its reference
+    fig10 = next(r for r in figure_runs if r.data.tags["fastslow.figure"] == "fig10")
+    assert "efficiency/rl/math-default-s0" in fig10.data.tags["fastslow.input_runs"].split(",")
+    assert fig10.data.metrics["fig10/seconds_per_step/rl"] > 0
     # ...and Fig 9 its runs on the ablations' task: here that is all of them
     on_math = pl.read_parquet(work / "results/tables/curves/efficiency.math.parquet")
     assert on_math.sort(["run", "step"]).equals(

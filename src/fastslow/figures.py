@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -548,10 +548,15 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
     fig, axes = _axes(plt, len(tasks))
     last: dict[str, dict[str, dict[str, float]]] = {}
     for ax, task in zip(axes, tasks, strict=False):
-        drawn = []
+        drawn, unmeasured = [], []
         for method in ("rl", "fst"):
             sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
             if not sub.height:
+                continue
+            if not sub["kl_to_base"].fill_nan(None).drop_nulls().len():  # evaluation.divergence: false
+                unmeasured.append(LABELS[method])  # said under the title, not a legend entry with nothing drawn
+                c = seed_curve(sub)
+                last.setdefault(task, {})[method] = {"kl": float("nan"), "reward": float(c["mean_at_k"][-1])}
                 continue
             drawn.append((method, sub))
             ax.scatter(sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy(), color=COLORS[method],
@@ -570,11 +575,15 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             for line in ax.lines:
                 if line.get_label() in still:
                     line.set_label(f"{line.get_label()} (no reward, KL 0:\nevery checkpoint at the origin)")
-        _note_title(ax, task_label(task), _missing_methods(last.get(task, {})))
+        notes = [_missing_methods(last.get(task, {}))]
+        if unmeasured:
+            notes.append(f"KL not measured for {' or '.join(unmeasured)} (evaluation.divergence: false)")
+        _note_title(ax, task_label(task), "\n".join(n for n in notes if n))
         ax.set(xlabel="token KL(π_train ‖ π_base) (nats/token)", ylabel=f"val mean@{int(df['k'][0])}")
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
-        ax.legend(fontsize=8)
+        if drawn:
+            ax.legend(fontsize=8)
     _suptitle(fig, title)
     _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
     _save(fig, out)
@@ -791,8 +800,8 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     if eff is not None:
         frames.append(eff.filter(pl.col("eval_task") == task))
     df = pl.concat(frames, how="diagonal_relaxed")
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    absent = []
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.2, 3.4))
+    absent, unmeasured = [], []
     numbers: dict[str, dict[str, float]] = {"last": {}, "entropy": {}}
     drawn = []
     for method in ("rl", "fst", "fst_distill", "gepa"):
@@ -804,15 +813,22 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         numbers["last"][method] = float(c["mean_at_k"][-1])
         numbers["entropy"][method] = float(c["entropy"][-1])
         ax.plot(c["step"], c["mean_at_k"], label=LABELS[method], **_line(method))
-        ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
+        if c["entropy"].fill_nan(None).drop_nulls().len():
+            ax2.plot(c["step"], c["entropy"], label=LABELS[method], **_line(method))
+        else:  # evaluation.divergence: false; said under the title, not an empty line
+            unmeasured.append(LABELS[method])
     if len(drawn) > 1 and no_reward(*drawn):  # the last method's line hides the others'
         _corner_note(ax, "no reward for any method:\nthe lines overlap at 0")
     ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
+    if unmeasured:
+        _note_title(ax2, "actor entropy on val completions",
+                    f"not measured for {', '.join(unmeasured)} (evaluation.divergence: false)")
     for a in (ax, ax2):
         _step_axis(a)
     _reward_axis(ax)
-    ax.legend(fontsize=8, loc="upper right")  # the top-left corner holds a note, if any
+    if drawn:  # beside the panels: inside, it covered the curves' ends, where the ceiling is read
+        ax2.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     _suptitle(fig, "Fig 8 — FST vs RL vs GEPA-only ceiling vs FST-distill")
     # the title names four methods: one without a run on the task is said missing, not just absent
     notes = [f"{LABELS['gepa']} trains no weights: its round c is drawn at step (c + 1) × T, beside the "
@@ -897,6 +913,17 @@ def ablation_panels(info: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], 
             bars = [b for _, b in sorted(zip(values, bars, strict=True), key=lambda vb: vb[0])]
         out.append((key, context, bars))
     return out
+
+
+def headline_bars(key: str, bars: Sequence[str], reference: Mapping[str, Any],
+                  changes: Mapping[str, Any]) -> set[str]:
+    """The bars of Fig 9's panel on `key` that hold the headline configuration's setting (the
+    paper's sage bars, "the headline configuration in each panel"): the default's bar, and in a
+    panel compared at other settings (the prompt baseline beside the problem baseline, both at
+    K=2) the bar whose `key` is the default's. A panel of bars by name has the default's alone."""
+    if key in ("variant", "other") or key not in reference:  # also a panel of several settings
+        return {b for b in bars if b == "default"}
+    return {b for b in bars if b == "default" or {**reference, **(changes.get(b) or {})}.get(key) == reference[key]}
 
 
 def _short_key(key: str) -> str:
@@ -1029,14 +1056,16 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
     widths = [t["width"] for t in texts]
     fig, axes = plt.subplots(1, len(panels), sharey=True, squeeze=False, gridspec_kw={"width_ratios": widths},
                              figsize=(max(4.0, sum(widths) + 0.5 * len(widths) + 1.5), 3.4))
+    changes = variants["variants"] if variants else {}
     for i, (ax, (key, _, bars), text) in enumerate(zip(axes[0], panels, texts, strict=True)):
         se = [spread[b] for b in bars]  # NaN: one seed, no error bar; none at all in a panel of one-seed bars
+        headline = headline_bars(key, bars, reference, changes)
         drawn = ax.bar(range(len(bars)), [values[b] for b in bars], yerr=None if np.isnan(se).all() else se,
-                       color=["#8fbc8f" if b == "default" else "#b0b0b0" for b in bars],
+                       color=["#8fbc8f" if b in headline else "#b0b0b0" for b in bars],
                        error_kw={"ecolor": "#333333", "elinewidth": 0.8, "capsize": 3})
         ax.set_xticks(range(len(bars)), text["ticks"])
         for b, tick in zip(bars, ax.get_xticklabels(), strict=True):
-            if b == "default":  # told apart at zero reward too, where a bar has no colour to show
+            if b in headline:  # told apart at zero reward too, where a bar has no colour to show
                 tick.set(color="#2e7d32", fontweight="bold")
         ax.set_xlabel(text["xlabel"])
         ax.bar_label(drawn, fmt="%.2f", fontsize=7, padding=2)  # a bar of height 0 is otherwise no bar at all
@@ -1055,7 +1084,7 @@ def fig9(tables: Mapping[str, pl.DataFrame], out: str | Path,
         axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
     _suptitle(fig, f"Fig 9 — {task_label(task)} ablations (val mean@{k} at step {step})")
     default = ", ".join(_setting_label(key, reference[key]) for key in sorted(reference, key=_ablated_rank))
-    note = ("Green bar (bold label): the headline configuration (default variant"
+    note = ("Green bars (bold labels): the headline configuration's setting in each panel (default variant"
             + (f": {default}" if default else "") + "); grey: its ablations." if "default" in values else
             "No default bar: no FST run of the efficiency experiment on this task; grey: the ablations.")
     if any(not math.isnan(se) for se in spread.values()):
@@ -1116,42 +1145,64 @@ def unequal_cpu(shares: Mapping[str, float], label: Any = None) -> str:
 
 
 def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:
-    """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none.
-    Returns each variant's seconds per RL step and last val mean@k."""
+    """Rollout reuse: validation reward by step and wall time per RL step, reuse vs none, and
+    RL-only on the same task (efficiency's run, when the config has one) as the reference the
+    paper's claim reads (RL ≈ 60 s a step, FST ≈ 100, FST with reuse ≈ 47). Returns each
+    variant's seconds per RL step and last val mean@k, RL-only's under "rl"."""
     plt = _plt()
     df = tables["reuse"]
+    task = df["eval_task"][0]
+    eff = tables.get("efficiency")
+    rl = (eff.filter((pl.col("eval_task") == task) & (pl.col("method") == "rl")) if eff is not None
+          else df.clear())
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
     # every variant is an FST run: FST's green throughout, told apart by line style and hatch
     styles, hatches = ("-", "--", ":", "-."), ("", "//", "..", "xx")
-    last = {}
+    last, per_step, shares = {}, seconds_per_step(df), cpu_shares(df)  # shares: the CPU each variant's cycles got
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
         ax.plot(c["step"], c["mean_at_k"], marker="o", ms=3, label=variant_label(v), color=COLORS["fst"],
                 ls=styles[i % 4])
         last[v] = float(c["mean_at_k"][-1])
-    per_step = seconds_per_step(df)
     order = [v for v in variants if v in per_step]  # the bars in the legend's order
-    bars = ax2.bar(range(len(order)), [per_step[v] for v in order], color=COLORS["fst"], alpha=0.75,
-                   edgecolor="white", hatch=[hatches[variants.index(v) % 4] for v in order])
-    ax2.set_xticks(range(len(order)), [variant_label(v) for v in order])
-    shares = cpu_shares(df)  # the CPU each variant's cycles got: wall time on a shared CPU is load too
-    ax2.bar_label(bars, [f"{per_step[v]:.2f}" + (f"\nCPU {shares[v]:.0%}" if v in shares else "") for v in order],
+    colors, hatch, labels = [COLORS["fst"]] * len(order), [hatches[variants.index(v) % 4] for v in order], \
+        [variant_label(v) for v in order]
+    if rl.height:
+        c = seed_curve(rl)
+        ax.plot(c["step"], c["mean_at_k"], label=LABELS["rl"], **_line("rl"))
+        last["rl"] = float(c["mean_at_k"][-1])
+        rl_seconds = list(seconds_per_step(rl).values())
+        if rl_seconds:  # one variant: efficiency's RL run (its seeds averaged)
+            per_step["rl"] = rl_seconds[0]
+            order.append("rl")
+            colors.append(COLORS["rl"])
+            hatch.append("")
+            labels.append(LABELS["rl"])
+            rl_share = list(cpu_shares(rl).values())  # none on a GPU
+            if rl_share:
+                shares["rl"] = rl_share[0]
+    bars = ax2.bar(range(len(order)), [per_step[v] for v in order], color=colors, alpha=0.75,
+                   edgecolor="white", hatch=hatch)
+    ax2.set_xticks(range(len(order)), labels)
+    ax2.bar_label(bars, [f"{per_step[v]:.{1 if per_step[v] >= 10 else 2}f}" + (f"\nCPU {shares[v]:.0%}" if v in shares else "") for v in order],
                   fontsize=8)  # the ratio is what the claim reads
     ax2.margins(y=0.2)  # room above the tallest bar for its two-line label
-    if len(variants) > 1 and no_reward(df["mean_at_k"]):  # the lines lie on each other at 0
-        _corner_note(ax, "no reward for any variant:\nthe lines overlap at 0")
+    if len(last) > 1 and no_reward(df["mean_at_k"], rl["mean_at_k"]):  # the lines lie on each other at 0
+        _corner_note(ax, "no reward for any variant" + (" or RL" if rl.height else "") + ":\nthe lines overlap at 0")
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
-    unequal = unequal_cpu(shares)  # under the title: a note in the axes sat on the bars' labels
+    unequal = unequal_cpu(shares, lambda v: LABELS["rl"] if v == "rl" else variant_label(v))
     _note_title(ax2, "wall time per RL step\n(a cycle: loading, fast round, T steps, saving)",
                 "not comparable: unequal CPU shares (the machine's other jobs)" if unequal else "")
     ax2.set(ylabel="seconds / step")
     ax.legend(fontsize=8)
-    _suptitle(fig, f"Fig 10 — rollout reuse on {task_label(df['eval_task'][0])}")
-    _footnote(fig, [df], "CPU: the share of their threads' time the cycles got (100%: the cores to "
-              f"themselves; more than {CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else "")
+    _suptitle(fig, f"Fig 10 — rollout reuse on {task_label(task)}")
+    notes = ["" if rl.height else f"No RL-only run on {task_label(task)} (experiment efficiency) to compare with.",
+             "CPU: the share of their threads' time the cycles got (100%: the cores to themselves; more than "
+             f"{CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else ""]
+    _footnote(fig, [df, rl] if rl.height else [df], " ".join(n for n in notes if n))
     _save(fig, out)
     return {"seconds_per_step": per_step, "last": last}
 

@@ -173,7 +173,8 @@ FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "fig7": ("stargraph",),
     "fig8": ("ceiling", "efficiency"),
     "fig9": ("ablations", "efficiency"),
-    "fig10": ("reuse",),  # its no_reuse run is shared with efficiency's: read through the run, not the table
+    # its no_reuse run is efficiency's FST run (shared); efficiency's RL run is its reference
+    "fig10": ("reuse", "efficiency"),
     "fig11": ("efficiency",),
 }
 #: The figures that show each claim: `results/tables/claims/<fig>.csv` holds theirs
@@ -193,9 +194,10 @@ CLAIM_FIGURES: dict[str, tuple[str, ...]] = {
 CLAIM_FIGURE_NAMES: tuple[str, ...] = tuple(sorted({f for figs in CLAIM_FIGURES.values() for f in figs},
                                                    key=lambda f: int(f.removeprefix("fig"))))
 #: figure → {experiment: the experiment whose tasks restrict it}. Fig 8 plots efficiency's runs on
-#: the ceiling's task only, Fig 9 on the ablations' task: their table holds those runs alone, so
+#: the ceiling's task only, Fig 9 on the ablations' task, Fig 10 on the reuse experiment's: their table holds those runs alone, so
 #: rebuilding either figure trains none of efficiency's runs on other tasks.
 FIGURE_TASKS_OF: dict[str, dict[str, str]] = {
     "fig8": {"efficiency": "ceiling"},
     "fig9": {"efficiency": "ablations"},
+    "fig10": {"efficiency": "reuse"},
 }
