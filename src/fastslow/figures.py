@@ -678,6 +678,27 @@ def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
                           .otherwise(None).alias("normalised")))
 
 
+def stage_start_points(df: pl.DataFrame, norm: pl.DataFrame) -> pl.DataFrame:
+    """Each stage's starting level, for Fig 6's left panel: the evaluation on the stage's task of
+    the weights it starts from (the first stage: the initial point; a later one: the previous
+    stage's last, evaluated on every task), as rows of `normalised_continual` labelled with the
+    stage's task and divided by its peak. Without them each stage's line began at its first
+    evaluation inside the stage, one evaluation after the switch. The peak stays the one reached
+    inside the stage (the claims' too): a start above it reads above 1."""
+    mean = continual_seed_mean(df)
+    peak = norm.select("train_task", "peak").unique("train_task")
+    out = []
+    for task, start in stage_starts(df).items():
+        at = mean.filter((pl.col("eval_task") == task)
+                         & ((pl.col("cycle") < 0) if start == 0 else (pl.col("step") == start) & (pl.col("cycle") >= 0)))
+        out.append(at.with_columns(pl.lit(task).alias("train_task")))
+    if not out:
+        return norm.clear()
+    starts = pl.concat(out).join(peak, on="train_task")
+    return (starts.with_columns(pl.when(pl.col("peak") > 0).then(pl.col("mean_at_k") / pl.col("peak"))
+                                .otherwise(None).alias("normalised")).select(norm.columns))
+
+
 STAGE_MARKERS = ("o", "s", "^", "D", "v")  # Fig 6's right panel: one per task, as well as its colour
 #: Fig 6's right panel: a colour per task (none of the methods' own), the method as line style
 STAGE_COLORS = ("#ff7f0e", "#d62728", "#8c564b", "#17becf", "#bcbd22")
@@ -711,8 +732,13 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     starts = stage_starts(df)
     stages = list(starts)
     methods = sorted(norm["method"].unique().to_list())
+    # each stage's line begins at the switch, with the level its weights start from
+    begun = pl.concat([stage_start_points(df, norm), norm], how="vertical_relaxed")
+    rank = {task: i for i, task in enumerate(stages)}
     for method in methods:
-        sub = norm.filter(pl.col("method") == method).sort("step")
+        sub = (begun.filter(pl.col("method") == method)
+               .with_columns(pl.col("train_task").replace_strict(rank, return_dtype=pl.Int64).alias("_stage"))
+               .sort(["_stage", "step"]))
         ax.plot(*stage_segments(sub, "normalised"), color=COLORS[method], ls="-" if method == "fst" else "--",
                 marker="o", ms=3, label=LABELS[method])
         for i, task in enumerate(stages):  # the task by colour and marker, the method by line style
