@@ -593,6 +593,12 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
         assert list(ax.lines[0].get_xdata()) == [0, 10, 20]
     assert [ax.get_ylabel() for ax in fig.axes] == ["val mean@4", ""]  # one shared y axis
     _written(out)
+    # the physics FST checkpoint's run missing: its panel says so, not just one line fewer
+    saved.clear()
+    figures.fig5({"plasticity": pl.DataFrame([r for r in rows if "fst/physics" not in r["init"]])
+                  .select(CURVE_COLUMNS)}, out)
+    assert [ax.get_title() for ax in saved[0].axes] == [
+        "from Math checkpoints\n→ RL on HoVer-hard", "from Physics checkpoints\n→ RL on HoVer-hard\n(no FST init run)"]
 
 
 def test_fig5_draws_each_target_task_apart_and_returns_its_numbers(tmp_path, saved):
@@ -674,7 +680,8 @@ def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
     # an evaluated step: the escape came between it and the evaluation before, which the note says
     assert any("first evaluation (every 10 steps) whose mean@k" in _unwrapped(t) for t in fig.texts)
     assert ax.get_ylabel() == "val mean@4"
-    assert not ax.texts  # reward: no overlap note
+    # each escape step named along its line; reward: no overlap note
+    assert [t.get_text() for t in ax.texts] == [" RL: step 40", " FST: step 10"]
     _written(out)
 
 

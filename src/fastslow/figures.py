@@ -613,6 +613,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                                     return_dtype=pl.String).alias("init_task"))
     sources = sorted(df["init_task"].drop_nulls().unique().to_list()) or ["base"]
     panels = [(target, src) for target in _tasks(df) for src in sources]  # each target on its own
+    inits = set(df["init_method"].to_list())
     fig, axes = _axes(plt, len(panels), sharey=True)
     finals: dict[str, dict[str, dict[str, float]]] = {}
     for ax, (target, src) in zip(axes, panels, strict=False):
@@ -629,7 +630,10 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
             _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
-        ax.set_title(f"from {tasks_label(src)} checkpoints\n→ RL on {task_label(target)}", fontsize=10)
+        # a starting point the probe compares with no run in this panel: said, not just absent
+        absent = [m for m in ("base", "rl", "fst") if m not in curves and (m != "base" or "base" in inits)]
+        ax.set_title(f"from {tasks_label(src)} checkpoints\n→ RL on {task_label(target)}"
+                     + (f"\n(no {' or '.join(LABELS[m] for m in absent)} init run)" if absent else ""), fontsize=10)
         _step_axis(ax)
     for ax in axes:  # the shared y axis once every panel is drawn
         _reward_axis(ax)
@@ -794,6 +798,10 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             numbers["last"][method] = float(c["mean_at_k"][-1])
             if not math.isnan(first):
                 ax.axvline(first, color=COLORS[method], ls=":", lw=1)
+                # the number the caption's claim reads (~50 vs ~300), along its line
+                ax.annotate(f" {LABELS[method]}: step {int(first)}", (first, 0.97), xycoords=ax.get_xaxis_transform(),
+                            xytext=(-2, 0), textcoords="offset points", rotation=90, ha="right", va="top",
+                            fontsize=7, color=COLORS[method])
             else:
                 stayed.append(LABELS[method])
     overlap = len(drawn) > 1 and no_reward(*drawn)
