@@ -192,6 +192,37 @@ def test_profile_passes_node_constraints_as_the_plugins_resource(monkeypatch):
         check("--constraint=ib")  # what the docs used to suggest
 
 
+def test_a_gpu_job_is_one_task_holding_all_its_gpus(monkeypatch):
+    """An 8-GPU cycle is one SLURM task (accelerate starts the ranks inside it) with the cycle's
+    threads as its CPUs. The GPU set pins plugin 2.6.x, which adds --ntasks-per-gpu=1 to a GPU job
+    unless `tasks_per_gpu` (or `tasks`) is set, and skips it for 0: 8 tasks of 64 CPUs, 512 CPUs no
+    node has. So every GPU rule sets `tasks_per_gpu: 0`; the installed plugin (2.7+, which adds the
+    flag only when asked) builds the submit command from it as below."""
+    submit = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+    prof = render_profile(monkeypatch, FASTSLOW_TRAIN_GPUS="8", FASTSLOW_EVAL_GPUS="2",
+                          FASTSLOW_SLURM_GPU_MODEL="h100")
+    res = resources(prof["set-resources"])
+    threads = resources(prof["set-threads"])
+    gpu_rules = sorted(k.split(":")[0] for k in res if k.endswith(":gpu"))
+    assert gpu_rules == ["channel_eval", "cycle", "cycle_distill", "cycle_frozen", "evaluate_base", "evaluate_point"]
+    assert {rule: res.get(f"{rule}:tasks_per_gpu") for rule in gpu_rules} == dict.fromkeys(gpu_rules, "0")
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    rule = "cycle"
+    values = {k.split(":", 1)[1]: v for k, v in res.items() if k.startswith(f"{rule}:")}
+    job = SimpleNamespace(
+        resources=Resources(gpu=int(values["gpu"]), gpu_model=eval(values["gpu_model"]),  # noqa: S307
+                            tasks_per_gpu=int(values["tasks_per_gpu"]), runtime=120, mem_mb=64000),
+        threads=int(threads[rule]), is_group=lambda: False, name=rule)
+    params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "", "partition": "",
+              "workdir": ""}
+    call = submit.get_submit_command(job, params) + set_gres_string(job)
+    assert "--ntasks" not in call and "--cpus-per-task=64" in call and "--gpus=h100:8" in call, call
+
+
 def test_fsdp2_config_points_at_a_config_key_that_exists():
     """The FSDP2 config leaves activation checkpointing to the trainer: the key it names is one
     the config schema takes."""
