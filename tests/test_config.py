@@ -600,6 +600,75 @@ def test_a_generator_that_fails_to_build_stops_the_config_in_one_line(monkeypatc
                                "[Errno 2] No such file or directory: 'words.txt')")
 
 
+def test_an_experiment_no_figure_reads_is_a_config_warning(caplog):
+    """An overlay's `efficency:` planned the built-in efficiency experiment and none of the user's
+    runs, without a word: the name no figure reads is a warning, with the name it is close to."""
+    import copy as copy_
+
+    import yaml
+
+    base = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["experiments"]
+    mine = {"efficency": copy_.deepcopy(base["efficiency"]), "my_sweep": copy_.deepcopy(base["stargraph"])}
+    with caplog.at_level("WARNING", logger="fastslow"):
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": mine})
+    unread = sorted(r.getMessage() for r in caplog.records if "no figure or claim reads" in r.getMessage())
+    assert unread == [
+        "config warning: experiments.efficency: no figure or claim reads an experiment of this name (did you "
+        "mean 'efficiency'?), and no experiment starts from it: its runs are built only as targets of their "
+        "own (results/runs/efficency/...)",
+        "config warning: experiments.my_sweep: no figure or claim reads an experiment of this name, and no "
+        "experiment starts from it: its runs are built only as targets of their own (results/runs/my_sweep/...)"]
+    caplog.clear()  # the shipped configs name no such experiment; one an init starts from is read
+    for extra in ([], [ROOT / "config" / "paper.yaml"], [ROOT / "config" / "own_task.yaml"]):
+        load_config(ROOT / "config" / "config.yaml", *extra)
+    assert not [r for r in caplog.records if "no figure or claim reads" in r.getMessage()]
+    mine = {"pre": copy_.deepcopy(base["stargraph"]),
+            "post": {**copy_.deepcopy(base["plasticity"]), "init": {"experiment": "pre", "tasks": ["stargraph"]}}}
+    with caplog.at_level("WARNING", logger="fastslow"):
+        load_config(ROOT / "config" / "config.yaml", overrides={"experiments": mine})
+    assert [r.getMessage().split(":")[1] for r in caplog.records if "no figure or claim reads" in r.getMessage()] \
+        == [" experiments.post"]
+
+
+class _Broken:
+    """A task of a user's own whose constructor fails: without options, or with them."""
+
+    def __init__(self, name, difficulty, words_file=""):
+        raise RuntimeError("could not load the word list")
+
+
+class _NoName:
+    def __init__(self, length=5):  # takes no name= and difficulty=, which get_task passes
+        pass
+
+
+@pytest.mark.parametrize(("entry", "options", "expected"), [
+    (("fastslow.tasks.bugy", "BugyTask"), {}, "config error: task 'mine' (_FAMILIES in src/fastslow/tasks/__init__.py): "
+     "building it failed (ModuleNotFoundError: No module named 'fastslow.tasks.bugy')"),
+    ((__name__, "BugyTask"), {}, "config error: task 'mine' (_FAMILIES in src/fastslow/tasks/__init__.py): building "
+     f"it failed (AttributeError: module '{__name__}' has no attribute 'BugyTask')"),
+    ((__name__, "_NoName"), {}, "config error: task 'mine' (_FAMILIES in src/fastslow/tasks/__init__.py): building "
+     "it failed (TypeError: _NoName.__init__() got an unexpected keyword argument 'name')"),
+    ((__name__, "_Broken"), {}, "config error: task 'mine' (_FAMILIES in src/fastslow/tasks/__init__.py): building "
+     "it failed (RuntimeError: could not load the word list)"),
+    ((__name__, "_Broken"), {"words_file": "w.txt"}, "config error: data.options.mine: building the task failed "
+     "(RuntimeError: could not load the word list)"),
+])
+def test_a_registered_task_that_cannot_be_built_stops_the_config_in_one_line(monkeypatch, entry, options, expected):
+    """A task of one's own registered with a misspelt module or class, a constructor without
+    name= and difficulty=, or one raising any error: one line naming the task at the config
+    check, with or without options, not a task_data job's traceback."""
+    import fastslow.tasks
+
+    monkeypatch.setitem(fastslow.tasks._FAMILIES, "mine", (*entry, ("default",)))
+    monkeypatch.setitem(fastslow.tasks._VARIANTS, "mine", ("mine", "default"))
+    monkeypatch.setattr(fastslow.tasks, "TASK_NAMES", (*fastslow.tasks.TASK_NAMES, "mine"))
+    with pytest.raises(ConfigError) as info:
+        load_config(ROOT / "config" / "config.yaml", overrides={"data": {"options": {"mine": options}}} if options
+                    else None)
+    assert str(info.value) == expected
+
+
 def test_generator_options_on_a_file_task_say_where_its_settings_go(monkeypatch):
     """data.options.<a data.files task> read "unknown task" of a task the config knows."""
     monkeypatch.chdir(ROOT)

@@ -12,6 +12,7 @@ import pytest
 
 from fastslow.tasks import get_task
 from fastslow.tasks.base import Problem
+from fastslow.tasks.generated import Candidate as _Candidate
 from fastslow.tasks.loaders import load_task_file
 from fastslow.tasks.rgym import rg_score
 from fastslow.tasks.scoring import normalize_label, numbers_close
@@ -341,6 +342,51 @@ def test_task_data_warns_when_gold_answers_score_below_one(monkeypatch: pytest.M
     assert len(logged) == 1, logged
     assert re.search(r"reverse: 12 of 12 problems score below 1 .*first: reverse-train-00000-\w+ "
                      r"\(reward 0\.00\): Incorrect", logged[0]), logged[0]
+
+
+@pytest.mark.parametrize(("made", "expected"), [
+    (lambda word: _Candidate(prompt=f"Reverse {word}", answer=len(word)),
+     "reverse: candidate() returned a Candidate whose answer is a int (5); it must be text: str(answer)"),
+    (lambda word: (f"Reverse {word}", word[::-1]),
+     "reverse: candidate() returned a tuple (('Reverse w000a', 'a000w')); expected a "
+     "fastslow.tasks.generated.Candidate(prompt, answer, ...) or None"),
+])
+def test_a_candidate_that_is_not_text_stops_the_splits_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path, made, expected) -> None:
+    """`Candidate(prompt, a + b)`: the int answer was written to the splits as a number (every
+    gold answer then scored below 1, a warning) and read back as text; a tuple failed on `.key`."""
+    from fastslow.tasks.base import TaskDataError
+    from fastslow.tasks.data import write_splits
+
+    cls = _reverse_task_class(_WORDS, exact=True)
+
+    class Made(cls):
+        def candidate(self, rng, index, split, seed, attempt):
+            return made(_WORDS[0])
+
+    _register(monkeypatch, Made)
+    with pytest.raises(TaskDataError) as info:
+        write_splits("reverse", tmp_path, {"train": 8, "val": 2, "test": 2}, seed=0)
+    assert str(info.value) == expected
+
+
+def test_a_note_given_as_a_string_is_one_feedback_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Judgement(notes="...")` was read as a list of characters: a feedback line each, which is
+    what GEPA reflects on."""
+    from fastslow.tasks.base import Judgement
+
+    assert Judgement(0.0, "a", "b", notes="the word is reversed letter by letter").notes == [
+        "the word is reversed letter by letter"]
+    cls = _reverse_task_class(_WORDS, exact=True)
+
+    class Noted(cls):
+        def judge(self, problem, completion):
+            return Judgement(0.0, "x", "y", notes="reverse the letters")
+
+    _register(monkeypatch, Noted)
+    task = get_task("reverse")
+    (problem,) = task.problems("train", 1, seed=0)
+    assert "\nreverse the letters" in task.feedback(problem, "<answer>y</answer>")
 
 
 def test_every_shipped_task_scores_its_own_gold_answers_1() -> None:

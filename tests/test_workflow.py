@@ -211,6 +211,22 @@ def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):
     assert "mine.jsonl: row 8: empty answer" in (tmp_path / "results/logs/task_data/mine.log").read_text()
 
 
+def test_a_base_model_the_job_cannot_fetch_stops_it_in_one_line(tmp_path):
+    """A misspelt local path that reads as a hub id, offline: the base_model job fails with its
+    one line (the hub unreachable, no such directory), not a hundred lines of chained httpx
+    tracebacks."""
+    out = snakemake("results/models/mytiny", "--cores", "1", *SMOKE, "--config", "model={base: modles/mytiny}",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"), timeout=300,
+                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert ("base model error: cannot fetch base model 'modles/mytiny': the Hugging Face hub is unreachable "
+            "(HF_HUB_OFFLINE is set)") in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "RuntimeError: cannot fetch base model 'modles/mytiny'" in \
+        (tmp_path / "results/logs/base_model/mytiny.log").read_text()
+
+
 def test_nested_command_line_config_is_typed_like_a_files(tmp_path):
     """Snakemake (9.27) hands a nested `--config` value over as text ('8'): read back as YAML,
     it is checked like a config file's (the README's example error), a valid one runs, a text

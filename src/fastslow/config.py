@@ -549,9 +549,20 @@ def _check_task_options(data: Mapping[str, Any]) -> None:
             get_task(name, **copy.deepcopy(dict(opts)))
         except ValueError as exc:
             raise ConfigError(f"config error: {_option_error(name, opts, str(exc))}") from None
-        except (OSError, TypeError, LookupError) as exc:  # e.g. a file an option names, missing
+        except Exception as exc:  # e.g. a file an option names, missing; a task of your own's bug
             raise ConfigError(f"config error: data.options.{name}: building the task failed "
                               f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    # every other registered task once too (milliseconds): a registry entry naming a module or
+    # class that is not there, or a constructor that fails, stops here in one line naming it,
+    # not in a task_data job's traceback
+    for name in TASK_NAMES:
+        if name in data["options"]:
+            continue
+        try:
+            get_task(name)
+        except Exception as exc:
+            raise ConfigError(f"config error: task {name!r} (_FAMILIES in src/fastslow/tasks/__init__.py): "
+                              f"building it failed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
 def _option_error(name: str, opts: Mapping[str, Any], message: str) -> str:

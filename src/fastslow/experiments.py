@@ -395,6 +395,28 @@ def check_experiments(config: dict[str, Any]) -> None:
         raise _err(f"experiments.{run.experiment}.{where}: {detail}")
     _check_fast_budgets(runs, config)
     _warn_short_warmup(runs, config)
+    _warn_unread(config)
+
+
+def _warn_unread(config: dict[str, Any]) -> None:
+    """A config warning for an experiment no figure or claim reads and no other experiment starts
+    from (`init`): its runs are built only when named as targets, which is what a misspelt name
+    (`efficency:` in an overlay) would silently leave the user with, the built-in one running
+    instead. Not an error: an experiment of one's own may be meant to be built by its targets."""
+    import difflib
+
+    from fastslow.layout import FIGURE_EXPERIMENTS
+
+    experiments = config.get("experiments", {})
+    read = {e for names in FIGURE_EXPERIMENTS.values() for e in names}
+    starts = {(exp.get("init") or {}).get("experiment") for exp in experiments.values()}
+    for name in experiments:
+        if name in read or name in starts:
+            continue
+        close = difflib.get_close_matches(name, sorted(read), n=1, cutoff=0.75)
+        log.warning("config warning: experiments.%s: no figure or claim reads an experiment of this name%s, "
+                    "and no experiment starts from it: its runs are built only as targets of their own "
+                    "(results/runs/%s/...)", name, f" (did you mean {close[0]!r}?)" if close else "", name)
 
 
 def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None:

@@ -200,6 +200,11 @@ class Judgement:
     given: str | None = None  # how the model's answer was read; None when nothing could be read
     notes: list[str] = field(default_factory=list)  # why: the deciding facts, formula, differences
 
+    def __post_init__(self) -> None:
+        # one note given as a string: a list of its characters would be one feedback line each
+        if isinstance(self.notes, str):
+            self.notes = [self.notes]
+
 
 class TaskBase:
     """Shared, defensive plumbing of `reward` and `feedback` for concrete tasks.

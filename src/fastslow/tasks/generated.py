@@ -60,6 +60,20 @@ class Candidate:
     key: str | None = None  # partition key: the problem's canonical identity; None means the prompt
 
 
+def _check_candidate(task: str, cand: Any) -> None:
+    """A generator's candidate is a `Candidate` of text: an int answer (`Candidate(p, a + b)`)
+    was written to the splits as a number, scored below 1 on its own answer, and read back as
+    text; a tuple failed later on `.key`."""
+    if not isinstance(cand, Candidate):
+        raise TaskDataError(f"{task}: candidate() returned a {type(cand).__name__} ({cand!r:.80}); expected "
+                            "a fastslow.tasks.generated.Candidate(prompt, answer, ...) or None")
+    for part in ("prompt", "answer"):
+        value = getattr(cand, part)
+        if not isinstance(value, str):
+            raise TaskDataError(f"{task}: candidate() returned a Candidate whose {part} is a "
+                                f"{type(value).__name__} ({value!r:.80}); it must be text: str({part})")
+
+
 class GeneratedTask(TaskBase):
     """Base of the procedural tasks: subclasses implement `candidate` and `judge`.
 
@@ -104,6 +118,8 @@ class GeneratedTask(TaskBase):
             rng = random.Random(stable_int(self.family, self.difficulty, seed, split, attempt))
             cand = self.candidate(rng, len(out), split, seed, attempt)
             attempt += 1
+            if cand is not None:
+                _check_candidate(self.name, cand)
             if cand is None or split_of(cand.key if cand.key is not None else cand.prompt) != split:
                 continue
             digest = content_digest(cand.prompt, cand.answer)
