@@ -248,9 +248,9 @@ def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
     def resources_of(rule: str) -> str:  # the first job's resources line
         return re.search(rf"^rule {rule}:\n(?:    .*\n)*?    resources: (.*)$", text, re.M).group(1)
 
-    assert resources_of("evaluate_base").endswith("runtime=60, gpu=1")
-    assert resources_of("cycle").endswith("runtime=120, gpu=8")
-    assert resources_of("cycle_distill").endswith("runtime=120, gpu=8")  # Fig 8's: sharded as RL's
+    assert resources_of("evaluate_base").endswith("runtime=60, gpu=1, tasks_per_gpu=0")  # one task, all its GPUs
+    assert resources_of("cycle").endswith("runtime=120, gpu=8, tasks_per_gpu=0")
+    assert resources_of("cycle_distill").endswith("runtime=120, gpu=8, tasks_per_gpu=0")  # Fig 8's: sharded as RL's
     assert re.search(r"^total\s+\d+", text, re.M), "no job count"
     print(f"dry-run with profiles/slurm: {time.monotonic() - t0:.1f} s")
 

@@ -194,13 +194,12 @@ def cycle_inputs(wc):
         sys.exit(f"a target's cycle: run {spec.key} has {spec.cycles} cycles (cycle0-cycle{spec.cycles - 1}); "
                  f"cycle{c} does not exist")
     # Only what the cycle reads, each file once: planning matches every input to its producer,
-    # and cycles are most of paper.yaml's 2094 jobs. The base model (the KL reference) is its own
-    # input only when the run starts from other weights; the previous cycle's cycle.json and
-    # metrics.parquet are not read (its pool.json alone makes the dependency).
+    # and cycles are most of paper.yaml's 2094 jobs. The run's initial weights are also its KL
+    # reference (a run that starts from another run's weights is penalised for leaving those, not
+    # the base model); the previous cycle's cycle.json and metrics.parquet are not read (its
+    # pool.json alone makes the dependency).
     init = init_model(spec)
     inputs = {"tracking": ancient(tracking(wc.experiment)), "init": init, "train": data_file(spec.schedule[c], "train")}
-    if init != BASE_MODEL:
-        inputs["base"] = BASE_MODEL
     if c > 0:
         prev = layout.cycle_dir(spec, c - 1)
         inputs["pool"] = f"{prev}/pool.json"

@@ -25,4 +25,4 @@ with snakemake_job(smk, parent="figures") as tracker:
     tracker.log_artifact(smk.output.png, "figures")
     if result is not None:
         logging.getLogger("figure").info("%s: %s", smk.wildcards.fig, json_text(  # NaN (no fit) as null
-            result if not isinstance(result, pl.DataFrame) else result.to_dicts()[:20]))
+            result if not isinstance(result, pl.DataFrame) else result.to_dicts()))  # Fig 6's table, whole

@@ -601,6 +601,10 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         loss_type="cispo",
         epsilon_high=cfg.epsilon_high,
         beta=cfg.beta,
+        # the KL term is k3 to the run's initial weights, per completion token; its gradient is the
+        # unbiased reverse-KL one (k3 times the differentiable ratio pi_theta / pi_old, 1 on-policy;
+        # on reused samples pi_old is the sampler's, the ratio uncapped): TRL's default, stated
+        use_bias_correction_kl=True,
         num_generations=group,
         # generation batch = micro * accumulation * N = P*G; steps_per_generation = accumulation, so
         # TRL generates once per optimiser step (on-policy) and normalises the CISPO token sum by
