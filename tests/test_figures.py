@@ -165,8 +165,15 @@ def test_continual_stage_without_reward_is_undetermined(tmp_path):
     claims = {r["task"]: r for r in build_claims({"continual": df}) if r["claim"] == "continual_stage_recovery"}
     assert claims["codeio"]["verdict"] == "undetermined"
     assert claims["hover"]["verdict"] == "reproduced"
-    fig6({"continual": df}, tmp_path / "fig6.pdf")
+    drawn = []
+    save = figures._save
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, "_save", lambda fig, out: (drawn.append(fig), save(fig, out)))
+        fig6({"continual": df}, tmp_path / "fig6.pdf")
     assert (tmp_path / "fig6.png").exists()
+    # said in the middle of the stage (steps 20-40), not on the line where it starts
+    (note,) = [t for t in drawn[0].axes[0].texts if "no reward" in t.get_text()]
+    assert note.get_text().startswith("CodeIO: no reward") and note.get_position()[0] == 30
 
 
 def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_path):

@@ -757,8 +757,10 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
             if step > 0:
                 a.axvline(step, color="#bbbbbb", lw=0.8)
             a.text(step, 1.02, task_label(task), transform=a.get_xaxis_transform(), fontsize=8)
-    zero = norm.filter(pl.col("peak") <= 0).group_by("train_task").agg(pl.col("step").mean())
-    for task, step in zip(zero["train_task"], zero["step"], strict=True):
+    ends = stage_ends(df)
+    zero = norm.filter(pl.col("peak") <= 0)["train_task"].unique(maintain_order=True)
+    for task in zero:  # in the middle of its stage, off the lines where stages start
+        step = (starts[task] + ends[task]) / 2
         ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
                 fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
