@@ -380,6 +380,19 @@ def test_fig8_and_fig9_read_efficiency_on_their_task_only():
     assert figure_tables(runs, "fig8") == [curves_table("ceiling"), curves_table("efficiency", ["hover"])]
     assert figure_tables(runs, "fig9") == [curves_table("ablations"), curves_table("efficiency", ["codeio"])]
     assert figure_tables(runs, "fig2") == [curves_table("efficiency"), curves_table("radar")]
+    # Fig 10 compares reuse with RL-only: efficiency's RL run on its task alone
+    assert figure_tables(runs, "fig10") == [curves_table("reuse"), curves_table("efficiency", ["hover_hard"], methods=["rl"])]
+    assert curves_table("efficiency", ["hover_hard"], methods=["rl"]) == \
+        "results/tables/curves/efficiency.hover_hard.rl.parquet"
+    assert sorted(figure_runs(runs, "fig10")) == ["efficiency/rl/hover_hard-default-s0",
+                                                  "reuse/fst/hover_hard-no_reuse-s0", "reuse/fst/hover_hard-reuse-s0"]
+    paper = expand(load_config(root / "config" / "config.yaml", root / "config" / "paper.yaml"))
+    assert "efficiency/fst/hover_hard-default-s0" not in figure_runs(paper, "fig10")  # not shared there
+    from fastslow.layout import curves_runs
+
+    with pytest.raises(ValueError, match=r"^curves/efficiency\.hover_hard\.gepa\.parquet: no run of experiment "
+                                         r"'efficiency' on hover_hard is of method gepa$"):
+        curves_runs(runs, "efficiency", ["hover_hard"], ["gepa"])
     assert curves_table("efficiency", ["hover"]) == "results/tables/curves/efficiency.hover.parquet"
     assert [table_experiment(t) for t in figure_tables(runs, "fig8")] == ["ceiling", "efficiency"]
     assert sorted(figure_runs(runs, "fig8")) == sorted(

@@ -19,12 +19,13 @@ CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
-                 results: str = RESULTS, tasks: Collection[str] | None = None) -> list[dict[str, Any]]:
-    """Rows of the curves table (of the evaluations on `tasks` only, if given); `step` is the
-    number of RL steps behind the point ((cycle + 1) · T, 0 for the initial weights) so methods
-    compare at matched steps."""
+                 results: str = RESULTS, tasks: Collection[str] | None = None,
+                 methods: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of the curves table (of the evaluations on `tasks` only, of the runs of `methods`
+    only, if given); `step` is the number of RL steps behind the point ((cycle + 1) · T, 0 for
+    the initial weights) so methods compare at matched steps."""
     rows = []
-    for spec in experiment_runs(runs, experiment, tasks).values():
+    for spec in experiment_runs(runs, experiment, tasks, methods).values():
         steps = spec.settings(config)["slow"]["steps_per_cycle"]
         for task in spec.eval_tasks:
             if tasks is not None and task not in tasks:

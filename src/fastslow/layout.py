@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 from fastslow.experiments import RunSpec
 
@@ -67,22 +68,27 @@ def eval_points(spec: RunSpec) -> list[str]:
                                         or schedule[c] != schedule[c + 1]]
 
 
-def experiment_runs(runs: dict[str, RunSpec], experiment: str,
-                    tasks: Collection[str] | None = None) -> dict[str, RunSpec]:
-    """`experiment`'s runs (those evaluated on one of `tasks` only, if given), by key."""
+def experiment_runs(runs: dict[str, RunSpec], experiment: str, tasks: Collection[str] | None = None,
+                    methods: Collection[str] | None = None) -> dict[str, RunSpec]:
+    """`experiment`'s runs (those evaluated on one of `tasks` only, and of `methods` only, if
+    given), by key."""
     return {k: s for k, s in runs.items() if s.experiment == experiment
-            and (tasks is None or not set(s.eval_tasks).isdisjoint(tasks))}
+            and (tasks is None or not set(s.eval_tasks).isdisjoint(tasks))
+            and (methods is None or s.method in methods)}
 
 
-def curves_runs(runs: dict[str, RunSpec], experiment: str,
-                tasks: Collection[str] | None = None) -> dict[str, RunSpec]:
-    """The runs a curves table of `experiment` (on `tasks` only, if given) reads; none is a
-    one-line ValueError naming the table (a misspelt target would otherwise plan an empty table
-    whose job fails in polars)."""
-    found = experiment_runs(runs, experiment, tasks)
+def curves_runs(runs: dict[str, RunSpec], experiment: str, tasks: Collection[str] | None = None,
+                methods: Collection[str] | None = None) -> dict[str, RunSpec]:
+    """The runs a curves table of `experiment` (on `tasks` only, of `methods` only, if given)
+    reads; none is a one-line ValueError naming the table (a misspelt target would otherwise
+    plan an empty table whose job fails in polars)."""
+    found = experiment_runs(runs, experiment, tasks, methods)
     if found:
         return found
-    table = f"curves/{experiment}{'.' + '+'.join(tasks) if tasks else ''}.parquet"
+    table = curves_table(experiment, tasks, "", methods).removeprefix("/tables/")
+    if methods and experiment_runs(runs, experiment, tasks):
+        raise ValueError(f"{table}: no run of experiment {experiment!r} on {', '.join(tasks or ())} is of "
+                         f"method {' or '.join(methods)}")
     own = experiment_runs(runs, experiment)
     if not own:
         named = sorted({s.experiment for s in runs.values()})
@@ -94,9 +100,10 @@ def curves_runs(runs: dict[str, RunSpec], experiment: str,
 
 
 def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
-                          tasks: Collection[str] | None = None) -> list[str]:
-    """The evaluation files of `experiment`'s runs (on `tasks` only, if given)."""
-    return [eval_point_file(s, p, t, results) for s in experiment_runs(runs, experiment, tasks).values()
+                          tasks: Collection[str] | None = None,
+                          methods: Collection[str] | None = None) -> list[str]:
+    """The evaluation files of `experiment`'s runs (on `tasks` only, of `methods` only, if given)."""
+    return [eval_point_file(s, p, t, results) for s in experiment_runs(runs, experiment, tasks, methods).values()
             for t in s.eval_tasks if tasks is None or t in tasks for p in eval_points(s)]
 
 
@@ -106,16 +113,31 @@ def samples_file(eval_file: str) -> str:
 
 
 def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
-                           tasks: Collection[str] | None = None) -> list[str]:
-    """The cycle files of `experiment`'s runs (of those evaluated on one of `tasks`, if given)."""
-    return [f"{cycle_dir(s, c, results)}/cycle.json" for s in experiment_runs(runs, experiment, tasks).values()
+                           tasks: Collection[str] | None = None,
+                           methods: Collection[str] | None = None) -> list[str]:
+    """The cycle files of `experiment`'s runs (of those evaluated on one of `tasks`, of
+    `methods`, if given)."""
+    return [f"{cycle_dir(s, c, results)}/cycle.json"
+            for s in experiment_runs(runs, experiment, tasks, methods).values()
             for c in range(s.cycles)]
 
 
-def curves_table(experiment: str, tasks: Collection[str] | None = None, results: str = RESULTS) -> str:
-    """The curves table of `experiment`, or of its runs on `tasks` only (`<experiment>.<a+b>`)."""
+def curves_table(experiment: str, tasks: Collection[str] | None = None, results: str = RESULTS,
+                 methods: Collection[str] | None = None) -> str:
+    """The curves table of `experiment`, or of its runs on `tasks` only (`<experiment>.<a+b>`),
+    and of those of `methods` only (`<experiment>.<a+b>.<rl>`; with tasks only)."""
+    if methods and tasks is None:
+        raise ValueError(f"curves of {experiment!r}: a table of some methods is of some tasks too")
     name = experiment if tasks is None else f"{experiment}.{'+'.join(sorted(tasks))}"
+    name += f".{'+'.join(sorted(methods))}" if methods else ""
     return f"{results}/tables/curves/{name}.parquet"
+
+
+def table_filter(wildcards: Any) -> tuple[list[str] | None, list[str] | None]:
+    """The (tasks, methods) a curves table's wildcards select (`curves_table`): None for all."""
+    keys = wildcards.keys()
+    return (wildcards.tasks.split("+") if "tasks" in keys else None,
+            wildcards.methods.split("+") if "methods" in keys else None)
 
 
 def table_experiment(path: str | Path) -> str:
@@ -123,16 +145,18 @@ def table_experiment(path: str | Path) -> str:
     return Path(path).stem.split(".")[0]
 
 
-def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str] | None]]:
-    """(experiment, tasks or None for all) of each curves table `fig` reads: its experiments
-    that have runs, one of `FIGURE_TASKS_OF` restricted to the other experiment's tasks (left
-    out when none of its runs is on them)."""
-    out: list[tuple[str, set[str] | None]] = []
+def figure_reads(runs: dict[str, RunSpec], fig: str) -> list[tuple[str, set[str] | None, tuple[str, ...] | None]]:
+    """(experiment, tasks or None for all, methods or None for all) of each curves table `fig`
+    reads: its experiments that have runs, one of `FIGURE_TASKS_OF` restricted to the other
+    experiment's tasks and to `FIGURE_METHODS_OF`'s methods (left out when none of its runs is
+    on them)."""
+    out: list[tuple[str, set[str] | None, tuple[str, ...] | None]] = []
     for experiment in FIGURE_EXPERIMENTS[fig]:
         by = FIGURE_TASKS_OF.get(fig, {}).get(experiment)
         tasks = None if by is None else {t for s in experiment_runs(runs, by).values() for t in s.eval_tasks}
-        if experiment_runs(runs, experiment, tasks):
-            out.append((experiment, tasks))
+        methods = FIGURE_METHODS_OF.get(fig, {}).get(experiment)
+        if experiment_runs(runs, experiment, tasks, methods):
+            out.append((experiment, tasks, methods))
     return out
 
 
@@ -155,12 +179,13 @@ def figure_tables(runs: dict[str, RunSpec], fig: str, results: str = RESULTS) ->
         defined = sorted({s.experiment for s in runs.values()})
         raise ValueError(f"{fig} plots experiment {required!r}, which the config does not define "
                          f"(experiments: {', '.join(defined) or 'none'})")
-    return [curves_table(experiment, tasks, results) for experiment, tasks in figure_reads(runs, fig)]
+    return [curves_table(experiment, tasks, results, methods) for experiment, tasks, methods in figure_reads(runs, fig)]
 
 
 def figure_runs(runs: dict[str, RunSpec], fig: str) -> list[str]:
     """The keys of the runs whose curves `fig` reads (`figure_reads`)."""
-    return [k for experiment, tasks in figure_reads(runs, fig) for k in experiment_runs(runs, experiment, tasks)]
+    return [k for experiment, tasks, methods in figure_reads(runs, fig)
+            for k in experiment_runs(runs, experiment, tasks, methods)]
 
 
 #: figure → experiments whose curves it reads (the first is required, the rest optional).
@@ -173,7 +198,8 @@ FIGURE_EXPERIMENTS: dict[str, tuple[str, ...]] = {
     "fig7": ("stargraph",),
     "fig8": ("ceiling", "efficiency"),
     "fig9": ("ablations", "efficiency"),
-    # its no_reuse run is efficiency's FST run (shared); efficiency's RL run is its reference
+    # its no_reuse run is efficiency's FST run (shared, the CPU default); efficiency's RL run
+    # on the task is its reference (FIGURE_TASKS_OF, FIGURE_METHODS_OF)
     "fig10": ("reuse", "efficiency"),
     "fig11": ("efficiency",),
 }
@@ -200,4 +226,10 @@ FIGURE_TASKS_OF: dict[str, dict[str, str]] = {
     "fig8": {"efficiency": "ceiling"},
     "fig9": {"efficiency": "ablations"},
     "fig10": {"efficiency": "reuse"},
+}
+#: figure → {experiment: the methods it reads of that experiment's runs on those tasks}: Fig 10
+#: compares reuse with RL-only, so it reads efficiency's RL run alone (at paper scale its no-reuse
+#: run is not efficiency's FST run, which reading it would train for nothing).
+FIGURE_METHODS_OF: dict[str, dict[str, tuple[str, ...]]] = {
+    "fig10": {"efficiency": ("rl",)},
 }

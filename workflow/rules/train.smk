@@ -109,24 +109,25 @@ rule evaluate_point:
 
 def curves_inputs(wc):
     """A curves table's evaluations, their samples and its runs' cycle records (on `tasks` only,
-    for curves_on_tasks); an experiment without such runs stops the planning in one line."""
-    tasks = wc.tasks.split("+") if "tasks" in wc.keys() else None
+    for curves_on_tasks, of `methods` only too for curves_on_tasks_of_methods); an experiment
+    without such runs stops the planning in one line."""
+    tasks, methods = layout.table_filter(wc)
     try:
-        layout.curves_runs(RUNS, wc.experiment, tasks)
+        layout.curves_runs(RUNS, wc.experiment, tasks, methods)
     except ValueError as err:
         sys.exit(str(err))
-    evals = layout.experiment_eval_files(RUNS, wc.experiment, tasks=tasks)
+    evals = layout.experiment_eval_files(RUNS, wc.experiment, tasks=tasks, methods=methods)
     return {"evals": evals, "samples": [layout.samples_file(f) for f in evals],
-            "cycles": layout.experiment_cycle_files(RUNS, wc.experiment, tasks=tasks)}
+            "cycles": layout.experiment_cycle_files(RUNS, wc.experiment, tasks=tasks, methods=methods)}
 
 
 def curves_labels(wc):
     """What a curves table's rows say of each run beyond its files (a shared run reads another
     run's files, so renaming its variant changed no input): its key, the run it reads, variant,
     seed and init."""
-    tasks = wc.tasks.split("+") if "tasks" in wc.keys() else None
+    tasks, methods = layout.table_filter(wc)
     return sorted((s.key, s.source, s.variant, s.seed, s.init or "base")
-                  for s in layout.experiment_runs(RUNS, wc.experiment, tasks).values())
+                  for s in layout.experiment_runs(RUNS, wc.experiment, tasks, methods).values())
 
 
 rule curves:
@@ -164,5 +165,27 @@ rule curves_on_tasks:
         f"{RESULTS}/benchmarks/curves/{{experiment}}.{{tasks}}.tsv",
     wildcard_constraints:
         tasks=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*",
+    script:
+        "../scripts/curves.py"
+
+
+rule curves_on_tasks_of_methods:
+    # An experiment's runs of some methods on some tasks only (layout.curves_table), for a
+    # figure that plots no more (Fig 10: efficiency's RL run on the reuse experiment's task).
+    input:
+        unpack(curves_inputs),
+        tracking=ancient(tracking("{experiment}")),
+    params:
+        code=library_code("curves.py"),
+        labels=curves_labels,
+    output:
+        f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.{{methods}}.parquet",
+    log:
+        f"{RESULTS}/logs/curves/{{experiment}}.{{tasks}}.{{methods}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/curves/{{experiment}}.{{tasks}}.{{methods}}.tsv",
+    wildcard_constraints:
+        tasks=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*",
+        methods=r"(rl|fst|gepa|fst_distill)(\+(rl|fst|gepa|fst_distill))*",
     script:
         "../scripts/curves.py"
