@@ -731,7 +731,8 @@ def test_task_names_are_checked_under_every_data_source_against_what_it_can_buil
     # efficiency defined first, but not on the task asked for: it said to define efficiency first
     ({"efficiency": {"tasks": ["math"]}, "plasticity": {"init": {"tasks": ["physics"]}}},
      "experiments.plasticity.init: 'efficiency' has no default-variant run of methods ['rl', 'fst'] ending on "
-     "tasks ['physics'] (it has methods ['rl', 'fst'], final tasks ['math'])"),
+     "tasks ['physics'] (it has methods ['rl', 'fst'], final tasks ['math']); set experiments.plasticity.init.tasks, "
+     "or drop the experiment with `plasticity: null` in an overlay"),
     ({"plasticity": {"init": {"experiment": "plasticity"}}},
      "experiments.plasticity.init.experiment: 'plasticity' is this experiment; name the one whose runs it starts"),
     ({"efficiency": {"variants": {"lr2": {"slow": {"lr": 2e-6}}}}},

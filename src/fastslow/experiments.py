@@ -255,7 +255,8 @@ def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: d
     tasks = sorted({r.schedule[-1] for r in own})
     methods = sorted({r.method for r in own}, key=METHODS.index)
     return (f"{where}.init: {name!r} has no default-variant run of methods {src.get('methods', list(METHODS))} "
-            f"ending on tasks {src.get('tasks', tasks)} (it has methods {methods}, final tasks {tasks})")
+            f"ending on tasks {src.get('tasks', tasks)} (it has methods {methods}, final tasks {tasks}); "
+            f"set {where}.init.tasks, or drop the experiment with `{where.split('.')[-1]}: null` in an overlay")
 
 
 #: MLflow parent groups of jobs outside any experiment (workflow/rules: `tracking(...)`).
