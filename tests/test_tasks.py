@@ -339,6 +339,21 @@ def test_codeio_scoring_is_structural_and_never_executes(monkeypatch: pytest.Mon
     assert "$.a[2]" in fb and p.answer in fb and '"n": 3' in fb
 
 
+def test_codeio_reads_a_value_in_the_wrappers_models_write() -> None:
+    """\\boxed{312}, `312` and "Output: 312" scored 0 for gold 312 (only ``` fences were taken off):
+    a value that does not parse as it stands is read unwrapped; a wrong one still scores 0."""
+    task = get_task("codeio")
+    for gold, forms in ((312, [r"\boxed{312}", "`312`", "Output: 312", "$312$", "The output is 312", "**312**"]),
+                        ([1, [2, "x"]], [r"\boxed{[1, [2, 'x']]}", '`[1, [2, "x"]]`', 'Output: [1, [2, "x"]]']),
+                        ({"k": True}, ['`{"k": true}`', "Result = {'k': True}"])):
+        p = Problem("c1", "codeio", "…", json.dumps(gold), {"input": {"n": 3}})
+        for form in forms:
+            assert task.reward(p, f"<answer>{form}</answer>") == 1.0, (form, task.feedback(p, f"<answer>{form}</answer>"))
+    p = Problem("c1", "codeio", "…", "312", {"input": {"n": 3}})
+    assert task.reward(p, r"<answer>\boxed{313}</answer>") == 0.0
+    assert task.reward(p, "<answer>Output: 31 2</answer>") == 0.0
+
+
 def test_codeio_generated_splits(codeio_dir: Path) -> None:
     task = get_task("codeio")
     splits = {s: load_problems(codeio_dir / f"{s}.parquet") for s in SPLITS}

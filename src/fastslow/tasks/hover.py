@@ -16,7 +16,6 @@ perturbations (years off by one or two), and the neighbouring chain shown for ev
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,7 +199,7 @@ class HoverTask(GeneratedTask):
         docs = [(e.name, _document(world, e)) for e in shown]
         # A false value the documents mention, so "never mentioned" is no shortcut to the label;
         # drawn, and required, whatever the label, so the documents of either label are alike.
-        swapped = _swap_value(world, rng, truth, near=hard, text=" ".join(t for _, t in docs))
+        swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
         if swapped is None:
             return None
         claimed, perturbed, how = truth, None, ""
@@ -284,26 +283,37 @@ def _divert(world: World, rng: random.Random, ents: list[Entity],
         for r in rels[j:]:
             cur = world.get(cur, r)
             side.append(cur)
-        if side[-1].name != ents[-1].name and not (set(map(id, side[:-1])) & set(map(id, ents))):
+        # its value none of the chain's entities either: "The mayor of Tarnfell was born in
+        # Tarnfell" was NOT_SUPPORTED whenever a claim named one entity twice
+        if side[-1].name not in {e.name for e in ents} and not (set(map(id, side[:-1])) & set(map(id, ents))):
             return j, side
     return None
 
 
-def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool,
-                text: str) -> Entity | None:
-    """Another value of the same type that `text` (the documents) mentions (`near`: for a year,
-    the mentioned one nearest the truth), or None: a value the documents never mention gave the
-    label away ("never mentioned, so NOT_SUPPORTED" read 57% of hover_easy's claims right)."""
-    if truth.type == "year":
-        mentioned = sorted({y for y in re.findall(r"\b1[89]\d\d\b|\b20\d\d\b", text) if y != truth.name})
-        if not mentioned:
-            return None
-        if near:
-            return Entity(min(mentioned, key=lambda y: (abs(int(y) - int(truth.name)), y)), "year")
-        return Entity(rng.choice(mentioned), "year")
-    mentioned = [e for e in world.entities(truth.type) if e.name != truth.name and e.name in text
-                 and (truth.type != "org" or e.kind == truth.kind)]
-    return rng.choice(mentioned) if mentioned else None
+def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool, shown: list[Entity],
+                ents: list[Entity], rel: str) -> Entity | None:
+    """Another value the documents state *in the claim's relation* `rel`, of another shown subject
+    like the claim's (`ents[-2]`; a work of the same kind, whose facts are worded alike), and
+    none of the chain's entities (`near`: for a year, the one nearest the truth), or None.
+
+    A value the documents never mention gave the label away ("never mentioned, so
+    NOT_SUPPORTED" read 57% of hover_easy's claims right); so did one mentioned only in another
+    relation (1920 as a birth year for a claimed founding year: "no document states it so, so
+    NOT_SUPPORTED" read 55-66% right), and a chain entity as the value ("The university Mira
+    Vellwick attended was founded by Mira Vellwick"). Stated so, it is told from the truth only
+    by following the chain to its subject."""
+    subject = ents[-2]
+    stated = {world.get(e, rel).name: world.get(e, rel) for e in shown
+              if e is not subject and e.type == subject.type and rel in _RELATIONS[e.type]
+              and (e.type != "work" or e.kind == subject.kind)}
+    chain = {e.name for e in ents}
+    options = [v for name, v in sorted(stated.items()) if name != truth.name and name not in chain
+               and (truth.type != "org" or v.kind == truth.kind)]
+    if not options:
+        return None
+    if near and truth.type == "year":
+        return min(options, key=lambda v: (abs(int(v.name) - int(truth.name)), v.name))
+    return rng.choice(options)
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:

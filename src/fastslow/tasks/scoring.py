@@ -65,12 +65,16 @@ def _to_float(text: str) -> float | None:
 def parse_number(text: Any) -> float | None:
     """The value of `text` if the whole of it is one number, else None.
 
-    Accepts "42", "42.0", "-3", "$42", "1,234.5", "4.2e1", "3/4", "\\frac{3}{4}", "\\boxed{42}",
-    "2.5 × 10^3", "42%" (read as 42). Returns None for anything else, and for inf/NaN.
+    Accepts "42", "42.0", "-3", "$42", "1,234.5", "96{,}800", "96 800", "4.2e1", "3/4",
+    "\\frac{3}{4}", "\\boxed{42}", "2.5 × 10^3", "42%" (read as 42). Returns None for anything
+    else, and for inf/NaN.
     """
     if not isinstance(text, str) or not text.strip() or len(text) > _MAX_NUMBER_CHARS:
         return None
-    s = _unwrap(text)
+    s = _unwrap(text).replace("{,}", ",")  # LaTeX's 96{,}800
+    # digits grouped in threes by a (no-break, narrow no-break) space: "96 800", as physics reads them
+    s = re.sub(r"^([+-]?\d{1,3})((?:[ \u00a0\u202f]\d{3})+)(?=$|\.\d)",
+               lambda m: m.group(1) + re.sub(r"\D", "", m.group(2)), s)
     s = _THOUSANDS_RE.sub(lambda m: m.group(1).replace(",", ""), s)
     s = s.removesuffix("\\%").removesuffix("%").strip()
     if _NUMBER_RE.match(s):
@@ -252,6 +256,18 @@ def parse_json_value(text: Any) -> tuple[bool, Any]:
     fence = re.match(r"^```(?:json|python)?\s*(.*?)\s*```$", s, re.DOTALL)
     if fence:
         s = fence.group(1)
+    ok, value = _literal(s)
+    if ok:
+        return ok, value
+    # what does not parse as it stands, unwrapped: \boxed{312}, `312`, $312$, "Output: 312" (no
+    # JSON value is written so: a string needs its quotes)
+    bare = _unwrap(re.sub(r"^(?:the\s+)?(?:output|answer|result|return(?:s|ed)?(?:\s+value)?)\s*(?:is)?\s*[:=]?\s*",
+                          "", _unwrap(s), flags=re.IGNORECASE))
+    return _literal(bare) if bare and bare != s else (False, None)
+
+
+def _literal(s: str) -> tuple[bool, Any]:
+    """(ok, value) of `s` as JSON, else as a Python literal."""
     try:
         return True, json.loads(s)
     except (ValueError, RecursionError):
