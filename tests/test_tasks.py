@@ -354,6 +354,39 @@ def test_codeio_reads_a_value_in_the_wrappers_models_write() -> None:
     assert task.reward(p, "<answer>Output: 31 2</answer>") == 0.0
 
 
+def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference program drawing from unseeded `random` (a Monte Carlo estimate of e), or one
+    changing its input in place (reasoning-gym shows the changed input), made problems no model
+    can answer: ~1-5% of them. An item is kept only if the program, run again twice with other
+    seeds on a copy of the input shown, gives the gold."""
+    from fastslow.tasks import codeio
+
+    plain = "def main_solution(xs):\n    return sorted(xs)[::-1]\n"
+    drawn = "import random\ndef main_solution(n):\n    return sum(random.random() for _ in range(n))\n"
+    mutating = "def main_solution(arr):\n    arr.reverse()\n    return [arr, sorted(arr)]\n"
+    seeded = "import random\ndef main_solution(n):\n    r = random.Random(n)\n    return r.randint(0, 10**9)\n"
+    assert codeio._reproducible(plain, {"xs": [3, 1, 2]}, "[3, 2, 1]", 7, 2.0)
+    assert not codeio._reproducible(plain, {"xs": [3, 1, 2]}, "[1, 2, 3]", 7, 2.0)
+    import random as random_
+
+    random_.seed(7)  # the gold as generation drew it, with its own seed of the global RNG
+    gold = sum(random_.random() for _ in range(5))
+    assert not codeio._reproducible(drawn, {"n": 5}, json.dumps(gold), 7, 2.0)
+    # the shown input is the one the program left behind: [2, 1] (it was [1, 2]); its gold [[2, 1], [1, 2]]
+    assert not codeio._reproducible(mutating, {"arr": [2, 1]}, "[[2, 1], [1, 2]]", 7, 2.0)
+    assert codeio._reproducible(seeded, {"n": 4}, json.dumps(random_.Random(4).randint(0, 10**9)), 7, 2.0)
+    assert not codeio._reproducible("def main_solution(n):\n    while True: pass\n", {"n": 1}, "1", 7, 0.2)
+    # generation asks it of every output-prediction item, with the shown input and the gold
+    seen = []
+    monkeypatch.setattr(codeio, "_reproducible", lambda code, shown, answer, *_: seen.append((shown, answer)) or True)
+    (problem,) = codeio.CodeIOTask(isolate=False).problems("val", 1, seed=0)
+    assert seen and (problem.metadata["input"], problem.answer) in [(s, json.dumps(json.loads(a), sort_keys=True))
+                                                                   for s, a in seen]
+    monkeypatch.setattr(codeio, "_reproducible", lambda *_: False)
+    with pytest.raises(TaskDataError, match="codeio: only 0 distinct val problems"):
+        codeio.CodeIOTask(isolate=False).problems("val", 1, seed=0)
+
+
 def test_codeio_generated_splits(codeio_dir: Path) -> None:
     task = get_task("codeio")
     splits = {s: load_problems(codeio_dir / f"{s}.parquet") for s in SPLITS}
