@@ -84,6 +84,18 @@ def test_math_takes_no_other_grouping_for_one_number(answer: str) -> None:
     assert task.reward(Problem("m", "math", "…", "96800", {}), f"<answer>{answer}</answer>") == 0.0
 
 
+@pytest.mark.parametrize("name", ["physics_easy", "physics", "physics_hard"])
+def test_physics_asks_for_the_precision_it_judges(name: str) -> None:
+    """Nothing said how precise an answer must be, and two-figure answers, as two-figure givens
+    suggest, missed the 2% tolerance one time in ten. The prompt asks for 3 significant figures,
+    and every answer rounded so scores 1."""
+    task = get_task(name)
+    for p in task.problems("train", 150, seed=0):
+        assert "to at least 3 significant figures" in p.prompt
+        three = float(f"{p.metadata['value']:.3g}")
+        assert task.reward(p, f"<answer>{three:g} {p.metadata['unit']}</answer>") == 1.0, (p.id, p.answer, three)
+
+
 def test_physics_reads_an_answer_in_latex_math_delimiters_with_its_unit() -> None:
     """`\\(65190\\ \\text{J}\\)` for 65.19 kJ: the trailing `\\)` stuck to the unit, which was then
     not read, and the number was taken in the requested unit: the right answer scored 0, a
