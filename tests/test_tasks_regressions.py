@@ -116,6 +116,10 @@ def test_an_unreadable_unit_is_reported_never_given_a_wrong_dimension() -> None:
     q = physics_problem(4.5, "kJ")
     fb = task.feedback(q, "<answer>4.5 mj</answer>")  # mJ or MJ? not guessed
     assert "not recognised" in fb and "case-sensitive" in fb and "MJ and mJ" in fb
+    # ...but either is an energy: for a current it is the wrong kind of unit, not amperes
+    a = physics_problem(0.068, "A")
+    assert task.reward(a, "<answer>0.068 mj</answer>") == 0.0
+    assert "Wrong kind of unit: MJ or mJ measures energy" in task.feedback(a, "<answer>0.068 mj</answer>")
     assert parse_quantity("12.5 m/s approx") == (12.5, "m/s", "m/s approx")
     assert parse_quantity("250 m or 300 m")[0] is None
 

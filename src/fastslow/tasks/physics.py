@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from fastslow.tasks.base import ANSWER_FORMAT, Judgement, Problem, extract_answer
 from fastslow.tasks.generated import Candidate, GeneratedTask
 from fastslow.tasks.scoring import relative_error
-from fastslow.tasks.units import SI, UNITS, case_hint, convert, dimension_name, parse_quantity
+from fastslow.tasks.units import (
+    CASE_AMBIGUOUS,
+    SI,
+    UNITS,
+    case_hint,
+    convert,
+    dimension_name,
+    parse_quantity,
+    tidy_unit_text,
+)
 
 G = 9.8  # m/s², stated in every prompt that needs it
 #: Non-SI units a hard problem may ask its answer in.
@@ -345,6 +354,13 @@ class PhysicsTask(GeneratedTask):
             compared = converted
             notes.insert(0, f"Your {sig(value)} {got_unit} is {sig(converted)} {unit}.")
         elif got_unit is None and raw_unit:
+            readings = CASE_AMBIGUOUS.get(tidy_unit_text(raw_unit).strip(" .,;:").lower(), ())
+            if readings and all(convert(1.0, sym, unit) is None for sym in readings):
+                # "0.068 mj" for 0.068 A: mJ or MJ, an energy either way, was read as amperes
+                notes.insert(0, f"Wrong kind of unit: {' or '.join(readings)} measures "
+                             f"{dimension_name(readings[0])}, but the question asks for "
+                             f"{m.get('dimension', 'another quantity')} in {unit}." + case_hint(raw_unit))
+                return Judgement(0.0, problem.answer, raw, notes)
             notes.insert(0, f"Unit {raw_unit[:30]!r} was not recognised; the number was read as {unit}."
                          + case_hint(raw_unit))
         err = relative_error(compared, expected_value)
