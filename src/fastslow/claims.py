@@ -191,8 +191,18 @@ def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0
             "paper": paper, "verdict": verdict, "meaning": CLAIM_TEXT[claim], "runs": runs, "note": note}
 
 
-def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> dict[str, Any]:
-    """Fig 7's claim: how many times fewer steps FST takes to leave zero reward than RL."""
+def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str,
+                table: pl.DataFrame | None = None) -> dict[str, Any]:
+    """Fig 7's claim: how many times fewer steps FST takes to leave zero reward than RL. Each
+    method's escape is its own first evaluation above 2 of its standard errors; that one method
+    escaped first is also judged against the other (`_lead_noise`, on `table`'s per-problem
+    means): at its escape step it must stand out of noise against the other's best by then,
+    else no verdict (two runs of one method escape in either order by luck)."""
+    curves = {"rl": rl, "fst": fst}
+
+    def lead_noise(lead: str, at: float) -> str:
+        return "" if table is None else _lead_noise(table, task, curves, lead, at, "where it leaves zero reward")
+
     first = {m: escape_step(c["step"].to_numpy(), c["mean_at_k"].to_numpy(), c["mean_at_k_se"].to_numpy())
              for m, c in (("rl", rl), ("fst", fst))}
     last = {m: int(c["step"].max()) for m, c in (("rl", rl), ("fst", fst))}
@@ -203,8 +213,9 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
             return _row("zero_reward_escape", task, float("nan"), runs, note=(
                 f"neither method left zero reward (mean@k above 2 standard errors) by step "
                 f"{max(last.values())}" + plain))
-        refuted = last["fst"] >= first["rl"]  # else FST's run ended before RL left zero
-        return _row("zero_reward_escape", task, float("nan"), runs, refuted=refuted, note=(
+        noise = lead_noise("rl", first["rl"])
+        refuted = last["fst"] >= first["rl"] and not noise  # else FST's run ended before RL left zero
+        return _row("zero_reward_escape", task, float("nan"), runs, refuted=refuted, noise=noise, note=(
             f"FST never left zero reward by step {last['fst']}; RL did at step {int(first['rl'])}" + plain))
     if first["fst"] == 0:
         return _row("zero_reward_escape", task, float("nan"), runs, note=(
@@ -219,10 +230,16 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str) -> di
                 + plain))
         tie = (f": RL's escape comes after step {last['rl']}, so the ratio is above 1"
                if last["rl"] == first["fst"] else "")
-        return _row("zero_reward_escape", task, last["rl"] / first["fst"], runs, bound=True, note=(
+        noise = lead_noise("fst", first["fst"])
+        return _row("zero_reward_escape", task, last["rl"] / first["fst"], runs, bound=not noise, noise=noise, note=(
             f"a lower bound: RL never left zero reward by step {last['rl']}; FST did at step "
             f"{int(first['fst'])}" + tie + plain))
-    return _row("zero_reward_escape", task, first["rl"] / first["fst"], runs, threshold=1.0,
+    if first["rl"] == first["fst"]:
+        noise = (f"a tie: both left zero reward at step {int(first['fst'])}, and evaluations that far apart "
+                 "cannot tell which came first")
+    else:
+        noise = lead_noise("fst" if first["fst"] < first["rl"] else "rl", min(first.values()))
+    return _row("zero_reward_escape", task, first["rl"] / first["fst"], runs, threshold=1.0, noise=noise,
                 note=f"RL left zero reward at step {int(first['rl'])}, FST at step {int(first['fst'])}" + plain)
 
 
@@ -347,24 +364,36 @@ def _never_reaches(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataF
 def _ratio_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame, ratio: float) -> str:
     """The noise note of the steps-to-peak ratio, or "": the method that reaches RL's peak first
     (FST when the ratio is above 1) must, at that step, stand out of noise against the other's
-    best evaluation by then; two runs of one method differ in who gets there first by luck."""
-    if math.isnan(ratio) or ratio == 1:
+    best evaluation by then; two runs of one method differ in who gets there first by luck. A
+    tie (both at the same evaluation) is no verdict: the evaluations cannot tell who was first."""
+    if math.isnan(ratio):
         return ""
     peak = float(rl["mean_at_k"].max())
     curves = {"rl": rl, "fst": fst}
     hit = {m: first_step_reaching(c["step"].to_numpy(), running_max(c["mean_at_k"].to_numpy()), peak)
            for m, c in curves.items()}
+    if ratio == 1:
+        return (f"a tie: both reach RL's peak at step {int(hit['fst'])}, and evaluations that far apart "
+                "cannot tell which came first")
     lead = "fst" if hit["fst"] < hit["rl"] else "rl"
-    other, at = "rl" if lead == "fst" else "fst", hit[lead]
+    return _lead_noise(eff, task, curves, lead, hit[lead], "where it reaches RL's peak")
+
+
+def _lead_noise(table: pl.DataFrame, task: str, curves: Mapping[str, pl.DataFrame], lead: str, at: float,
+                where: str) -> str:
+    """The noise note, or "", of `lead` getting somewhere first (RL's peak, out of zero reward):
+    at its step `at` it must stand out of noise against the other method's best evaluation by
+    then, under the paired rule; without per-problem means, "" (the sign decides)."""
+    other = "rl" if lead == "fst" else "fst"
     upto = curves[other].filter(pl.col("step") <= at)
     if math.isnan(at) or not upto.height:
         return ""
     best = upto.sort(["mean_at_k", "step"], descending=[True, False]).row(0, named=True)
     value = float(curves[lead].filter(pl.col("step") == at)["mean_at_k"][0])
-    bound = paired_noise_bound(_final_problems(eff, step=int(best["step"]), eval_task=task, method=other),
-                               _final_problems(eff, step=int(at), eval_task=task, method=lead))
+    bound = paired_noise_bound(_final_problems(table, step=int(best["step"]), eval_task=task, method=other),
+                               _final_problems(table, step=int(at), eval_task=task, method=lead))
     return _noise_note(value - float(best["mean_at_k"]), bound,
-                       f"evaluations of {lead.upper()} at step {int(at)}, where it reaches RL's peak, and "
+                       f"evaluations of {lead.upper()} at step {int(at)}, {where}, and "
                        f"of {other.upper()} at its best by then (step {int(best['step'])})")
 
 
@@ -495,7 +524,7 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         for task in sorted(star["eval_task"].unique().to_list()):
             curves = {m: seed_curve(star, eval_task=task, method=m) for m in ("rl", "fst")}
             if all(c.height for c in curves.values()):
-                rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task)))
+                rows.append(_escape_row(task, curves["rl"], curves["fst"], _runs(star, eval_task=task), star))
     ceiling = tables.get("ceiling")
     if ceiling is not None and eff is not None:
         for task in sorted(ceiling.filter(pl.col("method") == "gepa")["eval_task"].unique().to_list()):
