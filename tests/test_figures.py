@@ -1362,6 +1362,18 @@ def test_fig8_says_whose_entropy_was_not_measured(tmp_path, saved):
                                                   "(evaluation.divergence: false)")
 
 
+def test_fig8s_entropy_axis_reads_plain_numbers_when_entropy_barely_moves(tmp_path, saved):
+    """A tiny model's entropy moved by millionths: the axis read "1e-6+1.078987e1" above ticks 1.5-4.0."""
+    ceiling = (_set(_rows("ceiling", "gepa", "hover", [0.0, 0.0, 0.0]), "entropy", [10.789874] * 3)
+               + _set(_rows("ceiling", "fst_distill", "hover", [0.0, 0.0, 0.0]), "entropy",
+                      [10.789874, 10.7898727, 10.7898712]))
+    figures.fig8({"ceiling": pl.DataFrame(ceiling).select(CURVE_COLUMNS)}, tmp_path / "fig8.pdf")
+    ax2 = saved[0].axes[1]
+    assert ax2.yaxis.get_offset_text().get_text() == ""
+    low, high = ax2.get_ylim()
+    assert high - low == pytest.approx(0.1) and low < 10.789874 < high
+
+
 def test_fig8_names_the_methods_without_a_run_on_its_task(tmp_path, saved):
     """The smoke config has no efficiency run on hover: Fig 8's title promised FST and RL, its
     panels had neither, and nothing said why."""

@@ -857,6 +857,12 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         _corner_note(ax, "no reward for any method:\nthe lines overlap at 0")
     ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
+    # entropies that barely move (a few steps of a small model) read as plain numbers on a range
+    # of at least ±0.05 nats, not as millionths under a "1e-6+1.08e1" offset
+    ax2.ticklabel_format(axis="y", useOffset=False, style="plain")
+    low, high = ax2.get_ylim()
+    if high - low < 0.1:
+        ax2.set_ylim((low + high) / 2 - 0.05, (low + high) / 2 + 0.05)
     if unmeasured:
         _note_title(ax2, "actor entropy on val completions",
                     f"not measured for {', '.join(unmeasured)} (evaluation.divergence: false)")
