@@ -37,7 +37,7 @@ START = ROOT / "ci" / "slurm" / "start_slurm.sh"
 STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
 # The foundation smoke DAG of tests/test_workflow.py plus one whole figure (Fig 7: an RL and an
 # FST cycle, their evaluations, the curves table and the plot), as explicit targets: every kind of
-# job (training, evaluation, tables, figures) goes through sbatch. The whole smoke DAG (114 jobs),
+# job (training, evaluation, tables, figures) goes through sbatch. The whole smoke DAG (115 jobs),
 # built locally beside it, is its reference (tests/test_workflow_figures.py).
 TARGET = "results/tables/base_eval.parquet"
 FIGURE = "results/figures/fig7.pdf"

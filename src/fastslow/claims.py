@@ -10,7 +10,9 @@ two methods' best evaluations in the stage, seeds averaged per step), the forget
 earlier stage's task (the two methods' drops from the stage's end), Fig 8's ceiling (FST's final
 evaluation against GEPA-only's), and "FST never reaches RL's peak" (RL's peak against FST's best)
 before it refutes the step ratio. Fig 7's escape from zero
-reward is an evaluation's mean@k above 2 of its own standard errors. A toy run where one sample
+reward is an evaluation's mean@k above 2 of its own standard errors, and the method that escapes
+first must stand out of the paired noise against the other's best by then; a tie (both reaching
+RL's peak, or leaving zero reward, at one evaluation) is no verdict. A toy run where one sample
 of 32 is right is not a reproduction. The rule needs the curves' per-problem means
 (`problem_ids`, `problem_means`); without them it is not applied (and the step ratio is not
 refuted). The step ratio is judged at the step where the first method reaches RL's peak: that
@@ -19,7 +21,8 @@ the other side is credited with noise: the matched reward lowered, for it, by 2 
 of the paired difference of the two matched evaluations. (Before, two runs of one method gave
 "reproduced" for the step ratio in 30% and for the KL reduction in 50% of simulated pairs, now in
 2.2% and 1.8%: bench/claims_noise.py.)
-Fig 10's wall-time ratio has no noise rule (its note gives the reward difference). Every rule
+Fig 10's wall-time ratio is judged on its cycles' spread (Welch's t; its note gives the reward
+difference). Every rule
 is over evaluation noise only: with one training seed (the paper config's), run-to-run variance
 is not in it.
 """
