@@ -13,6 +13,7 @@ appears in training with other inputs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -186,28 +187,37 @@ class CodeIOTask(ReasoningGymTask):
         return min(0.9, rg_score("codeio", raw, {"answer": problem.answer}))
 
 
-def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, Any] | None:
-    """`ds[idx]` with stdout silenced, global RNGs seeded, and (main thread) a time limit."""
+@contextlib.contextmanager
+def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
+    """A reference program's run: stdout silenced, the global RNGs (`random`, `np.random`)
+    seeded with `global_seed` and restored afterwards, and (main thread) a time limit."""
     import numpy as np
 
     py_state, np_state = random.getstate(), np.random.get_state()
     random.seed(global_seed)
-    np.random.seed(global_seed)
+    np.random.seed(global_seed % 2**32)
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     old = signal.signal(signal.SIGALRM, _timeout) if use_alarm else None
     try:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, timeout)
         with quiet():
-            return dict(ds[idx])
-    except Exception:
-        return None
+            yield
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, Any] | None:
+    """`ds[idx]` in a `_seeded_run`; None when it fails or runs out of time."""
+    try:
+        with _seeded_run(global_seed, timeout):
+            return dict(ds[idx])
+    except Exception:
+        return None
 
 
 def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, timeout: float) -> bool:
@@ -218,41 +228,24 @@ def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, ti
     (the input shown is not the one the output came from): no model could answer either."""
     import copy
 
-    import numpy as np
-
     if not isinstance(shown_input, dict):
         return False
     try:
         gold = json.loads(answer)
     except ValueError:
         return False
-    py_state, np_state = random.getstate(), np.random.get_state()
-    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    old = signal.signal(signal.SIGALRM, _timeout) if use_alarm else None
     try:
         for k in (1, 2):
-            random.seed(global_seed + k)
-            np.random.seed((global_seed + k) % 2**32)
             namespace: dict[str, Any] = {"Random": random.Random}
-            if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, timeout)
-            with quiet(), warnings.catch_warnings():
+            with _seeded_run(global_seed + k, timeout), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the programs' own (np.matrix's deprecation)
                 exec(code, namespace, namespace)  # noqa: S102 - reasoning-gym's own reference program
                 out = namespace["main_solution"](**copy.deepcopy(shown_input))
-            if use_alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
             if json.loads(json.dumps(out)) != gold:
                 return False
         return True
     except Exception:
         return False
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
-        random.setstate(py_state)
-        np.random.set_state(np_state)
 
 
 def _timeout(signum: int, frame: Any) -> None:
