@@ -682,17 +682,17 @@ def normalised_continual(df: pl.DataFrame) -> pl.DataFrame:
                           .otherwise(None).alias("normalised")))
 
 
-def stage_start_points(df: pl.DataFrame, norm: pl.DataFrame) -> pl.DataFrame:
+def stage_start_points(mean: pl.DataFrame, norm: pl.DataFrame, starts: Mapping[str, int]) -> pl.DataFrame:
     """Each stage's starting level, for Fig 6's left panel: the evaluation on the stage's task of
     the weights it starts from (the first stage: the initial point; a later one: the previous
     stage's last, evaluated on every task), as rows of `normalised_continual` labelled with the
     stage's task and divided by its peak. Without them each stage's line began at its first
     evaluation inside the stage, one evaluation after the switch. The peak stays the one reached
-    inside the stage (the claims' too): a start above it reads above 1."""
-    mean = continual_seed_mean(df)
+    inside the stage (the claims' too): a start above it reads above 1. `mean` is the table's
+    `continual_seed_mean`, `starts` its `stage_starts`."""
     peak = norm.select("train_task", "peak").unique("train_task")
     out = []
-    for task, start in stage_starts(df).items():
+    for task, start in starts.items():
         at = mean.filter((pl.col("eval_task") == task)
                          & ((pl.col("cycle") < 0) if start == 0 else (pl.col("step") == start) & (pl.col("cycle") >= 0)))
         out.append(at.with_columns(pl.lit(task).alias("train_task")))
@@ -737,7 +737,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     stages = list(starts)
     methods = sorted(norm["method"].unique().to_list())
     # each stage's line begins at the switch, with the level its weights start from
-    begun = pl.concat([stage_start_points(df, norm), norm], how="vertical_relaxed")
+    begun = pl.concat([stage_start_points(mean, norm, starts), norm], how="vertical_relaxed")
     rank = {task: i for i, task in enumerate(stages)}
     for method in methods:
         sub = (begun.filter(pl.col("method") == method)
