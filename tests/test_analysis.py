@@ -188,7 +188,7 @@ def test_a_tidy_summary_reads_task_first_then_its_scores():
 
     saved = json.loads(json.dumps({"run": "base", "point": "init", "task": "math", "context_id": "seed",
                                    "mean@4": 0.25, "mean@4_se": 0.1, "best@4": 0.5, "problems": 8, "k": 4,
-                                   "mean_completion_tokens": 40.0, "kl_to_base": 0.0, "entropy": 2.5,
+                                   "mean_completion_tokens": 40.0, "truncated_fraction": 0.5, "kl_to_base": 0.0, "entropy": 2.5,
                                    "extra": 1}, sort_keys=True))
     tidy = tidy_summary(saved)
     assert list(tidy) == [*SUMMARY_ORDER, "extra"]
@@ -220,6 +220,30 @@ def test_best_at_k_is_the_mean_over_problems_of_each_problems_best_sample():
             for i, pair in enumerate(rewards) for r in pair]
     assert summarize(rows, k=2)["best@2"] == pytest.approx(2 / 3)
     assert best_at_k(np.array([[0.0, 0.5, 0.25]])) == pytest.approx(0.5)
+
+
+def test_evaluation_counts_the_samples_cut_at_the_length_limit():
+    """Each sample says whether it hit max_new_tokens before an EOS (its generator's
+    finish_reason); the summary gives their share, and a summary of rows that do not say
+    (a samples table written before) has no share rather than a 0."""
+    from slow_toys import LengthTask
+
+    from fastslow.evaluate import sample_and_score, summarize
+    from fastslow.model.generation import Generation, SamplingParams
+
+    class Generator:
+        def generate(self, conversations, params):
+            return [Generation(text="x", prompt_tokens=5, completion_tokens=params.max_new_tokens,
+                               finish_reason="length" if i % 4 == 0 else "stop")
+                    for i, _ in enumerate(conversations)]
+
+    task = LengthTask()
+    rows = sample_and_score(Generator(), task, task.problems("val", 3, 0), "Be brief.", 4,
+                            SamplingParams(7, 1.0, 1.0, 0))
+    assert [r["truncated"] for r in rows[:4]] == [True, False, False, False]
+    assert summarize(rows, k=4)["truncated_fraction"] == pytest.approx(0.25)
+    older = [{key: v for key, v in r.items() if key != "truncated"} for r in rows]
+    assert "truncated_fraction" not in summarize(older, k=4)
 
 
 @pytest.mark.parametrize(("k", "n", "expected"), [

@@ -20,7 +20,7 @@ from fastslow.slow import SlowConfig, read_state, run_cycle
 CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
                   "clip_fraction", "generated_tokens_per_s", "step_seconds", "generation_seconds",
-                  "scoring_seconds", "training_seconds", "lr", "loss", "grad_norm"}
+                  "scoring_seconds", "training_seconds", "lr", "loss", "grad_norm", "truncated_fraction"}
 
 
 
@@ -117,6 +117,11 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     assert (metrics["generation_seconds"] > 0).all() and (metrics["scoring_seconds"] > 0).all()
     assert (metrics["training_seconds"] > 0).all()
     assert metrics["reused_rollouts"].to_list() == [0, 0]
+    # a completion shorter than max_new_tokens stopped at an EOS; one at the limit was cut unless
+    # its last token was the EOS
+    at_limit = rollouts.group_by("step", maintain_order=True).agg((pl.col("completion_tokens") == 8).mean())
+    assert all(0 < f <= share for f, share in zip(metrics["truncated_fraction"], at_limit["completion_tokens"],
+                                                  strict=True)), (metrics["truncated_fraction"], at_limit)
 
 
 def test_frac_zero_std_groups_is_over_each_problems_g_rollouts(runs: dict[str, Any]) -> None:
@@ -251,6 +256,8 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
     seconds = [m["step_seconds"] for m in result.metrics]
     for t, line in enumerate(steps[:-1]):
         assert f"step {t + 1}/4" in line and "reward" in line and "tok/s" in line
+        # the share of the step's completions cut at max_new_tokens, as its metric has it
+        assert f" tok ({100 * result.metrics[t]['truncated_fraction']:.0f}% cut at 8) at " in line, line
         # the mean step so far times the 3, 2, 1 steps to go, as printed (not the time so far,
         # not the mean times all 4): after step 1 those read 1x and 4x the step, not 3x
         left = re.search(r", steps ~(\d+)s left$", line).group(1)
@@ -463,7 +470,7 @@ def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp
     assert math.isnan(result.metrics[0]["generated_tokens_per_s"])
     assert result.metrics[1]["generated_tokens_per_s"] > 0
     lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
-    assert "tok none generated here (8 rollouts sampled before this step" in lines[0]
+    assert re.search(r" tok \(\d+% cut at 8\) none generated here \(8 rollouts sampled before this step", lines[0])
     assert "tok/s" in lines[1] and "none generated" not in lines[1]
 
 

@@ -23,7 +23,7 @@ TEACHER = ("best", "You are a pirate. Answer every question in pirate speak, end
 STUDENT = "Be brief."
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "distill_kl", "entropy",
                   "loss", "grad_norm", "lr", "completion_tokens", "mean_completion_tokens",
-                  "generation_seconds", "scoring_seconds", "training_seconds", "step_seconds",
+                  "truncated_fraction", "generation_seconds", "scoring_seconds", "training_seconds", "step_seconds",
                   "generated_tokens_per_s"}
 
 

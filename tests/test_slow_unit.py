@@ -508,3 +508,17 @@ def test_kl_and_entropy_log_their_progress(tiny_model_dir, tokenizer, caplog) ->
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow.divergence"]
     assert [line.split(" (")[0] for line in lines] == [
         "KL/entropy: 2/5 completions", "KL/entropy: 4/5 completions", "KL/entropy: 5/5 completions"]
+
+
+def test_truncated_rows_are_those_whose_last_completion_token_is_no_eos() -> None:
+    """A row's completion runs to its first EOS inclusive (`completion_mask`); a row cut at the
+    length limit ends on another token. Any of the model's EOS ids ends a row (Qwen3 has two);
+    padding after an EOS is not read."""
+    import torch
+
+    from fastslow.slow.loop import truncated_rows
+
+    ids = torch.tensor([[5, 9, 2, 0], [5, 6, 7, 8], [2, 0, 0, 0], [5, 3, 0, 0], [4, 4, 4, 3]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
+    assert truncated_rows(ids, mask, [2, 3]) == [False, True, False, False, False]
+    assert truncated_rows(ids, mask, [2]) == [False, True, False, True, True]

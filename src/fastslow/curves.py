@@ -45,6 +45,9 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
+                    "mean_completion_tokens": _number(ev.get("mean_completion_tokens")),
+                    # share of the samples cut at generation.max_new_tokens (NaN: a summary before it was kept)
+                    "truncated_fraction": _number(ev.get("truncated_fraction")),
                     "cycle_seconds": info.get("seconds"),
                     # of its threads' time, the CPU the cycle got (None: on a GPU, or not recorded)
                     "cycle_cpu_share": info.get("cpu_share"), "context_id": ev.get("context_id", "seed"),

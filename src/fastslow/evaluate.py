@@ -60,6 +60,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
             rows.append({"problem_id": p.id, "sample": i, "completion": g.text,
                          "reward": float(task.reward(p, g.text)),
                          "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
+                         "truncated": g.finish_reason == "length",  # hit max_new_tokens before an EOS
                          "completion_ids": list(g.completion_ids), "prompt_ids": list(g.prompt_ids)})
             tokens += g.completion_tokens
         done = min(lo + chunk, len(convs))
@@ -74,7 +75,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
 #: The order of a tidy summary's keys (`tidy_summary`): the base model's table and its printout
 #: read task first, then its scores, as the README lists them; keys not named here follow.
 SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
-                 "mean_completion_tokens", "kl_to_base", "entropy", "run")
+                 "mean_completion_tokens", "truncated_fraction", "kl_to_base", "entropy", "run")
 #: An evaluation summary's MLflow run ids (`run_ids`): in its JSON and tables, not in its log table.
 RUN_IDS = ("mlflow_run_id", "cycle_run_id")
 
@@ -119,9 +120,12 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:
         raise ValueError(f"expected {k} samples per problem, got {sorted({len(v) for v in by_problem.values()})} "
                          f"(problem {short!r} has {len(by_problem[short])})")
     mat = np.array(list(by_problem.values()), dtype=float).reshape(len(by_problem), k)
-    return {f"mean@{k}": mean_at_k(mat), f"mean@{k}_se": mean_at_k_se(mat), f"best@{k}": best_at_k(mat),
-            "problems": len(by_problem),
-            "k": k, "mean_completion_tokens": float(np.mean([r["completion_tokens"] for r in rows]))}
+    summary = {f"mean@{k}": mean_at_k(mat), f"mean@{k}_se": mean_at_k_se(mat), f"best@{k}": best_at_k(mat),
+               "problems": len(by_problem),
+               "k": k, "mean_completion_tokens": float(np.mean([r["completion_tokens"] for r in rows]))}
+    if all("truncated" in r for r in rows):  # rows of `sample_and_score` (older samples tables have none)
+        summary["truncated_fraction"] = float(np.mean([bool(r["truncated"]) for r in rows]))
+    return summary
 
 
 def format_table(summaries: Sequence[dict[str, Any]], keys: Sequence[str]) -> str:

@@ -243,6 +243,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "prompt_tokens": g.prompt_tokens,
         "completion_tokens": g.completion_tokens,
         "logprob_sum": float(g.logprob_sum) if g.logprob_sum is not None else float("nan"),
+        "truncated": g.finish_reason == "length",  # not in the rollouts table: the step's share is a metric
     } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
     if accelerator is not None:  # the whole step: every rank's rows (rank order = row order)
         from accelerate.utils import gather_object
@@ -268,6 +269,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "lr": lr,
         "completion_tokens": int(sum(lengths)),
         "mean_completion_tokens": float(np.mean(lengths)),
+        "truncated_fraction": float(np.mean([rec["truncated"] for rec in records])),
         "generation_seconds": gen_s,
         "scoring_seconds": score_s,
         "training_seconds": seconds - gen_s - score_s,

@@ -538,6 +538,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     local_rewards = np.asarray(reward.last_rewards, dtype=float)
     completion_tokens = batch["completion_mask"].sum(1).tolist()
     prompt_tokens = batch["prompt_mask"].sum(1).tolist()
+    truncated = truncated_rows(batch["completion_ids"], batch["completion_mask"], trainer.eos_token_ids)
     gen_s, score_s = trainer.timings["generation"], trainer.timings["scoring"]
     records = [{
         "problem_id": row["problem_id"],
@@ -549,6 +550,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "prompt_tokens": int(prompt_tokens[i]),
         "completion_tokens": int(completion_tokens[i]),
         "logprob_sum": float(logprob_sums[i]),
+        "truncated": truncated[i],  # not in the rollouts table: the step's share is a metric
     } for i, row in enumerate(rows)]
     # rows sampled before this step's generation (the fast round's, fast.reuse_in_slow, or an
     # earlier step's `sample_ahead`), not generated here
@@ -589,6 +591,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "lr": lr,
         "completion_tokens": int(sum(completion_tokens)),
         "mean_completion_tokens": float(np.mean(completion_tokens)),
+        "truncated_fraction": float(np.mean([rec["truncated"] for rec in records])),
         "generation_seconds": gen_s,
         "scoring_seconds": score_s,
         "training_seconds": seconds - gen_s - score_s,
@@ -601,6 +604,19 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "grad_norm": grad_norm,
     }
     return metrics, records
+
+
+def truncated_rows(completion_ids: Any, completion_mask: Any, eos_ids: Sequence[int]) -> list[bool]:
+    """Which completions of a batch stopped at the length limit: the last token of a row (its
+    `completion_mask`, which runs to the first EOS inclusive) is no EOS id. TRL's own
+    `completions/clipped_ratio` is the same test, once a generation call; a step's share is this
+    per row, so a step served by an earlier call or by the fast round has one too."""
+    import torch
+
+    lengths = completion_mask.sum(1).long()
+    last = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    eos = torch.tensor(list(eos_ids), dtype=completion_ids.dtype, device=completion_ids.device)
+    return ((lengths > 0) & ~torch.isin(last, eos)).tolist()
 
 
 def clip_gradients(parameters: Any, max_norm: float | None, accelerator: Any = None) -> float:
@@ -794,9 +810,10 @@ def run_cycle(
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
                 log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "%d tok %s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
+                         "%d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
                          cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
+                         100 * metrics["truncated_fraction"], cfg.max_new_tokens,
                          "none generated here" if math.isnan(rate) else f"at {rate:.1f} tok/s",
                          f" ({reused} rollouts sampled before this step, not generated in it)" if reused else "",
                          metrics["step_seconds"], metrics["generation_seconds"], metrics["training_seconds"],
