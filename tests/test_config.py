@@ -144,6 +144,25 @@ BAD = [
      "data.options.codeio.item_timeout: expected a number of seconds > 0, got -1"),
     ({"data": {"options": {"codeio": {"rel_tol": 1.5}}}},
      "data.options.codeio.rel_tol: expected a number in [0, 1), got 1.5"),
+    # a template variable that rendering sets itself, or a name YAML made a number or a bool of,
+    # had failed every prompt's rendering in the first job that samples
+    ({"model": {"chat_template_kwargs": {"add_generation_prompt": False}}},
+     "model.chat_template_kwargs.add_generation_prompt: set by every rendering itself"),
+    ({"model": {"chat_template_kwargs": {"messages": []}}}, "model.chat_template_kwargs.messages: set by every"),
+    ({"model": {"chat_template_kwargs": {True: "x"}}},
+     "model.chat_template_kwargs: expected template variable names, got the bool True (quote it in YAML)"),
+    # transformers' set_seed takes at most 2**32 - 1: the cycle had failed after its fast round
+    ({"experiments": {"efficiency": {"seeds": [2**32]}}}, "experiments.efficiency.seeds[0]: expected"),
+    # MLflow refuses a name over 500 characters (init_mlflow had failed naming no key)
+    ({"mlflow_experiment": "x" * 501}, "mlflow_experiment: expected at most 500 characters, got 501"),
+    ({"mlflow_experiment": "  "}, "mlflow_experiment: must name an MLflow experiment, got '  '"),
+    # a path the file system refuses had been a traceback (OSError: File name too long)
+    ({"model": {"base": "./" + "b" * 300}}, "model.base: './bbbb"),
+    ({"data": {"files": {"mine": {"path": "b" * 300 + ".jsonl"}}}}, "data.files.mine.path: 'bbbb"),
+    # a value the train split cuts had been shown only as cut ("2 x 250 fast.minibatch_size")
+    ({"fast": {"minibatch_size": 1000}}, "2 x 250 fast.minibatch_size (set 1000, cut to the 256 train problems "
+                                         "less the 6 validation ones)"),
+    ({"fast": {"val_problems": 1000}}, "2 x 128 fast.val_problems (set 1000, cut to half the 256 train problems)"),
 ]
 
 
@@ -1607,3 +1626,17 @@ def test_a_bf16_sampler_only_where_bf16_is_native(monkeypatch):
         assert resolve_sample_dtype("bfloat16_if_native", "float16") == ("bfloat16" if native else "float16")
         assert resolve_sample_dtype("bfloat16", "float32") == "bfloat16"
         assert resolve_sample_dtype("model", "float32") == "float32"
+
+
+def test_the_reserved_chat_template_names_are_the_installed_transformers_arguments():
+    """`CHAT_TEMPLATE_RESERVED` is `apply_chat_template`'s named arguments and the template's
+    `messages`: a transformers that adds one has it refused here too."""
+    import inspect
+
+    from transformers import PreTrainedTokenizerBase
+
+    from fastslow.config import CHAT_TEMPLATE_RESERVED
+
+    named = {name for name, p in inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters.items()
+             if name != "self" and p.kind is not p.VAR_KEYWORD}
+    assert CHAT_TEMPLATE_RESERVED == named | {"messages"}

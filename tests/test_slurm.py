@@ -332,6 +332,9 @@ def test_a_bad_or_misspelt_profile_variable_stops_snakemake_naming_it(monkeypatc
 
     for env, says in (({"FASTSLOW_TRAIN_GPUS": "abc"}, "FASTSLOW_TRAIN_GPUS must be a whole number >= 0"),
                       ({"FASTSLOW_SLURM_MAX_MEM_MB": "400G"}, "FASTSLOW_SLURM_MAX_MEM_MB must be a whole number"),
+                      # no node has 0 CPUs or 0 MB (sbatch --mem=0 is a whole node's memory)
+                      ({"FASTSLOW_SLURM_MAX_MEM_MB": "0"}, "FASTSLOW_SLURM_MAX_MEM_MB must be a whole number >= 1"),
+                      ({"FASTSLOW_SLURM_MAX_CPUS": "0"}, "FASTSLOW_SLURM_MAX_CPUS must be a whole number >= 1"),
                       ({"FASTSLOW_SLURM_GPU_PARTITON": "gpu"}, "unknown variable(s) FASTSLOW_SLURM_GPU_PARTITON;"),
                       ({"FASTSLOW_TRAIN_GPU": "2"}, "unknown variable(s) FASTSLOW_TRAIN_GPU;")):
         with pytest.raises(ConfigFileParserException) as err:
@@ -342,3 +345,5 @@ def test_a_bad_or_misspelt_profile_variable_stops_snakemake_naming_it(monkeypatc
     # the test cluster's own variables (ci/slurm) are no profile variables, and no misspelling
     prof = render_profile(monkeypatch, FASTSLOW_SLURM_DIR="/tmp/x", FASTSLOW_SLURM_MAX_GPUS="4")
     assert "cycle:gpu=4" in prof["set-resources"]
+    # 0 GPUs is a CPU-only cluster: no job asks for one
+    assert not [r for r in render_profile(monkeypatch, FASTSLOW_SLURM_MAX_GPUS="0")["set-resources"] if ":gpu=" in r]

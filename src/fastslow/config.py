@@ -106,6 +106,8 @@ def _expected(error: Any) -> str:
         return f"expected a list with at least {v} item(s), got {error.instance!r}"
     if kw == "minLength":
         return f"expected a non-empty string, got {error.instance!r}"
+    if kw == "maxLength":
+        return f"expected at most {v} characters, got {len(error.instance)} ({error.instance[:40]!r}...)"
     if kw == "required":
         return f"missing required key; {error.message}"
     if kw == "pattern" and v == "^[A-Za-z0-9_]+$":
@@ -286,11 +288,38 @@ def prompt_template_error(template: Any) -> str | None:
     return None
 
 
+#: `apply_chat_template`'s own arguments (transformers 5.x; `tests/test_config.py` reads them from
+#: the installed version) and the variables its template is rendered with: a
+#: `model.chat_template_kwargs` key among them fails every rendering ("got multiple values").
+CHAT_TEMPLATE_RESERVED = frozenset({
+    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "sanitize_control_tokens", "padding", "truncation", "max_length", "return_tensors",
+    "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs", "messages"})
+
+
+def _check_chat_template_kwargs(config: Mapping[str, Any]) -> None:
+    """model.chat_template_kwargs: template variables, by name (YAML's `{1: x}` or `{yes: x}` give
+    a number or a bool as the name), none that rendering sets itself."""
+    kwargs = config["model"].get("chat_template_kwargs") or {}
+    for key in kwargs:
+        if not isinstance(key, str):
+            raise ConfigError(f"config error: model.chat_template_kwargs: expected template variable names, got "
+                              f"the {type(key).__name__} {key!r} (quote it in YAML)")
+        if key in CHAT_TEMPLATE_RESERVED:
+            raise ConfigError(f"config error: model.chat_template_kwargs.{key}: set by every rendering itself "
+                              f"(the workflow renders prompts with add_generation_prompt and without tokenizing); "
+                              f"name only the template's own variables, e.g. enable_thinking")
+
+
 def _check_semantics(config: dict[str, Any]) -> None:
     """Cross-field rules a JSON schema cannot state."""
     if not config["seed_context"].strip():
         raise ConfigError(f"config error: seed_context: must be a non-empty string, got {config['seed_context']!r}")
+    if not config["mlflow_experiment"].strip():
+        raise ConfigError(f"config error: mlflow_experiment: must name an MLflow experiment, got "
+                          f"{config['mlflow_experiment']!r}")
     _check_model_name(config)
+    _check_chat_template_kwargs(config)
     slow, fast = config["slow"], config["fast"]
     k, g = fast["pool_size"], slow["num_generations"]
     if g % k:
@@ -331,7 +360,10 @@ def _check_semantics(config: dict[str, Any]) -> None:
             _check_reflection_path(config, refl["path"])
     from fastslow.model.convert import base_model_error
 
-    problem = base_model_error(config["model"]["base"])
+    try:
+        problem = base_model_error(config["model"]["base"])
+    except OSError as err:  # a path the file system refuses (a name over 255 bytes)
+        problem = f"{config['model']['base']!r}: {err.strerror or err}"
     if problem:
         raise ConfigError(f"config error: model.base: {problem}")
     config["model"]["base"] = canonical_model_base(config["model"]["base"])
@@ -341,7 +373,11 @@ def _check_semantics(config: dict[str, Any]) -> None:
     files = config["data"].get("files", {})
     for name, entry in files.items():
         entry["path"] = os.path.expanduser(entry["path"])  # `~/mine.jsonl`, as model.base reads it
-        if not Path(entry["path"]).is_file():
+        try:
+            found = Path(entry["path"]).is_file()
+        except OSError as err:  # a path the file system refuses (a name over 255 bytes)
+            raise ConfigError(f"config error: data.files.{name}.path: {entry['path']!r}: {err.strerror or err}") from None
+        if not found:
             raise ConfigError(f"config error: data.files.{name}.path: no such file {entry['path']!r} "
                               f"(relative paths are from the working directory {os.getcwd()})")
         if Path(entry["path"]).suffix.lower() not in FILE_SUFFIXES:
@@ -437,9 +473,16 @@ def fast_budget_error(settings: Mapping[str, Any], cycles: int) -> str | None:
     if budget >= need:
         return None
     lower = "fast.val_problems / fast.minibatch_size" + (" / fast.pool_size" if contexts > 1 else "")
+    # a value the train split cuts is shown as set and as used: "250 fast.minibatch_size" alone,
+    # for a minibatch_size of 1000, named no value the config holds
+    val_text = (f"{val} fast.val_problems" if val == fast["val_problems"] else
+                f"{val} fast.val_problems (set {fast['val_problems']}, cut to half the {train} train problems)")
+    mb_text = (f"{minibatch} fast.minibatch_size" if minibatch == fast["minibatch_size"] else
+               f"{minibatch} fast.minibatch_size (set {fast['minibatch_size']}, cut to the {train} train "
+               f"problems less the {val} validation ones)")
     return (f"fast.max_metric_calls.{preset}: {budget} is below a round's minimum {need} with K={contexts} "
-            f"distinct context{'s' if contexts > 1 else ''} ({contexts} x {val} fast.val_problems + 2 x "
-            f"{minibatch} fast.minibatch_size + {val} fast.val_problems); raise it or lower {lower}")
+            f"distinct context{'s' if contexts > 1 else ''} ({contexts} x {val_text} + 2 x "
+            f"{mb_text} + {val} fast.val_problems); raise it or lower {lower}")
 
 
 def _check_reflection_path(config: Mapping[str, Any], path: str) -> None:

@@ -383,7 +383,7 @@ def _restore_distributed(trainer: Any, state_dir: Path, cfg: SlowConfig, global_
         _set_rng_state(torch.load(rng_path, weights_only=False))
     else:
         log.warning("slow loop: %s has no RNG state for rank %d; reseeding it", state_dir, rank)
-        set_seed(cfg.seed + 1_000_003 * global_step + rank)
+        set_seed((cfg.seed + 1_000_003 * global_step + rank) % 2**32)  # set_seed's range
 
 
 def weights_digest(model: Any) -> str:
