@@ -82,6 +82,17 @@ def test_a_curve_still_rising_or_a_failed_fit_has_no_identified_asymptote(monkey
     assert not failed.ok and not failed.identified
 
 
+def test_no_asymptote_above_the_largest_reward():
+    """mean@k is a mean of rewards in [0, 1]: a curve still rising past 0.8 had A fitted up to
+    1.5x its max, 1.2 and more, above any reward. A now stops at 1, and a fit that ends there
+    has not found the curve's level (not identified); a curve that levels below 1 keeps its A."""
+    c = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+    rising = fit_sigmoid(c, 0.3 + c / 100, r0=0.3)  # 0.4 .. 0.9, still rising
+    assert rising.ok and rising.a <= 1.0 and not rising.identified
+    level = fit_sigmoid(c, sigmoid(c, 0.3, 0.92, 20.0, 3.0), r0=0.3)
+    assert level.identified and level.a == pytest.approx(0.92, abs=0.01)
+
+
 
 def test_a_curve_still_rising_slowly_runs_c_mid_to_its_bound_and_is_unidentified():
     """A power law rising slowly from a high start (0.5 + 0.01 C^0.25): the best sigmoid

@@ -114,9 +114,10 @@ def sigmoid(c: np.ndarray, r0: float, a: float, c_mid: float, b: float) -> np.nd
     return r0 + (a - r0) / (1.0 + (c_mid / c) ** b)
 
 
-#: Bounds of the sigmoid fit: A at most A_BOUND x the curve's max, C_mid at most C_MID_BOUND x
-#: its last C. A fit that ends at one of them has not found the curve's level.
-A_BOUND, C_MID_BOUND = 1.5, 100.0
+#: Bounds of the sigmoid fit: A at most A_BOUND x the curve's max, and never above REWARD_MAX
+#: (mean@k is a mean of rewards in [0, 1]: no curve levels off above it), C_mid at most
+#: C_MID_BOUND x its last C. A fit that ends at one of them has not found the curve's level.
+A_BOUND, C_MID_BOUND, REWARD_MAX = 1.5, 100.0, 1.0
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
     """Least-squares fit (scipy) of `sigmoid` to a validation curve; C > 0 (steps or samples).
 
     `r0` fixes the starting reward (e.g. the base model's) when known; otherwise it is fitted.
-    Bounds keep A within [0, 1.5·max] and B positive so short, noisy toy curves stay sane.
+    Bounds keep A within [0, min(1.5·max, 1)] and B positive so short, noisy toy curves stay sane.
     """
     from scipy.optimize import curve_fit
 
@@ -159,7 +160,8 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
     hi = max(float(np.max(r)), 1e-3)
     p0 = [float(r[0]) if r0 is None else r0, hi, float(np.median(c)), 2.0]
     lo_b = [-1.0, 0.0, float(np.min(c)) * 1e-3, 0.1]
-    hi_b = [1.5, A_BOUND * hi + 1e-3, float(np.max(c)) * C_MID_BOUND, 20.0]
+    a_hi = min(A_BOUND * hi + 1e-3, REWARD_MAX)
+    hi_b = [1.5, a_hi, float(np.max(c)) * C_MID_BOUND, 20.0]
     if r0 is not None:
         def f(x, a, c_mid, b):
             return sigmoid(x, r0, a, c_mid, b)
@@ -176,7 +178,7 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
             params, ok = np.array(p0), False
     values = [r0, *map(float, params)] if r0 is not None else list(map(float, params))
     # at (within 1% of) the bounds of A and C_mid, the fit says the curve has not levelled off
-    identified = ok and values[1] < 0.99 * A_BOUND * hi and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
+    identified = ok and values[1] < 0.99 * a_hi and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
     return SigmoidFit(*values, ok=ok, identified=identified)
 
 
