@@ -257,6 +257,28 @@ def test_evaluation_counts_the_samples_cut_at_the_length_limit():
     assert "truncated_fraction" not in summarize(older, k=4)
 
 
+def test_each_chunk_of_an_evaluation_samples_with_its_own_seed():
+    """Samples stay independent across chunks: each generate call gets a seed of its own
+    (evaluation.seed + the chunk's first sample), so a problem's copies in two chunks are not
+    drawn from one random stream; the same evaluation seed gives the same seeds again."""
+    from slow_toys import LengthTask
+
+    from fastslow.evaluate import sample_and_score
+    from fastslow.model.generation import Generation, SamplingParams
+
+    seeds: list[int] = []
+
+    class Generator:
+        def generate(self, conversations, params):
+            seeds.append(params.seed)
+            return [Generation(text="x", prompt_tokens=5, completion_tokens=1) for _ in conversations]
+
+    task = LengthTask()
+    sample_and_score(Generator(), task, task.problems("val", 5, 0), "Be brief.", 2, SamplingParams(7, 1.0, 1.0, 100),
+                     chunk=4)
+    assert seeds == [100, 104, 108]
+
+
 @pytest.mark.parametrize(("k", "n", "expected"), [
     (0, 2, "evaluate_weights: k: expected an integer >= 1, got 0"),
     (2.0, 2, "evaluate_weights: k: expected an integer >= 1, got 2.0"),

@@ -446,6 +446,9 @@ def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_wei
     assert [m["reused_rollouts"] for m in result.metrics] == [8, 8, 0]
     assert result.metrics[0]["reused_is_weight"] == pytest.approx(1.0, abs=1e-3)
     assert abs(result.metrics[1]["reused_is_weight"] - 1.0) > 1e-3, result.metrics[1]["reused_is_weight"]
+    # weights near 1, not 1: CISPO's cap tau (slow.epsilon_high) binds on none of them (a
+    # threshold of 1 instead of tau counted about half; the other tests' weights were 1 or e^2)
+    assert result.metrics[1]["clip_fraction"] == 0
     assert math.isnan(result.metrics[2]["reused_is_weight"])
     _assert_loss_took_the_samplers_logps(losses)
     import polars as pl

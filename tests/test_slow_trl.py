@@ -550,17 +550,20 @@ def test_reused_rows_need_one_log_prob_per_completion_token(tiny_model_dir, toke
         return [[100 + len(p)] for p in prompt_ids], ([[-1.0] for _ in prompt_ids] if vllm else None)
 
     trainer._generate_rows = fake_generate
-    prompts = [[1, 2], [3, 4, 5], [6]]
+    prompts = [[1, 2], [3, 4, 5], [6], [7, 8]]
+    # rows 2 and 3: other prompt tokens, of another length and of the same length (a matching
+    # length is no match: a changed context or chat template can keep it)
     trainer.reuse_rows = {0: ([1, 2], [11, 12], [-0.1, -0.2]), 1: ([3, 4, 5], [13, 14], [-0.3]),
-                          2: ([6, 6], [15], [-0.5])}
+                          2: ([6, 6], [15], [-0.5]), 3: ([7, 9], [16], [-0.6])}
     completions, logprobs = trainer._generate_single_turn(prompts, None, {}, 2)
-    assert trainer.reuse_mismatches == 1  # row 2: other prompt tokens
+    assert trainer.reuse_mismatches == 2
     if vllm:
-        assert asked == [[[3, 4, 5], [6]]] and trainer.reuse_without_logprobs == 1
-        assert completions == [[11, 12], [103], [101]] and logprobs == [[-0.1, -0.2], [-1.0], [-1.0]]
+        assert asked == [[[3, 4, 5], [6], [7, 8]]] and trainer.reuse_without_logprobs == 1
+        assert completions == [[11, 12], [103], [101], [102]]
+        assert logprobs == [[-0.1, -0.2], [-1.0], [-1.0], [-1.0]]
         assert trainer.reused == {0}
     else:
-        assert asked == [[[6]]] and completions == [[11, 12], [13, 14], [101]]
+        assert asked == [[[6], [7, 8]]] and completions == [[11, 12], [13, 14], [101], [102]]
         assert trainer.reused == {0, 1} and set(trainer.behaviour) == {0}
         assert trainer.reuse_unweighted == 1 and trainer.reuse_without_logprobs == 0
 

@@ -119,6 +119,27 @@ def test_parse_number_rejects(text: str) -> None:
     assert parse_number(text) is None
 
 
+@pytest.mark.parametrize(("text", "value"), [("2.5 × 10^{-3}", 0.0025), ("2.5 \\times 10^{-3}", 0.0025),
+                                             ("-1.2 x 10^-4", -1.2e-4), ("3 · 10^{+2}", 300.0)])
+def test_parse_number_reads_an_exponents_sign(text: str, value: float) -> None:
+    """Only "4.2 × 10^1" was tested: a negative exponent read as positive (2500 for
+    2.5 × 10^-3) passed, and small physics answers are written so."""
+    assert parse_number(text) == pytest.approx(value)
+
+
+def test_json_equal_needs_the_same_keys_and_items() -> None:
+    """CodeIO's answers: an output with an extra key, a missing one or an extra item is wrong
+    (only equal structures had been tested, so a subset check passed); numbers compare with
+    the tolerance, integers exactly."""
+    from fastslow.tasks.scoring import json_equal
+
+    assert json_equal({"a": 1, "b": [1.0, 2]}, {"b": [1, 2.0], "a": 1})
+    assert not json_equal({"a": 1}, {"a": 1, "b": 2})
+    assert not json_equal({"a": 1, "b": 2}, {"a": 1})
+    assert not json_equal([1, 2], [1, 2, 3])
+    assert json_equal(0.1 + 0.2, 0.3) and not json_equal(2399815805, 2399813805)
+
+
 def test_extract_number_and_labels() -> None:
     assert extract_number("x = 1,234.5")[0] == pytest.approx(1234.5)
     assert extract_number("42 apples")[0] == 42
@@ -385,6 +406,23 @@ def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch:
     monkeypatch.setattr(codeio, "_reproducible", lambda *_: False)
     with pytest.raises(TaskDataError, match="codeio: only 0 distinct val problems"):
         codeio.CodeIOTask(isolate=False).problems("val", 1, seed=0)
+
+
+def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
+    """`partial_credit` (off by default, and untested before) gives a near miss reasoning-gym's
+    similarity, at most 0.9: a wrong answer stays below a right one's 1, and without the option
+    it scores 0."""
+    from fastslow.tasks import codeio
+    from fastslow.tasks.base import Problem
+
+    p = Problem(id="x", task="codeio", prompt="q", answer=json.dumps({"x": 1.0, "name": "abcdefgh"}))
+    near = '<answer>{"x": 1.00001, "name": "abcdefgh"}</answer>'  # outside rel_tol 1e-6
+    partial = codeio.CodeIOTask(isolate=False, partial_credit=True)
+    assert partial.reward(p, near) == pytest.approx(0.9)
+    assert 0 < partial.reward(p, '<answer>{"x": 1.0, "name": "abcdefgi"}</answer>') < 0.9
+    assert partial.reward(p, '<answer>{"x": 1.0, "name": "abcdefgh"}</answer>') == 1.0
+    assert partial.reward(p, "<answer>nonsense</answer>") == 0.0
+    assert codeio.CodeIOTask(isolate=False).reward(p, near) == 0.0
 
 
 def test_codeio_generated_splits(codeio_dir: Path) -> None:

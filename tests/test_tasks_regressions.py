@@ -108,6 +108,16 @@ def test_physics_reads_an_answer_in_latex_math_delimiters_with_its_unit() -> Non
     assert parse_quantity(r"\(65190\ \text{J}\)")[:2] == (65190.0, "J")
 
 
+def test_physics_reads_a_small_answer_in_scientific_notation() -> None:
+    """1.2 mA as 1.2 × 10^-3 A, as models write small values: the exponent's sign counts (read
+    as +3 it is a million times too large, and the right answer scores 0)."""
+    task = get_task("physics")
+    p = physics_problem(1.2, "mA")
+    for right in ("1.2 × 10^-3 A", r"\(1.2 \times 10^{-3}\ \text{A}\)", "1.2e-3 A"):
+        assert task.reward(p, f"<answer>{right}</answer>") == 1.0, right
+    assert task.reward(p, "<answer>1.2 × 10^3 A</answer>") == 0.0
+
+
 def test_an_unreadable_unit_is_reported_never_given_a_wrong_dimension() -> None:
     task = get_task("physics")
     p = physics_problem(12.5, "m/s")
