@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -801,3 +802,47 @@ def test_a_hub_datasets_repeated_rows_are_dropped_with_a_warning(tmp_path: Path)
     import polars as pl
 
     assert sum(pl.read_parquet(p).height for p in paths.values()) == 30
+
+
+def test_the_codeio_worker_is_followed_and_stopped_only_when_it_goes_quiet(caplog) -> None:
+    """The generation worker's progress lines reach the job's log as they come, its other lines
+    are kept for an error's last line, and it is stopped only after `stall` seconds without a
+    line: a worker that keeps writing runs past that (a paper-scale split had a fixed 1800 s
+    cap, about what its 50000 problems take), a quiet one is stopped in one line."""
+    import logging
+    import sys
+    import time
+
+    from fastslow.tasks import codeio
+    from fastslow.tasks.base import TaskDataError
+
+    steady = ("import sys, time\n"
+              "for i in range(6):\n"
+              "    print(f'progress: train {i}/6', file=sys.stderr, flush=True); time.sleep(0.3)\n"
+              "print('a last word', file=sys.stderr); sys.exit(3)\n")
+    with caplog.at_level(logging.INFO, logger="fastslow.tasks.codeio"):
+        start = time.monotonic()
+        code, lines = codeio.run_worker([sys.executable, "-c", steady], {}, ".", stall=1.0)
+    assert code == 3 and lines == ["a last word"] and time.monotonic() - start > 1.5
+    assert [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.codeio"] == [
+        f"train {i}/6" for i in range(6)]
+    quiet = "import sys, time\nprint('progress: train 0/6', file=sys.stderr, flush=True); time.sleep(60)\n"
+    start = time.monotonic()
+    with pytest.raises(TaskDataError, match=r"^codeio: the generation worker wrote nothing for 1s and was stopped"):
+        codeio.run_worker([sys.executable, "-c", quiet], {}, ".", stall=1.0)
+    assert time.monotonic() - start < 30
+
+
+def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:
+    """A split that takes longer than PROGRESS_SECONDS says how many problems it has, of how
+    many, after how many tries, and the time left at the rate so far."""
+    import logging
+
+    from fastslow.tasks import generated
+
+    monkeypatch.setattr(generated, "PROGRESS_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="fastslow.tasks.generated"):
+        get_task("physics").problems("val", 3, 0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.generated"]
+    assert lines[0].startswith("physics val: 0/3 problems after 0 tries")
+    assert re.fullmatch(r"physics val: 2/3 problems after \d+ tries, ~\d+s left", lines[-1]), lines[-1]

@@ -14,7 +14,7 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
-                 "problem_means", "kl_to_base", "entropy", "cycle_seconds", "cycle_cpu_share", "context_id",
+                 "problem_means", "kl_to_base", "entropy", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "context_id",
                  "eval_run_id", "cycle_run_id")
 
 

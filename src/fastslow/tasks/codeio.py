@@ -13,8 +13,10 @@ appears in training with other inputs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import logging
 import os
 import random
 import re
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -38,6 +41,54 @@ from fastslow.tasks.scoring import json_diff, json_equal, parse_json_value
 _LAYOUT = re.compile(r"as follows:\n\n(?P<question>.+?)\n\nThe input and output requirements are as follows:"
                      r"\n\n.*?\bOutput:\n(?P<output>.+?)\n\nGiven the following input:\n\n(?P<input>.+?)"
                      r"\n\nCan you predict the output", re.DOTALL)
+
+
+log = logging.getLogger(__name__)
+
+#: A worker that writes nothing for this long is stopped: its progress lines come every
+#: `fastslow.tasks.generated.PROGRESS_SECONDS`, and each program has `item_timeout` seconds, so
+#: only a program stuck where the time limit cannot reach it (inside C code) goes this quiet.
+STALL_SECONDS = 600.0
+#: The worker's progress lines start with this on its stderr; the parent logs them.
+_PROGRESS = "progress: "
+
+
+def run_worker(cmd: list[str], env: Mapping[str, str], cwd: str, stall: float | None = None) -> tuple[int, list[str]]:
+    """Run the generation worker `cmd`: its progress lines are logged as they come (a paper-scale
+    codeio split takes tens of minutes), and it is stopped once it has written nothing for
+    `stall` seconds (default STALL_SECONDS). Returns its exit status and its last other lines.
+    Its time is not capped as a whole: 50000 problems take as long as they take."""
+    stall = STALL_SECONDS if stall is None else stall
+    proc = subprocess.Popen(cmd, env=dict(env), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    tail: collections.deque[str] = collections.deque(maxlen=20)
+    last = [time.monotonic()]
+
+    def relay() -> None:
+        for line in proc.stderr:
+            last[0] = time.monotonic()
+            line = line.rstrip("\n")
+            if line.startswith(_PROGRESS):
+                log.info("%s", line.removeprefix(_PROGRESS))
+            elif line.strip():
+                tail.append(line)
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    while True:
+        try:
+            proc.wait(timeout=min(5.0, stall))
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() - last[0] > stall:
+                proc.kill()
+                proc.wait()
+                reader.join(5)
+                raise TaskDataError(f"codeio: the generation worker wrote nothing for {stall:.0f}s and was stopped "
+                                    f"(a reference program stuck where its time limit cannot reach it); "
+                                    f"its last line: {tail[-1] if tail else 'none'}") from None
+    reader.join()
+    return proc.returncode, list(tail)
 
 
 def program_id(program: str) -> str:
@@ -97,13 +148,12 @@ class CodeIOTask(ReasoningGymTask):
             src = str(Path(__file__).resolve().parents[2])
             path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
             env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
-            proc = subprocess.run([sys.executable, "-m", "fastslow.tasks.codeio", str(req), str(out)],
-                                  env=env, capture_output=True, text=True, timeout=1800, cwd=tmp)
-            if proc.returncode != 0 or not out.exists():
-                tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
-                if proc.returncode == _DATA_ERROR_EXIT and tail[0].startswith("TaskDataError: "):
+            code, lines = run_worker([sys.executable, "-m", "fastslow.tasks.codeio", str(req), str(out)], env, tmp)
+            if code != 0 or not out.exists():
+                tail = lines[-1:] or ["no output"]
+                if code == _DATA_ERROR_EXIT and tail[0].startswith("TaskDataError: "):
                     raise TaskDataError(tail[0].removeprefix("TaskDataError: "))
-                raise RuntimeError(f"codeio generation worker failed (exit {proc.returncode}): {tail[0]}")
+                raise RuntimeError(f"codeio generation worker failed (exit {code}): {tail[0]}")
             rows = json.loads(out.read_text(encoding="utf-8"))
         return {s: [Problem.from_row(r) for r in rows[s]] for s in sizes}
 
@@ -255,6 +305,12 @@ def _timeout(signum: int, frame: Any) -> None:
 def _worker(request_path: str, out_path: str) -> None:
     """Child-process entry point: generate the requested splits and write them as JSON rows."""
     req = json.loads(Path(request_path).read_text(encoding="utf-8"))
+    handler = logging.StreamHandler(sys.stderr)  # progress lines, for the parent to log (`run_worker`)
+    handler.setFormatter(logging.Formatter(_PROGRESS + "%(message)s"))
+    progress = logging.getLogger("fastslow.tasks.generated")
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
     task = CodeIOTask(req["name"], isolate=False, **req["options"])
     result = task.problems_for_splits(req["sizes"], int(req["seed"]))
     rows = {s: [p.to_row() for p in ps] for s, ps in result.items()}

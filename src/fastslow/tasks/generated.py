@@ -16,12 +16,19 @@ appends).
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, TaskBase, TaskDataError
+
+log = logging.getLogger(__name__)
+
+#: Seconds between a long generation's progress lines (a split that takes less logs none).
+PROGRESS_SECONDS = 30.0
 
 #: Share of the hash space of partition keys owned by each split.
 SPLIT_FRACTIONS: Mapping[str, float] = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -109,7 +116,15 @@ class GeneratedTask(TaskBase):
         seen: set[str] = set()
         limit = self.attempts_per_problem * n + 200
         attempt = 0
+        start = time.monotonic()
+        next_line = start + PROGRESS_SECONDS
         while len(out) < n:
+            if time.monotonic() >= next_line:  # codeio runs a program per attempt: 50000 take minutes
+                next_line = time.monotonic() + PROGRESS_SECONDS
+                done = len(out)
+                left = (time.monotonic() - start) / done * (n - done) if done else float("nan")
+                log.info("%s %s: %d/%d problems after %d tries%s", self.name, split, done, n, attempt,
+                         f", ~{left:.0f}s left" if done else "")
             if attempt >= limit:
                 raise TaskDataError(
                     f"{self.name}: only {len(out)} distinct {split} problems after {limit} tries "
