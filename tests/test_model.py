@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -919,3 +920,28 @@ def test_a_hub_id_pinned_to_a_revision_fetches_that_revision(tiny_model_dir: Pat
     assert str(err.value) == ("cannot fetch base model 'acme/tiny-chat@nope': acme/tiny-chat has no revision 'nope' "
                               "(a commit hash, tag or branch of the repository)")
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_generate_call_reports_each_batch(tiny_model: Any, tokenizer: Any, caplog) -> None:
+    """`on_batch` hears (rows done, rows) after each batch of a call, and an evaluation logs a
+    line per batch inside its chunk, with the time its sampling has left: the CPU default's 32
+    samples are one chunk, whose only line had come once they were all sampled."""
+    import logging
+
+    from slow_toys import LengthTask
+
+    from fastslow.evaluate import sample_and_score
+
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=2)
+    calls: list[tuple[int, int]] = []
+    gen.on_batch = lambda done, total: calls.append((done, total))
+    gen.generate([MIXED[0]] * 5, SamplingParams(max_new_tokens=3, seed=0))
+    assert calls == [(2, 5), (4, 5), (5, 5)]
+    task = LengthTask()
+    with caplog.at_level(logging.INFO, logger="fastslow.evaluate"):
+        sample_and_score(gen, task, task.problems("val", 3, 0), "Be brief.", 2, SamplingParams(3, 1.0, 1.0, 0), chunk=4)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.evaluate"]
+    assert [line.split(", ")[0] for line in lines] == ["eval length: 2/6 samples", "eval length: 4/6 samples",
+                                                       "eval length: 6/6 samples"]
+    assert re.search(r"2/6 samples, sampling ~\d+s left$", lines[0]) and "reward so far" in lines[1]
+    assert gen.on_batch is not None and calls == [(2, 5), (4, 5), (5, 5)]  # its own again, not called by the eval

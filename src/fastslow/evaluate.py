@@ -42,7 +42,9 @@ def mean_at_k_se(rewards: np.ndarray) -> float:
 
 def sample_and_score(generator: Generator, task: Task, problems: Sequence[Problem], context: str,
                      k: int, params: SamplingParams, chunk: int = 32) -> list[dict[str, Any]]:
-    """k samples per problem, scored; one row per sample. Logs progress per chunk.
+    """k samples per problem, scored; one row per sample. Logs progress per chunk, and per batch
+    inside a chunk where the generator reports its batches (`HFGenerator.on_batch`: the CPU
+    default's 8 problems x 4 samples are one chunk, whose line came only once it was sampled).
 
     Each row carries the token ids it was sampled from and sampled (`prompt_ids`, empty when the
     backend reports none, and `completion_ids`), for a pass over the samples without encoding
@@ -50,25 +52,42 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
     convs = [(p, i, build_messages(context, p)) for p in problems for i in range(k)]
     rows: list[dict[str, Any]] = []
     start, tokens = time.perf_counter(), 0
-    for lo in range(0, len(convs), chunk):
-        part = convs[lo:lo + chunk]
-        # A distinct seed per chunk keeps samples independent across chunks yet reproducible.
-        gens = generator.generate([c for _, _, c in part],
-                                  SamplingParams(params.max_new_tokens, params.temperature,
-                                                 params.top_p, params.seed + lo))
-        for (p, i, _), g in zip(part, gens, strict=True):
-            rows.append({"problem_id": p.id, "sample": i, "completion": g.text,
-                         "reward": float(task.reward(p, g.text)),
-                         "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
-                         "truncated": g.finish_reason == "length",  # hit max_new_tokens before an EOS
-                         "completion_ids": list(g.completion_ids), "prompt_ids": list(g.prompt_ids)})
-            tokens += g.completion_tokens
-        done = min(lo + chunk, len(convs))
-        elapsed = max(time.perf_counter() - start, 1e-9)
-        rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
-        mean = np.mean([r["reward"] for r in rows])
-        log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s%s", task.name, done, len(convs), mean, rate,
-                 f", sampling ~{left:.0f}s left" if done < len(convs) else "")
+    at = [0]  # the current chunk's first sample
+
+    def batch_done(done: int, total: int) -> None:  # the chunk's last batch: the chunk's own line
+        if done < total:
+            so_far = at[0] + done
+            left = (time.perf_counter() - start) / so_far * (len(convs) - so_far)
+            log.info("eval %s: %d/%d samples, sampling ~%.0fs left", task.name, so_far, len(convs), left)
+
+    reports = hasattr(generator, "on_batch")
+    previous = getattr(generator, "on_batch", None)
+    if reports:
+        generator.on_batch = batch_done
+    try:
+        for lo in range(0, len(convs), chunk):
+            at[0] = lo
+            part = convs[lo:lo + chunk]
+            # A distinct seed per chunk keeps samples independent across chunks yet reproducible.
+            gens = generator.generate([c for _, _, c in part],
+                                      SamplingParams(params.max_new_tokens, params.temperature,
+                                                     params.top_p, params.seed + lo))
+            for (p, i, _), g in zip(part, gens, strict=True):
+                rows.append({"problem_id": p.id, "sample": i, "completion": g.text,
+                             "reward": float(task.reward(p, g.text)),
+                             "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
+                             "truncated": g.finish_reason == "length",  # hit max_new_tokens before an EOS
+                             "completion_ids": list(g.completion_ids), "prompt_ids": list(g.prompt_ids)})
+                tokens += g.completion_tokens
+            done = min(lo + chunk, len(convs))
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
+            mean = np.mean([r["reward"] for r in rows])
+            log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s%s", task.name, done, len(convs),
+                     mean, rate, f", sampling ~{left:.0f}s left" if done < len(convs) else "")
+    finally:
+        if reports:
+            generator.on_batch = previous
     return rows
 
 

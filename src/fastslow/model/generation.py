@@ -761,6 +761,9 @@ class HFGenerator:
         if self.pad_id is None:
             self.pad_id = tokenizer.eos_token_id
         self.eos = _eos_ids(tokenizer, model)
+        #: called with (rows done, rows in the call) after each batch of a `generate` call, for
+        #: progress inside a long call (an evaluation's 32 samples are one call); None: nothing
+        self.on_batch: Callable[[int, int], None] | None = None
 
     def render_prompts(self, conversations: Sequence[Conversation]) -> list[str]:
         """Prompt texts as this generator renders them."""
@@ -896,6 +899,8 @@ class HFGenerator:
                                          derive_seed(params.seed, b))
             for i, gen in zip(idx, batch, strict=True):
                 results[i] = gen
+            if self.on_batch is not None:
+                self.on_batch(min(start + self.batch_size, len(order)), len(order))
         return [r for r in results if r is not None]
 
 
