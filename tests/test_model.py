@@ -922,6 +922,39 @@ def test_a_hub_id_pinned_to_a_revision_fetches_that_revision(tiny_model_dir: Pat
     assert not (tmp_path / "bad").exists()
 
 
+def test_a_hub_fetch_says_what_it_does_and_a_full_disk_is_no_unreachable_hub(tmp_path: Path, monkeypatch: Any,
+                                                                              caplog) -> None:
+    """The base_model job logs that it fetches (a 16 GB download had been silent), and a disk
+    that fills during the download is named as such: every failure but a missing repository or
+    revision had read "the Hugging Face hub is unreachable", a full disk too."""
+    import errno
+    import logging
+
+    import huggingface_hub
+
+    def full(repo_id: str, **kwargs: Any) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def offline(repo_id: str, **kwargs: Any) -> str:
+        raise ConnectionError("Max retries exceeded")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", full)
+    with caplog.at_level(logging.INFO, logger="fastslow.model.convert"), pytest.raises(RuntimeError) as err:
+        prepare_base_model("acme/big-chat", tmp_path / "out")
+    assert str(err.value).startswith("cannot fetch base model 'acme/big-chat': no space left on the device of "
+                                     "the Hugging Face cache ([Errno 28] No space left on device); free space")
+    assert "base model acme/big-chat: fetching it from the Hugging Face hub" in caplog.text
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(RuntimeError, match=r"the Hugging Face hub is unreachable \(ConnectionError: Max retries"):
+        prepare_base_model("acme/big-chat", tmp_path / "out")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **_: (_ for _ in ()).throw(
+        OSError(errno.ECONNREFUSED, "Connection refused")))
+    with pytest.raises(RuntimeError, match=r"the Hugging Face hub is unreachable \(ConnectionRefusedError"):
+        prepare_base_model("acme/big-chat", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_generate_call_reports_each_batch(tiny_model: Any, tokenizer: Any, caplog) -> None:
     """`on_batch` hears (rows done, rows) after each batch of a call, and an evaluation logs a
     line per batch inside its chunk, with the time its sampling has left: the CPU default's 32

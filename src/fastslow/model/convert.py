@@ -9,9 +9,11 @@ GGUF, so the project has a real instruction-tuned model without touching the hub
 from __future__ import annotations
 
 import copy
+import errno
 import functools
 import importlib.metadata
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.io import atomic_path, tree_fingerprint
+
+log = logging.getLogger(__name__)
 
 SMOLLM2_SPEC = "smollm2-135m-instruct"
 TINY_SPEC = "tiny-random"
@@ -320,6 +324,9 @@ def _snapshot(spec: str) -> Path:
     )
 
     repo_id, revision = split_hub_id(spec)
+    log.info("base model %s: fetching it from the Hugging Face hub into its cache (%s; an 8B model is "
+             "about 16 GB), or finding it there", spec, os.environ.get("HF_HUB_CACHE") or os.environ.get("HF_HOME")
+             or "~/.cache/huggingface")
     try:
         return Path(snapshot_download(repo_id, revision=revision, allow_patterns=_HUB_PATTERNS))
     except RevisionNotFoundError as err:
@@ -330,15 +337,25 @@ def _snapshot(spec: str) -> Path:
             f"cannot fetch base model {repo_id!r}: the hub has no such repository or it needs "
             f"access ({type(err).__name__}); check the id or log in with `hf auth login`"
         ) from err
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise _unreachable(repo_id, err) from err
+        raise RuntimeError(f"cannot fetch base model {repo_id!r}: no space left on the device of the Hugging Face "
+                           f"cache ({err}); free space there or point HF_HUB_CACHE at a larger disk") from err
     except Exception as err:  # offline mode, DNS failure, timeouts: all mean "no hub"
-        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
-        lines = str(err).strip().splitlines() or [""]
-        why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
-        raise RuntimeError(
-            f"cannot fetch base model {repo_id!r}: the Hugging Face hub is unreachable ({why}); "
-            "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory "
-            f"(there is none at {Path(repo_id).expanduser().resolve()})"
-        ) from err
+        raise _unreachable(repo_id, err) from err
+
+
+def _unreachable(repo_id: str, err: BaseException) -> RuntimeError:
+    """The error of a hub fetch that failed for want of the hub (offline, DNS, timeouts)."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+    lines = str(err).strip().splitlines() or [""]
+    why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
+    return RuntimeError(
+        f"cannot fetch base model {repo_id!r}: the Hugging Face hub is unreachable ({why}); "
+        "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory "
+        f"(there is none at {Path(repo_id).expanduser().resolve()})"
+    )
 
 
 def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
@@ -357,7 +374,9 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
     quiet_bars_off_terminals()  # the GGUF conversion and hub snapshots load with transformers
     out = Path(out_dir)
     if spec == SMOLLM2_SPEC:
-        return convert_gguf(find_smollm2_gguf(), out)
+        gguf = find_smollm2_gguf()
+        log.info("base model %s: converting %s to a trainable float32 directory (~10 s)", spec, gguf.name)
+        return convert_gguf(gguf, out)
     if spec == TINY_SPEC:
         from fastslow.model.tiny import build_tiny_model
 
