@@ -782,3 +782,21 @@ def test_the_pool_report_shows_each_pool_its_proposals_and_the_best_contexts_par
     parent = seed.id if best.parent == seed.hash else f"r0-{best.parent[:8]}"
     assert f"parent {parent}" in page
     assert best.parent == seed.hash or any(r["hash"] == best.parent and r["accepted"] for r in rows)
+
+
+def test_the_search_says_how_much_budget_it_has_used_and_how_long_the_rest_takes(monkeypatch) -> None:
+    """A line before each search iteration: its number, the metric calls used of the budget, and
+    at most how long the rest takes at the rate since the search began (a paper-scale round of
+    960 calls had said nothing of its budget until it ended)."""
+    from fastslow.fast import round as round_module
+
+    clock = iter([100.0, 103.0, 109.0])
+    monkeypatch.setattr(round_module.time, "perf_counter", lambda: next(clock))
+    calls = iter([10, 16, 28, 36])
+    lines: list[str] = []
+    guard = round_module.BudgetGuard(40, 6, lambda: next(calls), log=lines.append)
+    assert [guard(None) for _ in range(4)] == [False, False, False, True]
+    assert lines == ["fast round: search iteration 1, 10/40 metric calls",
+                     "fast round: search iteration 2, 16/40 metric calls, at most ~12s left",  # 3 s for 6 calls
+                     "fast round: search iteration 3, 28/40 metric calls, at most ~6s left",  # 9 s for 18
+                     "fast round stops (budget: 36 used, next iteration may need 6 of 40)"]

@@ -253,6 +253,9 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow"]
     steps = [m for m in lines if " step " in m][-4:]
     assert lines[-1] == "slow r cycle 0: writing the weights and the trainer state"  # then the save
+    # before the weights load and the trainer is built (minutes at 8B), which had been silent
+    assert lines[0] == ("slow r cycle 0: loading the weights and building the trainer (4 steps of 2 problems "
+                        "x 4 rollouts follow)")
     seconds = [m["step_seconds"] for m in result.metrics]
     for t, line in enumerate(steps[:-1]):
         assert f"step {t + 1}/4" in line and "reward" in line and "tok/s" in line

@@ -66,6 +66,7 @@ import logging
 import math
 import random
 import shutil
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ class BudgetGuard:
         self.reason: str | None = None
         self._last = -1
         self._stalled = 0
+        self._start: tuple[float, int] | None = None  # (time, metric calls) when the search began
+        self.iterations = 0
 
     def __call__(self, gepa_state: Any) -> bool:
         now = self.generated()
@@ -115,7 +118,21 @@ class BudgetGuard:
             self._stop(f"budget: {now} used, next iteration may need {self.worst_iteration} of {self.budget}")
         elif self._stalled >= self.patience:
             self._stop(f"stalled: {self._stalled} iterations generated nothing")
+        else:
+            self._progress(now)
         return self.reason is not None
+
+    def _progress(self, now: int) -> None:
+        """A line before each search iteration: the budget used, and at most how long the rest
+        takes at the search's rate so far (the round may stop sooner: a stall, or an iteration
+        that no longer fits)."""
+        clock = time.perf_counter()
+        if self._start is None:
+            self._start = (clock, now)
+        self.iterations += 1
+        spent, calls = clock - self._start[0], now - self._start[1]
+        left = f", at most ~{spent / calls * (self.budget - now):.0f}s left" if calls > 0 else ""
+        self.log(f"fast round: search iteration {self.iterations}, {now}/{self.budget} metric calls{left}")
 
     def _stop(self, reason: str) -> None:
         if self.reason is None:

@@ -722,6 +722,10 @@ def run_cycle(
     shared_work = out_dir.parent / f".{out_dir.name}.work" if distributed else None
     with (atomic_path(out_dir, is_dir=True) if not distributed else _main_process_dir(out_dir, is_main)) as tmp:
         work_dir = shared_work if shared_work is not None else tmp / "_work"
+        if is_main:  # minutes at 8B (weights, the trainer, the optimiser state) before step 1's line
+            log.info("slow %s cycle %d: loading the weights%s and building the trainer (%d steps of %d problems x "
+                     "%d rollouts follow)", run_id, cycle, " and the optimiser state" if state_in is not None else "",
+                     cfg.steps_per_cycle, cfg.problems_per_step, cfg.num_generations)
         tokenizer = load_tokenizer(policy_dir)
         # fp32 master weights (and so fp32 AdamW state), whatever dtype the checkpoint is stored
         # in: bf16 ones (Qwen3) would round lr-1e-6 updates away. bf16 mixed precision autocasts
