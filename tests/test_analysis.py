@@ -330,3 +330,11 @@ def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
     rows = build_curves({spec.key: spec}, "efficiency", {"slow": {"steps_per_cycle": 100}, "fast": {}}, results)
     got = [(r["cycle"], r["step"], r["train_task"], r["mean_at_k"], r["cycle_seconds"]) for r in rows]
     assert got == [(-1, 0, None, 0.1, None), (1, 10, "math", 0.3, 10.0), (2, 15, "hover", 0.4, 20.0)]
+
+
+def test_a_centred_rolling_mean_runs_from_the_first_point_to_the_last():
+    """Fig 4/11's line: a centred mean of 3 inside, the end points as they are."""
+    assert rolling_mean(np.array([0.0, 0.03, 0.06, 0.12]), 3, center=True).tolist() == pytest.approx(
+        [0.0, 0.03, 0.07, 0.12])
+    assert rolling_mean(np.array([0.1, 0.3]), 3, center=True).tolist() == [0.1, 0.3]
+    assert rolling_mean(np.array([0.5]), 3, center=True).tolist() == [0.5]

@@ -484,8 +484,10 @@ def _lines(ax):
     return {ln.get_label(): list(ln.get_ydata()) for ln in ax.lines if not ln.get_label().startswith("_")}
 
 
-def _trailing3(v):
-    return [float(np.mean(v[max(0, i - 2):i + 1])) for i in range(len(v))]
+def _centred3(v):
+    """A centred mean of 3, the first and last point as they are: the line runs from the first
+    checkpoint to the last (a trailing mean ended short of the last, at about half its KL with 3)."""
+    return [float(v[i]) if i in (0, len(v) - 1) else float(np.mean(v[i - 1:i + 2])) for i in range(len(v))]
 
 
 def test_fig3_fits_the_seed_mean_curve_per_task_and_method(tmp_path, saved):
@@ -564,12 +566,15 @@ def test_fig4_fig11_plot_reward_against_kl(tmp_path, saved, kl_table, figure, ta
             assert line.get_label() == figures.LABELS[method]
             assert list(points.get_offsets()[:, 0]) == pytest.approx(kl)  # every checkpoint, unsmoothed
             assert list(points.get_offsets()[:, 1]) == pytest.approx(r)
-            assert list(line.get_xdata()) == pytest.approx(_trailing3(kl))
-            assert list(line.get_ydata()) == pytest.approx(_trailing3(r))
-    # e.g. codeio RL by hand: KL (0, .015, .03, .07), reward (.1, .15, .7/3, 1.1/3)
+            assert list(line.get_xdata()) == pytest.approx(_centred3(kl))
+            assert list(line.get_ydata()) == pytest.approx(_centred3(r))
+    # e.g. codeio RL by hand: KL (0, .03, .07, .12), reward (.1, .7/3, 1.1/3, .5): it ends at the last checkpoint
     rl = fig.axes[0].lines[0]
-    assert list(rl.get_xdata()) == pytest.approx([0, .015, .03, .07])
-    assert list(rl.get_ydata()) == pytest.approx([.1, .15, .7 / 3, 1.1 / 3])
+    assert list(rl.get_xdata()) == pytest.approx([0, .03, .07, .12])
+    assert list(rl.get_ydata()) == pytest.approx([.1, .7 / 3, 1.1 / 3, .5])
+    # RL's markers are its squares, as in Fig 2, 3 and 5 (both methods' were circles)
+    rl_marker, fst_marker = (c.get_paths()[0].vertices for c in fig.axes[0].collections)
+    assert len(rl_marker) != len(fst_marker) or not np.allclose(rl_marker, fst_marker)
     assert not any(ax.texts for ax in fig.axes)  # reward: no overlap note
     _written(out)
 
@@ -587,6 +592,11 @@ def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
         (note,) = [t.get_text() for t in ax.texts]
         assert note.startswith("no reward for either method:\nthe markers overlap at 0")
         assert ("at KL 0 (neither policy moved)" in note) is clause
+    # at other KLs the markers lie side by side along 0: no overlap to speak of
+    apart = [{**r, "kl_to_base": 2 * r["kl_to_base"]} if r["method"] == "rl" else r for r in rows]
+    saved.clear()
+    figures.fig4({"efficiency": pl.DataFrame(apart).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    assert [t.get_text() for t in saved[0].axes[0].texts] == ["no reward for either method:\nboth lie along reward 0"]
     # FST earned reward, RL neither reward nor KL (the addition overlay's run): RL's markers lie
     # on the origin, under FST's first one, and its legend entry had nothing to show
     fst = _rows("efficiency", "fst", "hover", [0.0, 0.5, 0.7])
@@ -682,9 +692,13 @@ def test_fig3_footnote_explains_only_what_is_drawn(tmp_path, saved):
     assert note.startswith("2 runs") and "fit window" not in note and "standard error" not in note
     # reward, but two evaluations after step 0 (the smoke config's): error bars, too few points to fit
     rows = _rows("efficiency", "fst", "math", [0.0, 0.2, 0.3], se=0.02)
-    assert figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf") == {}
+    fits = figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    assert list(fits) == ["math"] and np.isnan(fits["math"]["fst"])
     note = _unwrapped(saved[1].texts[-1])
     assert "fit window" not in note and "Bars: ±1 standard error over val problems." in note
+    # and the panel says why it has no fit (it showed bare points under "fitted asymptote A")
+    title = saved[1].axes[0].get_title()
+    assert title.startswith("Math\n") and "no fit (FST): under 3 evaluations after step 0" in title.replace("\n", " ")
 
 
 def test_fig4_and_fig5_average_seeds_into_one_line(tmp_path, saved):
@@ -698,8 +712,8 @@ def test_fig4_and_fig5_average_seeds_into_one_line(tmp_path, saved):
     ax = saved[0].axes[0]
     assert len(ax.collections[0].get_offsets()) == 6  # both seeds' checkpoints
     mean_kl, mean_r = [0, .03, .06], [0.1, 0.25, 0.35]
-    assert list(ax.lines[0].get_xdata()) == pytest.approx(_trailing3(mean_kl))
-    assert list(ax.lines[0].get_ydata()) == pytest.approx(_trailing3(mean_r))
+    assert list(ax.lines[0].get_xdata()) == pytest.approx(_centred3(mean_kl))
+    assert list(ax.lines[0].get_ydata()) == pytest.approx(_centred3(mean_r))
 
     rows = []
     for init, values in {"base": [0.1, 0.2], "efficiency/rl/math-default-s0": [0.1, 0.3],
@@ -730,6 +744,16 @@ def test_fig7_marks_the_first_step_with_reward(tmp_path, saved):
     # each escape step named along its line; reward: no overlap note
     assert [t.get_text() for t in ax.texts] == [" RL: step 40", " FST: step 10"]
     _written(out)
+    # the legend covers no label: inside the axes, top left, it hid an early escape's (the paper's
+    # FST leaves zero reward at ~50 of 300 steps)
+    early = (_rows("stargraph", "rl", "stargraph", [0] * 6 + [0.1, 0.2], steps_per_cycle=40)
+             + _rows("stargraph", "fst", "stargraph", [0, 0.2, 0.4, 0.5, 0.6, 0.6, 0.7, 0.7], steps_per_cycle=40))
+    figures.fig7({"stargraph": pl.DataFrame(early).select(CURVE_COLUMNS)}, tmp_path / "early.pdf")
+    ax = saved[1].axes[0]
+    renderer = _renderer(saved[1])
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert [t.get_text() for t in ax.texts] == [" RL: step 240", " FST: step 40"]
+    assert not any(legend.overlaps(t.get_window_extent(renderer)) for t in ax.texts)
 
 
 def test_fig7_says_when_its_lines_overlap_at_zero(tmp_path, saved):
@@ -1038,6 +1062,10 @@ def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_pat
     figures.fig10({"reuse": busy}, tmp_path / "busy.pdf")
     _, ax2 = saved[-1].axes
     assert "not comparable: unequal CPU shares" in ax2.get_title()
+    # the two-line bar labels stay inside the axes, under its (now longer) title
+    renderer = _renderer(saved[-1])
+    top = ax2.get_window_extent(renderer).y1
+    assert all(t.get_window_extent(renderer).y1 <= top for t in ax2.texts)
     assert "not comparable" not in saved[-2].axes[1].get_title()  # the quiet one's
     assert any("more than 1.25x apart, the wall times differ by load" in _unwrapped(t) for t in saved[-1].texts)
     # cycles that recorded no share (a GPU's, or older files): the bars and the claim as before
@@ -1938,3 +1966,30 @@ def test_a_figure_and_its_claims_draw_each_experiment_at_one_variant(tmp_path, s
     assert [r["claim"] for r in claims] == ["reuse_speedup"]
     assert claims[0]["note"].endswith("reuse: its FST runs read, its RL runs not")
     assert [{**r, "note": ""} for r in claims] == [{**r, "note": ""} for r in build_claims({"reuse": reuse})]
+
+
+def test_fig3_keeps_two_close_asymptote_labels_apart(tmp_path, saved):
+    """Asymptotes 0.59 and 0.55 put both "A=" labels on one level, touching; the second now
+    hangs below its line."""
+    from fastslow.analysis import sigmoid
+
+    steps = np.arange(0, 110, 10, dtype=float)
+    rows = (_rows("efficiency", "rl", "math", list(sigmoid(np.maximum(steps, 1e-9), 0.1, 0.55, 30.0, 2.0)))
+            + _rows("efficiency", "fst", "math", list(sigmoid(np.maximum(steps, 1e-9), 0.1, 0.59, 25.0, 2.0))))
+    fits = figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    assert fits["math"]["rl"] == pytest.approx(0.55, abs=0.01) and fits["math"]["fst"] == pytest.approx(0.59, abs=0.01)
+    (ax,) = saved[0].axes
+    renderer = _renderer(saved[0])
+    a, b = (t.get_window_extent(renderer) for t in ax.texts)
+    assert not a.overlaps(b), (a, b)
+
+
+def test_a_step_axis_has_at_most_six_integer_ticks():
+    """A 3.6-inch panel of 400 steps (Fig 5 with one source task) ran its tick labels together."""
+    plt = figures._plt()
+    fig, ax = plt.subplots(figsize=(3.6, 3))
+    ax.plot([0, 400], [0, 1])
+    figures._step_axis(ax)
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= 400]
+    assert 3 <= len(ticks) <= 7 and all(float(t).is_integer() for t in ticks)
+    plt.close(fig)

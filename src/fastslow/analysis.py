@@ -118,6 +118,8 @@ def sigmoid(c: np.ndarray, r0: float, a: float, c_mid: float, b: float) -> np.nd
 #: (mean@k is a mean of rewards in [0, 1]: no curve levels off above it), C_mid at most
 #: C_MID_BOUND x its last C. A fit that ends at one of them has not found the curve's level.
 A_BOUND, C_MID_BOUND, REWARD_MAX = 1.5, 100.0, 1.0
+#: The fewest evaluations after step 0 a fit takes.
+FIT_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,8 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
     c, r = np.asarray(c, dtype=float), np.asarray(r, dtype=float)
     keep = c > 0
     c, r = c[keep], r[keep]
-    if c.size < 3:
-        raise ValueError(f"a sigmoid fit needs at least 3 points with C > 0, got {c.size}")
+    if c.size < FIT_POINTS:
+        raise ValueError(f"a sigmoid fit needs at least {FIT_POINTS} points with C > 0, got {c.size}")
     hi = max(float(np.max(r)), 1e-3)
     p0 = [float(r[0]) if r0 is None else r0, hi, float(np.median(c)), 2.0]
     lo_b = [-1.0, 0.0, float(np.min(c)) * 1e-3, 0.1]
@@ -182,8 +184,11 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
     return SigmoidFit(*values, ok=ok, identified=identified)
 
 
-def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
-    """Centered-free trailing rolling mean (shorter windows at the start), same length as input."""
+def rolling_mean(values: np.ndarray, window: int, center: bool = False) -> np.ndarray:
+    """Rolling mean, same length as input: trailing (shorter windows at the start), or with
+    `center` centred on each point, the first and last `window // 2` points kept as they are (a
+    smoothed line that still runs from the first point to the last; a trailing one ended short of
+    the last checkpoint, at about half its KL with three)."""
     import polars as pl
 
     if window < 1:
@@ -191,7 +196,13 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     # a missing (non-finite) value is null, so only the windows holding it are short of it
     s = pl.Series(np.where(np.isfinite(v), v, np.nan)).fill_nan(None)
-    return s.rolling_mean(window, min_samples=1).fill_null(float("nan")).to_numpy()
+    if not center:
+        return s.rolling_mean(window, min_samples=1).fill_null(float("nan")).to_numpy()
+    out = s.rolling_mean(window, min_samples=1, center=True).fill_null(float("nan")).to_numpy().copy()
+    edge = min(window // 2, len(v))
+    if edge:
+        out[:edge], out[len(v) - edge:] = v[:edge], v[len(v) - edge:]
+    return out
 
 
 def kl_to_reach(kl: np.ndarray, r: np.ndarray, level: float) -> tuple[float, int]:

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import (
+    FIT_POINTS,
     escape_step,
     fit_sigmoid,
     no_reward,
@@ -273,7 +274,8 @@ def _step_axis(ax: Any) -> None:
     """An RL-step x axis: integer ticks only (a step is never 2.5)."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # at most 6 ticks: a 3.6-inch panel of 400 steps ran its labels together ("0 50100150200")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
 
 
 def _reward_axis(ax: Any) -> None:
@@ -486,6 +488,8 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     drew_fit = drew_errors = False  # what the footnote explains
     for ax, task in zip(axes, tasks, strict=False):
         no_fit: list[str] = []
+        few: list[str] = []  # fewer evaluations after step 0 than a fit needs (the CPU default's 2)
+        labels_at: list[tuple[float, float, str]] = []  # (A, where its label ends, method)
         present = set()
         for method in ("rl", "fst"):
             c = seed_curve(df, eval_task=task, method=method)
@@ -504,10 +508,11 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 drew_errors = True
                 ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
                             ecolor=COLORS[method], elinewidth=0.8, capsize=2, alpha=0.7)
-            try:
-                fit = fit_sigmoid(x, y, r0=start_reward(x, y))
-            except ValueError:
+            if int((x > 0).sum()) < FIT_POINTS:
+                few.append(LABELS[method])
+                fits.setdefault(task, {})[method] = float("nan")
                 continue
+            fit = fit_sigmoid(x, y, r0=start_reward(x, y))
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
             # still rising (or no convergence): A is the fit's bound, said in the legend (a label
             # at the curve's end lay on the other method's curve)
@@ -520,9 +525,17 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
-            ax.text(xe[-1], fit.a, f"A={fit.a:.2f}", color=COLORS[method], fontsize=8, ha="right", va="bottom")
+            labels_at.append((fit.a, xe[-1], method))
             fits.setdefault(task, {})[method] = fit.a
-        notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else []) + [_missing_methods(present)]
+        # each A above its line; of two close ones (both on one level, touching) the lower below its own
+        for i, (a, x_end, method) in enumerate(sorted(labels_at)):
+            below = i == 0 and len(labels_at) > 1 and sorted(labels_at)[1][0] - a < 0.08
+            ax.text(x_end, a, f"A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
+                    va="top" if below else "bottom")
+        notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else [])
+        if few:
+            notes.append(f"no fit ({', '.join(few)}): under {FIT_POINTS} evaluations after step 0")
+        notes.append(_missing_methods(present))
         _note_title(ax, task_label(task), "; ".join(n for n in notes if n))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
         _step_axis(ax)
@@ -560,17 +573,21 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
                 continue
             drawn.append((method, sub))
             ax.scatter(sub["kl_to_base"].to_numpy(), sub["mean_at_k"].to_numpy(), color=COLORS[method],
-                       alpha=0.35, s=14)  # every checkpoint of every seed
+                       marker=LINES[method][1], alpha=0.35, s=14)  # every checkpoint of every seed
             c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
-            ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3), rolling_mean(c["mean_at_k"].to_numpy(), 3),
-                    color=COLORS[method], label=LABELS[method])
+            ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3, center=True),
+                    rolling_mean(c["mean_at_k"].to_numpy(), 3, center=True), color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
         # a method without reward whose policy never moved sits on the origin, under the other's start
         still = [LABELS[m] for m, d in drawn
                  if no_reward(d["mean_at_k"]) and (d["kl_to_base"].fill_nan(None).drop_nulls() == 0).all()]
         if len(drawn) > 1 and no_reward(*(d["mean_at_k"] for _, d in drawn)):  # one method's markers hide the other's
-            _corner_note(ax, "no reward for either method:\nthe markers overlap at 0"
-                         + (",\nat KL 0 (neither policy moved)" if len(still) == len(drawn) else ""))
+            kls = [np.round(np.sort(d["kl_to_base"].to_numpy()), 6) for _, d in drawn]
+            if all(np.array_equal(kls[0], k, equal_nan=True) for k in kls[1:]):
+                _corner_note(ax, "no reward for either method:\nthe markers overlap at 0"
+                             + (",\nat KL 0 (neither policy moved)" if len(still) == len(drawn) else ""))
+            else:  # at other KLs the markers lie side by side along 0
+                _corner_note(ax, "no reward for either method:\nboth lie along reward 0")
         else:  # said in its legend entry: a note in the corner would cover the other's curve
             for line in ax.lines:
                 if line.get_label() in still:
@@ -585,7 +602,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
         if drawn:
             ax.legend(fontsize=8)
     _suptitle(fig, title)
-    _footnote(fig, [df], "Markers: checkpoints; lines: rolling mean (window 3) along training.")
+    _footnote(fig, [df], "Markers: checkpoints; lines: centred rolling mean (window 3) along training, "
+                         "from the first checkpoint to the last.")
     _save(fig, out)
     return last
 
@@ -814,7 +832,8 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
            ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
-    ax.legend(loc="upper right" if overlap else "upper left")  # not over the note in the top-left corner
+    # beside the axes: inside, it covered an early escape's step label (the number the claim reads)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     never = f"; none for {', '.join(stayed)}" if stayed else ""  # short: a wider note widens the PNG
     # an escape step is an evaluated step: the escape itself came after the evaluation before it
     steps = np.unique(df["step"].to_numpy())
@@ -1229,7 +1248,7 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax2.set_xticks(range(len(order)), labels)
     ax2.bar_label(bars, [f"{per_step[v]:.{1 if per_step[v] >= 10 else 2}f}" + (f"\nCPU {shares[v]:.0%}" if v in shares else "") for v in order],
                   fontsize=8)  # the ratio is what the claim reads
-    ax2.margins(y=0.2)  # room above the tallest bar for its two-line label
+    ax2.margins(y=0.35 if shares else 0.2)  # room above the tallest bar for its (two-line) label
     if len(last) > 1 and no_reward(df["mean_at_k"], rl["mean_at_k"]):  # the lines lie on each other at 0
         _corner_note(ax, "no reward for any variant" + (" or RL" if rl.height else "") + ":\nthe lines overlap at 0")
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
