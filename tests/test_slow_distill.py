@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +136,7 @@ def _context_kl(student: Any, teacher: Any, tokenizer: Any, problems: list[Probl
 
 
 def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,
-                                         tmp_path: Path) -> None:
+                                         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from fastslow.model.convert import load_model
     from fastslow.model.generation import HFGenerator, SamplingParams
 
@@ -150,9 +152,15 @@ def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,
     before = _context_kl(base, base, tokenizer, problems, completions)
 
     cfg = _cfg(4, lr=1e-4, warmup_steps=0, problems_per_step=2)  # paper: 1e-6
-    result = run_distill_cycle(tiny_model_dir, None, [TEACHER], task, problems, cfg,
-                               tmp_path / "distilled", "toy/distill", 0, progress=False,
-                               student_context=STUDENT)
+    with caplog.at_level(logging.INFO, logger="fastslow"):
+        result = run_distill_cycle(tiny_model_dir, None, [TEACHER], task, problems, cfg,
+                                   tmp_path / "distilled", "toy/distill", 0, progress=False,
+                                   student_context=STUDENT)
+    # a line a step: its KL is to the teacher (RL's lines' "kl" is to the base), its cut share and
+    # the time its cycle's steps have left, as RL's lines give it
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("distill toy/distill cycle 0 step")]
+    assert len(steps) == 4 and all(", kl to the teacher " in line and "% cut at 8)" in line for line in steps)
+    assert all(re.search(r", steps ~\d+s left$", line) for line in steps[:-1]) and "left" not in steps[-1]
     after = _context_kl(load_model(result.model_dir), base, tokenizer, problems, completions)
     print(f"context KL before {before:.5f}, after {after:.5f}; per-step distill_kl "
           f"{[round(m['distill_kl'], 5) for m in result.metrics]}")

@@ -638,13 +638,15 @@ def run_distill_cycle(
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
-                log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "entropy %.3f, %d tok at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)", run_id,
-                         cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                # time left in this cycle's steps, as the RL steps' line gives it
+                left = (sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1))
+                log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl to the teacher %.4f, "
+                         "entropy %.3f, %d tok (%.0f%% cut at %d) at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s",
+                         run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], metrics["distill_kl"], metrics["entropy"],
-                         metrics["completion_tokens"], metrics["generated_tokens_per_s"],
-                         metrics["step_seconds"], metrics["generation_seconds"],
-                         metrics["training_seconds"])
+                         metrics["completion_tokens"], 100 * metrics["truncated_fraction"], cfg.max_new_tokens,
+                         metrics["generated_tokens_per_s"], metrics["step_seconds"], metrics["generation_seconds"],
+                         metrics["training_seconds"], f", steps ~{left:.0f}s left" if left else "")
             global_step += 1
 
         trainee.student.eval()
