@@ -544,6 +544,34 @@ def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, trac
     assert run.info.status == "FAILED" and run.data.tags["fastslow.error"] == "ValueError: bad"
 
 
+def test_a_store_that_waited_out_its_retries_is_not_asked_again_by_the_job(tmp_path, tracking, monkeypatch, caplog):
+    """A server that is down makes each call wait out MLflow's HTTP retries (minutes) before it
+    fails: every later call of the job (one an RL step) waited again. A call that failed that
+    slowly now ends the job's logging; a quick refusal (above) does not."""
+    from fastslow import tracking as tracking_module
+
+    path, info = tracking
+    asked: list[str] = []
+
+    def down(*args, **kwargs):
+        asked.append("call")
+        raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/runs/log-batch")
+
+    monkeypatch.setattr(tracking_module, "STORE_DOWN_SECONDS", 0.0)  # every failure took "long enough"
+    with job_run(rule="cycle", wildcards={"cycle": "3"}, config={}, tracking_json=path) as tr:
+        for name in ("log_batch", "log_artifact", "set_tag", "set_terminated"):
+            monkeypatch.setattr(tr.client, name, down)
+        tr.log_metrics({"reward": 0.1})
+        assert tr.down and len(asked) == 1
+        tr.log_metrics({"reward": 0.2})
+        tr.set_tags({"x": "y"})
+    assert len(asked) == 1  # neither the later calls nor the close asked the store again
+    assert tr.failures[1:] == ["log_metrics: skipped, the store had stopped answering",
+                               "set_tags: skipped, the store had stopped answering",
+                               "set_tags: skipped, the store had stopped answering"]  # the failures tag too
+    assert "this job logs nothing more to it" in caplog.text and "stays RUNNING" in caplog.text
+
+
 def test_a_store_refusing_the_jobs_config_at_its_start_costs_a_log_line_not_the_job(tracking, monkeypatch, caplog):
     """The config artifact and params were logged after the run opened but outside the block that
     closes it: a store refusing them failed the job before its work and left the run RUNNING."""

@@ -199,15 +199,29 @@ def _best_effort(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        if self.down:  # each call would wait out MLflow's retries again
+            self.failures.append(f"{method.__name__}: skipped, the store had stopped answering")
+            return None
+        start = time.monotonic()
         try:
             return method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - whatever the store raised
             self.failures.append(f"{method.__name__}: {type(exc).__name__}: {exc}"[:500])
             log.error("MLflow run %s: %s failed, not logged (the job goes on): %s: %s",
                       self.run_id, method.__name__, type(exc).__name__, str(exc)[:300])
+            if time.monotonic() - start >= STORE_DOWN_SECONDS:
+                self.down = True
+                log.error("MLflow run %s: that call waited %.0fs for the store: this job logs nothing more to "
+                          "it (its outputs are written as usual; rebuild it to log them)",
+                          self.run_id, time.monotonic() - start)
             return None
 
     return wrapper
+
+
+#: A logging call that fails after this long waited out MLflow's HTTP retries (minutes for a
+#: server that is down): the job's later calls are skipped (`JobTracker.down`), not each waited out.
+STORE_DOWN_SECONDS = 60.0
 
 
 class JobTracker:
@@ -217,6 +231,8 @@ class JobTracker:
     def __init__(self, client, run_id: str):
         self.client, self.run_id = client, run_id
         self.failures: list[str] = []
+        #: a call waited out the store's retries and failed: the job's later calls are skipped
+        self.down = False
 
     @_best_effort
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -424,6 +440,8 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
         if tracker.failures:
             tracker.set_tags({"fastslow.logging_failures": "; ".join(tracker.failures)})
         try:  # the outputs are written: a store that does not answer must not fail the job
+            if tracker.down:
+                raise ConnectionError("not asked: the store had stopped answering")
             _retry(client.set_terminated, run_id, "FINISHED")
         except Exception as exc:  # noqa: BLE001
             log.error("MLflow run %s (%s) could not be closed, it stays RUNNING in the store: %s: %s",
