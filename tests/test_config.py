@@ -945,6 +945,12 @@ def test_a_run_evaluated_otherwise_starts_from_its_own_initial_evaluation():
         assert eval_points(runs[variant])[0] == "init"
         assert eval_point_file(runs[variant], "init", "stargraph") == \
             f"results/runs/stargraph/rl/stargraph-{variant}-s0/eval/init/stargraph.json"
+    # a run started from another run's weights (Fig 5's) evaluates them itself: the base model's
+    # evaluation would start its curve at the base model's reward
+    started = [s for s in expand(load_config(ROOT / "config" / "config.yaml")).values()
+               if s.experiment == "plasticity" and s.init is not None]
+    assert started and all(eval_point_file(s, "init", "hover_hard").startswith(f"results/runs/{s.key}/eval/init/")
+                           for s in started)
 
 
 # --- data.hf_datasets presets (paper scale) ---------------------------------------------------------

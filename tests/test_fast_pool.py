@@ -165,3 +165,12 @@ def test_bad_pool_and_loader_inputs_name_the_value() -> None:
     with pytest.raises(ValueError, match=r"^duplicate problem ids in the train problems: 'p0', 'p1', 'p2', "
                                          r"'p3', 'p4' and 2 more$"):
         ProblemLoader(many, "train")
+
+
+def test_an_entrys_id_names_the_round_that_made_it() -> None:
+    """`r<round>-<hash>` for a context a round found, round 0's included; `seed-<hash>` only for a
+    user-given seed context (born_round -1)."""
+    h = context_hash("x")[:8]
+    assert PoolEntry(text="x", born_round=0).id == f"r0-{h}"
+    assert PoolEntry(text="x", born_round=3).id == f"r3-{h}"
+    assert PoolEntry(text="x", born_round=-1).id == f"seed-{h}"

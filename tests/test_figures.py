@@ -1993,3 +1993,17 @@ def test_a_step_axis_has_at_most_six_integer_ticks():
     ticks = [t for t in ax.get_xticks() if 0 <= t <= 400]
     assert 3 <= len(ticks) <= 7 and all(float(t).is_integer() for t in ticks)
     plt.close(fig)
+
+
+def test_a_seed_curve_averages_every_column_it_keeps_over_seeds():
+    """Per step, the mean over seeds of mean@k, best@k, KL and entropy (Fig 8's entropy panel
+    reads the last): only mean@k's and KL's averaging had been tested."""
+    one = _rows("ceiling", "fst", "hover", [0.2, 0.4], kl=[0.0, 0.02])
+    two = [{**r, "seed": 1, "run": r["run"][:-1] + "1", "mean_at_k": r["mean_at_k"] + 0.2, "best_at_k": 0.9,
+            "kl_to_base": 2 * r["kl_to_base"], "entropy": 1.5} for r in one]
+    curve = figures.seed_curve(pl.DataFrame(one + two).select(CURVE_COLUMNS))
+    assert curve["step"].to_list() == [0, 10]
+    assert curve["mean_at_k"].to_list() == pytest.approx([0.3, 0.5])
+    assert curve["best_at_k"].to_list() == pytest.approx([(0.4 + 0.9) / 2, (0.6 + 0.9) / 2])
+    assert curve["kl_to_base"].to_list() == pytest.approx([0.0, 0.03])
+    assert curve["entropy"].to_list() == pytest.approx([1.0, 1.0])  # 0.5 and 1.5

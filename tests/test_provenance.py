@@ -22,7 +22,7 @@ PACKAGE = {
              'PLUGINS = {"e": "pkg.sub.e"}  # named for importlib\n'),
     "b.py": "import pkg.x as renamed\n\nVALUE = renamed.X\n",
     "c.py": "from pkg import sub  # a subpackage, absolute\n\n\ndef f():\n    return 2\n",
-    "x.py": "X = 1\n",
+    "x.py": 'X = 1\n\n\nclass Box:\n    """A class with a docstring."""\n\n    size = 2\n',
     "hints.py": "H = int\n",
     "unused.py": "X = 0\n",
     "sub/__init__.py": "from . import d\n",
@@ -72,6 +72,8 @@ def test_comments_docstrings_and_layout_change_nothing(package):
                                .replace("# named for importlib", "# a comment\n\n"))
     (root / "__init__.py").write_text('"""Another docstring."""\n# and a comment\n')
     (root / "c.py").write_text("from pkg import sub\n\ndef f():\n\n    return (2)\n")
+    # a class's docstring too (only functions' and modules' had been reworded)
+    (root / "x.py").write_text(PACKAGE["x.py"].replace("A class with a docstring.", "Reworded, at length."))
     assert digest(package) == first
 
 

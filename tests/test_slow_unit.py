@@ -522,3 +522,19 @@ def test_truncated_rows_are_those_whose_last_completion_token_is_no_eos() -> Non
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     assert truncated_rows(ids, mask, [2, 3]) == [False, True, False, False, False]
     assert truncated_rows(ids, mask, [2]) == [False, True, False, True, True]
+
+
+def test_the_kl_metric_estimates_kl_of_the_policy_to_the_reference_on_its_own_samples() -> None:
+    """`kl_to_base` (k3): exp(r) - r - 1 with r = log pi_ref - log pi_theta, masked. Only its sign
+    had been tested (> 0), which the reversed direction passes too. On a two-token vocabulary
+    the mean over pi_theta's own samples is the exact KL(pi_theta || pi_ref)."""
+    import torch
+
+    from fastslow.slow.loop import k3_terms
+
+    logp, ref = torch.log(torch.tensor([[0.5, 0.5]])), torch.log(torch.tensor([[0.25, 0.75]]))
+    terms = k3_terms(ref, logp, torch.tensor([[1.0, 0.0]]))
+    assert terms[0].tolist() == pytest.approx([0.5 + math.log(2) - 1, 0.0])  # r = log 0.5: 0.193, masked 0
+    # pi_theta = (0.5, 0.5), pi_ref = (0.25, 0.75): E_theta[k3] over both tokens is KL(theta || ref)
+    exact = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
+    assert float((0.5 * k3_terms(ref, logp, torch.ones(1, 2))).sum()) == pytest.approx(exact)

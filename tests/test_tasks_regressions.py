@@ -663,3 +663,25 @@ def test_the_exact_file_scorer_keeps_words_apart_and_reads_latex_variants(tmp_pa
             assert task.reward(by_gold[gold], f"<answer>{answer}</answer>") == 1.0, (gold, answer)
         for answer in wrong:
             assert task.reward(by_gold[gold], f"<answer>{answer}</answer>") == 0.0, (gold, answer)
+
+
+def test_a_star_graph_path_with_an_extra_node_is_wrong() -> None:
+    """The path must be the answer exactly: one with a node more (the right path, then 7) scores
+    0, as one with a node less does. Only shorter and other paths had been tested, so reading
+    the answer's length of nodes and ignoring the rest passed."""
+    task = get_task("stargraph")
+    (p,) = task.problems("val", 1, 0)
+    path = p.answer.split()
+    assert task.reward(p, f"<answer>{' '.join(path)}</answer>") == 1.0
+    extra = str(max(map(int, path)) + 1)
+    assert task.reward(p, f"<answer>{' '.join(path)} {extra}</answer>") == 0.0
+    assert task.reward(p, f"<answer>{' '.join(path[:-1])}</answer>") == 0.0
+
+
+def test_one_equation_in_two_variables_is_one_problem() -> None:
+    """An equation's identity renames its variable x, so "2*y + 3 = 7" and "2*x + 3 = 7" share a
+    split (the identity keys it) and cannot sit in train and val at once."""
+    from fastslow.tasks.math_task import problem_identity
+
+    assert problem_identity("", "2*y + 3 = 7", "y") == problem_identity("", "2*x + 3 = 7", "x")
+    assert problem_identity("", "2*y + 3 = 7", "y") != problem_identity("", "2*y + 3 = 8", "y")

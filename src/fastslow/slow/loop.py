@@ -527,8 +527,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     clip_fraction = float(clipped / n_tokens)
     kl_terms = None
     if "ref_per_token_logps" in batch:
-        delta = batch["ref_per_token_logps"].float() - logps
-        kl_terms = (torch.exp(delta) - delta - 1) * mask
+        kl_terms = k3_terms(batch["ref_per_token_logps"].float(), logps, mask)
         kl = float(kl_terms.sum() / n_tokens)
     else:  # beta = 0: no reference model in the trainer
         kl = math.nan
@@ -604,6 +603,16 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "grad_norm": grad_norm,
     }
     return metrics, records
+
+
+def k3_terms(ref_logps: Any, logps: Any, mask: Any) -> Any:
+    """Per-token terms of the KL(π_θ ‖ π_ref) estimate on tokens sampled from π_θ (Schulman's k3,
+    TRL's): exp(r) − r − 1 with r = log π_ref − log π_θ, zero off the mask. Unbiased and never
+    negative; the other direction (r = log π_θ − log π_ref) estimates no KL of these samples."""
+    import torch
+
+    delta = ref_logps - logps
+    return (torch.exp(delta) - delta - 1) * mask
 
 
 def truncated_rows(completion_ids: Any, completion_mask: Any, eos_ids: Sequence[int]) -> list[bool]:
