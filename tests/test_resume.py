@@ -284,3 +284,40 @@ def test_a_rerun_after_failed_slow_steps_takes_the_round_it_finished(tmp_path, m
     with pytest.raises(RuntimeError):
         run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "c1")
     assert rounds == [0, 0, 0, 0, 0]
+
+
+def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, monkeypatch, tiny_model_dir):
+    """Cycle c's round samples the weights cycle c-1 trained (FST), or the initial weights for a
+    run that trains none (GEPA only): no test looked at which weights the round loaded, so a
+    round of the base model on every cycle passed. The same round key covers the previous
+    cycle's weights, pool, trainer state and rollouts: a previous cycle run again makes another."""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.model.generation
+    from fastslow.cycle import round_inputs, run_cycle
+    from fastslow.experiments import RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    fst = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math", "math"), seed=0)
+    gepa = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math", "math"), seed=0)
+    run_cycle(fst, config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
+    run_cycle(gepa, config, 0, tiny_model_dir, None, train, tmp_path / "g0")
+    sampled: list[Path] = []
+
+    class Stop(Exception):
+        pass
+
+    def make_generator(backend, weights, **kwargs):
+        sampled.append(Path(weights))
+        raise Stop
+
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", make_generator)
+    with pytest.raises(Stop):
+        run_cycle(fst, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "cycle1")
+    with pytest.raises(Stop):
+        run_cycle(gepa, config, 1, tiny_model_dir, tmp_path / "g0", train, tmp_path / "g1")
+    assert sampled == [tmp_path / "cycle0" / "model", tiny_model_dir]
+    prev = tmp_path / "cycle0"
+    assert round_inputs(tiny_model_dir, train, prev) == [
+        tiny_model_dir, train, prev / "pool.json", prev / "model", prev / "trainer_state", prev / "rollouts.parquet"]
+    assert round_inputs(tiny_model_dir, train, None) == [tiny_model_dir, train]

@@ -116,6 +116,13 @@ def round_key(job: Mapping[str, Any], spec: RunSpec, cycle: int, inputs: Sequenc
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def round_inputs(init_model: Path, train_file: Path, prev_dir: Path | None) -> list[Path]:
+    """The files a cycle's fast round depends on, for its `round_key`: the initial weights, the
+    train split and the previous cycle's pool, weights, trainer state and rollouts."""
+    return [init_model, train_file, *([prev_dir / n for n in ("pool.json", "model", "trainer_state", "rollouts.parquet")]
+                                      if prev_dir is not None else [])]
+
+
 def _finished_round(scratch: Path, key: str | None) -> dict[str, Any] | None:
     """The round a failed or killed run of the same job finished (`ROUND_DONE` in its scratch
     directory, with the same `round_key`), else None."""
@@ -236,9 +243,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     # below even when this run has no fast round.
     key = None
     if job is not None and spec.fast and spec.trains:
-        key = round_key(job, spec, cycle, [init_model, train_file, *(
-            [prev_dir / n for n in ("pool.json", "model", "trainer_state", "rollouts.parquet")]
-            if prev_dir is not None else [])])
+        key = round_key(job, spec, cycle, round_inputs(init_model, train_file, prev_dir))
     resumed = _finished_round(scratch, key)
     if resumed is None:
         shutil.rmtree(scratch, ignore_errors=True)
