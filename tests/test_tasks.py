@@ -637,6 +637,26 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     assert not (parts["train"] & parts["val"]) and not (parts["val"] & parts["test"])
 
 
+def test_a_hub_dataset_that_does_not_load_stops_its_task_data_job_in_one_line(tmp_path: Path) -> None:
+    """A dataset not found (or gated, or offline) and a split name it lacks: `load_dataset`'s
+    own errors had reached the user as a traceback; now a TaskDataError naming the task, the
+    dataset and split, and the config entry to check (task_data prints it in one line)."""
+    datasets = pytest.importorskip("datasets")
+    from fastslow.tasks.base import TaskDataError
+
+    datasets.Dataset.from_dict({"q": ["a"], "a": ["1"]}).to_parquet(str(tmp_path / "t.parquet"))
+    common = {"columns": {"prompt": "q", "answer": "a"}, "cache_dir": str(tmp_path / "cache")}
+    missing = HFDatasetTask("parquet", data_files={"train": str(tmp_path / "gone.parquet")}, name="mine", **common)
+    with pytest.raises(TaskDataError, match=r"^mine: cannot load split 'train' of 'parquet': \w+Error: .*"
+                                            r"check its entry under data.hf_datasets") as err:
+        missing.problems("train", 1, seed=0)
+    assert "\n" not in str(err.value)
+    no_split = HFDatasetTask("parquet", data_files={"train": str(tmp_path / "t.parquet")}, name="mine",
+                             split_map={"train": "nosuch"}, **common)
+    with pytest.raises(TaskDataError, match=r"^mine: cannot load split 'nosuch' of 'parquet'"):
+        no_split.problems("train", 1, seed=0)
+
+
 @pytest.mark.filterwarnings("ignore:.*only .* exist")
 def test_claims_of_one_hotpotqa_item_stay_in_one_split(tmp_path: Path) -> None:
     """HoVer makes several claims of one HotpotQA item (its 2-4-hop extensions and their mutated

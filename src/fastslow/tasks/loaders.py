@@ -335,8 +335,16 @@ class HFDatasetTask(TableTask):
         dropped = 0
         for hf_split in sorted(set(self.split_map.values())):
             ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
-            ds = load_dataset(self.dataset, self.config, split=hf_split, data_files=self.data_files,
-                              revision=self.revision, cache_dir=self.cache_dir)
+            try:
+                ds = load_dataset(self.dataset, self.config, split=hf_split, data_files=self.data_files,
+                                  revision=self.revision, cache_dir=self.cache_dir)
+            except Exception as err:  # noqa: BLE001 - not found, gated, offline, no such split or config
+                first = (str(err).strip().splitlines() or [""])[0][:200]
+                raise TaskDataError(
+                    f"{self.name}: cannot load split {hf_split!r} of {self.dataset!r}"
+                    f"{f' (config {self.config!r})' if self.config else ''}: {type(err).__name__}: {first}; "
+                    f"check its entry under data.hf_datasets (path, config, split names), access to it "
+                    f"(hf auth login) and the network (HF_DATASETS_OFFLINE)") from err
             source = f"{self.dataset}[{hf_split}]"
             problems = validate_rows(self._mapped(ds, source), source, self.name, self.scorer,
                                      REQUIRED_COLUMNS, row_base=0)
