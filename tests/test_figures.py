@@ -619,11 +619,14 @@ def test_fig4_says_which_methods_kl_was_not_measured(tmp_path, saved):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FST"]
     assert len(ax.lines) == len(ax.collections) == 1
     assert math.isnan(last["hover"]["rl"]["kl"]) and last["hover"]["rl"]["reward"] == pytest.approx(0.3)
+    saved_first = list(saved)
     saved.clear()  # neither measured: no legend at all, both named
     figures.fig4({"efficiency": pl.DataFrame(rl + [{**r, "kl_to_base": float("nan")} for r in fst])
                   .select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
     (ax,) = saved[0].axes
     assert ax.get_legend() is None and "KL not measured for RL or FST" in ax.get_title().replace("\n", " ")
+    # and the footnote explains no markers or lines it does not draw
+    assert "Markers:" not in _unwrapped(saved[0].texts[-1]) and "Markers:" in _unwrapped(saved_first[0].texts[-1])
 
 
 def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):

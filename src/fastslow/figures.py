@@ -560,6 +560,7 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
     df = df.filter(pl.col("eval_task").is_in(tasks))  # the footnote counts the runs drawn
     fig, axes = _axes(plt, len(tasks))
     last: dict[str, dict[str, dict[str, float]]] = {}
+    drew_any = False  # the footnote explains markers and lines only where some were drawn
     for ax, task in zip(axes, tasks, strict=False):
         drawn, unmeasured = [], []
         for method in ("rl", "fst"):
@@ -600,10 +601,11 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
         ax.set_xlim(left=0)  # summed over the vocabulary, a KL is never negative
         _reward_axis(ax)
         if drawn:
+            drew_any = True
             ax.legend(fontsize=8)
     _suptitle(fig, title)
     _footnote(fig, [df], "Markers: checkpoints; lines: centred rolling mean (window 3) along training, "
-                         "from the first checkpoint to the last.")
+                         "from the first checkpoint to the last." if drew_any else "")
     _save(fig, out)
     return last
 
