@@ -159,6 +159,9 @@ BAD = [
     # a path the file system refuses had been a traceback (OSError: File name too long)
     ({"model": {"base": "./" + "b" * 300}}, "model.base: './bbbb"),
     ({"data": {"files": {"mine": {"path": "b" * 300 + ".jsonl"}}}}, "data.files.mine.path: 'bbbb"),
+    # a hub id the hub's own rules refuse had passed, to fail in the base_model job
+    ({"model": {"base": "foo--bar/baz"}},
+     "model.base: not a Hugging Face repository id: Cannot have -- or .. in repo_id: 'foo--bar/baz'"),
     # a value the train split cuts had been shown only as cut ("2 x 250 fast.minibatch_size")
     ({"fast": {"minibatch_size": 1000}}, "2 x 250 fast.minibatch_size (set 1000, cut to the 256 train problems "
                                          "less the 6 validation ones)"),

@@ -406,6 +406,13 @@ def base_model_error(spec: str) -> str | None:
         what = "no model directory" if not local.exists() else "not a directory"
         return f"{spec!r}: {what} at {os.path.abspath(local)}{why}"
     if _HUB_ID.match(spec):
+        from huggingface_hub.errors import HFValidationError
+        from huggingface_hub.utils import validate_repo_id
+
+        try:  # the hub's own rules ("--", "..", at most 96 characters): else found in base_model
+            validate_repo_id(split_hub_id(spec)[0])
+        except HFValidationError as err:
+            return f"not a Hugging Face repository id: {err}"
         return None
     return (f"unknown base model {spec!r}: expected {SMOLLM2_SPEC!r}, {TINY_SPEC!r}, "
             "a local HF model directory, or a hub id like 'Qwen/Qwen3-8B'")
