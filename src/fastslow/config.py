@@ -360,10 +360,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
             _check_reflection_path(config, refl["path"])
     from fastslow.model.convert import base_model_error
 
-    try:
-        problem = base_model_error(config["model"]["base"])
-    except OSError as err:  # a path the file system refuses (a name over 255 bytes)
-        problem = f"{config['model']['base']!r}: {err.strerror or err}"
+    problem = base_model_error(config["model"]["base"])
     if problem:
         raise ConfigError(f"config error: model.base: {problem}")
     config["model"]["base"] = canonical_model_base(config["model"]["base"])

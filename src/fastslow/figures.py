@@ -508,11 +508,12 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 drew_errors = True
                 ax.errorbar(x, y, yerr=np.nan_to_num(se), fmt="none",
                             ecolor=COLORS[method], elinewidth=0.8, capsize=2, alpha=0.7)
-            if int((x > 0).sum()) < FIT_POINTS:
+            try:
+                fit = fit_sigmoid(x, y, r0=start_reward(x, y))
+            except ValueError:  # fewer than FIT_POINTS evaluations after step 0
                 few.append(LABELS[method])
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
-            fit = fit_sigmoid(x, y, r0=start_reward(x, y))
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
             # still rising (or no convergence): A is the fit's bound, said in the legend (a label
             # at the curve's end lay on the other method's curve)
@@ -528,8 +529,9 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             labels_at.append((fit.a, xe[-1], method))
             fits.setdefault(task, {})[method] = fit.a
         # each A above its line; of two close ones (both on one level, touching) the lower below its own
-        for i, (a, x_end, method) in enumerate(sorted(labels_at)):
-            below = i == 0 and len(labels_at) > 1 and sorted(labels_at)[1][0] - a < 0.08
+        labels_at.sort()
+        for i, (a, x_end, method) in enumerate(labels_at):
+            below = i == 0 and len(labels_at) > 1 and labels_at[1][0] - a < 0.08
             ax.text(x_end, a, f"A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
                     va="top" if below else "bottom")
         notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else [])

@@ -209,11 +209,11 @@ def _best_effort(method):
             self.failures.append(f"{method.__name__}: {type(exc).__name__}: {exc}"[:500])
             log.error("MLflow run %s: %s failed, not logged (the job goes on): %s: %s",
                       self.run_id, method.__name__, type(exc).__name__, str(exc)[:300])
-            if time.monotonic() - start >= STORE_DOWN_SECONDS:
+            waited = time.monotonic() - start
+            if waited >= STORE_DOWN_SECONDS:
                 self.down = True
                 log.error("MLflow run %s: that call waited %.0fs for the store: this job logs nothing more to "
-                          "it (its outputs are written as usual; rebuild it to log them)",
-                          self.run_id, time.monotonic() - start)
+                          "it (its outputs are written as usual; rebuild it to log them)", self.run_id, waited)
             return None
 
     return wrapper

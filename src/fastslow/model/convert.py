@@ -375,7 +375,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if spec == SMOLLM2_SPEC:
         gguf = find_smollm2_gguf()
-        log.info("base model %s: converting %s to a trainable float32 directory (~10 s)", spec, gguf.name)
+        log.info("base model %s: converting %s to a trainable float32 directory", spec, gguf.name)
         return convert_gguf(gguf, out)
     if spec == TINY_SPEC:
         from fastslow.model.tiny import build_tiny_model
@@ -399,7 +399,11 @@ def base_model_error(spec: str) -> str | None:
     if spec in (SMOLLM2_SPEC, TINY_SPEC):  # as prepare_base_model: a built-in name first
         return None
     local = Path(spec).expanduser()
-    if local.is_dir():
+    try:
+        is_dir = local.is_dir()
+    except OSError as err:  # a path the file system refuses (a name over 255 bytes)
+        return f"{spec!r}: {err.strerror or err}"
+    if is_dir:
         return model_dir_error(local)
     if _looks_local(spec):
         why = " (a local path: a hub id's owner is no local directory)" if _HUB_ID.match(spec) else ""

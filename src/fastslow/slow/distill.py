@@ -64,6 +64,7 @@ from fastslow.slow.loop import (
     restore_trained,
     resume_point,
     save_trained,
+    steps_left,
     take_problems,
 )
 from fastslow.slow.trainer import (
@@ -638,8 +639,7 @@ def run_distill_cycle(
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
-                # time left in this cycle's steps, as the RL steps' line gives it
-                left = (sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1))
+                left = steps_left(metrics_rows, cfg.steps_per_cycle)  # as the RL steps' line gives it
                 log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl to the teacher %.4f, "
                          "entropy %.3f, %d tok (%.0f%% cut at %d) at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s",
                          run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],

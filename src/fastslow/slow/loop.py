@@ -605,6 +605,13 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     return metrics, records
 
 
+def steps_left(metrics_rows: Sequence[Mapping[str, Any]], steps: int) -> float:
+    """Seconds a cycle's steps have left after those in `metrics_rows`: the steps so far, on
+    average, times the `steps` of the cycle still to go (0 after its last)."""
+    done = len(metrics_rows)
+    return sum(r["step_seconds"] for r in metrics_rows) / done * (steps - done)
+
+
 def k3_terms(ref_logps: Any, logps: Any, mask: Any) -> Any:
     """Per-token terms of the KL(π_θ ‖ π_ref) estimate on tokens sampled from π_θ (Schulman's k3,
     TRL's): exp(r) − r − 1 with r = log π_ref − log π_θ, zero off the mask. Unbiased and never
@@ -817,8 +824,7 @@ def run_cycle(
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
-                # time left in this cycle's steps: the steps so far, on average, times those to go
-                left = sum(r["step_seconds"] for r in metrics_rows) / (t + 1) * (cfg.steps_per_cycle - t - 1)
+                left = steps_left(metrics_rows, cfg.steps_per_cycle)
                 # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
