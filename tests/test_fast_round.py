@@ -148,6 +148,41 @@ def test_samples_for_the_rl_step_count_once_if_the_search_uses_them(tmp_path: Pa
     assert [len(r) for r in cache.sampled([SEEDS[1]], step, "base").values()] == [2] * 8
 
 
+def _final_line_parts(lines: list[str]) -> tuple[int, list[int]]:
+    """The round's last line: its metric calls and the four parts it says they are made of."""
+    import re
+
+    m = re.match(r"fast round \d+: (\d+)/\d+ metric calls \((\d+) generated when asked, (\d+) of \d+ generated "
+                 r"ahead, (\d+) reused, (\d+) of \d+ pairs sampled for the slow loop; \d+ sequences", lines[-1])
+    assert m, lines[-1]
+    return int(m.group(1)), [int(g) for g in m.groups()[1:]]
+
+
+def test_the_rounds_last_line_names_parts_that_add_up_to_its_metric_calls(tmp_path: Path) -> None:
+    """Rollouts generated ahead and for the slow loop are counted when the search first uses
+    them, so the line gives those used of those sampled; its parts add up (they had not: it
+    counted the generated ahead twice and the slow loop's sequences, not its pairs used)."""
+    step = TASK.problems("step", 8, 3)
+    lines: list[str] = []
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=2, prefetch_minibatches=False)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, step[6:], VAL, cfg, 0, tmp_path / "a",
+                     log=lines.append, slow_problems=step, slow_samples=2)
+    calls, parts = _final_line_parts(lines)
+    assert calls == s["metric_calls"] == sum(parts) and parts[3] == s["slow_used"] > 0
+    lines.clear()
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=2)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "p", log=lines.append)
+    calls, parts = _final_line_parts(lines)
+    assert calls == s["metric_calls"] == sum(parts) and parts[1] == s["prefetch_used"] > 0
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:12])
+    lines.clear()
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
+    _, s = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "b",
+                     reuse_rollouts=parquet, log=lines.append)
+    calls, parts = _final_line_parts(lines)
+    assert calls == s["metric_calls"] == sum(parts) and parts[2] == s["reused_calls"] > 0
+
+
 def test_a_seed_filling_two_slots_is_sampled_for_both(tmp_path: Path) -> None:
     from fastslow.fast import RolloutCache
 

@@ -481,10 +481,13 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         summary["edits"] = list(proposer_fn.edits)
     new_pool.meta = {"summary": summary}
     new_pool.to_json(run_dir / "pool.json")
+    # The four parts in brackets add up to the metric calls (`FastAdapter.metric_calls`); the
+    # rollouts generated ahead or for the slow loop and never used by the search cost no call.
     log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls "
-        f"({adapter.generations} generated, {adapter.reused_calls} reused, "
-        f"{adapter.prefetch_used} of {adapter.prefetched} prefetched used, "
-        f"{adapter.slow_rollouts} sampled for the slow loop), "
+        f"({adapter.generations - adapter.prefetched} generated when asked, "
+        f"{adapter.prefetch_used} of {adapter.prefetched} generated ahead, {adapter.reused_calls} reused, "
+        f"{adapter.slow_used} of {adapter.slow_pairs} pairs sampled for the slow loop; "
+        f"{adapter.slow_rollouts} sequences for the slow loop in all), "
         f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 
