@@ -194,13 +194,78 @@ def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: s
             super().log_metrics(metrics, step)
 
     tracker = Tracker()
-    with pytest.raises(KeyboardInterrupt if how == "stopped" else subprocess.CalledProcessError):
+    with pytest.raises(KeyboardInterrupt if how == "stopped" else RuntimeError):
         cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math", 0, tmp_path / "init", None,
                               [("seed", "Be brief.")], tmp_path / "train.parquet",
                               SlowConfig(**{**SLOW, "steps_per_cycle": 3}), out_dir, {}, 2, tracker)
     assert [step for _, step in tracker.calls] == [0, 1]  # once each, the stale file's step 99 not
     assert tracker.calls[1][0]["slow/reward_mean"] == 0.25 and math.isnan(tracker.calls[1][0]["slow/kl_to_base"])
     assert order == ["logged", "logged"] + (["handler"] if how == "stopped" else [])
+
+
+def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_path, monkeypatch) -> None:
+    """Every rank's traceback and the launcher's report are in the job's log; the job ends on
+    one line naming the rank that failed first and its error (`record_error` by
+    `python -m fastslow.slow.train`), not on the launcher's CalledProcessError. A stale record of
+    an earlier attempt is not read; with none recorded (a rank killed outright), the line says so."""
+    import os
+    import subprocess
+    import time
+
+    from fastslow import cycle as cycle_mod
+    from fastslow.experiments import RunSpec
+    from fastslow.slow import train as train_mod
+
+    for key in (launch.ENV_STRATEGY, launch.ENV_CONFIG_DIR):
+        monkeypatch.delenv(key, raising=False)
+    out_dir = tmp_path / "cycle0"
+    result = train_mod.default_result_path(out_dir)
+    train_mod.record_error(result, 0, OSError("an earlier attempt's"))
+    errors: list[tuple[int, BaseException]] = []
+
+    def fake_run(command: list[str], **kwargs: Any) -> None:
+        spec = json.loads(Path(command[command.index("--spec") + 1]).read_text())
+        for rank, err in errors:  # in the order the ranks failed
+            train_mod.record_error(spec["result"], rank, err)
+            os.utime(train_mod.error_path(spec["result"], rank), ns=(time.time_ns(), time.time_ns()))
+            time.sleep(0.01)
+        raise subprocess.CalledProcessError(1, command)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    spec = RunSpec(experiment="e", method="rl", name="r", schedule=("math",), seed=3)
+
+    def launched() -> str:
+        with pytest.raises(RuntimeError) as info:
+            cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math", 1, tmp_path / "init", None,
+                                  [("seed", "Be brief.")], tmp_path / "train.parquet", SlowConfig(**SLOW),
+                                  out_dir, {}, 2, None)
+        assert isinstance(info.value.__cause__, subprocess.CalledProcessError)
+        return str(info.value)
+
+    errors[:] = [(1, ValueError("shapes (3,)\nand (4,) do not match")), (0, RuntimeError("Connection closed by peer"))]
+    assert launched() == ("cycle 1 of e/rl/r: the slow steps failed in their 2 processes: rank 1 failed first with "
+                          "ValueError: shapes (3,) and (4,) do not match (1 other rank failed after it); "
+                          "every rank's traceback is in this job's log")
+    errors[:] = []
+    assert "exit status 1) and no rank recorded an error: one was killed outright (out of memory?)" in launched()
+
+
+def test_a_rank_records_the_error_it_stops_on(tmp_path, monkeypatch) -> None:
+    """`python -m fastslow.slow.train` writes its error beside the result, then fails as before."""
+    from fastslow.slow import train as train_mod
+
+    spec_path = tmp_path / "job.json"
+    train_mod.write_spec(spec_path, method="rl", init_model=tmp_path / "init", prev_dir=None, contexts=[("seed", "x")],
+                         task={"name": "math"}, train_file=tmp_path / "t.parquet", slow=SLOW,
+                         out_dir=tmp_path / "cycle0", run_id="e/rl/r", cycle=0, extra={}, result=tmp_path / "r.json")
+
+    def boom(spec: Any) -> None:
+        raise ValueError("no such column 'answer'")
+
+    monkeypatch.setattr(train_mod, "run_job", boom)
+    with pytest.raises(ValueError, match="no such column"):
+        train_mod.main(["--spec", str(spec_path)])
+    assert train_mod.read_errors(tmp_path / "r.json") == [(0, "ValueError: no such column 'answer'")]
 
 
 def test_the_ranks_main_process_records_each_step_as_it_ends(tmp_path, monkeypatch) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 import logging
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -419,7 +420,9 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     from fastslow.slow.train import (
         default_result_path,
         default_steps_path,
+        error_path,
         log_result,
+        read_errors,
         read_result,
         read_steps,
         write_spec,
@@ -430,6 +433,8 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     spec_path = out_dir.with_name(out_dir.name + ".job.json")
     result_path = default_result_path(out_dir)
     result_path.unlink(missing_ok=True)
+    for rank in read_errors(result_path):  # an earlier attempt's
+        error_path(result_path, rank[0]).unlink(missing_ok=True)
     write_spec(spec_path, method=spec.method, init_model=init_model, prev_dir=prev_dir,
                contexts=contexts, task={"name": task_name, "config": {"data": cfg["data"]}},
                train_file=train_file, slow=slow_cfg.to_dict(), out_dir=out_dir, run_id=spec.key,
@@ -458,6 +463,9 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
 
     try:
         run(command, stderr=_stream_with_fileno(sys.stderr), before_stop=log_finished_steps)
+    except subprocess.CalledProcessError as err:
+        log_finished_steps()
+        raise RuntimeError(ranks_failed(cycle, spec.key, processes, err.returncode, read_errors(result_path))) from err
     except Exception:
         log_finished_steps()
         raise
@@ -466,6 +474,21 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     for path in (spec_path, result_path, steps_path):
         path.unlink(missing_ok=True)
     return result["metrics"]
+
+
+def ranks_failed(cycle: int, run: str, processes: int, returncode: int, errors: list[tuple[int, str]]) -> str:
+    """The one line a cycle whose ranks failed ends on: the error the first failing rank recorded
+    (`fastslow.slow.train.record_error`), which the log holds among every rank's output and the
+    launcher's report, or, when none did, how the launcher ended (a rank killed outright: out of
+    memory, a crash)."""
+    head = f"cycle {cycle} of {run}: the slow steps failed in their {processes} processes"
+    if errors:
+        rank, line = errors[0]
+        more = f" ({len(errors) - 1} other rank{'s' * (len(errors) > 2)} failed after it)" if len(errors) > 1 else ""
+        return f"{head}: rank {rank} failed first with {line}{more}; every rank's traceback is in this job's log"
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    return (f"{head} ({how}) and no rank recorded an error: one was killed outright (out of memory?) "
+            "or crashed; the ranks' output is in this job's log")
 
 
 def _stream_with_fileno(stream: Any) -> Any:

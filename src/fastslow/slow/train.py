@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import importlib
 import json
 import logging
@@ -124,6 +125,35 @@ def default_result_path(out_dir: str | Path) -> Path:
     return out_dir.with_name(out_dir.name + ".result.json")
 
 
+def error_path(result_path: str | Path, rank: int) -> Path:
+    """Where rank `rank` records the error it stopped on, beside the result (`record_error`)."""
+    result_path = Path(result_path)
+    return result_path.with_name(f"{result_path.name}.rank{rank}.error")
+
+
+def record_error(result_path: str | Path, rank: int, err: BaseException) -> None:
+    """Rank `rank`'s error in one line (`Type: message`), for the job that launched the ranks to
+    name it (`read_errors`): its traceback is in the job's log, among every rank's output and the
+    launcher's report. Best effort: a rank that cannot write it (a full disk) fails as it would."""
+    line = " ".join(f"{type(err).__name__}: {err}".split())
+    with contextlib.suppress(OSError):
+        from fastslow.io import atomic_path
+
+        with atomic_path(error_path(result_path, rank)) as tmp:
+            tmp.write_text(line[:1000] + "\n", encoding="utf-8")
+
+
+def read_errors(result_path: str | Path) -> list[tuple[int, str]]:
+    """(rank, error line) of the ranks that recorded one (`record_error`), the first written
+    first: a rank's own failure comes before the others' failing on its broken collective."""
+    found = []
+    for path in Path(result_path).parent.glob(f"{glob.escape(Path(result_path).name)}.rank*.error"):
+        with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+            rank = int(path.name.rsplit(".rank", 1)[1].removesuffix(".error"))
+            found.append((path.stat().st_mtime_ns, rank, path.read_text(encoding="utf-8").strip()))
+    return [(rank, line) for _, rank, line in sorted(found)]
+
+
 def read_spec(path: str | Path) -> dict[str, Any]:
     """A job spec, checked for the keys `run_job` needs (one-line error naming the file)."""
     try:
@@ -220,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run_job(spec)
         ok = True
+    except Exception as err:  # a stop signal is no error of the rank's: the job was stopped
+        record_error(spec["result"], process_rank(), err)
+        raise
     finally:
         _destroy_process_group(barrier=ok)
     return 0
