@@ -250,6 +250,50 @@ def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_pat
     assert "exit status 1) and no rank recorded an error: one was killed outright (out of memory?)" in launched()
 
 
+def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(tmp_path, monkeypatch, capfd) -> None:
+    """A multi-GPU cycle's ranks write to the rule's log file; the lines of our loggers (a step's
+    line, a warning) also reach the console, labelled with the job, as a one-process cycle's do.
+    A library's warning and a traceback stay in the log. (Fake ranks: a process printing as
+    `python -m fastslow.slow.train`'s ranks do.)"""
+    import logging
+    import sys
+
+    from fastslow import cycle as cycle_mod
+    from fastslow.experiments import RunSpec
+    from fastslow.jobs import setup_logging
+
+    for key in (launch.ENV_STRATEGY, launch.ENV_CONFIG_DIR):
+        monkeypatch.delenv(key, raising=False)
+    ranks = (
+        "import json, sys\n"
+        "spec = json.load(open(sys.argv[sys.argv.index('--spec') + 1]))\n"
+        "for line in ('2026-12-04 17:00:01,250 rank0 INFO fastslow.slow.loop: step 1/2 reward 0.500',\n"
+        "             '/site-packages/torch/x.py:3: UserWarning: a library warning',\n"
+        "             '2026-12-04 17:00:02,500 rank1 WARNING fastslow.slow.trainer: rank 1 is slow'):\n"
+        "    print(line, file=sys.stderr, flush=True)\n"
+        "json.dump({'global_step': 2, 'metrics': []}, open(spec['result'], 'w'))\n")
+    (tmp_path / "ranks.py").write_text(ranks)
+    monkeypatch.setattr(launch, "build_command", lambda module, args, **kw: [sys.executable, str(tmp_path / "ranks.py"),
+                                                                              *args])
+    monkeypatch.setattr(sys, "stderr", sys.stderr)  # setup_logging points it at the log file
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    log_file = tmp_path / "cycle1.log"
+    setup_logging(log_file, "cycle e/rl/r cycle=1")
+    spec = RunSpec(experiment="e", method="rl", name="r", schedule=("math",), seed=3)
+    cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math", 1, tmp_path / "init", None,
+                          [("seed", "Be brief.")], tmp_path / "train.parquet", SlowConfig(**SLOW),
+                          tmp_path / "cycle1", {}, 2, None)
+    sys.stderr.flush()
+    console = capfd.readouterr().err
+    assert "INFO [cycle e/rl/r cycle=1] fastslow.slow.loop: rank0 step 1/2 reward 0.500" in console
+    assert "WARNING [cycle e/rl/r cycle=1] fastslow.slow.trainer: rank1 rank 1 is slow" in console
+    assert "a library warning" not in console
+    log = log_file.read_text()
+    assert all(x in log for x in ("rank0 INFO fastslow.slow.loop: step 1/2", "UserWarning: a library warning",
+                                  "rank1 WARNING fastslow.slow.trainer: rank 1 is slow"))
+
+
 def test_a_rank_records_the_error_it_stops_on(tmp_path, monkeypatch) -> None:
     """`python -m fastslow.slow.train` writes its error beside the result, then fails as before."""
     from fastslow.slow import train as train_mod
@@ -393,6 +437,23 @@ def _launch(job: Path, cwd: Path, strategy: str = "ddp") -> subprocess.Completed
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "FASTSLOW_TRAIN_PROCESSES"):
         env.pop(key, None)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+@pytest.mark.slow
+def test_launched_ranks_that_fail_record_their_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Two real ranks whose train file is missing: each records its error beside the result, for
+    the job's one line (`fastslow.cycle.ranks_failed`), and the launch fails."""
+    from fastslow.slow.train import read_errors, write_spec
+
+    job, result = tmp_path / "cycle0.job.json", tmp_path / "cycle0.result.json"
+    write_spec(job, method="rl", init_model=tiny_model_dir, prev_dir=None, contexts=list(CONTEXTS),
+               task={"name": "math"}, train_file=tmp_path / "missing.parquet", slow=SLOW, out_dir=tmp_path / "cycle0",
+               run_id="e/rl/r", cycle=0, extra={}, result=result)
+    out = _launch(job, tmp_path)
+    assert out.returncode != 0
+    errors = read_errors(result)
+    assert sorted(rank for rank, _ in errors) == [0, 1], out.stderr[-3000:]
+    assert all(line.startswith("FileNotFoundError: ") and "missing.parquet" in line for _, line in errors), errors
 
 
 def _state(model_dir: Path) -> dict[str, Any]:

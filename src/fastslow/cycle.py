@@ -26,13 +26,17 @@ fst_distill launches the same way (its steps shard as the RL loop's do).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
+import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -462,7 +466,8 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
                     cycle, spec.key, len(rows), slow_cfg.steps_per_cycle)
 
     try:
-        run(command, stderr=_stream_with_fileno(sys.stderr), before_stop=log_finished_steps)
+        with _relayed(sys.stderr) as stderr:
+            run(command, stderr=stderr, before_stop=log_finished_steps)
     except subprocess.CalledProcessError as err:
         log_finished_steps()
         raise RuntimeError(ranks_failed(cycle, spec.key, processes, err.returncode, read_errors(result_path))) from err
@@ -491,13 +496,50 @@ def ranks_failed(cycle: int, run: str, processes: int, returncode: int, errors: 
             "or crashed; the ranks' output is in this job's log")
 
 
-def _stream_with_fileno(stream: Any) -> Any:
-    """`stream` if a child process can write to it (the rule's log file), else None (inherit)."""
+#: A line of a rank's own logging (`python -m fastslow.slow.train`'s format): rank, level, logger, message.
+_RANK_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ rank(\d+) (INFO|WARNING|ERROR|CRITICAL) "
+                        r"(fastslow[\w.]*): (.*)$")
+
+
+@contextlib.contextmanager
+def _relayed(stream: Any) -> Iterator[Any]:
+    """What the ranks write to stderr, for `launch.run`: all of it to `stream` (the rule's log
+    file), and the lines of our own loggers (a step's line, the loop's warnings) also to the
+    console, labelled with the job as its own lines are (`fastslow.jobs.setup_logging`): at 8B a
+    step takes minutes, and the console showed nothing of the slow steps of a multi-GPU cycle.
+    Without a console handler (not a workflow job) or a file to write to, the ranks inherit
+    `stream` (None: this process's stderr)."""
     try:
         stream.fileno()
     except (AttributeError, OSError, ValueError):
-        return None
-    return stream
+        yield None
+        return
+    console = [h for h in logging.getLogger().handlers if getattr(h, "stream", None) is sys.__stderr__]
+    if not console:
+        yield stream
+        return
+    read_fd, write_fd = os.pipe()
+
+    def relay() -> None:
+        with os.fdopen(read_fd, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                stream.write(line)
+                stream.flush()
+                if m := _RANK_LINE.match(line.rstrip("\n")):
+                    rank, level, name, message = m.groups()
+                    record = logging.makeLogRecord({"name": name, "levelname": level, "levelno": getattr(logging, level),
+                                                    "msg": f"rank{rank} {message}"})
+                    for handler in console:
+                        if record.levelno >= handler.level:
+                            handler.handle(record)
+
+    thread = threading.Thread(target=relay, name="ranks-stderr", daemon=True)
+    thread.start()
+    try:
+        yield write_fd
+    finally:
+        os.close(write_fd)  # the ranks have ended: the relay reads to the end of what they wrote
+        thread.join(timeout=30)
 
 
 def _continual(spec: RunSpec, cycle: int) -> dict[str, Any]:
