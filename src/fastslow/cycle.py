@@ -522,16 +522,18 @@ def _relayed(stream: Any) -> Iterator[Any]:
 
     def relay() -> None:
         with os.fdopen(read_fd, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                stream.write(line)
-                stream.flush()
-                if m := _RANK_LINE.match(line.rstrip("\n")):
-                    rank, level, name, message = m.groups()
-                    record = logging.makeLogRecord({"name": name, "levelname": level, "levelno": getattr(logging, level),
-                                                    "msg": f"rank{rank} {message}"})
-                    for handler in console:
-                        if record.levelno >= handler.level:
-                            handler.handle(record)
+            for line in lines:  # read to the end whatever fails: a full pipe would block the ranks
+                with contextlib.suppress(Exception):
+                    stream.write(line)
+                    stream.flush()
+                with contextlib.suppress(Exception):
+                    if m := _RANK_LINE.match(line.rstrip("\n")):
+                        rank, level, name, message = m.groups()
+                        record = logging.makeLogRecord({"name": name, "levelname": level,
+                                                        "levelno": getattr(logging, level), "msg": f"rank{rank} {message}"})
+                        for handler in console:
+                            if record.levelno >= handler.level:
+                                handler.handle(record)
 
     thread = threading.Thread(target=relay, name="ranks-stderr", daemon=True)
     thread.start()
