@@ -393,6 +393,16 @@ def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
     monkeypatch.setattr(fastslow.io.shutil, "disk_usage", lambda p: usage._replace(free=9000))
     with pytest.raises(AssertionError, match="^the fast round started$"):  # enough: on to the round
         run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
+    # A save killed midway left its weights in a hidden temporary beside the cycle: they are
+    # removed before the space is measured (they had held it until the save, after the round).
+    stale = tmp_path / ".c1.k3x9_q2a"
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "model.safetensors").write_bytes(b"0" * 3000)
+    monkeypatch.setattr(fastslow.io.shutil, "disk_usage",
+                        lambda p: usage._replace(free=9000 - 3000 * stale.exists()))
+    with pytest.raises(AssertionError, match="^the fast round started$"):
+        run_cycle(spec, config, 1, tiny_model_dir, prev, train, tmp_path / "c1")
+    assert not stale.exists()
 
 
 HOLD_LOCK = """

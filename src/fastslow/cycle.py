@@ -46,6 +46,7 @@ from fastslow.io import (
     exclusive_lock,
     free_space_error,
     json_text,
+    remove_stale_temporaries,
     tree_bytes,
     tree_fingerprint,
     write_json,
@@ -229,6 +230,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         needed = sum(tree_bytes(d) for d in saved if d.exists()) or first_cycle_bytes(init_model)
         # the previous cycle's weights and optimiser state (the first cycle's: estimated from its
         # initial weights): what this one saves
+        remove_stale_temporaries(out_dir)  # a killed save's: the space it holds is this save's
         problem = free_space_error(out_dir.parent, needed, f"cycle {cycle} of {spec.key}")
         if problem:
             raise OSError(problem)

@@ -43,6 +43,15 @@ def _stale_temporaries(path: Path) -> list[Path]:
     return []
 
 
+def remove_stale_temporaries(path: str | Path) -> None:
+    """Remove what `atomic_path(path)` left in earlier processes that were killed mid-write (it
+    does so itself; a job also calls this before measuring the disk space it needs: a cycle
+    killed while saving leaves its weights and optimiser state, ~100 GB at 8B, in a hidden
+    `.cycleN.*` directory)."""
+    for stale in _stale_temporaries(Path(path)):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def _plain_modes(root: Path) -> None:
     """Give `root` and everything under it the mode a plain `open()` / `mkdir` gives under the
     umask: 0o666 & ~umask for files (0o777 & ~umask for those the owner may execute), 0o777 &
@@ -126,8 +135,7 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     # Safe because one path has one writer at a time: Snakemake never runs two jobs with the same
     # output (and its lock keeps a second Snakemake out of the working directory), and the
     # library's other writers (`python -m fastslow.tracking`, by hand) own their paths too.
-    for stale in _stale_temporaries(path):
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     if is_dir:
         os.chmod(tmp, 0o777 & ~umask())
