@@ -506,6 +506,42 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
                 if m.startswith(("fastslow.experiments", "fastslow.tasks"))]
 
 
+def test_a_second_copy_of_a_running_job_stops_in_one_line_and_opens_no_run(tmp_path, tracking, monkeypatch):
+    """A job a killed Snakemake left running, and its rerun after `--unlock`: the two wrote the
+    same outputs, each removing the other's live temporaries as stale (a base model could end as
+    one copy's weights with the other's tokenizer). The second copy stops before its MLflow run
+    opens, naming the first (which its run would have marked KILLED); alone, the job runs and
+    leaves no lock file."""
+    import signal
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from test_errors import HOLD_LOCK
+
+    from fastslow.io import LockedError
+    from fastslow.jobs import snakemake_job
+
+    path, info = tracking
+    log = tmp_path / "logs" / "base_model.log"
+    job = SimpleNamespace(log=[str(log)], wildcards={}, params={}, threads=1, rule="base_model",
+                          config={"mlflow_experiment": info["experiment"]}, input=SimpleNamespace(tracking=str(path)))
+    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: None)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, f"{log}.lock"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError) as err, snakemake_job(job):
+            pass
+        assert str(err.value).startswith(f"job base_model is being written by another process (pid {holder.pid} on ")
+        assert not _runs(info, "base_model")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with snakemake_job(job):
+        assert Path(f"{log}.lock").exists()
+    assert [r.info.status for r in _runs(info, "base_model")] == ["FINISHED"] and not Path(f"{log}.lock").exists()
+
+
 def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, tracking, monkeypatch, caplog):
     """Once a job's run is open its outputs are the result: a logging call the store refuses (here
     every artifact upload) was raised, failing the job after its work, and Snakemake deleted the

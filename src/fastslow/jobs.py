@@ -114,7 +114,30 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
     global config (final_weights, which only links files). Every job is tagged with its libraries'
     versions (`library_versions`) and its threads."""
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
-    setup_logging(smk.log[0] if len(smk.log) else None, job_label(smk.rule, wildcards))
+    log_path = smk.log[0] if len(smk.log) else None
+    setup_logging(log_path, job_label(smk.rule, wildcards))
+    with job_lock(log_path, job_label(smk.rule, wildcards)), \
+            _tracked_job(smk, wildcards, parent, run) as tracker:
+        yield tracker
+
+
+def job_lock(log_path: str | Path | None, label: str) -> contextlib.AbstractContextManager[None]:
+    """One process at a time per job: an exclusive lock beside its log (`<log>.lock`, removed when
+    the job ends). A job left running by a killed Snakemake, beside its own rerun after
+    `--unlock`, would write the same outputs: each `atomic_path` removes the other's temporaries
+    as stale, and a directory output (the base model) could end as one copy's weights with the
+    other's tokenizer, recorded as done. The second stops in one line naming the first (a cycle
+    also locks its directory, `fastslow.cycle.run_cycle`). A job without a log (none of the
+    workflow's) is not locked."""
+    if not log_path:
+        return contextlib.nullcontext()
+    from fastslow.io import exclusive_lock
+
+    return exclusive_lock(Path(f"{log_path}.lock"), f"job {label}")
+
+
+@contextlib.contextmanager
+def _tracked_job(smk: Any, wildcards: dict[str, str], parent: str | None, run: Any) -> Iterator[JobTracker]:
     config, tags = dict(smk.config), {}
     run_key = _run_key(wildcards)
     if run_key:
