@@ -66,7 +66,8 @@ EXPECTED_FIGURE_JOBS = {"cycle": 2, "evaluate_point": 2, "curves": 1, "figure": 
 
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(PROFILE_ENV) and k not in ("MLFLOW_TRACKING_URI", "SNAKEMAKE_PROFILE")}
+           if not k.startswith(PROFILE_ENV) and k not in ("MLFLOW_TRACKING_URI", "SNAKEMAKE_PROFILE",
+                                                          "FASTSLOW_SQLITE_ON_CLUSTER")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **extra)
     return env
 
@@ -253,6 +254,34 @@ def test_dry_run_with_slurm_profile_on_paper_config(tmp_path):
     assert resources_of("cycle_distill").endswith("runtime=120, gpu=8, tasks_per_gpu=0")  # Fig 8's: sharded as RL's
     assert re.search(r"^total\s+\d+", text, re.M), "no job count"
     print(f"dry-run with profiles/slurm: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.workflow
+def test_a_cluster_run_on_the_embedded_sqlite_store_stops_before_any_job(tmp_path):
+    """Jobs on a cluster's nodes must not share results/mlflow.db (SQLite's locks do not hold over
+    a network file system): the README said so, nothing stopped it, and jobs failed at their
+    runs' creation hours in. The run stops before any job, in one line; a dry run is not stopped,
+    nor is a server's URI or FASTSLOW_SQLITE_ON_CLUSTER=1 (one node)."""
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install snakemake-executor-plugin-slurm")
+    from fastslow.tracking import cluster_store_error
+
+    out = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/base_eval.parquet", "--profile",
+                          str(PROFILE.parent), "--workflow-profile", "none", "--configfile", "config/config.yaml",
+                          "config/smoke.yaml", "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == cluster_store_error("slurm", f"sqlite:///{tmp_path}/results/mlflow.db")
+    assert "the slurm executor runs jobs on the cluster's nodes, which must not share the SQLite store" in out.stderr
+    assert not (tmp_path / "results" / "mlflow").exists()  # not even the local MLflow jobs ran
+    assert cluster_store_error("slurm", "http://login01:5000") is None
+
+
+def test_one_node_may_share_the_sqlite_store(monkeypatch):
+    from fastslow.tracking import cluster_store_error
+
+    assert cluster_store_error("slurm", "sqlite:////shared/results/mlflow.db").startswith("the slurm executor")
+    monkeypatch.setenv("FASTSLOW_SQLITE_ON_CLUSTER", "1")
+    assert cluster_store_error("slurm", "sqlite:////shared/results/mlflow.db") is None
 
 
 # --- a real cluster (its test is in test_workflow_figures.py: the every-figure DAG is its reference) ---

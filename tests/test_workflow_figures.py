@@ -60,9 +60,10 @@ def slurm_build(tmp_path_factory):
             # build uses two threads: outputs must not depend on where or on how many threads a
             # job ran. Nor on Python's string hashing (set iteration order): the builds hash
             # strings differently (sbatch passes the environment on, --export=ALL).
+            # The cluster is this one node: its jobs may share the embedded SQLite store.
             env = clean_env(SLURM_CONF=str(cluster.conf), FASTSLOW_SLURM_PARTITION=PARTITION,
                             FASTSLOW_SLURM_MAX_CPUS="1", FASTSLOW_SLURM_MAX_MEM_MB="2000",
-                            FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1")
+                            FASTSLOW_SLURM_MAX_GPUS="0", PYTHONHASHSEED="1", FASTSLOW_SQLITE_ON_CLUSTER="1")
             # This cluster has no accounting database: job states come from squeue (MinJobAge =
             # 1 h), and no account is set (the plugin would validate it with sacctmgr). The repo's
             # venv: sbatch jobs reuse this python.

@@ -297,6 +297,23 @@ def _store(uri: str) -> str:
     return uri
 
 
+#: Set to 1 where a cluster's jobs may share the embedded SQLite store: they all run on one node.
+ENV_SQLITE_ON_CLUSTER = "FASTSLOW_SQLITE_ON_CLUSTER"
+
+
+def cluster_store_error(executor: str, uri: str) -> str | None:
+    """One line if jobs that Snakemake's `executor` (not the local one) runs on a cluster's nodes
+    would all write the SQLite store `uri`: SQLite's locks do not hold over a network file
+    system, and concurrent jobs failed ("database is locked", "disk I/O error") or corrupted
+    every run's records. None for a server's URI, or with FASTSLOW_SQLITE_ON_CLUSTER=1."""
+    if not uri.startswith("sqlite:") or os.environ.get(ENV_SQLITE_ON_CLUSTER, "") == "1":
+        return None
+    return (f"the {executor} executor runs jobs on the cluster's nodes, which must not share the SQLite store "
+            f"{uri} (its locks do not hold over a network file system): start an MLflow server and export "
+            "MLFLOW_TRACKING_URI (profiles/slurm/README.md, 'MLflow server for the cluster'), or set "
+            f"{ENV_SQLITE_ON_CLUSTER}=1 if every job runs on one node")
+
+
 def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_json: str | Path) -> None:
     """The tracking files pin the store and experiment they were made for (rules init_mlflow and
     init_tracking have no params: see workflow/rules/common.smk). A job asked to log elsewhere, by

@@ -40,8 +40,15 @@ MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 
 # Made for another store or experiment (MLFLOW_TRACKING_URI, mlflow_experiment): a run stops before
 # any job, in one line naming the command that remakes the files for it (a dry run logs nothing,
-# so it is not stopped); every job checks it again (fastslow.tracking.check_store).
+# so it is not stopped); every job checks it again (fastslow.tracking.check_store). So does a run
+# on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store.
 onstart:
+    if workflow.non_local_exec:
+        from fastslow.tracking import cluster_store_error, tracking_uri
+
+        problem = cluster_store_error(workflow.executor_plugin.name, tracking_uri(RESULTS))
+        if problem:
+            sys.exit(problem)
     if Path(MLFLOW_EXPERIMENT).exists():
         import json
 
