@@ -444,6 +444,22 @@ def test_a_second_process_on_one_cycle_stops_in_one_line(tiny_model_dir: Path, t
     assert not lock.exists()  # removed once the block completes
 
 
+def test_a_lock_held_until_exit_is_released_and_removed_when_the_process_ends(tmp_path: Path) -> None:
+    """Snakemake's onstart hook takes the workflow's lock with no block to hold it in: the process
+    holds it until it exits, then the file is gone (the next run's lock is not a stale file's)."""
+    import subprocess
+    import sys
+
+    lock = tmp_path / "results" / ".workflow.lock"
+    code = ("import sys; from fastslow.io import hold_until_exit, exclusive_lock, LockedError\n"
+            "hold_until_exit(sys.argv[1], 'w'); hold_until_exit(sys.argv[1] + '2', 'w2')\n"
+            "print(open(sys.argv[1]).read().split()[1])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(lock)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().isdigit()  # held (its pid written) while the process ran
+    assert not lock.exists() and not Path(f"{lock}2").exists()
+
+
 def test_a_lock_file_its_holder_removed_after_we_opened_it_is_not_taken(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Three copies of one job: the second opens the lock file, the first ends (its lock released,

@@ -556,6 +556,37 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
 
 
 @pytest.mark.workflow
+def test_a_second_snakemake_on_one_results_dir_stops_before_any_job(tmp_path):
+    """Snakemake's own lock lets two runs whose outputs do not overlap build one results/ at once,
+    and each deletes the temp() weights its jobs are done with, which the other's may still
+    need. While one runs, a second stops in one line naming it (`results/.workflow.lock`,
+    released when the first exits however it ends); a dry run is not stopped."""
+    import signal
+
+    from test_errors import HOLD_LOCK
+
+    cmd = [sys.executable, "-m", "snakemake", "results/tables/base_eval.parquet", "--cores", "1", "--configfile",
+           "config/config.yaml", "config/smoke.yaml", "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")]
+    lock = tmp_path / "results" / ".workflow.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 1
+        assert out.stderr.strip().splitlines()[-1] == (
+            f"this workflow's results/ is being written by another process (pid {holder.pid} on "
+            f"{__import__('socket').gethostname()}, lock results/.workflow.lock): another Snakemake is building it, "
+            "and each would delete temp() weights the other still needs; build all your targets in one run "
+            "(snakemake A B ...), or wait for it")
+        assert not (tmp_path / "results" / "mlflow").exists()  # no job ran, not even the local ones
+        dry = subprocess.run([*cmd, "-n"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert dry.returncode == 0, dry.stderr[-2000:]
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+@pytest.mark.workflow
 def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(smoke_workdir, tmp_path):
     """results/mlflow/ pins the store the workflow logs to. Pointing MLFLOW_TRACKING_URI elsewhere
     stopped nothing: every job read the old store's URI from those files and logged there. Now a

@@ -160,7 +160,11 @@ class LockedError(RuntimeError):
     """Another live process holds the lock (`exclusive_lock`)."""
 
 
-def _flock(fd: int, path: Path, what: str) -> bool:
+#: What `exclusive_lock`'s error advises by default: the holder is a job a killed Snakemake left.
+JOB_LEFT_RUNNING = "a job of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun"
+
+
+def _flock(fd: int, path: Path, what: str, advice: str = JOB_LEFT_RUNNING) -> bool:
     """Lock the open file `fd` (`exclusive_lock`'s lock file `path`) without waiting: True once
     locked, False on a file system that takes no locks (with a warning); LockedError naming the
     holder if another process has it."""
@@ -171,8 +175,7 @@ def _flock(fd: int, path: Path, what: str) -> bool:
         return True
     except BlockingIOError:
         holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
-        raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): a job "
-                          "of an earlier Snakemake may still be running; stop it (ps, squeue) and rerun") from None
+        raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): {advice}") from None
     except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
         logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
                                             "nothing stops a second process writing it", what, err)
@@ -190,7 +193,7 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
+def exclusive_lock(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) -> Iterator[None]:
     """Hold an exclusive lock (`fcntl.flock`) on the file `path` while the block runs, or raise a
     one-line LockedError naming `what` and the holder (its pid and host, which it writes into the
     file). The kernel drops a lock when its holder dies, however it dies, so only a live process
@@ -211,7 +214,7 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            locked = _flock(fd, path, what)
+            locked = _flock(fd, path, what, advice)
             if not locked or _same_file(fd, path):
                 break
         except BaseException:  # LockedError, or anything else before the block: the file is not ours
@@ -228,6 +231,19 @@ def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 path.unlink()
         os.close(fd)
+
+
+_HELD = contextlib.ExitStack()  # the locks `hold_until_exit` took, released as the process exits
+
+
+def hold_until_exit(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) -> None:
+    """`exclusive_lock` held from now until this process exits (Snakemake's `onstart` hook, which
+    has no block to hold it in); a process killed outright loses it with its life."""
+    import atexit
+
+    _HELD.enter_context(exclusive_lock(path, what, advice))
+    atexit.unregister(_HELD.close)  # once, however many locks it holds
+    atexit.register(_HELD.close)
 
 
 def free_space_error(directory: str | Path, needed: int, what: str) -> str | None:

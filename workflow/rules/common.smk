@@ -41,8 +41,19 @@ MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 # Made for another store or experiment (MLFLOW_TRACKING_URI, mlflow_experiment): a run stops before
 # any job, in one line naming the command that remakes the files for it (a dry run logs nothing,
 # so it is not stopped); every job checks it again (fastslow.tracking.check_store). So does a run
-# on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store.
+# on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store. And
+# one Snakemake at a time builds a results/: Snakemake's own lock lets two run whose outputs do
+# not overlap, and each deletes the temp() weights its own jobs are done with, which the other's
+# cycles and evaluations may still need (a dry run is not stopped).
 onstart:
+    from fastslow.io import LockedError, hold_until_exit
+
+    try:
+        hold_until_exit(f"{RESULTS}/.workflow.lock", f"this workflow's {RESULTS}/",
+                        "another Snakemake is building it, and each would delete temp() weights the other "
+                        "still needs; build all your targets in one run (snakemake A B ...), or wait for it")
+    except LockedError as err:
+        sys.exit(str(err))
     if workflow.non_local_exec:
         from fastslow.tracking import cluster_store_error, tracking_uri
 
