@@ -254,6 +254,40 @@ def test_sigkilled_run_is_closed_and_linked_by_the_rerun(tracking):
     assert [r.info.run_id for r in current if r.data.tags.get("fastslow.job") == "long/x=1"] == [new.info.run_id]
 
 
+def test_two_projects_on_one_store_and_experiment_keep_their_own_parents_and_jobs(tmp_path, monkeypatch):
+    """Two clones (results directories) logging to one server's experiment of one name, the
+    default `fastslow`: a job of one had closed the other's live run of the same job KILLED and
+    linked to it as its previous run, and the second project's jobs nested under the first's
+    parent runs. Each project's runs now carry its id (`fastslow.project`), and its parents and
+    jobs are found among its own."""
+    from fastslow.tracking import TAG_PROJECT
+
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    paths, infos = [], []
+    for name in ("a", "b"):
+        results = tmp_path / name / "results"
+        paths.append(results / "mlflow/parents/foundation.json")
+        infos.append(init_tracking("fastslow", ["foundation"], paths[-1], results))
+    (a, b), client = infos, MlflowClient(store)
+    assert a["experiment_id"] == b["experiment_id"] and a["project"] != b["project"]
+    assert a["parents"]["foundation"] != b["parents"]["foundation"]
+    # a's job is running (SIGKILLed, say) when b runs the same job: a's run is not b's to close
+    stale = client.create_run(a["experiment_id"], tags={"fastslow.job": "long/x=1", TAG_PROJECT: a["project"]})
+    with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=paths[1], parent="foundation"):
+        pass
+    (mine,) = [r for r in _runs(b, "long/x=1") if r.data.tags.get(TAG_PROJECT) == b["project"]]
+    assert client.get_run(stale.info.run_id).info.status == "RUNNING"
+    assert "fastslow.previous_run" not in mine.data.tags
+    assert mine.data.tags["mlflow.parentRunId"] == b["parents"]["foundation"]
+    # the files made again (retarget, init_tracking) find the same project and parents
+    assert init_tracking("fastslow", ["foundation"], paths[1], tmp_path / "b" / "results")["parents"] == b["parents"]
+    # and a's own rerun of the job does close its stale run and link to it
+    with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=paths[0], parent="foundation"):
+        pass
+    assert client.get_run(stale.info.run_id).info.status == "KILLED"
+
+
 def test_tracking_leaves_the_environment_alone(tmp_path, tracking):
     """Pointing our client at a store must not export MLFLOW_TRACKING_URI to later subprocesses
     (mlflow.set_tracking_uri does): a snakemake run started afterwards would log to that store."""

@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 TAG_JOB = "fastslow.job"  # rule + sorted wildcards: identifies "the same job" across reruns
 TAG_PREVIOUS = "fastslow.previous_run"
 TAG_SUPERSEDED = "fastslow.superseded_by"  # on that previous run: the job's run that replaced it
+#: The project (results directory) a run belongs to: two projects (clones, results directories)
+#: may log to one server's experiment of one name (the default `fastslow`), and each job's run
+#: is "the same job" as another only within its project (`project_id`).
+TAG_PROJECT = "fastslow.project"
 #: Signals that stop a job: scancel / SLURM's time limit, Ctrl-C, and the terminal closing (SIGHUP).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 #: Seconds a stopped job waits for the tracking store to mark its run KILLED before it stops
@@ -98,13 +102,35 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
         artifacts = None
         if uri.startswith("sqlite:"):
             artifacts = (Path(results_dir).resolve() / "mlartifacts").as_uri()
-        exp_id = client.create_experiment(experiment, artifact_location=artifacts)
+        try:
+            exp_id = client.create_experiment(experiment, artifact_location=artifacts)
+        except Exception as exc:  # noqa: BLE001 - another project's first job made it just now
+            if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            exp_id = client.get_experiment_by_name(experiment).experiment_id
     else:
         exp_id = exp.experiment_id
-    info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id}
+    info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id,
+            "project": project_id(results_dir), "results": str(Path(results_dir).resolve())}
     if out_json is not None:
         write_json(info, out_json)  # atomically: every job reads it
     return info
+
+
+def project_id(results_dir: str | Path) -> str:
+    """A project's id in a store its runs may share with other projects' (`TAG_PROJECT`): a digest
+    of its results directory's absolute path, so the same at each rebuild of its tracking files
+    (a moved project is another one, as `check_store` takes it)."""
+    import hashlib
+
+    return hashlib.sha256(str(Path(results_dir).resolve()).encode()).hexdigest()[:16]
+
+
+def _in_project(info: Mapping[str, Any], filter_string: str) -> str:
+    """`filter_string` narrowed to the runs of the project of the tracking files `info` (files
+    made before projects were tagged name none: all the experiment's runs, as then)."""
+    project = info.get("project")
+    return f"{filter_string} and tags.`{TAG_PROJECT}` = '{project}'" if project else filter_string
 
 
 def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
@@ -140,16 +166,18 @@ def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
     client = _client(experiment_info["tracking_uri"])
     exp_id = experiment_info["experiment_id"]
     ids: dict[str, str] = {}
+    project = {TAG_PROJECT: experiment_info["project"]} if experiment_info.get("project") else {}
     for name in parents:
-        found = _retry(client.search_runs, [exp_id], filter_string=f"tags.`fastslow.parent` = '{name}'",
-                       max_results=1)
+        found = _retry(client.search_runs, [exp_id], max_results=1,
+                       filter_string=_in_project(experiment_info, f"tags.`fastslow.parent` = '{name}'"))
         if found:
             ids[name] = found[0].info.run_id
             continue
-        run = _retry(client.create_run, exp_id, run_name=name, tags={"fastslow.parent": name})
+        run = _retry(client.create_run, exp_id, run_name=name, tags={"fastslow.parent": name, **project})
         _retry(client.set_terminated, run.info.run_id, "FINISHED")
         ids[name] = run.info.run_id
-    info = {key: experiment_info[key] for key in ("tracking_uri", "experiment", "experiment_id")}
+    info = {key: experiment_info[key] for key in ("tracking_uri", "experiment", "experiment_id", "project", "results")
+            if key in experiment_info}
     info["parents"] = ids
     write_json(info, out_json)  # atomically: every job reads it
     return info
@@ -385,13 +413,15 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     job_key = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))
     tags = {TAG_JOB: job_key, "fastslow.rule": rule, "mlflow.source.git.commit": git_commit(),
             **{f"wildcard.{k}": str(v) for k, v in wildcards.items()}, **(extra_tags or {})}
+    if info.get("project"):
+        tags[TAG_PROJECT] = info["project"]
     if parent and parent not in info["parents"]:
         raise ValueError(f"{tracking_json} holds the parent runs of {sorted(info['parents'])}, "
                          f"not of {parent!r}: the rule's tracking input is another group's")
     parent_id = info["parents"][parent] if parent else None
     if parent_id:
         tags["mlflow.parentRunId"] = parent_id
-    previous = _retry(client.search_runs, [exp_id], filter_string=f"tags.`{TAG_JOB}` = '{job_key}'",
+    previous = _retry(client.search_runs, [exp_id], filter_string=_in_project(info, f"tags.`{TAG_JOB}` = '{job_key}'"),
                       order_by=["attributes.start_time DESC"], max_results=50) or []
     for old in previous:  # a SIGKILLed job left its run RUNNING: close it as KILLED
         if old.info.status == "RUNNING":
