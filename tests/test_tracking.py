@@ -576,6 +576,38 @@ def test_a_second_copy_of_a_running_job_stops_in_one_line_and_opens_no_run(tmp_p
     assert [r.info.status for r in _runs(info, "base_model")] == ["FINISHED"] and not Path(f"{log}.lock").exists()
 
 
+def test_a_job_that_finds_the_disk_full_says_so_in_one_line_naming_where(tmp_path, tracking, monkeypatch, caplog):
+    """A full disk mid-save was a traceback in the library's words, naming no path (torch:
+    "unexpected pos 704 vs 598"; safetensors, polars: "No space left on device (os error 28)"),
+    in a log on the disk that is full. The job now says, on the console first, that the disk is
+    full under its output directory and how much is free there; other errors are left alone."""
+    import errno
+    from types import SimpleNamespace
+
+    from fastslow.jobs import disk_full, snakemake_job
+
+    path, info = tracking
+    out = tmp_path / "runs" / "cycle1" / "cycle.json"
+    job = SimpleNamespace(log=[], wildcards={}, params={}, threads=1, rule="cycle", output=[str(out)],
+                          config={"mlflow_experiment": info["experiment"]}, input=SimpleNamespace(tracking=str(path)))
+    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: None)
+    torch_full = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    with pytest.raises(RuntimeError), snakemake_job(job):
+        raise torch_full
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "fastslow.jobs"]
+    assert line.startswith(f"the disk is full (or a quota reached) under {out.parent} (")
+    assert " GiB free there now): free some space or move results/ to a larger file system, then rerun; the write " \
+           "failed with RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598" in line
+    wrapped = ValueError("saving the weights")
+    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    assert disk_full(wrapped, tmp_path).endswith("the write failed with ValueError: saving the weights")
+    assert disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"), tmp_path)
+    assert disk_full(ValueError("no column 'answer'"), tmp_path) is None
+    # an error of ours that already names the disk and what to do is not said twice
+    assert disk_full(RuntimeError("cannot fetch base model 'x': no space left on the device of the Hugging Face "
+                                  "cache (...); free space there or point HF_HUB_CACHE at a larger disk"), tmp_path) is None
+
+
 def test_a_store_that_stops_answering_costs_log_lines_not_the_job(tmp_path, tracking, monkeypatch, caplog):
     """Once a job's run is open its outputs are the result: a logging call the store refuses (here
     every artifact upload) was raised, failing the job after its work, and Snakemake deleted the

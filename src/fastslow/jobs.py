@@ -116,9 +116,51 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
     log_path = smk.log[0] if len(smk.log) else None
     setup_logging(log_path, job_label(smk.rule, wildcards))
-    with job_lock(log_path, job_label(smk.rule, wildcards)), \
-            _tracked_job(smk, wildcards, parent, run) as tracker:
-        yield tracker
+    try:
+        with job_lock(log_path, job_label(smk.rule, wildcards)), \
+                _tracked_job(smk, wildcards, parent, run) as tracker:
+            yield tracker
+    except Exception as err:
+        where = Path(smk.output[0]).parent if len(getattr(smk, "output", ())) else Path.cwd()
+        problem = disk_full(err, where)
+        if problem:  # to the console first: the log is likely on the disk that is full
+            logging.getLogger("fastslow.jobs").error("%s", problem)
+        raise
+
+
+#: How a write that ran out of space reads: the OS's errors, and torch.save's own when its stream
+#: fails (`inline_container.cc`: "unexpected pos", "basic_ios::clear"), which name nothing.
+_DISK_FULL = ("No space left on device", "Disk quota exceeded", "unexpected pos ", "basic_ios::clear")
+
+
+def disk_full(err: BaseException, where: str | Path) -> str | None:
+    """One line if `err` (or an error it was raised from) is a write that found the disk full or a
+    quota reached, naming `where` (the job's output directory) and the space free there now; None
+    otherwise. The traceback says "No space left on device (os error 28)" in safetensors' or
+    polars' words, or torch's "unexpected pos 704 vs 598", and no path."""
+    import errno
+    import re
+    import shutil
+
+    if re.search(r"\bfree (some )?space\b", str(err)):  # our own one line already says where (convert, cycle)
+        return None
+    seen: BaseException | None = err
+    while seen is not None:
+        if (isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT)) or \
+                any(marker in str(seen) for marker in _DISK_FULL):
+            probe = Path(where)  # the directory may not exist yet (or no more): its file system's
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            try:
+                free = f"{shutil.disk_usage(probe).free / 1024 ** 3:.2f} GiB free there now"
+            except OSError:
+                free = "its free space unknown"
+            detail = " ".join(str(err).split())[:200]
+            return (f"the disk is full (or a quota reached) under {where} ({free}): free some space or move "
+                    f"results/ to a larger file system, then rerun; the write failed with {type(err).__name__}: "
+                    f"{detail}")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def job_lock(log_path: str | Path | None, label: str) -> contextlib.AbstractContextManager[None]:
