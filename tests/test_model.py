@@ -125,6 +125,14 @@ def test_a_converted_gguf_tokenizer_is_loaded_from_the_cache_by_the_next_process
         monkeypatch.setattr(convert, "_convert_gguf_tokenizer", refuse)
         convert._gguf_tokenizer_cached.cache_clear()
         assert seen(load_gguf_tokenizer()) == seen(converted)
+        # an empty chat template (a power loss before the files reached the disk) loaded as '':
+        # every prompt rendered empty. Converted again too
+        [template] = [p for p in entry.iterdir() if "chat_template" in p.name]
+        template.write_text("")
+        calls.clear()
+        monkeypatch.setattr(convert, "_convert_gguf_tokenizer", lambda path: calls.append(path) or converted)
+        convert._gguf_tokenizer_cached.cache_clear()
+        assert seen(load_gguf_tokenizer()) == seen(converted) and len(calls) == 1
         # the key follows the file: one rewritten in place (another mtime or size) is another entry
         other = tmp_path / "other.gguf"
         other.write_bytes(b"GGUF")

@@ -93,7 +93,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _sync_tree(root: Path) -> None:
+def sync_tree(root: Path) -> None:
     """Every file under `root` (or `root` itself), then the directories that name them, on disk."""
     if root.is_dir():
         for dirpath, _, filenames in os.walk(root):
@@ -143,7 +143,7 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
     try:
         yield target
         _plain_modes(target)
-        _sync_tree(target)
+        sync_tree(target)
         if is_dir:
             if path.exists():
                 shutil.rmtree(path)

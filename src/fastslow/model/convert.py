@@ -117,21 +117,25 @@ def _gguf_tokenizer_cached(gguf_path: str) -> Any:
 
     from transformers import AutoTokenizer
 
-    from fastslow.io import cache_root
+    from fastslow.io import cache_root, sync_tree
 
     path = Path(gguf_path)
     cached = cache_root() / "gguf-tokenizers" / _tokenizer_cache_key(path)
     if (cached / ".complete").is_file():
         try:
-            return _set_padding(AutoTokenizer.from_pretrained(str(cached)))
+            tokenizer = AutoTokenizer.from_pretrained(str(cached))
+            if getattr(tokenizer, "chat_template", None):  # an empty file (a crash) would render every prompt ''
+                return _set_padding(tokenizer)
         except (OSError, ValueError):  # unreadable: replaced below
-            shutil.rmtree(cached, ignore_errors=True)
+            pass
+        shutil.rmtree(cached, ignore_errors=True)
     tokenizer = _convert_gguf_tokenizer(path)
     try:  # several processes may convert at once: each saves aside, the first rename wins
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{cached.name}.", dir=cached.parent))
         tokenizer.save_pretrained(str(tmp))
         (tmp / ".complete").touch()
+        sync_tree(tmp)  # on disk before its name says complete (a power loss left empty files)
         try:
             tmp.rename(cached)
         except OSError:  # another process's copy is in place
