@@ -199,8 +199,9 @@ def exclusive_lock(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) 
     file). The kernel drops a lock when its holder dies, however it dies, so only a live process
     refuses another: a job left running by a killed Snakemake (`--unlock`, then a rerun started
     a second copy of it, and the two wrote each other's temporaries). On a file system without
-    locks (Lustre without its `flock` mount option; NFS mounted `nolock` locks within one node
-    only) the block runs unlocked, with a warning, and its file stays. Locked, the file is removed when
+    locks (Lustre without its `flock` mount option) the block runs unlocked, with a warning, and
+    its file stays; NFS mounted `nolock` (or Lustre with `localflock`) takes the lock within one
+    node only, with no warning: copies on two nodes both run. Locked, the file is removed when
     the block ends.
 
     A lock is held only on the file that still has the name `path` once locked: a process that
