@@ -65,8 +65,25 @@ def test_gpu_options_fail_clearly_on_cpu(monkeypatch) -> None:
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
     check_device(SlowConfig(bf16=True))  # bf16 autocast on a CPU with native bf16
     monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
-    with pytest.raises(RuntimeError, match="bf16=true without a CUDA GPU needs a CPU with native bf16"):
+    with pytest.raises(RuntimeError, match="bf16=true needs a CUDA GPU with native bf16 .* or a CPU with native bf16"):
         check_device(SlowConfig(bf16=True))
+
+
+def test_a_gpu_that_only_emulates_bf16_is_not_native(monkeypatch) -> None:
+    """`bfloat16_if_native` and `slow.bf16: auto` had taken any CUDA GPU as native bf16: a V100
+    or T4 (torch emulates bf16 there) sampled and trained in bf16, slower than fp32."""
+    import torch
+
+    from fastslow import hardware
+
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)  # the GPU decides, not the host CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for native in (False, True):
+        asked = []
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True, native=native, asked=asked:
+                            asked.append(including_emulation) or native)
+        assert hardware.native_bf16_available() is native and asked == [False]
 
 
 def test_rows_spread_g_copies_over_k_contexts() -> None:

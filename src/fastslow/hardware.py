@@ -18,8 +18,11 @@ def cpu_has_native_bf16() -> bool:
 
 
 def native_bf16_available() -> bool:
-    """bf16 pays off here: a CUDA GPU, or a CPU with native bf16 (`slow.bf16: auto`, and the
-    samplers' `bfloat16_if_native`, `fastslow.config.resolve_sample_dtype`)."""
+    """bf16 pays off here: a CUDA GPU that computes it natively (Ampere or later: not a V100 or
+    T4, where torch emulates it), or a CPU with native bf16 (`slow.bf16: auto`, and the samplers'
+    `bfloat16_if_native`, `fastslow.config.resolve_sample_dtype`)."""
     import torch
 
-    return torch.cuda.is_available() or cpu_has_native_bf16()
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return cpu_has_native_bf16()

@@ -116,8 +116,8 @@ def check_device(cfg: SlowConfig) -> None:
         raise RuntimeError("slow loop: use_vllm needs a CUDA GPU, and none is visible here; set "
                            "slow.use_vllm=false to run on CPU")
     if cfg.bf16 and not native_bf16_available():
-        raise RuntimeError("slow loop: bf16=true without a CUDA GPU needs a CPU with native bf16 "
-                           "(AVX512-BF16 or AMX), and this one has neither; set slow.bf16=false")
+        raise RuntimeError("slow loop: bf16=true needs a CUDA GPU with native bf16 (Ampere or later) or a CPU "
+                           "with native bf16 (AVX512-BF16 or AMX), and this machine has neither; set slow.bf16=false")
     if cfg.use_vllm:
         try:
             import vllm  # noqa: F401
