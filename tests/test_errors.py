@@ -458,6 +458,18 @@ def test_a_lock_held_until_exit_is_released_and_removed_when_the_process_ends(tm
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().isdigit()  # held (its pid written) while the process ran
     assert not lock.exists() and not Path(f"{lock}2").exists()
+    # Taken by a relative path, then the process changes directory (Snakemake given --directory
+    # goes back before it exits): its own file goes, not the one of that name where it ends up
+    # (another run's live lock); released (`release_held`, the onsuccess hook), it can be taken again.
+    (tmp_path / "wd").mkdir()
+    other = tmp_path / "results" / ".workflow.lock"
+    other.write_text("pid 1 on another run\n")
+    code = ("import os; from fastslow.io import hold_until_exit, release_held\n"
+            "hold_until_exit('results/.workflow.lock', 'w'); release_held()\n"
+            "hold_until_exit('results/.workflow.lock', 'w'); os.chdir('..')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "wd", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert other.read_text() == "pid 1 on another run\n" and not (tmp_path / "wd" / "results" / ".workflow.lock").exists()
 
 
 def test_a_lock_file_its_holder_removed_after_we_opened_it_is_not_taken(tmp_path: Path,

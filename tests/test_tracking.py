@@ -553,21 +553,23 @@ def test_a_second_copy_of_a_running_job_stops_in_one_line_and_opens_no_run(tmp_p
 
     from test_errors import HOLD_LOCK
 
-    from fastslow.io import LockedError
     from fastslow.jobs import snakemake_job
 
     path, info = tracking
     log = tmp_path / "logs" / "base_model.log"
     job = SimpleNamespace(log=[str(log)], wildcards={}, params={}, threads=1, rule="base_model",
                           config={"mlflow_experiment": info["experiment"]}, input=SimpleNamespace(tracking=str(path)))
-    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: None)
+    logged: list[str] = []
+    monkeypatch.setattr("fastslow.jobs.setup_logging", lambda log_path, label=None: logged.append(log_path))
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, f"{log}.lock"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(LockedError) as err, snakemake_job(job):
+        with pytest.raises(SystemExit) as err, snakemake_job(job):
             pass
-        assert str(err.value).startswith(f"job base_model is being written by another process (pid {holder.pid} on ")
+        assert str(err.value).startswith(f"job error: job base_model is being written by another process "
+                                         f"(pid {holder.pid} on ")
         assert not _runs(info, "base_model")
+        assert not logged  # the running copy's log is not the second one's to write (its traceback had gone there)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

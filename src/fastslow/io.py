@@ -210,12 +210,13 @@ def exclusive_lock(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) 
     It opens the name again instead."""
     import socket
 
-    path = Path(path)
+    shown = Path(path)  # as given, in the error; the file itself by its absolute path: the holder
+    path = shown.absolute()  # may change directory before it ends (Snakemake, given --directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            locked = _flock(fd, path, what, advice)
+            locked = _flock(fd, shown, what, advice)
             if not locked or _same_file(fd, path):
                 break
         except BaseException:  # LockedError, or anything else before the block: the file is not ours
@@ -238,13 +239,20 @@ _HELD = contextlib.ExitStack()  # the locks `hold_until_exit` took, released as 
 
 
 def hold_until_exit(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) -> None:
-    """`exclusive_lock` held from now until this process exits (Snakemake's `onstart` hook, which
-    has no block to hold it in); a process killed outright loses it with its life."""
+    """`exclusive_lock` held from now until `release_held` or this process's exit (Snakemake's
+    `onstart` hook, which has no block to hold it in; its `onsuccess` and `onerror` hooks release
+    it, so a second workflow run in one process, from the API, can take it again); a process
+    killed outright loses it with its life."""
     import atexit
 
     _HELD.enter_context(exclusive_lock(path, what, advice))
     atexit.unregister(_HELD.close)  # once, however many locks it holds
     atexit.register(_HELD.close)
+
+
+def release_held() -> None:
+    """Release the locks `hold_until_exit` took (none: nothing to do)."""
+    _HELD.close()
 
 
 def free_space_error(directory: str | Path, needed: int, what: str) -> str | None:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fastslow.io import LockedError
 from fastslow.tracking import JobTracker, job_run
 
 RUN_WILDCARDS = ("experiment", "method", "run")
@@ -115,10 +116,20 @@ def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Itera
     versions (`library_versions`) and its threads."""
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
     log_path = smk.log[0] if len(smk.log) else None
-    setup_logging(log_path, job_label(smk.rule, wildcards))
+    label = job_label(smk.rule, wildcards)
+    with contextlib.ExitStack() as locked:
+        try:  # before the log is set up: a second copy must not write into the running one's log
+            locked.enter_context(job_lock(log_path, label))
+        except LockedError as err:  # to the console, in one line
+            raise SystemExit(f"job error: {err}") from None
+        setup_logging(log_path, label)
+        yield from _job(smk, wildcards, parent, run)
+
+
+def _job(smk: Any, wildcards: dict[str, str], parent: str | None, run: Any) -> Iterator[JobTracker]:
+    """The job's MLflow run (`_tracked_job`), and a full disk said in one line (`disk_full`)."""
     try:
-        with job_lock(log_path, job_label(smk.rule, wildcards)), \
-                _tracked_job(smk, wildcards, parent, run) as tracker:
+        with _tracked_job(smk, wildcards, parent, run) as tracker:
             yield tracker
     except Exception as err:
         where = Path(smk.output[0]).parent if len(getattr(smk, "output", ())) else Path.cwd()

@@ -44,16 +44,9 @@ MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 # on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store. And
 # one Snakemake at a time builds a results/: Snakemake's own lock lets two run whose outputs do
 # not overlap, and each deletes the temp() weights its own jobs are done with, which the other's
-# cycles and evaluations may still need (a dry run is not stopped).
+# cycles and evaluations may still need (a dry run is not stopped). The lock is released when the
+# run ends (onsuccess, onerror; or, if it stops otherwise, as its process exits).
 onstart:
-    from fastslow.io import LockedError, hold_until_exit
-
-    try:
-        hold_until_exit(f"{RESULTS}/.workflow.lock", f"this workflow's {RESULTS}/",
-                        "another Snakemake is building it, and each would delete temp() weights the other "
-                        "still needs; build all your targets in one run (snakemake A B ...), or wait for it")
-    except LockedError as err:
-        sys.exit(str(err))
     if workflow.non_local_exec:
         from fastslow.tracking import cluster_store_error, tracking_uri
 
@@ -69,6 +62,26 @@ onstart:
             check_store(json.loads(Path(MLFLOW_EXPERIMENT).read_text()), config, MLFLOW_EXPERIMENT)
         except RuntimeError as err:
             sys.exit(str(err))
+    from fastslow.io import LockedError, hold_until_exit
+
+    try:
+        hold_until_exit(f"{RESULTS}/.workflow.lock", f"this workflow's {RESULTS}/",
+                        "another Snakemake is building it, and each would delete temp() weights the other "
+                        "still needs; build all your targets in one run (snakemake A B ...), or wait for it")
+    except LockedError as err:
+        sys.exit(str(err))
+
+
+onsuccess:
+    from fastslow.io import release_held
+
+    release_held()
+
+
+onerror:
+    from fastslow.io import release_held
+
+    release_held()
 
 
 def tracking(group):
