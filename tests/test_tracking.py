@@ -280,12 +280,51 @@ def test_two_projects_on_one_store_and_experiment_keep_their_own_parents_and_job
     assert client.get_run(stale.info.run_id).info.status == "RUNNING"
     assert "fastslow.previous_run" not in mine.data.tags
     assert mine.data.tags["mlflow.parentRunId"] == b["parents"]["foundation"]
-    # the files made again (retarget, init_tracking) find the same project and parents
-    assert init_tracking("fastslow", ["foundation"], paths[1], tmp_path / "b" / "results")["parents"] == b["parents"]
+    # the files made again (retarget, init_tracking) keep their project and find its parents
+    again = init_tracking("fastslow", ["foundation"], paths[1], tmp_path / "b" / "results")
+    assert (again["project"], again["parents"]) == (b["project"], b["parents"])
     # and a's own rerun of the job does close its stale run and link to it
     with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=paths[0], parent="foundation"):
         pass
     assert client.get_run(stale.info.run_id).info.status == "KILLED"
+    # The id is not the path: two clones at one path on two machines (containers) are two projects.
+    twin = tmp_path / "twin" / "mlflow" / "parents" / "foundation.json"
+    twin.parent.mkdir(parents=True)
+    assert init_tracking("fastslow", ["foundation"], twin, tmp_path / "a" / "results")["project"] != a["project"]
+
+
+def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypatch):
+    """Files that name no project (made before runs were tagged with one) find their untagged
+    parent runs and earlier runs of a job, and leave tagged projects' runs alone; remade, they
+    get an id and still find their untagged parents and runs."""
+    from fastslow.tracking import TAG_PROJECT, retarget
+
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    client = MlflowClient(store)
+    exp_id = client.create_experiment("fastslow")
+    folder = tmp_path / "old" / "results" / "mlflow"
+    parent = client.create_run(exp_id, tags={"fastslow.parent": "foundation"}).info.run_id
+    legacy = {"tracking_uri": store, "experiment": "fastslow", "experiment_id": exp_id}
+    (folder / "parents").mkdir(parents=True)
+    (folder / "experiment.json").write_text(json.dumps(legacy))
+    (folder / "parents" / "foundation.json").write_text(json.dumps({**legacy, "parents": {"foundation": parent}}))
+    stale = client.create_run(exp_id, tags={"fastslow.job": "long/x=1"}).info.run_id  # the old project's, SIGKILLed
+    other = client.create_run(exp_id, tags={"fastslow.job": "long/x=1", TAG_PROJECT: "another"}).info.run_id
+    with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
+                 parent="foundation"):
+        pass
+    assert client.get_run(stale).info.status == "KILLED" and client.get_run(other).info.status == "RUNNING"
+    info = retarget(folder)
+    remade = json.loads((folder / "parents/foundation.json").read_text())
+    assert info["project"] and remade["project"] == info["project"] and remade["parents"] == {"foundation": parent}
+    with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
+                 parent="foundation"):
+        pass
+    runs = _runs({"tracking_uri": store, "experiment_id": exp_id}, "long/x=1")
+    newest = max(runs, key=lambda r: r.info.start_time)
+    assert newest.data.tags[TAG_PROJECT] == info["project"] and newest.data.tags["fastslow.previous_run"] != other
+    assert client.get_run(other).info.status == "RUNNING"
 
 
 def test_tracking_leaves_the_environment_alone(tmp_path, tracking):

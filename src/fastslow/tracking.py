@@ -91,8 +91,9 @@ def git_commit(cwd: str | Path | None = None) -> str:
 
 
 def init_experiment(experiment: str, out_json: str | Path | None = None,
-                    results_dir: str | Path = "results") -> dict[str, Any]:
-    """Create (or find) the database and the experiment; write its URI and id to `out_json`."""
+                    results_dir: str | Path = "results", project: str | None = None) -> dict[str, Any]:
+    """Create (or find) the database and the experiment; write its URI and id to `out_json`, with
+    the project's id (`project`, else the one `out_json` already names, else a new one)."""
     uri = tracking_uri(results_dir)
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -111,26 +112,44 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
     else:
         exp_id = exp.experiment_id
     info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id,
-            "project": project_id(results_dir), "results": str(Path(results_dir).resolve())}
+            "project": project or project_of(out_json) or new_project_id(),
+            "results": str(Path(results_dir).resolve())}
     if out_json is not None:
         write_json(info, out_json)  # atomically: every job reads it
     return info
 
 
-def project_id(results_dir: str | Path) -> str:
-    """A project's id in a store its runs may share with other projects' (`TAG_PROJECT`): a digest
-    of its results directory's absolute path, so the same at each rebuild of its tracking files
-    (a moved project is another one, as `check_store` takes it)."""
-    import hashlib
+def new_project_id() -> str:
+    """A project's id in a store its runs may share with other projects' (`TAG_PROJECT`): random,
+    made with its tracking files and kept when they are made again (`retarget`). Not its path:
+    clones in containers, or on machines laid out alike, share one."""
+    import uuid
 
-    return hashlib.sha256(str(Path(results_dir).resolve()).encode()).hexdigest()[:16]
+    return uuid.uuid4().hex[:16]
 
 
-def _in_project(info: Mapping[str, Any], filter_string: str) -> str:
-    """`filter_string` narrowed to the runs of the project of the tracking files `info` (files
-    made before projects were tagged name none: all the experiment's runs, as then)."""
-    project = info.get("project")
-    return f"{filter_string} and tags.`{TAG_PROJECT}` = '{project}'" if project else filter_string
+def project_of(tracking_json: str | Path | None) -> str | None:
+    """The project id the tracking file `tracking_json` names (None: no file, or one made before
+    projects were tagged)."""
+    if tracking_json is None:
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(Path(tracking_json).read_text()).get("project")
+    return None
+
+
+def _search_mine(client: Any, exp_id: str, info: Mapping[str, Any], filter_string: str,
+                 max_results: int) -> list[Any]:
+    """The runs matching `filter_string` of the project of the tracking files `info`: tagged with
+    its id, or untagged (made before projects were tagged: a project's own earlier runs), newest
+    first. Files made before then name no project: untagged runs only."""
+    clauses = [f"tags.`{TAG_PROJECT}` IS NULL"]
+    if info.get("project"):
+        clauses.insert(0, f"tags.`{TAG_PROJECT}` = '{info['project']}'")
+    found = [run for clause in clauses for run in _retry(
+        client.search_runs, [exp_id], filter_string=f"{filter_string} and {clause}",
+        order_by=["attributes.start_time DESC"], max_results=max_results) or []]
+    return sorted(found, key=lambda r: (r.data.tags.get(TAG_PROJECT) is None, -r.info.start_time))[:max_results]
 
 
 def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
@@ -168,8 +187,7 @@ def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
     ids: dict[str, str] = {}
     project = {TAG_PROJECT: experiment_info["project"]} if experiment_info.get("project") else {}
     for name in parents:
-        found = _retry(client.search_runs, [exp_id], max_results=1,
-                       filter_string=_in_project(experiment_info, f"tags.`fastslow.parent` = '{name}'"))
+        found = _search_mine(client, exp_id, experiment_info, f"tags.`fastslow.parent` = '{name}'", 1)
         if found:
             ids[name] = found[0].info.run_id
             continue
@@ -206,7 +224,8 @@ def log_init(log_path: str | Path, *, out_json: str | Path, experiment: str | No
 def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
                   results_dir: str | Path = "results") -> dict[str, Any]:
     """Create the experiment and one FINISHED parent run per name; write their ids to `out_json`."""
-    return init_parents(init_experiment(experiment, results_dir=results_dir), parents, out_json)
+    info = init_experiment(experiment, results_dir=results_dir, project=project_of(out_json))
+    return init_parents(info, parents, out_json)
 
 
 def flatten(d: Mapping[str, Any]) -> dict[str, str]:
@@ -421,8 +440,7 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     parent_id = info["parents"][parent] if parent else None
     if parent_id:
         tags["mlflow.parentRunId"] = parent_id
-    previous = _retry(client.search_runs, [exp_id], filter_string=_in_project(info, f"tags.`{TAG_JOB}` = '{job_key}'"),
-                      order_by=["attributes.start_time DESC"], max_results=50) or []
+    previous = _search_mine(client, exp_id, info, f"tags.`{TAG_JOB}` = '{job_key}'", 50)
     for old in previous:  # a SIGKILLed job left its run RUNNING: close it as KILLED
         if old.info.status == "RUNNING":
             _retry(client.set_terminated, old.info.run_id, "KILLED")
