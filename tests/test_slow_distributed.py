@@ -243,9 +243,14 @@ def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_pat
         return str(info.value)
 
     errors[:] = [(1, ValueError("shapes (3,)\nand (4,) do not match")), (0, RuntimeError("Connection closed by peer"))]
-    assert launched() == ("cycle 1 of e/rl/r: the slow steps failed in their 2 processes: rank 1 failed first with "
-                          "ValueError: shapes (3,) and (4,) do not match (1 other rank failed after it); "
-                          "every rank's traceback is in this job's log")
+    assert launched() == ("cycle 1 of e/rl/r: the slow steps failed in their 2 processes: rank 1 was the first to "
+                          "record an error: ValueError: shapes (3,) and (4,) do not match; 1 other rank recorded one "
+                          "after it; every rank's traceback is in this job's log")
+    # one rank killed outright records nothing: the survivor's error (its peer gone) is named, and so is the silence
+    errors[:] = [(0, RuntimeError("Connection closed by peer"))]
+    assert launched().endswith("rank 0 was the first to record an error: RuntimeError: Connection closed by peer; "
+                               "1 recorded none (killed outright, out of memory?, or failed before it started); "
+                               "every rank's traceback is in this job's log")
     errors[:] = []
     assert "exit status 1) and no rank recorded an error: one was killed outright (out of memory?)" in launched()
 
@@ -271,6 +276,7 @@ def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(
         "             '/site-packages/torch/x.py:3: UserWarning: a library warning',\n"
         "             '2026-12-04 17:00:02,500 rank1 WARNING fastslow.slow.trainer: rank 1 is slow'):\n"
         "    print(line, file=sys.stderr, flush=True)\n"
+        "print('Loading weights:  50%|#####     \\rLoading weights: 100%|##########', file=sys.stderr)\n"
         "json.dump({'global_step': 2, 'metrics': []}, open(spec['result'], 'w'))\n")
     (tmp_path / "ranks.py").write_text(ranks)
     monkeypatch.setattr(launch, "build_command", lambda module, args, **kw: [sys.executable, str(tmp_path / "ranks.py"),
@@ -289,9 +295,10 @@ def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(
     assert "INFO [cycle e/rl/r cycle=1] fastslow.slow.loop: rank0 step 1/2 reward 0.500" in console
     assert "WARNING [cycle e/rl/r cycle=1] fastslow.slow.trainer: rank1 rank 1 is slow" in console
     assert "a library warning" not in console
-    log = log_file.read_text()
+    log = log_file.read_bytes().decode()  # as written: a progress bar's carriage returns kept
     assert all(x in log for x in ("rank0 INFO fastslow.slow.loop: step 1/2", "UserWarning: a library warning",
-                                  "rank1 WARNING fastslow.slow.trainer: rank 1 is slow"))
+                                  "rank1 WARNING fastslow.slow.trainer: rank 1 is slow",
+                                  "Loading weights:  50%|#####     \rLoading weights: 100%|##########\n"))
 
 
 def test_a_rank_records_the_error_it_stops_on(tmp_path, monkeypatch) -> None:

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -468,8 +468,8 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
                     cycle, spec.key, len(rows), slow_cfg.steps_per_cycle)
 
     try:
-        with _relayed(sys.stderr) as stderr:
-            run(command, stderr=stderr, before_stop=log_finished_steps)
+        with _Relay(sys.stderr) as relay:
+            run(command, stderr=relay.stderr, before_stop=lambda: (relay.drain(), log_finished_steps()))
     except subprocess.CalledProcessError as err:
         log_finished_steps()
         raise RuntimeError(ranks_failed(cycle, spec.key, processes, err.returncode, read_errors(result_path))) from err
@@ -491,8 +491,13 @@ def ranks_failed(cycle: int, run: str, processes: int, returncode: int, errors: 
     head = f"cycle {cycle} of {run}: the slow steps failed in their {processes} processes"
     if errors:
         rank, line = errors[0]
-        more = f" ({len(errors) - 1} other rank{'s' * (len(errors) > 2)} failed after it)" if len(errors) > 1 else ""
-        return f"{head}: rank {rank} failed first with {line}{more}; every rank's traceback is in this job's log"
+        parts = [f"rank {rank} was the first to record an error: {line}"]
+        if len(errors) > 1:
+            parts.append(f"{len(errors) - 1} other rank{'s' * (len(errors) > 2)} recorded one after it")
+        if len(errors) < processes:  # a rank killed outright (the others then fail on its broken collective)
+            silent = processes - len(errors)
+            parts.append(f"{silent} recorded none (killed outright, out of memory?, or failed before it started)")
+        return f"{head}: {'; '.join(parts)}; every rank's traceback is in this job's log"
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
     return (f"{head} ({how}) and no rank recorded an error: one was killed outright (out of memory?) "
             "or crashed; the ranks' output is in this job's log")
@@ -503,33 +508,43 @@ _RANK_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ rank(\d+) (INFO|WA
                         r"(fastslow[\w.]*): (.*)$")
 
 
-@contextlib.contextmanager
-def _relayed(stream: Any) -> Iterator[Any]:
-    """What the ranks write to stderr, for `launch.run`: all of it to `stream` (the rule's log
-    file), and the lines of our own loggers (a step's line, the loop's warnings) also to the
-    console, labelled with the job as its own lines are (`fastslow.jobs.setup_logging`): at 8B a
-    step takes minutes, and the console showed nothing of the slow steps of a multi-GPU cycle.
-    Without a console handler (not a workflow job) or a file to write to, the ranks inherit
-    `stream` (None: this process's stderr)."""
-    try:
-        stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        yield None
-        return
-    console = [h for h in logging.getLogger().handlers if getattr(h, "stream", None) is sys.__stderr__]
-    if not console:
-        yield stream
-        return
-    read_fd, write_fd = os.pipe()
+class _Relay:
+    """What the ranks write to stderr, for `launch.run` (`stderr`): all of it to `stream` (the
+    rule's log file) as written, and the lines of our own loggers (a step's line, the loop's
+    warnings) also to the console, labelled with the job as its own lines are
+    (`fastslow.jobs.setup_logging`): at 8B a step takes minutes, and the console showed nothing
+    of the slow steps of a multi-GPU cycle. Without a console handler (not a workflow job) or a
+    file to write to, the ranks inherit `stream` (None: this process's stderr). `drain` waits
+    until everything the ranks wrote is written (once they have stopped; a stop signal's handler
+    ends the process without leaving the block)."""
 
-    def relay() -> None:
-        with os.fdopen(read_fd, encoding="utf-8", errors="replace") as lines:
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.stderr, self._write_fd, self._thread = stream, stream, None, None
+
+    def __enter__(self) -> _Relay:
+        try:
+            self.stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            self.stderr = None
+            return self
+        console = [h for h in logging.getLogger().handlers if getattr(h, "stream", None) is sys.__stderr__]
+        if console:
+            read_fd, self._write_fd = os.pipe()
+            self.stderr = self._write_fd
+            self._thread = threading.Thread(target=self._relay, args=(read_fd, console), name="ranks-stderr",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def _relay(self, read_fd: int, console: list[logging.Handler]) -> None:
+        # newline="": each line written as the ranks wrote it (a progress bar's \r kept)
+        with os.fdopen(read_fd, encoding="utf-8", errors="replace", newline="") as lines:
             for line in lines:  # read to the end whatever fails: a full pipe would block the ranks
                 with contextlib.suppress(Exception):
-                    stream.write(line)
-                    stream.flush()
+                    self.stream.write(line)
+                    self.stream.flush()
                 with contextlib.suppress(Exception):
-                    if m := _RANK_LINE.match(line.rstrip("\n")):
+                    if m := _RANK_LINE.match(line.rstrip("\r\n")):
                         rank, level, name, message = m.groups()
                         record = logging.makeLogRecord({"name": name, "levelname": level,
                                                         "levelno": getattr(logging, level), "msg": f"rank{rank} {message}"})
@@ -537,13 +552,16 @@ def _relayed(stream: Any) -> Iterator[Any]:
                             if record.levelno >= handler.level:
                                 handler.handle(record)
 
-    thread = threading.Thread(target=relay, name="ranks-stderr", daemon=True)
-    thread.start()
-    try:
-        yield write_fd
-    finally:
-        os.close(write_fd)  # the ranks have ended: the relay reads to the end of what they wrote
-        thread.join(timeout=30)
+    def drain(self) -> None:
+        """The ranks have ended: close our end of the pipe and wait for the relay to reach its end."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def __exit__(self, *exc: object) -> None:
+        self.drain()
 
 
 def _continual(spec: RunSpec, cycle: int) -> dict[str, Any]:
