@@ -287,10 +287,22 @@ def test_two_projects_on_one_store_and_experiment_keep_their_own_parents_and_job
     with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=paths[0], parent="foundation"):
         pass
     assert client.get_run(stale.info.run_id).info.status == "KILLED"
-    # The id is not the path: two clones at one path on two machines (containers) are two projects.
-    twin = tmp_path / "twin" / "mlflow" / "parents" / "foundation.json"
-    twin.parent.mkdir(parents=True)
-    assert init_tracking("fastslow", ["foundation"], twin, tmp_path / "a" / "results")["project"] != a["project"]
+    # The id is kept in the results directory, beside the tracking files: remade after they were
+    # deleted (as the README offers), they keep it. A copy elsewhere is another project.
+    import shutil
+
+    shutil.rmtree(tmp_path / "b" / "results" / "mlflow")
+    assert init_tracking("fastslow", ["foundation"], paths[1], tmp_path / "b" / "results")["project"] == b["project"]
+    shutil.copytree(tmp_path / "a" / "results", tmp_path / "c" / "results")
+    copy = init_tracking("fastslow", ["foundation"], tmp_path / "c" / "results/mlflow/parents/foundation.json",
+                         tmp_path / "c" / "results")
+    assert copy["project"] not in (a["project"], b["project"]) and copy["parents"] != a["parents"]
+    # A new project on a store holding untagged runs (another project's, from before runs were
+    # tagged) adopts none of them: not its parent, not a live run of the same job.
+    old = client.create_run(a["experiment_id"], tags={"fastslow.job": "long/x=2"}).info.run_id
+    with job_run(rule="long", wildcards={"x": "2"}, config={}, tracking_json=paths[1], parent="foundation"):
+        pass
+    assert client.get_run(old).info.status == "RUNNING"
 
 
 def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypatch):
@@ -321,9 +333,10 @@ def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypat
     with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
                  parent="foundation"):
         pass
-    runs = _runs({"tracking_uri": store, "experiment_id": exp_id}, "long/x=1")
-    newest = max(runs, key=lambda r: r.info.start_time)
-    assert newest.data.tags[TAG_PROJECT] == info["project"] and newest.data.tags["fastslow.previous_run"] != other
+    runs = sorted(_runs({"tracking_uri": store, "experiment_id": exp_id}, "long/x=1"), key=lambda r: r.info.start_time)
+    first, newest = [r for r in runs if r.info.run_id not in (stale, other)]
+    assert newest.data.tags[TAG_PROJECT] == info["project"] and TAG_PROJECT not in first.data.tags
+    assert newest.data.tags["fastslow.previous_run"] == first.info.run_id  # its own untagged run, adopted
     assert client.get_run(other).info.status == "RUNNING"
 
 

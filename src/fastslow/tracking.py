@@ -91,9 +91,10 @@ def git_commit(cwd: str | Path | None = None) -> str:
 
 
 def init_experiment(experiment: str, out_json: str | Path | None = None,
-                    results_dir: str | Path = "results", project: str | None = None) -> dict[str, Any]:
+                    results_dir: str | Path = "results") -> dict[str, Any]:
     """Create (or find) the database and the experiment; write its URI and id to `out_json`, with
-    the project's id (`project`, else the one `out_json` already names, else a new one)."""
+    the project's id (`project_id`) and whether its jobs adopt untagged runs (`out_json` was
+    made before runs were tagged with a project)."""
     uri = tracking_uri(results_dir)
     client = _client(uri)
     exp = client.get_experiment_by_name(experiment)
@@ -112,44 +113,64 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
     else:
         exp_id = exp.experiment_id
     info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id,
-            "project": project or project_of(out_json) or new_project_id(),
-            "results": str(Path(results_dir).resolve())}
+            "project": project_id(results_dir), "results": str(Path(results_dir).resolve())}
+    if out_json is not None and Path(out_json).exists() and _made_without_project(out_json):
+        info["adopt_untagged"] = True
     if out_json is not None:
         write_json(info, out_json)  # atomically: every job reads it
     return info
 
 
-def new_project_id() -> str:
-    """A project's id in a store its runs may share with other projects' (`TAG_PROJECT`): random,
-    made with its tracking files and kept when they are made again (`retarget`). Not its path:
-    clones in containers, or on machines laid out alike, share one."""
+#: In the results directory: its project's id (`project_id`), beside (not in) the tracking files,
+#: so that remaking those (deleting results/mlflow/) keeps it.
+PROJECT_FILE = ".fastslow-project.json"
+
+
+def project_id(results_dir: str | Path) -> str:
+    """The id of the project whose results directory is `results_dir`, in a store its runs may
+    share with other projects' (`TAG_PROJECT`): random, made once and kept in the directory's
+    `PROJECT_FILE` with the directory's absolute path. Not the path itself: clones in containers,
+    or on machines laid out alike, share one. A results directory copied or moved elsewhere gets
+    a new id (two copies logging to one server are two projects)."""
     import uuid
 
-    return uuid.uuid4().hex[:16]
+    results = Path(results_dir).resolve()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        made = json.loads((results / PROJECT_FILE).read_text())
+        if made.get("results") == str(results) and made.get("id"):
+            return str(made["id"])
+    project = uuid.uuid4().hex[:16]
+    write_json({"id": project, "results": str(results)}, results / PROJECT_FILE)
+    return project
 
 
-def project_of(tracking_json: str | Path | None) -> str | None:
-    """The project id the tracking file `tracking_json` names (None: no file, or one made before
-    projects were tagged)."""
+def _made_without_project(tracking_json: str | Path | None) -> bool:
+    """Were the tracking files `tracking_json` made before runs were tagged with a project (or
+    remade from such)? Their project's earlier runs are untagged, and its jobs adopt those."""
     if tracking_json is None:
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads(Path(tracking_json).read_text()).get("project")
-    return None
+        return False
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        made = json.loads(Path(tracking_json).read_text())
+        return bool(made.get("adopt_untagged") or not made.get("project"))
+    return False
 
 
 def _search_mine(client: Any, exp_id: str, info: Mapping[str, Any], filter_string: str,
                  max_results: int) -> list[Any]:
-    """The runs matching `filter_string` of the project of the tracking files `info`: tagged with
-    its id, or untagged (made before projects were tagged: a project's own earlier runs), newest
-    first. Files made before then name no project: untagged runs only."""
-    clauses = [f"tags.`{TAG_PROJECT}` IS NULL"]
-    if info.get("project"):
-        clauses.insert(0, f"tags.`{TAG_PROJECT}` = '{info['project']}'")
-    found = [run for clause in clauses for run in _retry(
-        client.search_runs, [exp_id], filter_string=f"{filter_string} and {clause}",
-        order_by=["attributes.start_time DESC"], max_results=max_results) or []]
-    return sorted(found, key=lambda r: (r.data.tags.get(TAG_PROJECT) is None, -r.info.start_time))[:max_results]
+    """The runs matching `filter_string` of the project of the tracking files `info`, newest
+    first: tagged with its id, plus the untagged ones (made before runs were tagged) when its
+    files were made before then (`adopt_untagged`), or only those when they name no project.
+    The untagged are told apart here, not by the store: `IS NULL` on a tag needs a recent server."""
+    project = info.get("project")
+    found = []
+    if project:
+        found += _retry(client.search_runs, [exp_id], filter_string=f"{filter_string} and tags.`{TAG_PROJECT}` = "
+                        f"'{project}'", order_by=["attributes.start_time DESC"], max_results=max_results) or []
+    if not project or info.get("adopt_untagged"):
+        found += [run for run in _retry(client.search_runs, [exp_id], filter_string=filter_string,
+                                        order_by=["attributes.start_time DESC"], max_results=max(max_results, 200))
+                  or [] if TAG_PROJECT not in run.data.tags]
+    return sorted(found, key=lambda r: -r.info.start_time)[:max_results]
 
 
 def deleted_experiment(experiment: str, exp_id: str, uri: str) -> str:
@@ -194,8 +215,8 @@ def init_parents(experiment_info: Mapping[str, Any], parents: list[str],
         run = _retry(client.create_run, exp_id, run_name=name, tags={"fastslow.parent": name, **project})
         _retry(client.set_terminated, run.info.run_id, "FINISHED")
         ids[name] = run.info.run_id
-    info = {key: experiment_info[key] for key in ("tracking_uri", "experiment", "experiment_id", "project", "results")
-            if key in experiment_info}
+    info = {key: experiment_info[key] for key in ("tracking_uri", "experiment", "experiment_id", "project", "results",
+                                                  "adopt_untagged") if key in experiment_info}
     info["parents"] = ids
     write_json(info, out_json)  # atomically: every job reads it
     return info
@@ -224,8 +245,7 @@ def log_init(log_path: str | Path, *, out_json: str | Path, experiment: str | No
 def init_tracking(experiment: str, parents: list[str], out_json: str | Path,
                   results_dir: str | Path = "results") -> dict[str, Any]:
     """Create the experiment and one FINISHED parent run per name; write their ids to `out_json`."""
-    info = init_experiment(experiment, results_dir=results_dir, project=project_of(out_json))
-    return init_parents(info, parents, out_json)
+    return init_parents(init_experiment(experiment, results_dir=results_dir), parents, out_json)
 
 
 def flatten(d: Mapping[str, Any]) -> dict[str, str]:
