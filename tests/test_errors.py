@@ -472,6 +472,65 @@ def test_a_lock_held_until_exit_is_released_and_removed_when_the_process_ends(tm
     assert other.read_text() == "pid 1 on another run\n" and not (tmp_path / "wd" / "results" / ".workflow.lock").exists()
 
 
+def test_a_lock_whose_slurm_job_has_ended_is_taken_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock on a network file system can outlive a node that died (NFSv3 until it reboots):
+    SLURM's retry of that node's job elsewhere was refused, attempt after attempt, naming a
+    process nobody could stop. The holder names its SLURM job; when squeue says that job has
+    ended (or knows it no more), or it was this job before SLURM requeued it, the lock is taken
+    over. A running job's, or one squeue cannot be asked about, still refuses. (The holder here is
+    alive: it stands for the dead node's process, whose lock the file system keeps.)"""
+    import signal
+    import subprocess
+    import sys
+
+    from fastslow.io import LockedError, exclusive_lock
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text('#!/bin/sh\nif [ "$FAKE_STATE" = gone ]; then echo "slurm_load_jobs error: Invalid job id '
+                      'specified" >&2; exit 1; fi\necho "$FAKE_STATE"\n')
+    squeue.chmod(0o755)
+    lock = tmp_path / "c0.lock"
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": ""}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert lock.read_text().strip().endswith("(SLURM job 4242, restart 0)")
+        for key in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        for state in ("RUNNING", "COMPLETING"):  # its job still runs: its process may too
+            monkeypatch.setenv("FAKE_STATE", state)
+            with pytest.raises(LockedError, match=f"pid {holder.pid} on .* \\(SLURM job 4242, restart 0\\)"):
+                with exclusive_lock(lock, "cycle 0"):
+                    pass
+        monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no squeue to ask: refused
+        with pytest.raises(LockedError), exclusive_lock(lock, "cycle 0"):
+            pass
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        for state in ("gone", "NODE_FAIL"):
+            monkeypatch.setenv("FAKE_STATE", state)
+            with exclusive_lock(lock, "cycle 0"):
+                assert lock.read_text().startswith(f"pid {os.getpid()} ")
+            lock.unlink(missing_ok=True)
+            # the holder keeps its nameless old file; for the next round, it locks a new one
+            holder.send_signal(signal.SIGKILL)
+            holder.wait()
+            holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdout=subprocess.PIPE, text=True,
+                                      env=env)
+            assert holder.stdout.readline().strip() == "held"
+        # this very job before SLURM requeued it: taken over without asking squeue
+        monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+        monkeypatch.setenv("SLURM_JOB_ID", "4242")
+        monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+        with exclusive_lock(lock, "cycle 0"):
+            assert lock.read_text().strip().endswith("(SLURM job 4242, restart 1)")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_lock_file_its_holder_removed_after_we_opened_it_is_not_taken(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Three copies of one job: the second opens the lock file, the first ends (its lock released,

@@ -157,7 +157,39 @@ def atomic_path(path: str | Path, is_dir: bool = False) -> Iterator[Path]:
 
 
 class LockedError(RuntimeError):
-    """Another live process holds the lock (`exclusive_lock`)."""
+    """Another live process holds the lock (`exclusive_lock`); `holder` is what it wrote there."""
+
+    def __init__(self, message: str, holder: str = "") -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+#: SLURM states of a job that has ended (`squeue -o %T`): its processes are gone with it.
+_SLURM_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                "PREEMPTED", "SPECIAL_EXIT", "TIMEOUT"}
+
+
+def _holder_gone(holder: str) -> bool:
+    """Is the lock's holder, a process of a SLURM job (`exclusive_lock` wrote its id), gone? A lock
+    on a network file system can outlive a node that died (NFSv3 until it reboots, Lustre until
+    it is evicted): SLURM's retry of that node's job on another node was refused, each attempt,
+    by a process nobody could stop. The holder is gone when SLURM says its job ended (or knows it
+    no more), or when it was an earlier run of this very job (requeued under its id)."""
+    import re
+    import subprocess
+
+    m = re.search(r"\(SLURM job (\d+), restart (\d+)\)", holder)
+    if not m:
+        return False
+    if m.group(1) == os.environ.get("SLURM_JOB_ID"):  # this job's earlier run, before SLURM requeued it
+        return int(m.group(2)) < int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", m.group(1), "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):  # no squeue here: nothing says it is gone
+        return False
+    if out.returncode != 0:
+        return "invalid job id" in out.stderr.lower()
+    return out.stdout.strip() == "" or out.stdout.strip() in _SLURM_ENDED
 
 
 #: What `exclusive_lock`'s error advises by default: the holder is a job a killed Snakemake left.
@@ -175,7 +207,8 @@ def _flock(fd: int, path: Path, what: str, advice: str = JOB_LEFT_RUNNING) -> bo
         return True
     except BlockingIOError:
         holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "a process that wrote no name"
-        raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): {advice}") from None
+        raise LockedError(f"{what} is being written by another process ({holder}, lock {path}): {advice}",
+                          holder) from None
     except OSError as err:  # ENOLCK, EOPNOTSUPP: no locks on this file system
         logging.getLogger(__name__).warning("%s: not locked (%s: the file system takes no locks); "
                                             "nothing stops a second process writing it", what, err)
@@ -213,20 +246,35 @@ def exclusive_lock(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) 
     shown = Path(path)  # as given, in the error; the file itself by its absolute path: the holder
     path = shown.absolute()  # may change directory before it ends (Snakemake, given --directory)
     path.parent.mkdir(parents=True, exist_ok=True)
+    taken_over = False
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             locked = _flock(fd, shown, what, advice)
             if not locked or _same_file(fd, path):
                 break
-        except BaseException:  # LockedError, or anything else before the block: the file is not ours
+        except LockedError as err:
+            os.close(fd)
+            if taken_over or not _holder_gone(err.holder):
+                raise
+            # its holder's SLURM job has ended, the lock left on a node that died: a new file
+            # under the name (the dead holder keeps the old, nameless one)
+            logging.getLogger(__name__).warning("%s: the lock's holder (%s) is gone with its SLURM job; taking "
+                                                "the lock over (%s)", what, err.holder, shown)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            taken_over = True
+            continue
+        except BaseException:  # anything else before the block: the file is not ours
             os.close(fd)
             raise
         os.close(fd)  # its holder removed it after we opened it: lock the file under the name now
     try:
         if locked:
+            slurm = (f" (SLURM job {os.environ['SLURM_JOB_ID']}, restart {os.environ.get('SLURM_RESTART_COUNT') or 0})"
+                     if os.environ.get("SLURM_JOB_ID") else "")
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}{slurm}\n".encode(), 0)
         yield
     finally:
         if locked:
