@@ -424,9 +424,9 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     from fastslow.launch import build_command, run
     from fastslow.slow.loop import check_device
     from fastslow.slow.train import (
+        clear_errors,
         default_result_path,
         default_steps_path,
-        error_path,
         log_result,
         read_errors,
         read_result,
@@ -439,8 +439,7 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     spec_path = out_dir.with_name(out_dir.name + ".job.json")
     result_path = default_result_path(out_dir)
     result_path.unlink(missing_ok=True)
-    for rank in read_errors(result_path):  # an earlier attempt's
-        error_path(result_path, rank[0]).unlink(missing_ok=True)
+    clear_errors(result_path)  # an earlier attempt's
     write_spec(spec_path, method=spec.method, init_model=init_model, prev_dir=prev_dir,
                contexts=contexts, task={"name": task_name, "config": {"data": cfg["data"]}},
                train_file=train_file, slow=slow_cfg.to_dict(), out_dir=out_dir, run_id=spec.key,

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastslow.io import LockedError
+from fastslow.io import LockedError, exclusive_lock
 from fastslow.tracking import JobTracker, job_run
 
 RUN_WILDCARDS = ("experiment", "method", "run")
@@ -184,8 +184,6 @@ def job_lock(log_path: str | Path | None, label: str) -> contextlib.AbstractCont
     workflow's) is not locked."""
     if not log_path:
         return contextlib.nullcontext()
-    from fastslow.io import exclusive_lock
-
     return exclusive_lock(Path(f"{log_path}.lock"), f"job {label}")
 
 

@@ -114,7 +114,7 @@ def init_experiment(experiment: str, out_json: str | Path | None = None,
         exp_id = exp.experiment_id
     info = {"tracking_uri": uri, "experiment": experiment, "experiment_id": exp_id,
             "project": project_id(results_dir), "results": str(Path(results_dir).resolve())}
-    if out_json is not None and Path(out_json).exists() and _made_without_project(out_json):
+    if _made_without_project(out_json):
         info["adopt_untagged"] = True
     if out_json is not None:
         write_json(info, out_json)  # atomically: every job reads it

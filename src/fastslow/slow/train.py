@@ -143,11 +143,22 @@ def record_error(result_path: str | Path, rank: int, err: BaseException) -> None
             tmp.write_text(line[:1000] + "\n", encoding="utf-8")
 
 
+def _error_files(result_path: str | Path) -> list[Path]:
+    """The files `record_error` wrote beside `result_path` (`error_path`'s, of any rank)."""
+    return list(Path(result_path).parent.glob(f"{glob.escape(Path(result_path).name)}.rank*.error"))
+
+
+def clear_errors(result_path: str | Path) -> None:
+    """Remove the ranks' error records of an earlier attempt (`record_error`)."""
+    for path in _error_files(result_path):
+        path.unlink(missing_ok=True)
+
+
 def read_errors(result_path: str | Path) -> list[tuple[int, str]]:
     """(rank, error line) of the ranks that recorded one (`record_error`), the first written
     first: a rank's own failure comes before the others' failing on its broken collective."""
     found = []
-    for path in Path(result_path).parent.glob(f"{glob.escape(Path(result_path).name)}.rank*.error"):
+    for path in _error_files(result_path):
         with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
             rank = int(path.name.rsplit(".rank", 1)[1].removesuffix(".error"))
             found.append((path.stat().st_mtime_ns, rank, path.read_text(encoding="utf-8").strip()))
