@@ -164,6 +164,10 @@ class LockedError(RuntimeError):
         self.holder = holder
 
 
+#: How a lock's holder line names its SLURM job (`exclusive_lock` writes it, `_holder_gone` reads it).
+_SLURM_HOLDER = "(SLURM job {job}, restart {restart})"
+_SLURM_HOLDER_RE = re.compile(re.escape(_SLURM_HOLDER).replace(r"\{job\}", r"(\d+)").replace(r"\{restart\}", r"(\d+)"))
+
 #: SLURM states of a job that has ended (`squeue -o %T`): its processes are gone with it.
 _SLURM_ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "SPECIAL_EXIT", "TIMEOUT"}
@@ -175,10 +179,9 @@ def _holder_gone(holder: str) -> bool:
     it is evicted): SLURM's retry of that node's job on another node was refused, each attempt,
     by a process nobody could stop. The holder is gone when SLURM says its job ended (or knows it
     no more), or when it was an earlier run of this very job (requeued under its id)."""
-    import re
     import subprocess
 
-    m = re.search(r"\(SLURM job (\d+), restart (\d+)\)", holder)
+    m = _SLURM_HOLDER_RE.search(holder)
     if not m:
         return False
     if m.group(1) == os.environ.get("SLURM_JOB_ID"):  # this job's earlier run, before SLURM requeued it
@@ -271,8 +274,8 @@ def exclusive_lock(path: str | Path, what: str, advice: str = JOB_LEFT_RUNNING) 
         os.close(fd)  # its holder removed it after we opened it: lock the file under the name now
     try:
         if locked:
-            slurm = (f" (SLURM job {os.environ['SLURM_JOB_ID']}, restart {os.environ.get('SLURM_RESTART_COUNT') or 0})"
-                     if os.environ.get("SLURM_JOB_ID") else "")
+            job = os.environ.get("SLURM_JOB_ID")
+            slurm = " " + _SLURM_HOLDER.format(job=job, restart=os.environ.get("SLURM_RESTART_COUNT") or 0) if job else ""
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}{slurm}\n".encode(), 0)
         yield
