@@ -7,6 +7,7 @@ import builtins
 import json
 import re
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -409,6 +410,27 @@ def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch:
         codeio.CodeIOTask(isolate=False).problems("val", 1, seed=0)
 
 
+def test_a_codeio_programs_time_limit_is_cpu_time_not_the_machines_load() -> None:
+    """A reference program's limit was wall-clock time: with other jobs on the cores a program of
+    about a second passed 2 s, its item was dropped and every later item of the split shifted, so
+    the splits depended on the machine's load. Time spent not running (here asleep, as when the
+    cores are taken) no longer counts; computing past the limit still stops the program, and one
+    that waits for ever is stopped by the wall-clock limit behind it."""
+    from fastslow.tasks.codeio import WALL_FACTOR, _seeded_run
+
+    with _seeded_run(0, 0.2):
+        time.sleep(0.5)  # 0.5 s of wall-clock time, none of it CPU time
+    start = time.monotonic()
+    with pytest.raises(TimeoutError), _seeded_run(0, 0.2):
+        while time.monotonic() - start < 5:
+            pass
+    assert time.monotonic() - start < 0.2 * WALL_FACTOR
+    start = time.monotonic()
+    with pytest.raises(TimeoutError), _seeded_run(0, 0.05):
+        time.sleep(5)
+    assert time.monotonic() - start < 1
+
+
 def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
     """`partial_credit` (off by default, and untested before) gives a near miss reasoning-gym's
     similarity, at most 0.9: a wrong answer stays below a right one's 1, and without the option
@@ -457,6 +479,38 @@ def test_generation_is_deterministic_and_split_disjoint(name: str) -> None:
     for s, ps in a.items():  # each problem lies in the hash region its split owns
         assert all(p.task == name and f"-{s}-" in p.id and split_of(p.metadata.get("split_key", p.prompt)) == s
                    for p in ps)
+
+
+@pytest.mark.parametrize(("name", "split", "n"), [("physics", "test", 32), ("math_easy", "val", 32),
+                                                  ("physics_hard", "val", 64)])
+def test_a_split_holds_one_problem_once_however_worded(name: str, split: str, n: int) -> None:
+    """A key that names one problem is in a split once: physics' test split at the CPU default's
+    size held "1.5 kΩ" and "1500 Ω" of one problem (only equal prompts were told apart), and
+    math_easy's val "7 - 5 =" beside "Calculate 7 - 5."; a val mean counted them twice."""
+    problems = get_task(name).problems(split, n, seed=1234)
+    keys = [p.metadata["split_key"] for p in problems]
+    assert len(problems) == n and len(set(keys)) == n, Counter(keys).most_common(2)
+
+
+def test_series_and_parallel_resistors_in_either_order_are_one_problem() -> None:
+    """"410 Ω and 570 Ω" in parallel is the problem of "570 Ω and 410 Ω": one key, so one split.
+    At paper.yaml's sizes 2 of physics' 256 val problems had their twin in train; R2's power in
+    series is not symmetric, and keeps the order."""
+    from fastslow.tasks.physics import problem_identity
+
+    for gen in ("series", "parallel"):
+        assert problem_identity(gen, {"R1": "410 Ω", "R2": "570 Ω", "V": "12 V"}) == \
+            problem_identity(gen, {"V": "12 V", "R1": "570 Ω", "R2": "410 Ω"})
+    assert problem_identity("series_power", {"R1": "410 Ω", "R2": "570 Ω", "V": "12 V"}) != \
+        problem_identity("series_power", {"R1": "570 Ω", "R2": "410 Ω", "V": "12 V"})
+    # ...and the generated problems' keys are made so
+    problems = get_task("physics").problems("train", 300, seed=1)
+    swapped = [p for p in problems if p.metadata["generator"] in ("series", "parallel")]
+    assert swapped
+    for p in swapped:
+        values = dict(p.metadata["values"])
+        values["R1"], values["R2"] = values["R2"], values["R1"]
+        assert problem_identity(p.metadata["generator"], values) == p.metadata["split_key"]
 
 
 def test_write_splits_deterministic_atomic_and_roundtrip(tmp_path: Path) -> None:
@@ -637,6 +691,30 @@ def test_hf_loader_on_local_parquet_with_classlabel(tmp_path: Path) -> None:
     assert not (parts["train"] & parts["val"]) and not (parts["val"] & parts["test"])
 
 
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_a_hub_dataset_without_ids_is_split_alike_under_any_task_name(tmp_path: Path) -> None:
+    """A dataset without an id column had its rows named by their place in their Hub split:
+    row 7 of train and row 7 of test were one id, and the splits' check stopped the task_data job.
+    And its rows were cut into our splits by a hash of the task's name with that place: the same
+    data read as "math" and as "polaris_math" (or a task renamed) had most of one's val in the
+    other's train."""
+    datasets = pytest.importorskip("datasets")
+    for hub in ("train", "test"):
+        datasets.Dataset.from_dict({"q": [f"{hub} question {i}?" for i in range(40)],
+                                    "a": [str(i) for i in range(40)]}).to_parquet(str(tmp_path / f"{hub}.parquet"))
+    files = {hub: str(tmp_path / f"{hub}.parquet") for hub in ("train", "test")}
+    common = {"dataset": "parquet", "data_files": files, "columns": {"prompt": "q", "answer": "a"},
+              "cache_dir": str(tmp_path / "cache")}
+    paths = write_splits("hf", tmp_path / "out", {"train": 20, "val": 4, "test": 8}, 0,
+                         split_map={"train": "train", "test": "test"}, name="mine", **common)
+    test_ids = {p.id for p in load_problems(paths["test"])}
+    assert len(test_ids) == 8 and all(i.startswith("mine-test-") for i in test_ids)
+    parts = {name: {s: {p.id.removeprefix(f"{name}-") for p in get_task("hf", name=name, **common).problems(s, 100, 0)}
+                    for s in ("train", "val")} for name in ("math", "polaris_math")}
+    assert parts["math"] == parts["polaris_math"] and parts["math"]["val"]
+    assert not parts["math"]["val"] & parts["polaris_math"]["train"]
+
+
 def test_a_hub_dataset_that_does_not_load_stops_its_task_data_job_in_one_line(tmp_path: Path) -> None:
     """A dataset not found (or gated, or offline) and a split name it lacks: `load_dataset`'s
     own errors had reached the user as a traceback; now a TaskDataError naming the task, the
@@ -783,8 +861,14 @@ def test_a_duplicate_row_of_a_file_task_is_named_with_its_twin(tmp_path: Path) -
     with pytest.raises(TaskDataError) as err:
         write_splits("file", tmp_path / "out", {"train": 4, "val": 3, "test": 3}, 0,
                      path=_jsonl(tmp_path / "dup.jsonl", rows), name="mine")
-    assert "mine: problems q0 (train) and q9 (train) have the same prompt and answer" in str(err.value)
+    assert "mine: problems q0 (train) and q9 (train) have the same prompt (up to whitespace)" in str(err.value)
     assert "\n" not in str(err.value)
+    # ...and a twin in another split that differs in its spaces and its answer's spelling: val was
+    # scored on a problem train had taught (it was written without complaint)
+    rows[-1] = {"id": "q9", "prompt": "q0?  \n", "answer": "0.0", "split": "val"}
+    with pytest.raises(TaskDataError, match=r"problems q0 \(train\) and q9 \(val\) have the same prompt"):
+        write_splits("file", tmp_path / "out", {"train": 4, "val": 4, "test": 3}, 0,
+                     path=_jsonl(tmp_path / "twin.jsonl", rows), name="mine")
 
 
 @pytest.mark.filterwarnings("ignore:.*only .* exist")

@@ -291,9 +291,16 @@ def test_every_task_of_the_cpu_default_builds_its_splits_at_the_default_sizes(tm
         paths = write_splits(registry, tmp_path / name, sizes, cfg["data"]["seed"], **options)
         rows = {split: pl.read_parquet(path) for split, path in paths.items()}
         assert {split: df.height for split, df in rows.items()} == dict(sizes), name
-    programs = {split: {json.loads(m)["program_id"] for m in
-                        pl.read_parquet(tmp_path / "codeio" / f"{split}.parquet")["metadata"]} for split in sizes}
-    assert not programs["train"] & (programs["val"] | programs["test"])
+        for split, df in rows.items():  # no split holds one problem twice, however worded
+            keys = [json.loads(m).get("split_key") for m in df["metadata"]]
+            if getattr(get_task(registry, **options), "key_names_one_problem", False) and None not in keys:
+                assert len(set(keys)) == len(keys), (name, split)
+            assert df["prompt"].n_unique() == df.height, (name, split)
+    programs = {split: [json.loads(m)["program_id"] for m in
+                        pl.read_parquet(tmp_path / "codeio" / f"{split}.parquet")["metadata"]] for split in sizes}
+    assert not set(programs["train"]) & set(programs["val"] + programs["test"])
+    # ...while a program's other inputs stay: its key names a group of problems, not one
+    assert len(set(programs["train"])) < len(programs["train"])
 
 
 # --- a user's own task: scorer bugs, small problem spaces, the codeio worker's command line ----

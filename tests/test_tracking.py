@@ -628,6 +628,8 @@ def test_a_second_copy_of_a_running_job_stops_in_one_line_and_opens_no_run(tmp_p
     with snakemake_job(job):
         assert Path(f"{log}.lock").exists()
     assert [r.info.status for r in _runs(info, "base_model")] == ["FINISHED"] and not Path(f"{log}.lock").exists()
+    # the run names its log, where a failed job's traceback is (its fastslow.error tag has the error alone)
+    assert _runs(info, "base_model")[0].data.tags["fastslow.log"] == str(log.absolute())
 
 
 def test_a_job_that_finds_the_disk_full_says_so_in_one_line_naming_where(tmp_path, tracking, monkeypatch, caplog):

@@ -177,6 +177,17 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     assert reused and {r.data.params["fast.reuse_rollouts"] for r in reused} == {"true"}
     radar = of_run("radar/gepa/from_efficiency_fst_math-default-s0-hover-default-s0", "evaluate_point")
     assert radar and {r.data.params["evaluation.k"] for r in radar} == {"8"}
+    # (final_weights too, though it only links files: a filter on the run or its variant finds it)
+    final = of_run("efficiency/fst/math-default-s0", "final_weights")
+    assert final and {(r.data.tags["fastslow.variant"], r.data.params["run.key"]) for r in final} == \
+        {("default", "efficiency/fst/math-default-s0")}
+    # every evaluation's run says the dtype it sampled in (evaluation.dtype bfloat16_if_native is the
+    # machine's choice; the smoke config's model.dtype is float32)
+    from fastslow.config import load_config, sample_dtype
+
+    evals = [r for r in runs if r.data.tags.get("fastslow.rule") in ("evaluate_point", "evaluate_base", "channel_eval")]
+    assert {r.data.tags["fastslow.rule"] for r in evals} == {"evaluate_point", "evaluate_base", "channel_eval"}
+    assert {r.data.tags.get("fastslow.eval_dtype") for r in evals} == {sample_dtype(load_config(work / "config/config.yaml", work / "config/smoke.yaml"))}
     # ...so the runs a figure names are found by that tag: every plotted run's jobs carry it
     plotted = {r for f in figure_runs for r in f.data.tags["fastslow.input_runs"].split(",") if "/" in r}
     assert plotted and plotted <= {r.data.tags.get("fastslow.run") for r in runs}, plotted

@@ -111,8 +111,8 @@ def library_versions() -> str:
 def snakemake_job(smk: Any, parent: str | None = None, run: Any = None) -> Iterator[JobTracker]:
     """Logging + an MLflow child run for the job described by the `snakemake` object. A job of one
     run (wildcards experiment, method and run) is tagged with it (`fastslow.run`, `fastslow.method`);
-    given that run's `RunSpec` as `run`, it logs the run's settings (`run_settings`), else the
-    global config (final_weights, which only links files). Every job is tagged with its libraries'
+    given that run's `RunSpec` as `run` (every such job's script does), it logs the run's settings
+    (`run_settings`), else the global config. Every job is tagged with its libraries'
     versions (`library_versions`) and its threads."""
     wildcards = {k: str(v) for k, v in smk.wildcards.items()}
     log_path = smk.log[0] if len(smk.log) else None
@@ -199,6 +199,8 @@ def _tracked_job(smk: Any, wildcards: dict[str, str], parent: str | None, run: A
         config, run_tags = run_settings(run, smk.config)
         tags.update(run_tags)
     tags["fastslow.versions"] = library_versions()
+    if len(smk.log):  # where a FAILED run's traceback is: its fastslow.error tag holds the error alone
+        tags["fastslow.log"] = str(Path(smk.log[0]).absolute())
     if getattr(smk, "threads", None) is not None:
         tags["fastslow.threads"] = str(smk.threads)
     params = dict(smk.params.items())

@@ -24,7 +24,9 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
         weights, context = smk.input.final, cfg["seed_context"]
     problems = load_problems(smk.input.val)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
+    options = evaluation_options(cfg)
     summary, _ = evaluate_weights(weights, make_task(cfg, wc.task), problems, context, ev["k"], params,
-                                  base_dir=smk.input.base, **evaluation_options(cfg))
+                                  base_dir=smk.input.base, **options)
+    tracker.set_tags({"fastslow.eval_dtype": options["sample_dtype"]})  # bfloat16_if_native: the machine's choice
     write_json({"run": spec.key, "combo": wc.combo, "task": wc.task, **summary}, smk.output[0])
     tracker.log_metrics({f"channels/{wc.combo}/{k}": v for k, v in summary.items() if isinstance(v, float)})

@@ -18,8 +18,10 @@ with snakemake_job(smk, parent="foundation") as tracker:
     gen, ev = cfg["generation"], cfg["evaluation"]
     problems = load_problems(smk.input.problems)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
+    options = evaluation_options(cfg)
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, task_name), problems, cfg["seed_context"],
-                                     ev["k"], params, **evaluation_options(cfg))
+                                     ev["k"], params, **options)
+    tracker.set_tags({"fastslow.eval_dtype": options["sample_dtype"]})  # bfloat16_if_native: the machine's choice
     summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary,
                **run_ids(tracker)}
     # the samples table of a run's evaluation (evaluate_point), its run and point the summary's

@@ -25,8 +25,10 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     context_id, context = eval_context(spec, cfg, pool)
     problems = load_problems(smk.input.val)[: ev["max_problems"]]
     params = SamplingParams(gen["max_new_tokens"], gen["temperature"], gen["top_p"], ev["seed"])
+    options = evaluation_options(cfg)
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, wc.task), problems, context, ev["k"], params,
-                                     base_dir=smk.input.base, **evaluation_options(cfg))
+                                     base_dir=smk.input.base, **options)
+    tracker.set_tags({"fastslow.eval_dtype": options["sample_dtype"]})  # bfloat16_if_native: the machine's choice
     summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary,
                **run_ids(tracker, pool)}
     write_parquet([{"run": spec.key, "point": wc.point, "task": wc.task, **r} for r in rows], smk.output.samples)

@@ -2,11 +2,14 @@
 
 from pathlib import Path
 
+from fastslow.experiments import expand
 from fastslow.io import atomic_path, link_tree
 from fastslow.jobs import snakemake_job
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
-with snakemake_job(smk, parent=smk.wildcards.experiment) as tracker:
+wc = smk.wildcards
+spec = expand(smk.config)[f"{wc.experiment}/{wc.method}/{wc.run}"]
+with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:  # the run's own settings and variant tag
     src = Path(smk.input.model)
     with atomic_path(smk.output[0], is_dir=True) as tmp:
         link_tree(src, tmp)

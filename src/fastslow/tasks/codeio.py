@@ -46,7 +46,7 @@ _LAYOUT = re.compile(r"as follows:\n\n(?P<question>.+?)\n\nThe input and output 
 log = logging.getLogger(__name__)
 
 #: A worker that writes nothing for this long is stopped: its progress lines come every
-#: `fastslow.tasks.generated.PROGRESS_SECONDS`, and each program has `item_timeout` seconds, so
+#: `fastslow.tasks.generated.PROGRESS_SECONDS`, and each program has `item_timeout` CPU seconds, so
 #: only a program stuck where the time limit cannot reach it (inside C code) goes this quiet.
 STALL_SECONDS = 600.0
 #: The worker's progress lines start with this on its stderr; the parent logs them.
@@ -100,6 +100,7 @@ class CodeIOTask(ReasoningGymTask):
     """Output prediction for CodeI/O programs; JSON-normalised comparison, no code execution."""
 
     family = "codeio"
+    key_names_one_problem = False  # its key is its program's, shared by that program's inputs
     instruction = "Answer with the output as a JSON value only."
     # reasoning-gym 0.1.25 asks for the *output* when random() < input_prediction_probability.
     sources_by_difficulty = {d: (Source("codeio", {"input_prediction_probability": 1.0}),)
@@ -116,7 +117,7 @@ class CodeIOTask(ReasoningGymTask):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"codeio: {key}: expected an integer >= {low}, got {value!r}")
         if isinstance(item_timeout, bool) or not isinstance(item_timeout, (int, float)) or not item_timeout > 0:
-            raise ValueError(f"codeio: item_timeout: expected a number of seconds > 0, got {item_timeout!r}")
+            raise ValueError(f"codeio: item_timeout: expected a number of CPU seconds > 0, got {item_timeout!r}")
         if isinstance(rel_tol, bool) or not isinstance(rel_tol, (int, float)) or not 0 <= rel_tol < 1:
             raise ValueError(f"codeio: rel_tol: expected a number in [0, 1), got {rel_tol!r}")
         self.isolate, self.partial_credit, self.rel_tol = isolate, partial_credit, rel_tol
@@ -237,26 +238,38 @@ class CodeIOTask(ReasoningGymTask):
         return min(0.9, rg_score("codeio", raw, {"answer": problem.answer}))
 
 
+#: A program's wall-clock limit, in multiples of its CPU-time limit (`item_timeout`): only for one
+#: that waits (sleeps, blocks) rather than computes, which the CPU-time limit never stops.
+WALL_FACTOR = 10
+
+
 @contextlib.contextmanager
 def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
     """A reference program's run: stdout silenced, the global RNGs (`random`, `np.random`)
-    seeded with `global_seed` and restored afterwards, and (main thread) a time limit."""
+    seeded with `global_seed` and restored afterwards, and (main thread) a limit of `timeout`
+    seconds of CPU time (`ITIMER_PROF`), with `WALL_FACTOR` times that of wall-clock time behind
+    it. Wall-clock time alone made the splits depend on the machine's load: a program of about a
+    second, run while other jobs shared the cores, passed 2 s and its item was dropped, which
+    shifted every later item of its split (a quiet rebuild wrote other splits)."""
     import numpy as np
 
     py_state, np_state = random.getstate(), np.random.get_state()
     random.seed(global_seed)
     np.random.seed(global_seed % 2**32)
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    old = signal.signal(signal.SIGALRM, _timeout) if use_alarm else None
+    old = {sig: signal.signal(sig, _timeout) for sig in (signal.SIGPROF, signal.SIGALRM)} if use_alarm else {}
     try:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
+            signal.setitimer(signal.ITIMER_PROF, timeout)
+            signal.setitimer(signal.ITIMER_REAL, timeout * WALL_FACTOR)
         with quiet():
             yield
     finally:
         if use_alarm:
+            signal.setitimer(signal.ITIMER_PROF, 0)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
         random.setstate(py_state)
         np.random.set_state(np_state)
 

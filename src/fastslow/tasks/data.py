@@ -45,8 +45,10 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                  **task_options: Any) -> dict[str, Path]:
     """Generate `sizes[split]` problems per split of `task_name` and write `<out_dir>/<split>.parquet`.
 
-    Splits are checked to share no id and no (prompt, answer) before anything is written, and
-    each problem's own answer is scored (`check_gold_answers`).
+    Splits are checked to share no id and no prompt (compared with runs of whitespace as one
+    space: a file's "What is 7 + 7?  Answer" in val beside its one-space twin in train was
+    written; so was "16.0" against "16" as the answer) before anything is written, and each
+    problem's own answer is scored (`check_gold_answers`).
     """
     from fastslow.tasks import get_task
 
@@ -66,13 +68,14 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     seen_content: dict[str, tuple[str, str]] = {}
     for split, problems in result.items():
         for p in problems:
-            digest = content_digest(p.prompt, p.answer)
+            digest = content_digest(" ".join(p.prompt.split()), "")
             if p.id in seen_ids:
                 raise RuntimeError(f"{name}: problem {p.id} appears in {seen_ids[p.id]} and {split}")
             if digest in seen_content:
                 first, where = seen_content[digest]
                 raise TaskDataError(f"{name}: problems {first} ({where}) and {p.id} ({split}) have the same "
-                                    f"prompt and answer: drop one (a duplicate would be trained and evaluated on twice)")
+                                    f"prompt (up to whitespace): drop one (a duplicate would be trained and "
+                                    f"evaluated on twice, or evaluated on what was trained on)")
             seen_ids[p.id], seen_content[digest] = split, (p.id, split)
     check_gold_answers(task, result, name)
     out = Path(out_dir)

@@ -8,7 +8,9 @@ the arithmetic expression, the equation, or a word problem's template and number
 keys by its program). Problems with the same key therefore never land in two splits — for any
 seeds, any sizes, and across the difficulties of a task family — and a split can be regenerated
 alone. A key other than the prompt is kept in `metadata["split_key"]`. Each split also draws
-from its own seed stream, and a split never repeats a problem (same prompt and answer). The
+from its own seed stream, and a split never repeats a problem: the same key, where it names one
+problem (`key_names_one_problem`: "1.5 kΩ" and "1500 Ω" are one), else the same prompt and
+answer (CodeIO's key, a program, is shared by that program's inputs). The
 first `m` problems of `problems(split, n, seed)` do not depend on `n` (growing a split only
 appends).
 """
@@ -91,6 +93,10 @@ class GeneratedTask(TaskBase):
     family: str = "generated"
     #: Candidates tried per requested problem before giving up (val/test keep ~1 in 10).
     attempts_per_problem: int = 60
+    #: Does a candidate's `key` name one problem (physics, math: its canonical identity), so that a
+    #: split holds one candidate per key? False where a key names a group of problems (CodeIO's
+    #: program, with many inputs): a split then repeats no prompt and answer.
+    key_names_one_problem: bool = True
 
     def __init__(self, name: str | None = None, difficulty: str = "default") -> None:
         if difficulty not in DIFFICULTIES:
@@ -138,9 +144,10 @@ class GeneratedTask(TaskBase):
             if cand is None or split_of(cand.key if cand.key is not None else cand.prompt) != split:
                 continue
             digest = content_digest(cand.prompt, cand.answer)
-            if digest in seen:
+            same = cand.key if cand.key is not None and self.key_names_one_problem else digest
+            if same in seen:  # the problem again, maybe worded otherwise: counted twice in a mean
                 continue
-            seen.add(digest)
+            seen.add(same)
             meta = {**cand.metadata, "difficulty": self.difficulty}
             if cand.key is not None:
                 meta["split_key"] = cand.key

@@ -346,7 +346,7 @@ class HFDatasetTask(TableTask):
                     f"check its entry under data.hf_datasets (path, config, split names), access to it "
                     f"(hf auth login) and the network (HF_DATASETS_OFFLINE)") from err
             source = f"{self.dataset}[{hf_split}]"
-            problems = validate_rows(self._mapped(ds, source), source, self.name, self.scorer,
+            problems = validate_rows(self._mapped(ds, source, hf_split), source, self.name, self.scorer,
                                      REQUIRED_COLUMNS, row_base=0)
             for p in problems:
                 digest = content_digest(p.prompt, p.answer)
@@ -355,7 +355,9 @@ class HFDatasetTask(TableTask):
                     continue
                 seen.add(digest)
                 group = p.metadata.get(self.group_column) if self.group_column else None
-                key = p.id if group is None else f"{self.group_column}={group}"
+                # the row's own id, not the task's name before it: one dataset read as two tasks (or
+                # a task renamed) is cut into the same splits, so neither's val is the other's train
+                key = p.id.removeprefix(f"{self.name}-") if group is None else f"{self.group_column}={group}"
                 split = ours[0] if len(ours) == 1 else _share(key, ours)
                 groups[split].append(p)
         if dropped:
@@ -363,7 +365,7 @@ class HFDatasetTask(TableTask):
                           f"answer; dropped (each problem is trained and evaluated on once)", stacklevel=2)
         return groups
 
-    def _mapped(self, ds: Any, source: str) -> Iterable[dict[str, Any]]:
+    def _mapped(self, ds: Any, source: str, hf_split: str) -> Iterable[dict[str, Any]]:
         names = list(ds.column_names)
         needed = [self.columns["prompt"], self.columns["answer"], *self.filters,
                   *([self.id_column] if self.id_column else []), *([self.group_column] if self.group_column else [])]
@@ -380,7 +382,9 @@ class HFDatasetTask(TableTask):
                 answer = to_name(answer)
             elif to_name is not None:
                 continue  # unlabeled row (ClassLabel -1)
-            pid = row[self.id_column] if self.id_column else f"{i:07d}"
+            # without an id column a row is named by its Hub split and place there: row 7 of train
+            # and row 7 of test are two problems (they had one id, and the splits' check stopped the job)
+            pid = row[self.id_column] if self.id_column else f"{hf_split}-{i:07d}"
             prompt = row[self.columns["prompt"]]
             meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"])
                     and isinstance(v, (str, int, float, bool))}

@@ -283,9 +283,19 @@ _DEFAULT = _EASY + (_distance, _stopping, _fall_time, _fall_speed, _series, _par
 _HARD = (_braking_force, _series_power, _fall_momentum, _collision_loss, _slide, _horizontal_launch)
 
 
+#: Givens a generator's answer is symmetric in: "resistors of 410 Ω and 570 Ω" in series or in
+#: parallel is the problem of "570 Ω and 410 Ω" (`problem_identity` orders their values).
+INTERCHANGEABLE: dict[str, tuple[str, ...]] = {"series": ("R1", "R2"), "parallel": ("R1", "R2")}
+
+
 def problem_identity(generator: str, values: dict[str, str]) -> str:
     """What makes two physics problems the same, however worded: the generator (one template
-    each) and its givens in SI, each already rounded to 4 significant digits ("R = 1700 Ω")."""
+    each) and its givens in SI, each already rounded to 4 significant digits ("R = 1700 Ω"), the
+    givens it is symmetric in (`INTERCHANGEABLE`) in one order."""
+    values = dict(values)
+    names = INTERCHANGEABLE.get(generator, ())
+    for name, value in zip(names, sorted(values[n] for n in names), strict=True):
+        values[name] = value
     return "physics|" + generator + "|" + "|".join(f"{k}={v}" for k, v in sorted(values.items()))
 
 
