@@ -141,7 +141,7 @@ BAD = [
     ({"data": {"options": {"codeio": {"max_answer_chars": -5}}}},
      "data.options.codeio.max_answer_chars: expected an integer >= 1, got -5"),
     ({"data": {"options": {"codeio": {"item_timeout": -1}}}},
-     "data.options.codeio.item_timeout: expected a number of seconds > 0, got -1"),
+     "data.options.codeio.item_timeout: expected a number of CPU seconds > 0, got -1"),
     ({"data": {"options": {"codeio": {"rel_tol": 1.5}}}},
      "data.options.codeio.rel_tol: expected a number in [0, 1), got 1.5"),
     # a template variable that rendering sets itself, or a name YAML made a number or a bool of,

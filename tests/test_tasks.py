@@ -431,6 +431,46 @@ def test_a_codeio_programs_time_limit_is_cpu_time_not_the_machines_load() -> Non
     assert time.monotonic() - start < 1
 
 
+def test_a_codeio_limit_leaves_no_timer_armed_and_puts_back_what_it_replaced(monkeypatch) -> None:
+    """Once a run ends, by its limit or not, neither timer is armed (a limit striking later would
+    raise in code unrelated to the program), the signals' handlers and a profiler's own CPU-time
+    timer are back; and the worker runs numpy's BLAS on one thread, whose CPU time alone the
+    limit then counts (two threads spinning on each other took a 0.2 CPU-s program past 2 s)."""
+    import os
+    import signal
+
+    from fastslow.tasks import codeio
+
+    def profiler(signum, frame):  # a sampling profiler's stand-in
+        pass
+
+    before = signal.signal(signal.SIGPROF, profiler)
+    signal.setitimer(signal.ITIMER_PROF, 100.0)
+    try:
+        for body in ("pass", "while True: pass"):
+            try:
+                with codeio._seeded_run(0, 0.1):
+                    exec(body)  # noqa: S102
+            except TimeoutError:
+                assert body != "pass"
+            assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+            assert signal.getsignal(signal.SIGPROF) is profiler and 90 < signal.getitimer(signal.ITIMER_PROF)[0] < 101
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, before)
+    seen = {}
+
+    def worker(cmd, env, cwd, stall=None):
+        seen.update(env)
+        return 1, ["stopped here"]
+
+    monkeypatch.setattr(codeio, "run_worker", worker)
+    monkeypatch.setitem(os.environ, "OPENBLAS_NUM_THREADS", "8")
+    with pytest.raises(Exception, match="stopped here"):
+        get_task("codeio").problems_for_splits({"train": 1}, 0)
+    assert all(seen[v] == "1" for v in codeio.BLAS_THREAD_VARIABLES) and seen["PYTHONHASHSEED"] == "0"
+
+
 def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
     """`partial_credit` (off by default, and untested before) gives a near miss reasoning-gym's
     similarity, at most 0.9: a wrong answer stays below a right one's 1, and without the option
@@ -490,6 +530,30 @@ def test_a_split_holds_one_problem_once_however_worded(name: str, split: str, n:
     problems = get_task(name).problems(split, n, seed=1234)
     keys = [p.metadata["split_key"] for p in problems]
     assert len(problems) == n and len(set(keys)) == n, Counter(keys).most_common(2)
+
+
+@pytest.mark.parametrize("name", ["math", "physics", "physics_hard"])
+def test_a_key_that_names_one_problem_has_one_answer(name: str) -> None:
+    """Where a key names one problem (a split then holds one candidate of it), its candidates
+    have one answer: math's word-problem key had left out list-valued numbers and words, and one
+    flower-stand template's key had 17 answers in 3000 candidates, of which a split kept one.
+    (physics_hard asks some in another unit: one value in SI.)"""
+    import random as _random
+
+    from fastslow.tasks.generated import stable_int
+
+    task = get_task(name)
+    assert task.key_names_one_problem
+    answers: dict[str, set] = {}
+    for split in ("train", "val"):
+        for attempt in range(1500):
+            rng = _random.Random(stable_int(task.family, task.difficulty, 1234, split, attempt))
+            cand = task.candidate(rng, 0, split, 1234, attempt)
+            if cand is not None:
+                answers.setdefault(cand.key, set()).add(
+                    cand.answer if task.family == "math" else float(f"{cand.metadata['value_si']:.6g}"))
+    assert len(answers) > 2500
+    assert not {k: v for k, v in answers.items() if len(v) > 1}
 
 
 def test_series_and_parallel_resistors_in_either_order_are_one_problem() -> None:
@@ -700,13 +764,16 @@ def test_a_hub_dataset_without_ids_is_split_alike_under_any_task_name(tmp_path: 
     other's train."""
     datasets = pytest.importorskip("datasets")
     for hub in ("train", "test"):
-        datasets.Dataset.from_dict({"q": [f"{hub} question {i}?" for i in range(40)],
-                                    "a": [str(i) for i in range(40)]}).to_parquet(str(tmp_path / f"{hub}.parquet"))
+        # (train's last row repeats its first up to whitespace, its answer spelt otherwise: a Hub
+        # dataset cannot be edited, so the loader drops it, as write_splits would refuse it)
+        datasets.Dataset.from_dict({"q": [f"{hub} question {i}?" for i in range(40)] + [f"{hub}  question 0? "],
+                                    "a": [str(i) for i in range(40)] + ["0.0"]}).to_parquet(str(tmp_path / f"{hub}.parquet"))
     files = {hub: str(tmp_path / f"{hub}.parquet") for hub in ("train", "test")}
     common = {"dataset": "parquet", "data_files": files, "columns": {"prompt": "q", "answer": "a"},
               "cache_dir": str(tmp_path / "cache")}
-    paths = write_splits("hf", tmp_path / "out", {"train": 20, "val": 4, "test": 8}, 0,
-                         split_map={"train": "train", "test": "test"}, name="mine", **common)
+    with pytest.warns(UserWarning, match=r"mine: 2 rows of parquet repeat an earlier row's prompt \(up to whitespace\)"):
+        paths = write_splits("hf", tmp_path / "out", {"train": 20, "val": 4, "test": 8}, 0,
+                             split_map={"train": "train", "test": "test"}, name="mine", **common)
     test_ids = {p.id for p in load_problems(paths["test"])}
     assert len(test_ids) == 8 and all(i.startswith("mine-test-") for i in test_ids)
     parts = {name: {s: {p.id.removeprefix(f"{name}-") for p in get_task("hf", name=name, **common).problems(s, 100, 0)}
@@ -901,7 +968,7 @@ def test_a_hub_datasets_repeated_rows_are_dropped_with_a_warning(tmp_path: Path)
     options = {"dataset": "parquet", "data_files": {"train": str(tmp_path / "math.parquet")},
                "columns": {"prompt": "problem", "answer": "answer"}, "cache_dir": str(tmp_path / "cache"),
                "name": "polaris_local"}
-    with pytest.warns(UserWarning, match=r"polaris_local: 2 rows of parquet repeat an earlier row's prompt and answer"):
+    with pytest.warns(UserWarning, match=r"polaris_local: 2 rows of parquet repeat an earlier row's prompt \(up to whitespace\)"):
         paths = write_splits("hf", tmp_path / "out", {"train": 30, "val": 30, "test": 30}, 0, **options)
     import polars as pl
 

@@ -148,7 +148,10 @@ class CodeIOTask(ReasoningGymTask):
             # The child runs in a scratch cwd (programs may write files); keep our package importable.
             src = str(Path(__file__).resolve().parents[2])
             path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
-            env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path}
+            # one thread for numpy's BLAS: a program's CPU-time limit counts every thread's, and two
+            # threads spinning on each other took a 0.2 CPU-s program to 0.7-3.4 (`_seeded_run`)
+            env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path,
+                   **dict.fromkeys(BLAS_THREAD_VARIABLES, "1")}
             code, lines = run_worker([sys.executable, "-m", "fastslow.tasks.codeio", str(req), str(out)], env, tmp)
             if code != 0 or not out.exists():
                 tail = lines[-1:] or ["no output"]
@@ -238,6 +241,8 @@ class CodeIOTask(ReasoningGymTask):
         return min(0.9, rg_score("codeio", raw, {"answer": problem.answer}))
 
 
+#: The worker runs numpy's BLAS on one thread (its CPU-time limit counts every thread's).
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: A program's wall-clock limit, in multiples of its CPU-time limit (`item_timeout`): only for one
 #: that waits (sleeps, blocks) rather than computes, which the CPU-time limit never stops.
 WALL_FACTOR = 10
@@ -257,21 +262,49 @@ def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
     random.seed(global_seed)
     np.random.seed(global_seed % 2**32)
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-    old = {sig: signal.signal(sig, _timeout) for sig in (signal.SIGPROF, signal.SIGALRM)} if use_alarm else {}
+    handlers = {sig: signal.signal(sig, _timeout) for sig in _LIMITS} if use_alarm else {}
+    timers = {}
     try:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_PROF, timeout)
-            signal.setitimer(signal.ITIMER_REAL, timeout * WALL_FACTOR)
+            timers = {which: signal.setitimer(which, seconds) for which, seconds in
+                      ((signal.ITIMER_PROF, timeout), (signal.ITIMER_REAL, timeout * WALL_FACTOR))}
         with quiet():
             yield
     finally:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            for sig, handler in old.items():
-                signal.signal(sig, handler)
+            _disarm(handlers, timers)
         random.setstate(py_state)
         np.random.set_state(np_state)
+
+
+#: The signals of a program's limits (`_seeded_run`): CPU time, then wall-clock time.
+_LIMITS = (signal.SIGPROF, signal.SIGALRM) if hasattr(signal, "SIGPROF") else ()
+
+
+def _disarm(handlers: Mapping[int, Any], timers: Mapping[int, tuple[float, float]]) -> None:
+    """Stop a run's timers and put back what it replaced (the signals' handlers, a profiler's
+    timers), with the signals blocked, and drop a limit that struck as the run ended: its
+    TimeoutError would otherwise cut this short and leave a timer armed, to strike later in code
+    that has nothing to do with the program (or, its handler gone, to kill the process). A limit
+    whose handler runs before the signals are blocked is caught, and the whole done again."""
+    while True:
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _LIMITS)
+            try:
+                for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
+                    signal.setitimer(which, 0)
+                for sig in set(_LIMITS) & signal.sigpending():
+                    signal.sigwait({sig})  # the limit that struck after the program: not delivered
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+                for which, (delay, interval) in timers.items():
+                    if delay > 0:
+                        signal.setitimer(which, delay, interval)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMITS)
+            return
+        except TimeoutError:
+            continue
 
 
 def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, Any] | None:
@@ -312,6 +345,10 @@ def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, ti
 
 
 def _timeout(signum: int, frame: Any) -> None:
+    """A program's limit struck: both timers off first (the other must not strike later, in
+    whatever runs then), then the run is stopped."""
+    for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
+        signal.setitimer(which, 0)
     raise TimeoutError("codeio reference program took too long")
 
 

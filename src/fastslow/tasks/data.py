@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.tasks.base import SPLITS, Problem, TaskBase, TaskDataError, coerce_text
-from fastslow.tasks.generated import content_digest
+from fastslow.tasks.generated import prompt_digest
 
 COLUMNS = ("id", "task", "prompt", "answer", "metadata")
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
     seen_content: dict[str, tuple[str, str]] = {}
     for split, problems in result.items():
         for p in problems:
-            digest = content_digest(" ".join(p.prompt.split()), "")
+            digest = prompt_digest(p.prompt)
             if p.id in seen_ids:
                 raise RuntimeError(f"{name}: problem {p.id} appears in {seen_ids[p.id]} and {split}")
             if digest in seen_content:

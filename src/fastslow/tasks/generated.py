@@ -54,9 +54,16 @@ def split_of(key: str, fractions: Mapping[str, float] = SPLIT_FRACTIONS) -> str:
 
 
 def content_digest(prompt: str, answer: str) -> str:
-    """Hex digest identifying a problem's content (used in ids and for de-duplication)."""
+    """Hex digest identifying a problem's content (used in ids)."""
     blob = f"{prompt}\x1e{answer}".encode("utf-8", "surrogatepass")
     return hashlib.sha256(blob).hexdigest()
+
+
+def prompt_digest(prompt: str) -> str:
+    """Hex digest of a prompt with its runs of whitespace as one space: what tells one problem
+    from another where nothing names it better (generation, a Hub dataset's repeats, and
+    `write_splits`' check that no prompt is there twice, in one split or two)."""
+    return content_digest(" ".join(prompt.split()), "")
 
 
 @dataclass
@@ -93,10 +100,10 @@ class GeneratedTask(TaskBase):
     family: str = "generated"
     #: Candidates tried per requested problem before giving up (val/test keep ~1 in 10).
     attempts_per_problem: int = 60
-    #: Does a candidate's `key` name one problem (physics, math: its canonical identity), so that a
-    #: split holds one candidate per key? False where a key names a group of problems (CodeIO's
-    #: program, with many inputs): a split then repeats no prompt and answer.
-    key_names_one_problem: bool = True
+    #: Does a candidate's `key` name one problem (physics, math: its canonical identity, checked to
+    #: give one answer), so that a split holds one candidate per key? Else (the default; CodeIO's
+    #: key, a program with many inputs, names a group) a split repeats no prompt and answer.
+    key_names_one_problem: bool = False
 
     def __init__(self, name: str | None = None, difficulty: str = "default") -> None:
         if difficulty not in DIFFICULTIES:
@@ -144,7 +151,7 @@ class GeneratedTask(TaskBase):
             if cand is None or split_of(cand.key if cand.key is not None else cand.prompt) != split:
                 continue
             digest = content_digest(cand.prompt, cand.answer)
-            same = cand.key if cand.key is not None and self.key_names_one_problem else digest
+            same = cand.key if cand.key is not None and self.key_names_one_problem else prompt_digest(cand.prompt)
             if same in seen:  # the problem again, maybe worded otherwise: counted twice in a mean
                 continue
             seen.add(same)

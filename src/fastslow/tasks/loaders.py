@@ -37,7 +37,12 @@ from fastslow.tasks.base import (
     TaskDataError,
     extract_answer,
 )
-from fastslow.tasks.generated import SPLIT_FRACTIONS, content_digest, split_of, stable_int
+from fastslow.tasks.generated import (
+    SPLIT_FRACTIONS,
+    prompt_digest,
+    split_of,
+    stable_int,
+)
 from fastslow.tasks.scoring import (
     extract_number,
     label_form,
@@ -331,7 +336,7 @@ class HFDatasetTask(TableTask):
         from datasets import load_dataset  # heavy import, and only paper-scale runs need it
 
         groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
-        seen: set[str] = set()  # a Hub dataset's repeated rows: the first kept (the splits' check refuses them)
+        seen: set[str] = set()  # a Hub dataset's repeated prompts: the first kept (the splits' check refuses them)
         dropped = 0
         for hf_split in sorted(set(self.split_map.values())):
             ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
@@ -349,7 +354,7 @@ class HFDatasetTask(TableTask):
             problems = validate_rows(self._mapped(ds, source, hf_split), source, self.name, self.scorer,
                                      REQUIRED_COLUMNS, row_base=0)
             for p in problems:
-                digest = content_digest(p.prompt, p.answer)
+                digest = prompt_digest(p.prompt)  # up to whitespace, whatever the answer, as write_splits checks
                 if digest in seen:
                     dropped += 1
                     continue
@@ -361,8 +366,8 @@ class HFDatasetTask(TableTask):
                 split = ours[0] if len(ours) == 1 else _share(key, ours)
                 groups[split].append(p)
         if dropped:
-            warnings.warn(f"{self.name}: {dropped} rows of {self.dataset} repeat an earlier row's prompt and "
-                          f"answer; dropped (each problem is trained and evaluated on once)", stacklevel=2)
+            warnings.warn(f"{self.name}: {dropped} rows of {self.dataset} repeat an earlier row's prompt (up to "
+                          f"whitespace); dropped (each problem is trained and evaluated on once)", stacklevel=2)
         return groups
 
     def _mapped(self, ds: Any, source: str, hf_split: str) -> Iterable[dict[str, Any]]:

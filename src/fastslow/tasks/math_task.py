@@ -39,6 +39,7 @@ class MathTask(ReasoningGymTask):
     """Numeric math problems (reasoning-gym mixture), exact numeric scoring (see the module)."""
 
     family = "math"
+    key_names_one_problem = True  # its key is the problem's identity (`problem_identity`)
     instruction = "Give the final result as a single number."
     sources_by_difficulty = {
         "easy": (
@@ -71,7 +72,7 @@ class MathTask(ReasoningGymTask):
         cand.metadata = {"source": source.dataset, "solution": str(rg_meta.get("answer_cot", "")),
                          "expression": expression}
         cand.key = problem_identity(expression, str(rg_meta.get("equation", "")),
-                                    str(rg_meta.get("variable", "")), rg_meta.get("variables"))
+                                    str(rg_meta.get("variable", "")), rg_meta.get("variables"), cand.answer)
         return cand
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -98,12 +99,23 @@ class MathTask(ReasoningGymTask):
         return Judgement(float(ok), problem.answer, raw, notes)
 
 
+def _numbers(value: Any) -> bool:
+    """Is `value` a number, or a list of numbers (a word problem's prices, quantities)?"""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_numbers(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def problem_identity(expression: str, equation: str = "", variable: str = "",
-                     variables: Any = None) -> str | None:
+                     variables: Any = None, answer: str = "") -> str | None:
     """What makes two math problems the same however worded: the expression without spaces
     ("7-5"), or the equation with its variable renamed x, or a word problem's template (the names
-    of its `variables`) and its numbers, without the names and objects it is told with (gsm_symbolic:
-    "James is 11 ..." and "David is 11 ..." are one problem); None (key by prompt) for none."""
+    of its `variables`), its numbers (lists of them too) and its `answer`, without the names and
+    objects it is told with (gsm_symbolic: "James is 11 ..." and "David is 11 ..." are one problem);
+    None (key by prompt) for none. The answer is part of it because not every variable that changes
+    the problem is a number: "per day ... one week" (112) and "... one month" (480) differ in a
+    word, and a template whose numbers were all lists had one key for 59 answers; two problems of
+    one key are one problem (`GeneratedTask.key_names_one_problem`: a split holds it once)."""
     if expression.strip():
         return "math|expression|" + re.sub(r"\s+", "", expression)
     if equation.strip():
@@ -111,10 +123,9 @@ def problem_identity(expression: str, equation: str = "", variable: str = "",
             equation = re.sub(rf"(?<![A-Za-z]){variable}(?![A-Za-z])", "x", equation)
         return "math|equation|" + re.sub(r"\s+", "", equation)
     if isinstance(variables, Mapping) and variables:
-        numbers = {str(k): v for k, v in variables.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return "math|template|" + json.dumps({"template": sorted(map(str, variables)), "numbers": numbers},
-                                              sort_keys=True, default=str)
+        numbers = {str(k): v for k, v in variables.items() if _numbers(v)}
+        return "math|template|" + json.dumps({"template": sorted(map(str, variables)), "numbers": numbers,
+                                              "answer": answer.strip()}, sort_keys=True, default=str)
     return None
 
 

@@ -303,6 +303,7 @@ class PhysicsTask(GeneratedTask):
     """Numeric physics word problems with units, scored with a relative tolerance."""
 
     family = "physics"
+    key_names_one_problem = True  # its key is the problem's identity (`problem_identity`)
 
     def __init__(self, name: str | None = None, difficulty: str = "default",
                  rel_tol: float = 0.02) -> None:
