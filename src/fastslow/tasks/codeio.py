@@ -283,25 +283,27 @@ _LIMITS = (signal.SIGPROF, signal.SIGALRM) if hasattr(signal, "SIGPROF") else ()
 
 def _disarm(handlers: Mapping[int, Any], timers: Mapping[int, tuple[float, float]]) -> None:
     """Stop a run's timers and put back what it replaced (the signals' handlers, a profiler's
-    timers), with the signals blocked, and drop a limit that struck as the run ended: its
+    timers, the signal mask), with the signals blocked, and drop a limit that struck as the run ended: its
     TimeoutError would otherwise cut this short and leave a timer armed, to strike later in code
     that has nothing to do with the program (or, its handler gone, to kill the process). A limit
     whose handler runs before the signals are blocked is caught, and the whole done again."""
     while True:
         try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _LIMITS)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _LIMITS)
             try:
                 for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
                     signal.setitimer(which, 0)
-                for sig in set(_LIMITS) & signal.sigpending():
-                    signal.sigwait({sig})  # the limit that struck after the program: not delivered
+                # the limits that struck after the program, not delivered: taken without waiting
+                # (another thread may take a pending one first, and sigwait would then wait for ever)
+                while signal.sigtimedwait(_LIMITS, 0) is not None:
+                    pass
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
                 for which, (delay, interval) in timers.items():
                     if delay > 0:
                         signal.setitimer(which, delay, interval)
             finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _LIMITS)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             return
         except TimeoutError:
             continue

@@ -9,8 +9,8 @@ keys by its program). Problems with the same key therefore never land in two spl
 seeds, any sizes, and across the difficulties of a task family — and a split can be regenerated
 alone. A key other than the prompt is kept in `metadata["split_key"]`. Each split also draws
 from its own seed stream, and a split never repeats a problem: the same key, where it names one
-problem (`key_names_one_problem`: "1.5 kΩ" and "1500 Ω" are one), else the same prompt and
-answer (CodeIO's key, a program, is shared by that program's inputs). The
+problem (`key_names_one_problem`: "1.5 kΩ" and "1500 Ω" are one), else the same prompt up to
+whitespace (`prompt_digest`; CodeIO's key, a program, is shared by that program's inputs). The
 first `m` problems of `problems(split, n, seed)` do not depend on `n` (growing a split only
 appends).
 """
@@ -102,7 +102,7 @@ class GeneratedTask(TaskBase):
     attempts_per_problem: int = 60
     #: Does a candidate's `key` name one problem (physics, math: its canonical identity, checked to
     #: give one answer), so that a split holds one candidate per key? Else (the default; CodeIO's
-    #: key, a program with many inputs, names a group) a split repeats no prompt and answer.
+    #: key, a program with many inputs, names a group) a split repeats no prompt (`prompt_digest`).
     key_names_one_problem: bool = False
 
     def __init__(self, name: str | None = None, difficulty: str = "default") -> None:

@@ -13,8 +13,8 @@ right and may swap a divisor without showing it ("Calculate 5 / 9." with answer 
 whose answer is not the exact value of its own expression is dropped.
 
 Splits: a problem's identity is its expression (basic_arithmetic and chain_sum word the same
-"7 - 5" differently), its equation up to the variable's name, or a word problem's template and
-numbers (gsm_symbolic tells one problem of James or of David); other items are keyed by prompt.
+"7 - 5" differently), its equation up to the variable's name, or a word problem's template, numbers
+and answer (gsm_symbolic tells one problem of James or of David); other items are keyed by prompt.
 """
 
 from __future__ import annotations
