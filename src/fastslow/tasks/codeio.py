@@ -291,8 +291,7 @@ def _disarm(handlers: Mapping[int, Any], timers: Mapping[int, tuple[float, float
         try:
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, _LIMITS)
             try:
-                for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
-                    signal.setitimer(which, 0)
+                _stop_timers()
                 # the limits that struck after the program, not delivered: taken without waiting
                 # (another thread may take a pending one first, and sigwait would then wait for ever)
                 while signal.sigtimedwait(_LIMITS, 0) is not None:
@@ -346,11 +345,16 @@ def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, ti
         return False
 
 
+def _stop_timers() -> None:
+    """Both of a program's limits off (`_seeded_run`'s CPU-time and wall-clock timers)."""
+    for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
+        signal.setitimer(which, 0)
+
+
 def _timeout(signum: int, frame: Any) -> None:
     """A program's limit struck: both timers off first (the other must not strike later, in
     whatever runs then), then the run is stopped."""
-    for which in (signal.ITIMER_PROF, signal.ITIMER_REAL):
-        signal.setitimer(which, 0)
+    _stop_timers()
     raise TimeoutError("codeio reference program took too long")
 
 
