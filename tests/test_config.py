@@ -995,6 +995,21 @@ def test_paper_scale_hover_asks_whether_the_claim_is_supported():
         assert task in text.split("hf_datasets:", 1)[1].split("math:", 1)[0], task
 
 
+def test_fig2_orders_difficulty_levels_only_among_generated_tasks(tmp_path):
+    """Fig 2's radar calls math_hard easy→hard after math only when both come from their generator
+    (`fastslow.figures.radar_group`): paper.yaml's math is Polaris, math_hard reasoning-gym's."""
+    from fastslow.config import generated_tasks
+
+    paper = generated_tasks(load_config(ROOT / "config" / "paper.yaml"))
+    assert {"math_hard", "physics", "codeio", "stargraph"} <= set(paper)
+    assert not {"math", "hover", "hover_hard"} & set(paper)
+    rows = tmp_path / "mine.jsonl"
+    rows.write_text('{"id": "a", "prompt": "1+1?", "answer": "2"}\n')
+    offline = generated_tasks(load_config(ROOT / "config" / "config.yaml", overrides={
+        "data": {"files": {"math": {"path": str(rows)}, "mine": {"path": str(rows)}}}}))
+    assert "math_hard" in offline and not {"math", "mine"} & set(offline)  # a user's file is no generator's
+
+
 @pytest.mark.parametrize(("entry", "expected"), [
     ({"preset": "hover_rea"}, "data.hf_datasets.hover.preset: unknown preset 'hover_rea'; expected one of "
                               "hover_hard_real, hover_real, polaris"),

@@ -1889,6 +1889,34 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
         "hover", "codeio")
 
 
+def test_fig2s_easy_to_hard_axis_needs_both_levels_from_one_generator(tmp_path, saved, efficiency):
+    """paper.yaml's math is Polaris (competition problems, data.source hf) while math_hard stays
+    reasoning-gym's hard mixture, an easier set: the radar called that axis easy→hard from the
+    names alone. A difficulty is a generator's, so the axis is ordered only when both tasks come
+    from it; otherwise it is left ungrouped and the footnote says why. Other families' axes stay
+    cross-domain whatever their source."""
+    from matplotlib.colors import to_rgb
+
+    assert figures.radar_group("math_hard", ("math",), generated={"math", "math_hard"}) == "easy→hard"
+    assert figures.radar_group("math_hard", ("math",), generated={"math_hard"}) is None  # math from the Hub
+    assert figures.radar_group("math_hard", ("math",), generated={"math"}) is None
+    assert figures.radar_group("physics", ("math",), generated=set()) == "cross-domain"
+    assert figures.radar_group("math", ("math",), generated=set()) == "in-distribution"
+    inits = ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0")
+    radar = _radar_table(inits, ("math", "math_hard", "physics"))
+    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "hub.pdf", generated=("math_hard", "physics"))
+    mean = next(ax for ax in saved[0].axes if ax.name == "polar")
+    ticks = mean.get_xticklabels()
+    assert [t.get_text() for t in ticks] == ["Math", "Physics", "Math-hard"]
+    assert to_rgb(ticks[2].get_color()) == to_rgb("black")
+    assert "Not grouped: Math-hard, whose data and its family's training task's come from different " \
+           "sources" in _unwrapped(saved[0].texts[-1])
+    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "offline.pdf", generated=("math", "math_hard"))
+    ticks = next(ax for ax in saved[1].axes if ax.name == "polar").get_xticklabels()
+    assert to_rgb(ticks[2].get_color()) == to_rgb(figures.RADAR_GROUPS["easy→hard"])
+    assert "Not grouped" not in _unwrapped(saved[1].texts[-1])
+
+
 def test_fig9_shows_the_seeds_spread_of_a_bar_with_several_seeds(tmp_path, saved, efficiency):
     """Fig 9's bars were one seed-averaged value each; a variant run with two seeds now has an
     error bar of ±1 standard error over its seeds, a one-seed bar none, and the footnote says so."""

@@ -738,6 +738,13 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     return "hf", opts
 
 
+def generated_tasks(config: Mapping[str, Any]) -> list[str]:
+    """The tasks (`known_tasks`) this config draws from their own registry generator (`task_spec`),
+    not from a user's file or a Hugging Face dataset: those whose difficulty levels Fig 2's radar
+    may order (`fastslow.figures.radar_group`)."""
+    return [t for t in known_tasks(config["data"]) if task_spec(config, t)[0] == t]
+
+
 def task_modules(config: Mapping[str, Any], name: str) -> tuple[str, ...]:
     """The library modules that build and score task `name` under this config (`task_spec`'s
     registry entry: its family's module, or the loaders' for a file or a Hugging Face dataset)."""
