@@ -320,6 +320,35 @@ def test_reflective_record_keeps_the_head_and_the_tail_of_a_long_completion() ->
     assert shown["parsed_answer"] == "42"
 
 
+def test_reflection_reads_whole_completions_when_max_record_chars_is_null() -> None:
+    """The paper's reflection reads a rollout's full text; every record was cut to 4000
+    characters, most of a paper-scale thinking trace. `fast.reflection.max_record_chars` sets the
+    limit for the reflective proposer (null: whole), through `FastConfig.record_chars` into the
+    adapter; the offline proposer keeps 4000."""
+    from fastslow.fast import FastConfig
+    from fastslow.fast.adapter import MAX_RECORD_COMPLETION_CHARS
+    from fastslow.tasks.base import ANSWER_FORMAT, Problem
+
+    problem = Problem(id="p", task="toy", prompt=f"What is 40 + 2?\n{ANSWER_FORMAT}", answer="42")
+    reflective = {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m"}}
+    whole = FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m", "max_record_chars": None}})
+    assert whole.record_chars is None
+    assert FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m",
+                                                              "max_record_chars": 500}}).record_chars == 500
+    assert FastConfig.from_dict(reflective).record_chars == MAX_RECORD_COMPLETION_CHARS
+    assert FastConfig.from_dict({"reflection": {"max_record_chars": None}}).record_chars == MAX_RECORD_COMPLETION_CHARS
+    with pytest.raises(ValueError, match=r"fast.reflection.max_record_chars must be an integer >= 200 or null"):
+        FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m", "max_record_chars": 50}})
+    for chars, length in ((None, 6000), (500, None)):
+        adapter = FastAdapter(LongTraceGenerator(6000), ToyTask(), SamplingParams(8), record_chars=chars)
+        eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
+        out = adapter.make_reflective_dataset({"context": "Solve."}, eb, ["context"])["context"][0]["Generated Outputs"]
+        if length:
+            assert out == eb.trajectories[0]["completion"] and len(out) == length
+        else:
+            assert "characters omitted" in out and len(out) <= 500 + 60 and out.endswith("<answer>42</answer>")
+
+
 def test_clip_middle_keeps_a_long_final_answer_block_whole() -> None:
     from fastslow.fast.adapter import clip_middle
 

@@ -835,3 +835,33 @@ def test_the_search_says_how_much_budget_it_has_used_and_how_long_the_rest_takes
                      "fast round: search iteration 2, 16/40 metric calls, at most ~12s left",  # 3 s for 6 calls
                      "fast round: search iteration 3, 28/40 metric calls, at most ~6s left",  # 9 s for 18
                      "fast round stops (budget: 36 used, next iteration may need 6 of 40)"]
+
+
+class RecordLengths(CountingProposer):
+    """CountingProposer that also keeps the length of every record's shown completion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[int] = []
+
+    def __call__(self, candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
+        self.shown += [len(r["Generated Outputs"]) for name in components for r in dataset.get(name, [])]
+        return super().__call__(candidate, dataset, components)
+
+
+def test_the_round_shows_the_reflection_whole_completions_when_configured(tmp_path: Path) -> None:
+    """`fast.reflection.max_record_chars: null` (paper.yaml) reaches the round's records: 6000-
+    character traces are shown whole; under the default 4000 they are clipped."""
+    from fastslow.fast.testing import LongTraceGenerator
+
+    shown = {}
+    for chars in (None, 4000):
+        cfg = FastConfig(pool_size=1, max_metric_calls=24, minibatch_size=2, proposer="reflective",
+                         reflection={"kind": "hf", "path": "m", "max_record_chars": chars})
+        proposer = RecordLengths()
+        run_round(Pool.seed(SEEDS[0], 1), LongTraceGenerator(6000, offset=1), TASK, TRAIN, VAL, cfg, 0,
+                  tmp_path / str(chars), log=quiet, proposer=proposer)
+        assert proposer.calls >= 1, chars
+        shown[chars] = set(proposer.shown)
+    assert shown[None] == {6000}
+    assert shown[4000] and max(shown[4000]) <= 4000 + 60

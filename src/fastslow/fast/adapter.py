@@ -36,9 +36,10 @@ log = logging.getLogger(__name__)
 #: The single text component GEPA evolves.
 COMPONENT = "context"
 #: Completions longer than this many characters are shown in reflective records by their head
-#: and their tail (`clip_middle`): reflection prompts stay bounded (a minibatch of 8 paper-scale
-#: traces of 4096 tokens would be ~130k characters), while the start of the reasoning and its end,
-#: with the final tagged answer, are always seen.
+#: and their tail (`clip_middle`): reflection prompts stay bounded for a small reflection model,
+#: while the start of the reasoning and its end, with the final tagged answer, are always seen.
+#: `fast.reflection.max_record_chars` sets it for the reflective proposer (null: whole completions,
+#: as paper.yaml's hosted model reads them: a minibatch of 8 traces of 4096 tokens, ~130k characters).
 MAX_RECORD_COMPLETION_CHARS = 4000
 #: Share of that budget kept from the head of a long completion (the rest is its tail).
 RECORD_HEAD_SHARE = 0.4
@@ -166,8 +167,11 @@ class FastAdapter:
     def __init__(self, generator: Generator, task: Task, sampling: SamplingParams,
                  weights_id: str = "base", cache: RolloutCache | None = None,
                  max_metric_calls: int | None = None, batch_size: int = 16,
-                 format_credit: float = 0.0, progress: Callable[[str], None] | None = None) -> None:
+                 format_credit: float = 0.0, progress: Callable[[str], None] | None = None,
+                 record_chars: int | None = MAX_RECORD_COMPLETION_CHARS) -> None:
         self.generator = generator
+        #: the most characters of a completion a reflective record shows (`clip_middle`); None: all
+        self.record_chars = record_chars
         self.task = task
         self.sampling = sampling
         self.weights_id = weights_id
@@ -410,9 +414,9 @@ class FastAdapter:
         score and problem id that the offline proposer reads. Failures come first, since they
         carry what the context should fix.
 
-        A long completion is shown by its head and tail (`clip_middle`), so its final answer is
-        always there; `parsed_answer` is the answer read from the full completion (None: a
-        parse failure), which the offline proposer's format checks use."""
+        A completion longer than `record_chars` is shown by its head and tail (`clip_middle`), so
+        its final answer is always there; `parsed_answer` is the answer read from the full
+        completion (None: a parse failure), which the offline proposer's format checks use."""
         trajs = eval_batch.trajectories or []
         seen: set[str] = set()
         records = []
@@ -422,7 +426,8 @@ class FastAdapter:
             seen.add(t["problem_id"])
             records.append({
                 "Inputs": t["problem"],
-                "Generated Outputs": clip_middle(t["completion"]),
+                "Generated Outputs": (t["completion"] if self.record_chars is None
+                                      else clip_middle(t["completion"], self.record_chars)),
                 "Feedback": t["feedback"],
                 "Score": t["reward"],
                 "problem_id": t["problem_id"],

@@ -18,6 +18,8 @@ REFLECTION_KINDS = ("openai", "litellm", "hf")
 #: Metric-call budgets per round for the two GEPA recipes at toy (CPU) scale. The paper reports
 #: about 960 metric calls per round (unverified) at paper scale; config/paper.yaml sets that.
 DEFAULT_BUDGETS = {"light": 48, "full": 160}
+#: The shortest `fast.reflection.max_record_chars` (a head and a tail of a completion, its answer in it).
+MIN_RECORD_CHARS = 200
 
 
 @dataclass
@@ -131,6 +133,10 @@ class FastConfig:
             problem = prompt_template_error(self.reflection.get("prompt_template"))
             if problem:  # else every reflection call would fail, one by one
                 raise ValueError(problem)
+            chars = self.reflection.get("max_record_chars", MIN_RECORD_CHARS)
+            if chars is not None and (not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_RECORD_CHARS):
+                raise ValueError(f"fast.reflection.max_record_chars must be an integer >= {MIN_RECORD_CHARS} "
+                                 f"or null (whole completions), got {chars!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise bad("temperature", "a number >= 0")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -140,6 +146,17 @@ class FastConfig:
         for name in ("reuse_rollouts", "reuse_in_slow", "prefetch_minibatches"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "true or false")
+
+    @property
+    def record_chars(self) -> int | None:
+        """The most characters of a completion a reflective record shows (None: all of it):
+        `fast.reflection.max_record_chars` for the reflective proposer, the adapter's own limit
+        for the offline one (which reads a record's working, not its whole trace)."""
+        from fastslow.fast.adapter import MAX_RECORD_COMPLETION_CHARS
+
+        if self.proposer != "reflective":
+            return MAX_RECORD_COMPLETION_CHARS
+        return self.reflection.get("max_record_chars", MAX_RECORD_COMPLETION_CHARS)
 
     def budget(self) -> int:
         """Metric calls allowed in one round (seed evaluations included)."""

@@ -312,7 +312,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     adapter = FastAdapter(generator, task, cfg.sampling(derive_seed(cfg.seed, round_index)),
                           weights_id=weights_id, cache=cache, max_metric_calls=budget,
                           batch_size=cfg.eval_batch_size, format_credit=cfg.format_credit,
-                          progress=lambda line: log(f"fast round {round_index}: {line}"))
+                          progress=lambda line: log(f"fast round {round_index}: {line}"),
+                          record_chars=cfg.record_chars)
     val_problems = list(val_problems)
     known = {p.id: p for p in [*train_problems, *val_problems]}
     reused_pairs = 0
