@@ -489,7 +489,8 @@ def test_a_lock_whose_slurm_job_has_ended_is_taken_over(tmp_path: Path, monkeypa
     bin_dir.mkdir()
     squeue = bin_dir / "squeue"
     squeue.write_text('#!/bin/sh\nif [ "$FAKE_STATE" = gone ]; then echo "slurm_load_jobs error: Invalid job id '
-                      'specified" >&2; exit 1; fi\necho "$FAKE_STATE"\n')
+                      'specified" >&2; exit 1; fi\nif [ "$FAKE_STATE" = down ]; then echo "slurm_load_jobs error: '
+                      'Socket timed out on send/recv operation" >&2; exit 1; fi\necho "$FAKE_STATE"\n')
     squeue.chmod(0o755)
     lock = tmp_path / "c0.lock"
     env = {**os.environ, "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": ""}
@@ -500,7 +501,8 @@ def test_a_lock_whose_slurm_job_has_ended_is_taken_over(tmp_path: Path, monkeypa
         for key in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT"):
             monkeypatch.delenv(key, raising=False)
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-        for state in ("RUNNING", "COMPLETING"):  # its job still runs: its process may too
+        # its job still runs, its process may too; or the controller does not answer: nothing says it ended
+        for state in ("RUNNING", "COMPLETING", "down"):
             monkeypatch.setenv("FAKE_STATE", state)
             with pytest.raises(LockedError, match=f"pid {holder.pid} on .* \\(SLURM job 4242, restart 0\\)"):
                 with exclusive_lock(lock, "cycle 0"):

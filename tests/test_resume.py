@@ -293,6 +293,7 @@ def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, mo
     cycle's weights, pool, trainer state and rollouts: a previous cycle run again makes another."""
     from slow_toys import stub_slow_steps_and_write_math
 
+    import fastslow.cycle
     import fastslow.model.generation
     from fastslow.cycle import round_inputs, run_cycle
     from fastslow.experiments import RunSpec
@@ -311,13 +312,25 @@ def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, mo
         sampled.append(Path(weights))
         raise Stop
 
+    keyed: list[list[Path]] = []
+    real_key = fastslow.cycle.round_key
+
+    def spied_key(job, spec, cycle, inputs):
+        keyed.append(list(inputs))
+        return real_key(job, spec, cycle, inputs)
+
     monkeypatch.setattr(fastslow.model.generation, "make_generator", make_generator)
+    monkeypatch.setattr(fastslow.cycle, "round_key", spied_key)
     with pytest.raises(Stop):
-        run_cycle(fst, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "cycle1")
+        run_cycle(fst, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "cycle1", job={"code": "a"})
     with pytest.raises(Stop):
         run_cycle(gepa, config, 1, tiny_model_dir, tmp_path / "g0", train, tmp_path / "g1")
     assert sampled == [tmp_path / "cycle0" / "model", tiny_model_dir]
     prev = tmp_path / "cycle0"
-    assert round_inputs(tiny_model_dir, train, prev) == [
-        tiny_model_dir, train, prev / "pool.json", prev / "model", prev / "trainer_state", prev / "rollouts.parquet"]
+    # the key the cycle computed covers its previous cycle's files (not only the first cycle's inputs)
+    assert keyed == [round_inputs(tiny_model_dir, train, prev)] == [[
+        tiny_model_dir, train, prev / "pool.json", prev / "model", prev / "trainer_state", prev / "rollouts.parquet"]]
     assert round_inputs(tiny_model_dir, train, None) == [tiny_model_dir, train]
+    key = real_key({"code": "a"}, fst, 1, keyed[0])
+    (prev / "pool.json").write_text((prev / "pool.json").read_text() + " ")  # the previous cycle's pool rewritten
+    assert real_key({"code": "a"}, fst, 1, keyed[0]) != key

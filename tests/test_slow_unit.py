@@ -555,3 +555,10 @@ def test_the_kl_metric_estimates_kl_of_the_policy_to_the_reference_on_its_own_sa
     # pi_theta = (0.5, 0.5), pi_ref = (0.25, 0.75): E_theta[k3] over both tokens is KL(theta || ref)
     exact = 0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75)
     assert float((0.5 * k3_terms(ref, logp, torch.ones(1, 2))).sum()) == pytest.approx(exact)
+    # the step's metric takes the reference from TRL's batch, the policy's from its own forward:
+    # arguments swapped there read KL(ref || theta)'s terms, positive too
+    from fastslow.slow.loop import base_kl_terms
+
+    batch = {"ref_per_token_logps": ref.half()}  # TRL's dtype may be the model's: read as float32
+    assert float((0.5 * base_kl_terms(batch, logp, torch.ones(1, 2))).sum()) == pytest.approx(exact, rel=1e-3)
+    assert base_kl_terms({}, logp, torch.ones(1, 2)) is None  # beta = 0: no reference model

@@ -556,6 +556,21 @@ def test_a_key_that_names_one_problem_has_one_answer(name: str) -> None:
     assert not {k: v for k, v in answers.items() if len(v) > 1}
 
 
+def test_a_word_problems_key_holds_its_lists_and_its_answer_not_its_names() -> None:
+    """The key above is checked over generated candidates, where the answer in the key makes a
+    second answer impossible by construction: the parts of the key each, directly. Lists of
+    numbers tell two problems apart (one template's numbers were all lists), so does the answer
+    (a word, "week" or "month", changes it), and names and objects do not."""
+    from fastslow.tasks.math_task import problem_identity
+
+    base = {"name": "James", "item": "roses", "prices": [3, 5], "count": 4}
+    key = problem_identity("", "", "", base, "32")
+    assert key == problem_identity("", "", "", {**base, "name": "David", "item": "tulips"}, "32")
+    assert key != problem_identity("", "", "", {**base, "prices": [3, 6]}, "32")  # only a list differs
+    assert key != problem_identity("", "", "", base, "128")  # only a word (and so the answer) differs
+    assert key != problem_identity("", "", "", {**base, "count": 5}, "32")
+
+
 def test_series_and_parallel_resistors_in_either_order_are_one_problem() -> None:
     """"410 Ω and 570 Ω" in parallel is the problem of "570 Ω and 410 Ω": one key, so one split.
     At paper.yaml's sizes 2 of physics' 256 val problems had their twin in train; R2's power in
@@ -987,20 +1002,21 @@ def test_the_codeio_worker_is_followed_and_stopped_only_when_it_goes_quiet(caplo
     from fastslow.tasks import codeio
     from fastslow.tasks.base import TaskDataError
 
+    # 12 lines 0.3 s apart outlast a 3 s stall: 2.7 s of slack for a loaded machine's start-up
     steady = ("import sys, time\n"
-              "for i in range(6):\n"
-              "    print(f'progress: train {i}/6', file=sys.stderr, flush=True); time.sleep(0.3)\n"
+              "for i in range(12):\n"
+              "    print(f'progress: train {i}/12', file=sys.stderr, flush=True); time.sleep(0.3)\n"
               "print('a last word', file=sys.stderr); sys.exit(3)\n")
     with caplog.at_level(logging.INFO, logger="fastslow.tasks.codeio"):
         start = time.monotonic()
-        code, lines = codeio.run_worker([sys.executable, "-c", steady], {}, ".", stall=1.0)
-    assert code == 3 and lines == ["a last word"] and time.monotonic() - start > 1.5
+        code, lines = codeio.run_worker([sys.executable, "-c", steady], {}, ".", stall=3.0)
+    assert code == 3 and lines == ["a last word"] and time.monotonic() - start > 3.3
     assert [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.codeio"] == [
-        f"train {i}/6" for i in range(6)]
+        f"train {i}/12" for i in range(12)]
     quiet = "import sys, time\nprint('progress: train 0/6', file=sys.stderr, flush=True); time.sleep(60)\n"
     start = time.monotonic()
-    with pytest.raises(TaskDataError, match=r"^codeio: the generation worker wrote nothing for 1s and was stopped"):
-        codeio.run_worker([sys.executable, "-c", quiet], {}, ".", stall=1.0)
+    with pytest.raises(TaskDataError, match=r"^codeio: the generation worker wrote nothing for 3s and was stopped"):
+        codeio.run_worker([sys.executable, "-c", quiet], {}, ".", stall=3.0)
     assert time.monotonic() - start < 30
 
 

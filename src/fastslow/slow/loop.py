@@ -525,12 +525,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     # path compares with a no-grad forward of the same weights, where the cap never binds)
     clipped = ((torch.exp(logps - torch.nan_to_num(sampled)) > cfg.epsilon_high) & (mask > 0)).sum().float()
     clip_fraction = float(clipped / n_tokens)
-    kl_terms = None
-    if "ref_per_token_logps" in batch:
-        kl_terms = k3_terms(batch["ref_per_token_logps"].float(), logps, mask)
-        kl = float(kl_terms.sum() / n_tokens)
-    else:  # beta = 0: no reference model in the trainer
-        kl = math.nan
+    kl_terms = base_kl_terms(batch, logps, mask)
+    kl = float(kl_terms.sum() / n_tokens) if kl_terms is not None else math.nan
     entropy = float((entropies * mask).sum() / n_tokens)
     trainer._metrics["train"].clear()  # TRL's own, per micro batch: ours are the step's
 
@@ -610,6 +606,14 @@ def steps_left(metrics_rows: Sequence[Mapping[str, Any]], steps: int) -> float:
     average, times the `steps` of the cycle still to go (0 after its last)."""
     done = len(metrics_rows)
     return sum(r["step_seconds"] for r in metrics_rows) / done * (steps - done)
+
+
+def base_kl_terms(batch: Mapping[str, Any], logps: Any, mask: Any) -> Any:
+    """A step's per-token terms of KL(π_θ ‖ π_base) (`k3_terms`): TRL's reference log-probs in its
+    `batch` (`ref_per_token_logps`) against the policy's `logps`; None when the trainer has no
+    reference model (beta = 0)."""
+    ref = batch.get("ref_per_token_logps")
+    return None if ref is None else k3_terms(ref.float(), logps, mask)
 
 
 def k3_terms(ref_logps: Any, logps: Any, mask: Any) -> Any:
