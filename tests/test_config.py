@@ -995,19 +995,21 @@ def test_paper_scale_hover_asks_whether_the_claim_is_supported():
         assert task in text.split("hf_datasets:", 1)[1].split("math:", 1)[0], task
 
 
-def test_fig2_orders_difficulty_levels_only_among_generated_tasks(tmp_path):
-    """Fig 2's radar calls math_hard easy→hard after math only when both come from their generator
-    (`fastslow.figures.radar_group`): paper.yaml's math is Polaris, math_hard reasoning-gym's."""
-    from fastslow.config import generated_tasks
+def test_fig2_orders_difficulty_levels_only_from_one_source(tmp_path):
+    """Fig 2's radar calls a harder level of a family easy→hard only when its data and the
+    training task's come from one source (`fastslow.figures.radar_group`): paper.yaml's math is
+    Polaris, math_hard reasoning-gym's; its hover and hover_hard are both HoVer."""
+    from fastslow.config import task_sources
 
-    paper = generated_tasks(load_config(ROOT / "config" / "paper.yaml"))
-    assert {"math_hard", "physics", "codeio", "stargraph"} <= set(paper)
-    assert not {"math", "hover", "hover_hard"} & set(paper)
+    paper = task_sources(load_config(ROOT / "config" / "paper.yaml"))
+    assert paper["math"] == "hf:POLARIS-Project/Polaris-Dataset-53K" and paper["math_hard"] == "generator"
+    assert paper["hover"] == paper["hover_hard"] == "hf:hover-nlp/hover"
+    assert paper["physics"] == paper["codeio"] == "generator"
     rows = tmp_path / "mine.jsonl"
     rows.write_text('{"id": "a", "prompt": "1+1?", "answer": "2"}\n')
-    offline = generated_tasks(load_config(ROOT / "config" / "config.yaml", overrides={
+    offline = task_sources(load_config(ROOT / "config" / "config.yaml", overrides={
         "data": {"files": {"math": {"path": str(rows)}, "mine": {"path": str(rows)}}}}))
-    assert "math_hard" in offline and not {"math", "mine"} & set(offline)  # a user's file is no generator's
+    assert offline["math"] == offline["mine"] == f"file:{rows}" and offline["math_hard"] == "generator"
 
 
 @pytest.mark.parametrize(("entry", "expected"), [

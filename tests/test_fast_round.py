@@ -837,31 +837,32 @@ def test_the_search_says_how_much_budget_it_has_used_and_how_long_the_rest_takes
                      "fast round stops (budget: 36 used, next iteration may need 6 of 40)"]
 
 
-class RecordLengths(CountingProposer):
-    """CountingProposer that also keeps the length of every record's shown completion."""
+class RecordTexts(CountingProposer):
+    """CountingProposer that also keeps every record's shown completion."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.shown: list[int] = []
+        self.shown: list[str] = []
 
     def __call__(self, candidate: dict[str, str], dataset: Any, components: list[str]) -> dict[str, str]:
-        self.shown += [len(r["Generated Outputs"]) for name in components for r in dataset.get(name, [])]
+        self.shown += [r["Generated Outputs"] for name in components for r in dataset.get(name, [])]
         return super().__call__(candidate, dataset, components)
 
 
 def test_the_round_shows_the_reflection_whole_completions_when_configured(tmp_path: Path) -> None:
     """`fast.reflection.max_record_chars: null` (paper.yaml) reaches the round's records: 6000-
-    character traces are shown whole; under the default 4000 they are clipped."""
+    character traces are shown whole; with the key left out (4000) they are clipped, the
+    omission said."""
     from fastslow.fast.testing import LongTraceGenerator
 
     shown = {}
-    for chars in (None, 4000):
+    for name, extra in (("whole", {"max_record_chars": None}), ("left out", {})):
         cfg = FastConfig(pool_size=1, max_metric_calls=24, minibatch_size=2, proposer="reflective",
-                         reflection={"kind": "hf", "path": "m", "max_record_chars": chars})
-        proposer = RecordLengths()
+                         reflection={"kind": "hf", "path": "m", **extra})
+        proposer = RecordTexts()
         run_round(Pool.seed(SEEDS[0], 1), LongTraceGenerator(6000, offset=1), TASK, TRAIN, VAL, cfg, 0,
-                  tmp_path / str(chars), log=quiet, proposer=proposer)
-        assert proposer.calls >= 1, chars
-        shown[chars] = set(proposer.shown)
-    assert shown[None] == {6000}
-    assert shown[4000] and max(shown[4000]) <= 4000 + 60
+                  tmp_path / name.replace(" ", "_"), log=quiet, proposer=proposer)
+        assert proposer.calls >= 1 and proposer.shown, name
+        shown[name] = proposer.shown
+    assert {len(t) for t in shown["whole"]} == {6000}
+    assert all("characters omitted" in t and len(t) <= 4000 + 60 for t in shown["left out"])

@@ -1889,29 +1889,35 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
         "hover", "codeio")
 
 
-def test_fig2s_easy_to_hard_axis_needs_both_levels_from_one_generator(tmp_path, saved, efficiency):
+def test_fig2s_easy_to_hard_axis_needs_both_levels_from_one_source(tmp_path, saved, efficiency):
     """paper.yaml's math is Polaris (competition problems, data.source hf) while math_hard stays
     reasoning-gym's hard mixture, an easier set: the radar called that axis easy→hard from the
-    names alone. A difficulty is a generator's, so the axis is ordered only when both tasks come
-    from it; otherwise it is left ungrouped and the footnote says why. Other families' axes stay
-    cross-domain whatever their source."""
+    names alone. Two levels are ordered only from one source (the generator, or one Hub dataset
+    cut by a filter: paper.yaml's hover_hard is HoVer's 3- and 4-hop claims); otherwise the axis
+    is ungrouped and the footnote says why. Other families' axes stay cross-domain whatever
+    their source."""
     from matplotlib.colors import to_rgb
 
-    assert figures.radar_group("math_hard", ("math",), generated={"math", "math_hard"}) == "easy→hard"
-    assert figures.radar_group("math_hard", ("math",), generated={"math_hard"}) is None  # math from the Hub
-    assert figures.radar_group("math_hard", ("math",), generated={"math"}) is None
-    assert figures.radar_group("physics", ("math",), generated=set()) == "cross-domain"
-    assert figures.radar_group("math", ("math",), generated=set()) == "in-distribution"
+    offline = {"math": "generator", "math_hard": "generator", "physics": "generator"}
+    hub = {**offline, "math": "hf:POLARIS-Project/Polaris-Dataset-53K"}
+    assert figures.radar_group("math_hard", ("math",), offline) == "easy→hard"
+    assert figures.radar_group("math_hard", ("math",), hub) is None
+    assert figures.radar_group("math_hard", ("math",), {"math_hard": "generator"}) is None  # math's unknown
+    assert figures.radar_group("hover_hard", ("hover",), {"hover": "hf:hover-nlp/hover",
+                                                          "hover_hard": "hf:hover-nlp/hover"}) == "easy→hard"
+    assert figures.radar_group("hover_hard", ("hover",), {"hover": "file:a.jsonl", "hover_hard": "file:b.jsonl"}) is None
+    assert figures.radar_group("physics", ("math",), hub) == "cross-domain"
+    assert figures.radar_group("math", ("math",), hub) == "in-distribution"
     inits = ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0")
     radar = _radar_table(inits, ("math", "math_hard", "physics"))
-    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "hub.pdf", generated=("math_hard", "physics"))
+    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "hub.pdf", task_sources=hub)
     mean = next(ax for ax in saved[0].axes if ax.name == "polar")
     ticks = mean.get_xticklabels()
     assert [t.get_text() for t in ticks] == ["Math", "Physics", "Math-hard"]
     assert to_rgb(ticks[2].get_color()) == to_rgb("black")
     assert "Not grouped: Math-hard, whose data and its family's training task's come from different " \
            "sources" in _unwrapped(saved[0].texts[-1])
-    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "offline.pdf", generated=("math", "math_hard"))
+    fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "offline.pdf", task_sources=offline)
     ticks = next(ax for ax in saved[1].axes if ax.name == "polar").get_xticklabels()
     assert to_rgb(ticks[2].get_color()) == to_rgb(figures.RADAR_GROUPS["easy→hard"])
     assert "Not grouped" not in _unwrapped(saved[1].texts[-1])

@@ -738,11 +738,20 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     return "hf", opts
 
 
-def generated_tasks(config: Mapping[str, Any]) -> list[str]:
-    """The tasks (`known_tasks`) this config draws from their own registry generator (`task_spec`),
-    not from a user's file or a Hugging Face dataset: those whose difficulty levels Fig 2's radar
-    may order (`fastslow.figures.radar_group`)."""
-    return [t for t in known_tasks(config["data"]) if task_spec(config, t)[0] == t]
+def task_sources(config: Mapping[str, Any]) -> dict[str, str]:
+    """Where each task (`known_tasks`) draws its data from (`task_spec`): "generator" (its own
+    registry generator), "hf:<dataset id>[/<config>]" or "file:<path>". Two difficulty levels of a
+    family are ordered (Fig 2's radar, `fastslow.figures.radar_group`) only from one source."""
+    out = {}
+    for name in known_tasks(config["data"]):
+        registry, opts = task_spec(config, name)
+        if registry == "hf":
+            out[name] = f"hf:{opts.get('dataset')}" + (f"/{opts['config']}" if opts.get("config") else "")
+        elif registry == "file":
+            out[name] = f"file:{opts['path']}"
+        else:
+            out[name] = "generator"
+    return out
 
 
 def task_modules(config: Mapping[str, Any], name: str) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import textwrap
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -292,11 +292,11 @@ def _reward_axis(ax: Any) -> None:
 
 
 def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path,
-         generated: Collection[str] | None = None) -> dict[str, float]:
+         task_sources: Mapping[str, str] | None = None) -> dict[str, float]:
     """Data efficiency: running max of val mean@k by step, FST vs RL, steps-to-RL's-peak ratio.
     With a `radar` experiment, a second row shows Mean@k / Best@k radars of Base→GEPA, RL→GEPA and
-    FST→GEPA over its axes (grouped as `radar_group` says for the tasks drawn from their generator,
-    `generated`; None: all)."""
+    FST→GEPA over its axes (grouped as `radar_group` says, given where each task's data come from,
+    `task_sources`; None: one source for all)."""
     plt = _plt()
     df = tables["efficiency"]
     tasks = _panel_tasks(df, EFFICIENCY_TASKS)
@@ -339,9 +339,9 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path,
         ax.legend(loc="best", fontsize=8)
     note = ""
     if rows == 2:
-        _radars(fig, radar, ncols=ncols, generated=generated)
+        _radars(fig, radar, ncols=ncols, task_sources=task_sources)
         last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
-        unordered = unordered_levels(last, generated)
+        unordered = unordered_levels(last, task_sources)
         if unordered:
             note = (f"Not grouped: {', '.join(map(task_label, unordered))}, whose data and its family's "
                     "training task's come from different sources, so which is harder is not known.")
@@ -388,16 +388,16 @@ def _task_family(task: str) -> str | None:
     return family if family in TASK_NAMES and level in DIFFICULTIES else task
 
 
-def radar_group(task: str, sources: tuple[str, ...], generated: Collection[str] | None = None) -> str | None:
+def radar_group(task: str, sources: tuple[str, ...], task_sources: Mapping[str, str] | None = None) -> str | None:
     """The group of radar axis `task` for starting points trained on `sources`: in-distribution
     (a source task), easy→hard (a harder difficulty of a source's family: math_hard after math),
     cross-domain (a task of another family); None where it cannot be told (no trained starting
     point, a task the registry does not know) or is none of these (an easier difficulty).
 
-    `generated`: the tasks whose data this config draws from their registry generator (None: every
-    task). A difficulty is the generator's, so two tasks of one family are ordered only when both
-    come from it: with data.source hf, math is Polaris (competition problems) while math_hard stays
-    reasoning-gym's hard mixture, an easier set than Polaris for all its name."""
+    `task_sources`: where each task's data come from (`fastslow.config.task_sources`; None: one
+    source for all). Two levels of a family are ordered only from one source (its generator, or
+    one Hub dataset cut by a filter): with data.source hf, math is Polaris (competition problems)
+    while math_hard stays reasoning-gym's hard mixture, an easier set for all its name."""
     if task in sources:
         return "in-distribution"
     family, families = _task_family(task), {_task_family(s) for s in sources}
@@ -406,18 +406,19 @@ def radar_group(task: str, sources: tuple[str, ...], generated: Collection[str] 
     if family not in families:
         return "cross-domain"
     kin = [s for s in sources if _task_family(s) == family]
-    if generated is not None and not all(t in generated for t in (task, *kin)):
+    if task_sources is not None and any(task_sources.get(s) is None or task_sources.get(s) != task_sources.get(task)
+                                        for s in kin):
         return None  # levels of different sources: which is harder is not known
     harder = all(_level(task) > _level(s) for s in kin)
     return "easy→hard" if harder else None  # hard→easy (math after math_hard) is none of the caption's
 
 
-def unordered_levels(last: pl.DataFrame, generated: Collection[str] | None) -> list[str]:
-    """The radar axes left ungrouped only because they and the same family's training task come from
-    different data sources (`radar_group`), named in Fig 2's footnote."""
+def unordered_levels(last: pl.DataFrame, task_sources: Mapping[str, str] | None) -> list[str]:
+    """The radar axes left ungrouped only because their data and the same family's training
+    task's come from different sources (`radar_group`), named in Fig 2's footnote."""
     trained = _trained_on(last)
     return [t for t in _tasks(last) if radar_group(t, trained) == "easy→hard"
-            and radar_group(t, trained, generated) is None]
+            and radar_group(t, trained, task_sources) is None]
 
 
 def _level(task: str) -> int:
@@ -433,11 +434,11 @@ def _trained_on(last: pl.DataFrame) -> tuple[str, ...]:
     return next(iter(sources)) if len(sources) == 1 else ()
 
 
-def radar_axes(last: pl.DataFrame, generated: Collection[str] | None = None) -> dict[str, str | None]:
+def radar_axes(last: pl.DataFrame, task_sources: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """The radar's axis tasks, grouped in the caption's order (RADAR_GROUPS; ungrouped last), each
     with its group (`radar_group`, for the starting points' training tasks `_trained_on`)."""
     trained = _trained_on(last)
-    groups = {t: radar_group(t, trained, generated) for t in _tasks(last)}
+    groups = {t: radar_group(t, trained, task_sources) for t in _tasks(last)}
     order = list(RADAR_GROUPS)
     return dict(sorted(groups.items(), key=lambda tg: (order.index(tg[1]) if tg[1] else len(order), tg[0])))
 
@@ -448,14 +449,14 @@ def _init_rank(method: str) -> tuple[int, str]:
     return (order.index(method) if method in order else len(order), method)
 
 
-def _radars(fig: Any, radar: pl.DataFrame, ncols: int, generated: Collection[str] | None = None) -> None:
+def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str, str] | None = None) -> None:
     """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA, the axes
     grouped and their labels coloured by group where the groups are known (`radar_axes`)."""
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
-    groups = radar_axes(last, generated)
+    groups = radar_axes(last, task_sources)
     axes_tasks = list(groups)
     angles = np.linspace(0, 2 * np.pi, len(axes_tasks), endpoint=False)
     for j, metric in enumerate(("mean_at_k", "best_at_k")):

@@ -4,10 +4,10 @@
 def figure_options(wc):
     """What a figure draws besides its curves tables: for Fig 9, what each ablation variant
     changes (fastslow.experiments.variant_settings) against the run its default bar plots
-    (efficiency's FST run), which sorts its bars into panels and labels them; for Fig 2, the tasks
-    drawn from their own generator (`generated_tasks`), whose difficulty levels its radar may order."""
+    (efficiency's FST run), which sorts its bars into panels and labels them; for Fig 2, where each
+    task's data come from (`task_sources`): its radar orders two difficulty levels from one source."""
     if wc.fig == "fig2":
-        return {"generated": generated_tasks(config)}
+        return {"task_sources": task_sources(config)}
     if wc.fig != "fig9":
         return {}
     return {"variants": variant_settings(RUNS, config, "ablations", reference=layout.fig9_default_run(RUNS))}
