@@ -91,6 +91,12 @@ def test_no_asymptote_above_the_largest_reward():
     assert rising.ok and rising.a <= 1.0 and not rising.identified
     level = fit_sigmoid(c, sigmoid(c, 0.3, 0.92, 20.0, 3.0), r0=0.3)
     assert level.identified and level.a == pytest.approx(0.92, abs=0.01)
+    # a curve levelling off near 1 has found its level, though A is within 1% of the cap: only a
+    # cap that binds (the fit without it would go past 1) leaves A unidentified
+    steps = np.array([25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 400.0])
+    for a in (0.995, 1.0):
+        near_one = fit_sigmoid(steps, sigmoid(steps, 0.1, a, 100.0, 3.0), r0=0.1)
+        assert near_one.identified and near_one.a == pytest.approx(a, abs=0.002), a
 
 
 

@@ -1744,6 +1744,24 @@ def test_fig3_says_an_unidentified_asymptote_in_its_legend(tmp_path, saved):
     assert "A not identified" not in [t.get_text() for t in ax.texts]
 
 
+def test_fig3_draws_no_curve_for_a_fit_that_did_not_converge(tmp_path, saved, monkeypatch):
+    """When scipy's fit gives up, its parameters are the starting guess: Fig 3 drew that guess as
+    "RL fit: A not identified", a curve no fit found. It draws the points alone and its title
+    says the fit did not converge."""
+    import scipy.optimize
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("Optimal parameters not found")
+
+    monkeypatch.setattr(scipy.optimize, "curve_fit", fail)
+    rows = _rows("efficiency", "rl", "math", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    fits = figures.fig3({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    assert np.isnan(fits["math"]["rl"])
+    (ax,) = saved[0].axes
+    assert not ax.lines and not [label for label in ax.get_legend_handles_labels()[1] if "fit" in label]
+    assert "no fit (RL): it did not converge" in ax.get_title().replace("\n", " ")
+
+
 def test_fig5_has_one_legend_beside_its_panels(tmp_path, saved):
     """The legend sat in each panel's lower right corner, over the RL-init line's end."""
     rows = []

@@ -170,17 +170,29 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
         p0, lo_b, hi_b = p0[1:], lo_b[1:], hi_b[1:]
     else:
         f = sigmoid
-    p0 = list(np.clip(p0, lo_b, hi_b))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            params, _ = curve_fit(f, c, r, p0=p0, bounds=(lo_b, hi_b), maxfev=20000)
-            ok = True
-        except RuntimeError:
-            params, ok = np.array(p0), False
+    a_at = 1 if r0 is None else 0  # A's place in the fitted parameters
+
+    def fitted(upper: list[float]) -> tuple[np.ndarray, bool]:
+        start = list(np.clip(p0, lo_b, upper))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return curve_fit(f, c, r, p0=start, bounds=(lo_b, upper), maxfev=20000)[0], True
+            except RuntimeError:
+                return np.array(start), False
+
+    params, ok = fitted(hi_b)
     values = [r0, *map(float, params)] if r0 is not None else list(map(float, params))
-    # at (within 1% of) the bounds of A and C_mid, the fit says the curve has not levelled off
-    identified = ok and values[1] < 0.99 * a_hi and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
+    # at (within 1% of) the bounds of A and C_mid, the fit says the curve has not levelled off.
+    # At REWARD_MAX, only if that cap binds: a curve levelling off near reward 1 (A = 0.995) has
+    # found its level, one still rising past 0.9 has not; the fit without the cap tells them apart.
+    a_pinned = values[1] >= 0.99 * a_hi
+    if ok and a_pinned and a_hi == REWARD_MAX:
+        uncapped = list(hi_b)
+        uncapped[a_at] = A_BOUND * hi + 1e-3
+        free, free_ok = fitted(uncapped)
+        a_pinned = not free_ok or float(free[a_at]) > REWARD_MAX + 0.005
+    identified = ok and not a_pinned and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
     return SigmoidFit(*values, ok=ok, identified=identified)
 
 

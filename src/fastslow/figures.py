@@ -514,6 +514,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     for ax, task in zip(axes, tasks, strict=False):
         no_fit: list[str] = []
         few: list[str] = []  # fewer evaluations after step 0 than a fit needs (the CPU default's 2)
+        failed: list[str] = []  # curve_fit did not converge
         labels_at: list[tuple[float, float, str]] = []  # (A, where its label ends, method)
         present = set()
         for method in ("rl", "fst"):
@@ -539,6 +540,10 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 few.append(LABELS[method])
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
+            if not fit.ok:  # the optimiser gave up: its parameters are the starting guess, no fit to draw
+                failed.append(LABELS[method])
+                fits.setdefault(task, {})[method] = float("nan")
+                continue
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
             # still rising (or no convergence): A is the fit's bound, said in the legend (a label
             # at the curve's end lay on the other method's curve)
@@ -562,6 +567,8 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else [])
         if few:
             notes.append(f"no fit ({', '.join(few)}): under {FIT_POINTS} evaluations after step 0")
+        if failed:
+            notes.append(f"no fit ({', '.join(failed)}): it did not converge")
         notes.append(_missing_methods(present))
         _note_title(ax, task_label(task), "; ".join(n for n in notes if n))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
