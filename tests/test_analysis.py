@@ -97,6 +97,14 @@ def test_no_asymptote_above_the_largest_reward():
     for a in (0.995, 1.0):
         near_one = fit_sigmoid(steps, sigmoid(steps, 0.1, a, 100.0, 3.0), r0=0.1)
         assert near_one.identified and near_one.a == pytest.approx(a, abs=0.002), a
+    # ...but noise must not pass for a level: a curve toward 0.97 still rising at its end
+    # (N(0, 0.02) draws) whose fit without the cap lands at 0.999, within noise of the cap; and a
+    # curve whose max (0.668) leaves A_BOUND x max no room above 1 to tell the two apart
+    six = np.array([50.0, 100.0, 150.0, 200.0, 250.0, 300.0])
+    noisy = fit_sigmoid(six, np.array([0.098, 0.192, 0.358, 0.529, 0.701, 0.791]), r0=0.1)
+    assert noisy.a >= 0.99 and not noisy.identified  # at (within 1% of) the cap
+    short = fit_sigmoid(c[:5], np.array([0.2, 0.35, 0.48, 0.58, 0.668]), r0=0.1)
+    assert short.a == pytest.approx(1.0) and not short.identified
 
 
 

@@ -116,8 +116,12 @@ def sigmoid(c: np.ndarray, r0: float, a: float, c_mid: float, b: float) -> np.nd
 
 #: Bounds of the sigmoid fit: A at most A_BOUND x the curve's max, and never above REWARD_MAX
 #: (mean@k is a mean of rewards in [0, 1]: no curve levels off above it), C_mid at most
-#: C_MID_BOUND x its last C. A fit that ends at one of them has not found the curve's level.
+#: C_MID_BOUND x its last C. A fit that ends at one of them has not found the curve's level,
+#: except at REWARD_MAX when a fit without that cap clearly levels under it (`fit_sigmoid`).
 A_BOUND, C_MID_BOUND, REWARD_MAX = 1.5, 100.0, 1.0
+#: How far above REWARD_MAX A_BOUND x the max must reach for the fit without the cap to tell a
+#: curve levelling at 1 from one still rising (max above ~0.7).
+A_CAP_ROOM = 0.05
 #: The fewest evaluations after step 0 a fit takes.
 FIT_POINTS = 3
 
@@ -130,8 +134,9 @@ class SigmoidFit:
     b: float
     ok: bool  # the optimiser converged
     #: converged with A and C_mid inside their bounds: the curve levelled off within reach of the
-    #: data. A curve still rising pins A to its bound (A_BOUND x the curve's max) or C_mid to its
-    #: own (C_MID_BOUND x the last step): its A is then the bound's, not the data's.
+    #: data. A curve still rising pins A to its bound (A_BOUND x the curve's max, or REWARD_MAX
+    #: unless the fit without it levels clearly under 1) or C_mid to its own (C_MID_BOUND x the
+    #: last step): its A is then the bound's, not the data's.
     identified: bool = True
 
     def __call__(self, c: np.ndarray) -> np.ndarray:
@@ -172,26 +177,33 @@ def fit_sigmoid(c: np.ndarray, r: np.ndarray, r0: float | None = None) -> Sigmoi
         f = sigmoid
     a_at = 1 if r0 is None else 0  # A's place in the fitted parameters
 
-    def fitted(upper: list[float]) -> tuple[np.ndarray, bool]:
+    def fitted(upper: list[float]) -> tuple[np.ndarray, float, bool]:
+        """The fit under bounds `upper`: its parameters, A's standard error and whether it converged."""
         start = list(np.clip(p0, lo_b, upper))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                return curve_fit(f, c, r, p0=start, bounds=(lo_b, upper), maxfev=20000)[0], True
+                params, cov = curve_fit(f, c, r, p0=start, bounds=(lo_b, upper), maxfev=20000)
             except RuntimeError:
-                return np.array(start), False
+                return np.array(start), math.inf, False
+        se = float(np.sqrt(cov[a_at, a_at])) if np.isfinite(cov[a_at, a_at]) else math.inf
+        return params, se, True
 
-    params, ok = fitted(hi_b)
+    params, _, ok = fitted(hi_b)
     values = [r0, *map(float, params)] if r0 is not None else list(map(float, params))
     # at (within 1% of) the bounds of A and C_mid, the fit says the curve has not levelled off.
-    # At REWARD_MAX, only if that cap binds: a curve levelling off near reward 1 (A = 0.995) has
-    # found its level, one still rising past 0.9 has not; the fit without the cap tells them apart.
+    # At REWARD_MAX, unless the cap clearly does not bind: a curve levelling off near reward 1 has
+    # found its level there, one still rising past 0.9 has not. The fit without the cap (up to
+    # A_BOUND x the max, with room above 1 to tell) must put A two standard errors under the cap,
+    # or noise lets a rising curve pass; with less room than that, A stays pinned.
     a_pinned = values[1] >= 0.99 * a_hi
-    if ok and a_pinned and a_hi == REWARD_MAX:
+    free_hi = A_BOUND * hi + 1e-3
+    if ok and a_pinned and a_hi == REWARD_MAX and free_hi > REWARD_MAX + A_CAP_ROOM:
         uncapped = list(hi_b)
-        uncapped[a_at] = A_BOUND * hi + 1e-3
-        free, free_ok = fitted(uncapped)
-        a_pinned = not free_ok or float(free[a_at]) > REWARD_MAX + 0.005
+        uncapped[a_at] = free_hi
+        free, se, free_ok = fitted(uncapped)
+        a_free = float(free[a_at])
+        a_pinned = not free_ok or a_free >= 0.99 * free_hi or a_free + 2 * se > REWARD_MAX + 0.005
     identified = ok and not a_pinned and values[2] < 0.99 * C_MID_BOUND * float(np.max(c))
     return SigmoidFit(*values, ok=ok, identified=identified)
 

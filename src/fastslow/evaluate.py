@@ -241,7 +241,7 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
     t0 = time.perf_counter()
     # at temperature 1, the models' own distributions (Fig 4's KL(pi_train || pi_base), Fig 8's
     # entropy), on completions sampled at generation.temperature: their own samples when that is 1
-    # (every shipped config), a tempered policy's otherwise (README, Fig 4's row)
+    # (config.yaml, paper.yaml), a tempered policy's otherwise (README, Fig 4's row)
     kl, entropy = kl_and_entropy(model, base, tokenizer, prompt_ids, [r.pop("completion_ids") for r in rows],
                                  batch_size=batch_size, temperature=1.0, max_tokens=divergence_tokens)
     log.info("KL to base %.4f, entropy %.3f (%.1fs)", kl, entropy, time.perf_counter() - t0)

@@ -545,7 +545,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
-            # still rising (or no convergence): A is the fit's bound, said in the legend (a label
+            # still rising: A is the fit's bound, said in the legend (a label
             # at the curve's end lay on the other method's curve)
             ax.plot(xs, fit(xs), color=COLORS[method],
                     label=f"{LABELS[method]} fit" + ("" if fit.identified else ": A not identified"))
