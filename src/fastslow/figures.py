@@ -339,9 +339,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path,
         ax.legend(loc="best", fontsize=8)
     note = ""
     if rows == 2:
-        _radars(fig, radar, ncols=ncols, task_sources=task_sources)
-        last = radar.filter(pl.col("cycle") == pl.col("cycle").max().over("run"))
-        unordered = unordered_levels(last, task_sources)
+        unordered = _radars(fig, radar, ncols=ncols, task_sources=task_sources)
         if unordered:
             note = (f"Not grouped: {', '.join(map(task_label, unordered))}, whose data and its family's "
                     "training task's come from different sources, so which is harder is not known.")
@@ -449,9 +447,10 @@ def _init_rank(method: str) -> tuple[int, str]:
     return (order.index(method) if method in order else len(order), method)
 
 
-def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str, str] | None = None) -> None:
+def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str, str] | None = None) -> list[str]:
     """Mean@k and Best@k over the radar axes for each starting point (init) after GEPA, the axes
-    grouped and their labels coloured by group where the groups are known (`radar_axes`)."""
+    grouped and their labels coloured by group where the groups are known (`radar_axes`). Returns
+    the axes left ungrouped for their data's source alone (`unordered_levels`), for the footnote."""
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
@@ -499,6 +498,7 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str
         # out all of it past the axes and cut its right side off
         key.set_clip_on(False)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.15, 1.0))
+    return unordered_levels(last, task_sources)
 
 
 def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[str, float]]:

@@ -9,8 +9,8 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
-from fastslow.config import (ConfigError, canonical, follow_order, task_sources, job_params, known_tasks,
-                              model_name, option_files, own_task_params, task_modules, unknown_task,
+from fastslow.config import (ConfigError, canonical, follow_order, job_params, known_tasks, model_name,
+                              option_files, own_task_params, task_modules, task_sources, unknown_task,
                               validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest

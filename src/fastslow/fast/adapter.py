@@ -47,13 +47,13 @@ RECORD_HEAD_SHARE = 0.4
 REUSE_COLUMNS = ("problem_id", "context_hash", "prompt", "completion", "reward", "feedback")
 
 
-def clip_middle(text: str, max_chars: int = MAX_RECORD_COMPLETION_CHARS,
+def clip_middle(text: str, max_chars: int | None = MAX_RECORD_COMPLETION_CHARS,
                 head_share: float = RECORD_HEAD_SHARE) -> str:
-    """`text` if it has at most `max_chars` characters, else its head and its tail (at most
-    `max_chars` together) around a marker naming how many characters were left out, so the end
+    """`text` if it has at most `max_chars` characters (None: no limit), else its head and its
+    tail (at most `max_chars` together) around a marker naming how many characters were left out, so the end
     of a long completion (its conclusion and final `<answer>`) is never lost. The tail reaches
     back to the last `<answer>` tag when that fits in the budget (a long answer block)."""
-    if len(text) <= max_chars:
+    if max_chars is None or len(text) <= max_chars:
         return text
     head = int(max_chars * head_share)
     start = len(text) - (max_chars - head)
@@ -426,8 +426,7 @@ class FastAdapter:
             seen.add(t["problem_id"])
             records.append({
                 "Inputs": t["problem"],
-                "Generated Outputs": (t["completion"] if self.record_chars is None
-                                      else clip_middle(t["completion"], self.record_chars)),
+                "Generated Outputs": clip_middle(t["completion"], self.record_chars),
                 "Feedback": t["feedback"],
                 "Score": t["reward"],
                 "problem_id": t["problem_id"],

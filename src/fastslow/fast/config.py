@@ -133,7 +133,7 @@ class FastConfig:
             problem = prompt_template_error(self.reflection.get("prompt_template"))
             if problem:  # else every reflection call would fail, one by one
                 raise ValueError(problem)
-            chars = self.reflection.get("max_record_chars", MIN_RECORD_CHARS)
+            chars = self.reflection.get("max_record_chars")  # None (or left out): whole / the default
             if chars is not None and (not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_RECORD_CHARS):
                 raise ValueError(f"fast.reflection.max_record_chars must be an integer >= {MIN_RECORD_CHARS} "
                                  f"or null (whole completions), got {chars!r}")
