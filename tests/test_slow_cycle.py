@@ -294,6 +294,62 @@ def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tm
         torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=1e-5 * max(1.0, moved))
 
 
+def test_steps_at_the_reference_skip_its_forward_and_train_alike(tiny_model_dir: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the weights are still the KL reference's (a run's first cycle until an optimiser step
+    with lr > 0: steps 0 and 1 under a 2-step warm-up, lr 0 at step 0) a step skips the reference
+    forward and takes the loss forward's log-probs as the reference's: KL exactly 0, and the same
+    rollouts and updated weights as with the forward. Step 2 (weights moved) runs it again, and so
+    does a later cycle's first step."""
+    import dataclasses
+
+    import polars as pl
+
+    from fastslow.slow import loop
+
+    task = LengthTask()
+    problems = task.problems("train", 2, 0)
+    cfg = dataclasses.replace(_cfg(3), warmup_steps=2, micro_batch_size=2)
+    forwards: list[int] = []
+    real_step, real_starts = loop._rl_step, loop.starts_at_reference
+
+    def counting_step(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = [0]
+        hook = trainer.ref_model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        try:
+            return real_step(trainer, *args, **kwargs)
+        finally:
+            hook.remove()
+            forwards.append(calls[0])
+
+    monkeypatch.setattr(loop, "_rl_step", counting_step)
+    out = {}
+    for name, skip in (("skip", True), ("forward", False)):
+        if not skip:
+            monkeypatch.setattr(loop, "starts_at_reference", lambda *_: False)
+        out[name] = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / name,
+                              "toy/ref", 0, progress=False)
+    skipped, ran = forwards[:3], forwards[3:]
+    assert skipped[:2] == [0, 0] and skipped[2] > 0 and all(n > 0 for n in ran), forwards
+    a, b = (pl.read_parquet(out[k].metrics_path) for k in ("skip", "forward"))
+    assert a["lr"].to_list() == [0.0, 5e-4, 1e-3]
+    assert a["kl_to_base"].to_list()[:2] == [0.0, 0.0] and a["kl_to_base"][2] > 0
+    assert b["kl_to_base"].to_list()[:2] == pytest.approx([0.0, 0.0], abs=1e-6)
+    ra, rb = (pl.read_parquet(out[k].rollouts_path) for k in ("skip", "forward"))
+    assert ra["completion"].to_list() == rb["completion"].to_list()
+    wa, wb, w0 = _weights(out["skip"].model_dir), _weights(out["forward"].model_dir), _weights(tiny_model_dir)
+    moved = max(float((wa[k] - w0[k]).abs().max()) for k in wa)
+    assert moved > 1e-4  # the steps did change the weights
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=1e-5 * max(1.0, moved))
+
+    forwards.clear()
+    monkeypatch.setattr(loop, "starts_at_reference", real_starts)
+    run_cycle(tiny_model_dir, out["skip"].out_dir, CONTEXTS, task, problems, dataclasses.replace(cfg, steps_per_cycle=1),
+              tmp_path / "next", "toy/ref", 1, progress=False)
+    assert forwards[0] > 0  # the next cycle's weights were saved by this one: never the reference's
+
+
 def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """slow.bf16 on a CPU: the step's forward passes run in bf16 (a Linear layer's outputs are
     bf16), the saved weights stay fp32 and take an update close to the fp32 step's."""

@@ -444,6 +444,15 @@ def resume_point(model_dir: Path, state_in: str | Path | None, problems: Sequenc
     return Path(state_in) / "model", prev["global_step"], 0 if new_data else prev["cursor"], fingerprint
 
 
+def starts_at_reference(state_in: str | Path | None, policy_dir: Path, ref_dir: Path) -> bool:
+    """Whether a cycle starts with the KL reference's weights: a run's first cycle, whose weights
+    are loaded from the reference's directory. They stay the reference's until an optimiser step
+    with lr > 0 (under the warm-up, lr is 0 at step 0: a run's first two steps), and those steps
+    skip the reference forward (`PoolGRPOTrainer.policy_is_reference`). A later cycle's weights
+    were saved by the previous one: never taken as the reference's, even if no step moved them."""
+    return state_in is None and Path(policy_dir).resolve() == Path(ref_dir).resolve()
+
+
 # ---------------------------------------------------------------- one RL step
 
 
@@ -525,6 +534,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
     # path compares with a no-grad forward of the same weights, where the cap never binds)
     clipped = ((torch.exp(logps - torch.nan_to_num(sampled)) > cfg.epsilon_high) & (mask > 0)).sum().float()
     clip_fraction = float(clipped / n_tokens)
+    if trainer.reference_skipped:  # the weights were the reference's: so are its log-probs
+        batch["ref_per_token_logps"] = logps
     kl_terms = base_kl_terms(batch, logps, mask)
     kl = float(kl_terms.sum() / n_tokens) if kl_terms is not None else math.nan
     entropy = float((entropies * mask).sum() / n_tokens)
@@ -777,6 +788,8 @@ def run_cycle(
         # the round's rollouts not yet trained on, dealt step by step (reuse_plan)
         unserved = {key: list(value) for key, value in (round_rollouts or {}).items()}
         block = cfg.steps_per_generation
+        # until an optimiser step with lr > 0 (`starts_at_reference`)
+        at_reference = starts_at_reference(state_in, policy_dir, ref_dir)
         for t in range(cfg.steps_per_cycle):
             ahead = (0.0, 0, 0)
             if block > 1 and t % block == 0:
@@ -804,7 +817,9 @@ def run_cycle(
                                                    cfg.chat_template_kwargs)[0]
             if any(unserved.values()):
                 trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
+            trainer.policy_is_reference = at_reference
             metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead)
+            at_reference = at_reference and metrics["lr"] == 0
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
                             "generated instead", run_id, cycle, trainer.reuse_mismatches)

@@ -176,6 +176,14 @@ def _grpo_trainer_class() -> type:
             #: (`behaviour_logps`); consumed by `_generate_and_score_completions`
             self.behaviour: dict[int, Sequence[float]] = {}
             self._loss_inputs: dict[str, Any] | None = None
+            #: this step's reference forward was skipped (`policy_is_reference`)
+            self.reference_skipped = False
+
+        #: the weights are still the KL reference's (set by the loop before each step: a run's
+        #: first steps, until an optimiser step with lr > 0, e.g. step 0 of the warm-up). The
+        #: reference forward is then skipped: each loss forward takes its own log-probs as the
+        #: reference's, so KL and its gradient are exactly 0, as they are at θ = θ_ref.
+        policy_is_reference = False
 
         #: row -> (prompt ids, completion ids, per-token sampling log-probs or None) sampled
         #: before this step (the fast round, `fast.reuse_in_slow`, or an earlier step of its block,
@@ -339,14 +347,20 @@ def _grpo_trainer_class() -> type:
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
             """TRL's loss; a micro batch with ``behaviour_logps`` gets its old log-probs from the
             loss forward's own (on-policy rows, as TRL does without them) and from the
-            behaviour policy's (reused rows), set while that forward runs."""
-            if "behaviour_logps" not in inputs:
+            behaviour policy's (reused rows), set while that forward runs. When the step skipped
+            the reference forward (`policy_is_reference`), the reference log-probs are that
+            forward's own too."""
+            if "behaviour_logps" not in inputs and not self.reference_skipped:
                 return super()._compute_loss(model, inputs)
             self._loss_inputs = inputs
             try:
-                return super()._compute_loss(model, inputs)
+                loss = super()._compute_loss(model, inputs)
             finally:
                 self._loss_inputs = None
+            if self.reference_skipped and bool(inputs["ref_per_token_logps"].isnan().any()):
+                raise RuntimeError("slow loop: the loss read the skipped reference forward's placeholder "
+                                   "(TRL's loss forward no longer asks for entropies)")
+            return loss
 
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
@@ -356,20 +370,31 @@ def _grpo_trainer_class() -> type:
                 self.timings["scoring"] += time.perf_counter() - start
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            if self.policy_is_reference and self.ref_model is not None and args and args[0] is self.ref_model:
+                import torch
+
+                # the reference's log-probs are the policy's: the loss forward fills them in
+                # (`_compute_loss`); until then NaN, which no loss may read
+                ids, keep = args[1], args[3]
+                self.reference_skipped = True
+                return torch.full((ids.size(0), keep), float("nan"), device=ids.device), None, None
             shared = self._shared_prefix_forward(args, kwargs)
             logps, entropies, aux = shared or super()._get_per_token_logps_and_entropies(*args, **kwargs)
             # Only the loss's forward asks for entropies: these are log π_θ of the sampled tokens
             # before this step's update, i.e. the sampling policy's (on-policy), for free.
             if kwargs.get("compute_entropy"):
                 self.stash.append((logps.detach(), entropies.detach()))
-                if self._loss_inputs is not None:  # TRL reads the old log-probs after this forward
+                inputs = self._loss_inputs  # TRL reads the old and reference log-probs after this forward
+                if inputs is not None and "behaviour_logps" in inputs:
                     import torch
 
-                    behaviour = self._loss_inputs["behaviour_logps"]
-                    base = self._loss_inputs.get("old_per_token_logps")
+                    behaviour = inputs["behaviour_logps"]
+                    base = inputs.get("old_per_token_logps")
                     base = logps.detach() if base is None else base
-                    self._loss_inputs["old_per_token_logps"] = torch.where(  # fp32: no bf16 rounding
+                    inputs["old_per_token_logps"] = torch.where(  # fp32: no bf16 rounding
                         torch.isnan(behaviour), base.float(), behaviour.float())
+                if inputs is not None and self.reference_skipped:
+                    inputs["ref_per_token_logps"] = logps.detach()
             return logps, entropies, aux
 
         def _shared_prefix_forward(self, args: tuple, kwargs: dict[str, Any]) -> Any:
