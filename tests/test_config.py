@@ -259,6 +259,73 @@ def _tiny_experiments(reuse: dict, efficiency_eval: dict | None = None) -> dict:
     return validate_config(cfg)
 
 
+def test_the_curves_params_follow_the_configs_order_of_variants():
+    """The first variant of an experiment without `default` is the one its figures and claims read
+    (`figures.headline_tables`, by the curves table's row order: the config's). The curves job's
+    `labels` param was sorted and Snakemake records inputs sorted, so swapping two variants in an
+    overlay left the table and figures up to date, showing the old first variant."""
+    from fastslow.experiments import expand
+    from fastslow.layout import curves_labels
+
+    def labels(order: list[str]) -> list[str]:
+        lrs = {"lr_hi": 2e-5, "lr_lo": 5e-6}
+        cfg = _tiny_experiments({"variants": {v: {"slow": {"lr": lrs[v]}} for v in order}})
+        return [variant for _, _, variant, _, _ in curves_labels(expand(cfg), "reuse")]
+
+    assert labels(["lr_hi", "lr_lo"]) == ["lr_hi", "lr_lo"]
+    assert labels(["lr_lo", "lr_hi"]) == ["lr_lo", "lr_hi"]
+
+
+def test_a_key_read_only_under_a_switch_is_no_param_while_the_switch_is_off():
+    """`fast.reuse_steps` is read only under `reuse_in_slow`, `slow.vllm_enable_sleep_mode` only
+    under `use_vllm`, and an `hf` reflection model has no `timeout_s`: each was an FST cycle's
+    param whatever the switch, so setting one retrained every FST run for nothing (and kept two
+    variants differing only there from sharing one run). With the switch on they are params."""
+    from fastslow.experiments import cycle_section, expand
+
+    def fst_params(**sections):
+        cfg = _tiny_experiments({})
+        cfg = validate_config(deep_update(cfg, sections))
+        run = expand(cfg)["efficiency/fst/math-default-s0"]
+        return run.cycle_params(cfg, ("slow", "fast"))
+
+    assert fst_params(fast={"reuse_steps": 2}) == fst_params()
+    assert "reuse_steps" not in fst_params()["fast"]
+    on = {"reuse_rollouts": True, "reuse_in_slow": True}
+    assert fst_params(fast={**on, "reuse_steps": 2}) != fst_params(fast=on)
+    assert fst_params(slow={"vllm_enable_sleep_mode": True}) == fst_params()
+    assert cycle_section("fst", "slow", {"use_vllm": True, "vllm_enable_sleep_mode": True}) == {
+        "use_vllm": True, "vllm_enable_sleep_mode": True}
+    hf = {"proposer": "reflective", "reflection": {"kind": "hf", "path": "gpt2"}}
+    assert fst_params(fast=deep_update(copy.deepcopy(hf), {"reflection": {"timeout_s": 5}})) == fst_params(fast=hf)
+    hosted = {"proposer": "reflective", "reflection": {"kind": "openai", "base_url": "http://localhost:1/v1",
+                                                        "model": "m"}}
+    assert fst_params(fast=deep_update(copy.deepcopy(hosted), {"reflection": {"timeout_s": 5}})) != \
+        fst_params(fast=hosted)
+
+
+def test_a_local_hf_reflection_model_is_tracked_by_its_files(tmp_path, monkeypatch, tiny_model_dir):
+    """An `hf` reflection model's weights saved again in place left every reflective cycle up to
+    date (its path alone was a param). A local directory is now tracked by its files (names,
+    sizes, times), the base model's directory (built by the workflow) as a cycle input, and a hub
+    id (fixed by a pinned revision) and the other kinds not at all."""
+    from fastslow.config import reflection_model
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_model_dir, tmp_path / "refl")
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    first = reflection_model(cfg, {"kind": "hf", "path": "./refl"})
+    assert set(first) == {"files"} and reflection_model(cfg, {"kind": "hf", "path": str(tmp_path / "refl")}) == first
+    weights = tmp_path / "refl" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # saved again in place
+    assert reflection_model(cfg, {"kind": "hf", "path": "./refl"}) != first
+    assert reflection_model(cfg, {"kind": "hf", "path": "./results/models/smollm2-135m-instruct/"}) == {
+        "input": "results/models/smollm2-135m-instruct"}
+    assert reflection_model(cfg, {"kind": "hf", "path": "HuggingFaceTB/SmolLM2-135M-Instruct"}) == {}
+    assert reflection_model(cfg, {"kind": "openai", "base_url": "http://x/v1", "model": "m"}) == {}
+    assert reflection_model(cfg, None) == {}
+
+
 def test_a_run_identical_to_an_earlier_experiments_run_is_shared():
     from fastslow.experiments import expand
     from fastslow.layout import cycle_dir, eval_point_file, run_path

@@ -757,8 +757,8 @@ def _dry_run_touched(work: Path, targets: list[str], *extra: str) -> subprocess.
     return snakemake("-n", *_common(work, targets), *extra, env=env)
 
 
-def _touch(work: Path, targets: list[str]) -> None:
-    common = _common(work, targets)
+def _touch(work: Path, targets: list[str], *extra: str) -> None:
+    common = [*_common(work, targets), *extra]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the files' own store
     plan = snakemake("-n", *common, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
@@ -797,7 +797,8 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     (the round's sampling batches) RL-only ones: each now reruns only the cycles that read it, FST's
     (and fst_distill's) both. CISPO's beta reran distillation, the offline proposer's unread
     reflection model every cycle with a round, the full preset's budget every light round, the RL
-    steps' reuse settings GEPA-only and distillation cycles, and vLLM's GPU shares (memory bounds)
+    steps' reuse settings GEPA-only and distillation cycles (and FST's without `reuse_in_slow`, the
+    only switch they serve), vLLM's sleep mode without vLLM, and vLLM's GPU shares (memory bounds)
     every cycle."""
     rl, gepa = "results/runs/efficiency/rl/math-default-s0", "results/runs/ceiling/gepa/hover-default-s0"
     fst, distill = "results/runs/efficiency/fst/math-default-s0", "results/runs/ceiling/fst_distill/hover-default-s0"
@@ -810,7 +811,9 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
                         "round_batch": ["--config", "generation={batch_size: 3}"],
                         "beta": ["--config", "slow={beta: 0.1}"],  # CISPO's: not distillation's
                         "full_budget": ["--config", "fast={max_metric_calls: {full: 200}}"],  # light runs
-                        "reuse_steps": ["--config", "fast={reuse_steps: 2}"],  # FST's RL steps only
+                        # the RL steps' share of the round's rollouts: without reuse_in_slow, none
+                        "reuse_steps": ["--config", "fast={reuse_steps: 2}"],
+                        "sleep_mode": ["--config", "slow={vllm_enable_sleep_mode: true}"],  # without vLLM
                         # the reflection model: the offline proposer never calls it
                         "reflection": ["--config", "fast={reflection: {timeout_s: 30}}"],
                         # vLLM's shares of a GPU: memory bounds
@@ -827,4 +830,49 @@ def test_a_changed_setting_reruns_only_the_cycles_that_read_it(tmp_path):
     assert planned["round_batch"] == {t for t in targets if t.startswith((fst, gepa, distill))}
     assert planned["beta"] == {t for t in targets if t.startswith((rl, fst))}
     assert planned["reflection"] == planned["vllm_memory"] == planned["full_budget"] == set()
-    assert planned["reuse_steps"] == {t for t in targets if t.startswith(fst)}
+    assert planned["reuse_steps"] == planned["sleep_mode"] == set()
+
+
+@pytest.mark.workflow
+def test_task_data_reruns_for_the_settings_its_splits_are_made_from_only(tmp_path):
+    """task_data's params held every data setting of every source: a Hub dataset named for a task
+    under `source: offline`, or `source: hf` for a task without one (it keeps its generator), made
+    its splits out of date, and so retrained every run on it. They hold what the job reads now
+    (`task_spec`): such settings rerun nothing, a generator's option reruns that task alone."""
+    targets = ["results/data/math/train.parquet", "results/data/stargraph/train.parquet"]
+    _touch(tmp_path, targets)
+    planned = {}
+    for name, extra in {"nothing": [], "hub_unread": ["--config", "data={hf_datasets: {math: {preset: polaris}}}"],
+                        "source_unread": ["--config", "data={source: hf}"],
+                        "option": ["--config", "data={options: {math: {sources: [{dataset: basic_arithmetic}]}}}"]
+                        }.items():
+        out = _dry_run_touched(tmp_path, targets, *extra)
+        assert out.returncode == 0, (name, out.stderr[-3000:])
+        planned[name] = {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
+                         for p in line.split(":", 1)[1].split(",")} & set(targets)
+    assert planned["nothing"] == planned["hub_unread"] == planned["source_unread"] == set()
+    assert planned["option"] == {"results/data/math/train.parquet"}
+
+
+@pytest.mark.workflow
+def test_an_hf_reflection_model_saved_again_reruns_the_reflective_cycles(tmp_path, tiny_model_dir):
+    """An `hf` reflection model in a local directory: its weights saved again in place left the
+    cycles whose round reflects with it up to date (the path was their only param). The files'
+    digest is a param now: FST's cycle reruns, the RL-only one (no round) does not."""
+    refl = tmp_path / "reflection_model"
+    shutil.copytree(tiny_model_dir, refl)
+    reflective = ["--config", f"fast={{proposer: reflective, reflection: {{kind: hf, path: {refl}}}}}"]
+    rl, fst = "results/runs/efficiency/rl/math-default-s0", "results/runs/efficiency/fst/math-default-s0"
+    targets = [f"{rl}/cycle0/cycle.json", f"{fst}/cycle0/cycle.json"]
+    _touch(tmp_path, targets, *reflective)
+
+    def planned() -> set[str]:
+        out = _dry_run_touched(tmp_path, targets, *reflective)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return {p.strip() for line in out.stdout.splitlines() if line.strip().startswith("output:")
+                for p in line.split(":", 1)[1].split(",")} & set(targets)
+
+    assert planned() == set()
+    weights = refl / "model.safetensors"
+    weights.write_bytes(weights.read_bytes())  # saved again in place
+    assert planned() == {f"{fst}/cycle0/cycle.json"}

@@ -505,6 +505,29 @@ def _check_reflection_path(config: Mapping[str, Any], path: str) -> None:
         raise ConfigError(f"config error: fast.reflection.path: {problem}")
 
 
+def reflection_model(config: Mapping[str, Any], reflection: Mapping[str, Any] | None) -> dict[str, str]:
+    """What makes a reflective cycle out of date when its `hf` reflection model changes (the
+    cycle's `fast.reflection`, None where its proposer reads none): {"input": the directory} for the
+    base model's, which the workflow builds (a rebuild reruns the cycle); {"files": a digest of its
+    files' names, sizes and times} for another local directory, a param, so weights saved again
+    in place rerun it, as the base model's `model_fingerprint` does for it; {} for a hub id (whose
+    content a pinned revision fixes) or another kind. The path alone was the param."""
+    if not isinstance(reflection, Mapping) or reflection.get("kind") != "hf" or not reflection.get("path"):
+        return {}
+    from fastslow.io import tree_fingerprint
+    from fastslow.layout import RESULTS
+    from fastslow.model.convert import _looks_local
+
+    path = str(reflection["path"])
+    built = Path(RESULTS) / "models" / model_name(config)
+    if Path(os.path.abspath(os.path.expanduser(path))) == Path(os.path.abspath(built)):
+        return {"input": str(built)}
+    local = Path(path).expanduser()
+    if not _looks_local(path) or not local.is_dir():  # a hub id (a missing local path fails validation)
+        return {}
+    return {"files": tree_fingerprint(local)}
+
+
 def _check_model_name(config: Mapping[str, Any]) -> None:
     """model.name, or the name model.base gives: a directory name under results/models/."""
     given = config["model"].get("name")

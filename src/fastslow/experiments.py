@@ -70,6 +70,12 @@ CYCLE_SKIPS: dict[str, dict[str, tuple[str, ...]]] = {
 #: reflective proposer the feedback editor's limits.
 REFLECTIVE = "reflective"
 FEEDBACK_EDITOR_KEYS = ("max_demos", "max_rules", "max_demo_chars")
+#: Keys a cycle reads only while a switch of their section is on: its params (and its reading)
+#: leave them out otherwise, so changing one retrains nothing it cannot change (vLLM's sleep mode
+#: without vLLM; how many RL steps train on the round's rollouts without `reuse_in_slow`).
+READ_ONLY_WITH = {"slow": {"vllm_enable_sleep_mode": "use_vllm"}, "fast": {"reuse_steps": "reuse_in_slow"}}
+#: Reflection settings an `hf` reflection model never reads (it generates in the cycle's process)
+HF_REFLECTION_SKIPS = ("timeout_s",)
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,7 @@ def _read_by(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """`params` (sections of settings) as `method`'s cycle reads them (`cycle_section`; its
     evaluations read no `fast` or `slow` setting)."""
     for name in params:  # (values replaced in place: the sections keep their order)
-        if name == "fast" or name in CYCLE_READS.get(method, {}) or name in CYCLE_SKIPS.get(method, {}):
+        if name in ("fast", "slow") or name in CYCLE_READS.get(method, {}) or name in CYCLE_SKIPS.get(method, {}):
             params[name] = cycle_section(method, name, params[name])
     return params
 
@@ -164,7 +170,8 @@ def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, 
     itself: the keys `CYCLE_READS` keeps (each read alone, so a left-out key is never touched), or
     the whole section less `CYCLE_SKIPS`; of `fast`, the reflection model only for the reflective
     proposer and the feedback editor's limits only for it, and of `max_metric_calls` only the
-    preset's budget (`round_budget`)."""
+    preset's budget (`round_budget`); no key of `READ_ONLY_WITH` whose switch is off, and no
+    `HF_REFLECTION_SKIPS` of an `hf` reflection model."""
     keep = CYCLE_READS.get(method, {}).get(name)
     if keep is not None:  # in sorted order, as `job_params` gives the sections
         missing = object()
@@ -172,9 +179,15 @@ def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, 
     skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
     if name == "fast":  # each proposer's own settings only where it proposes
         skipped = (*skipped, *(FEEDBACK_EDITOR_KEYS if section.get("proposer") == REFLECTIVE else ("reflection",)))
+    # (a switch the method never reads is off for it, and is not read here either)
+    skipped = (*skipped, *(k for k, switch in READ_ONLY_WITH.get(name, {}).items()
+                           if switch in skipped or not section.get(switch)))
     read = {k: v for k, v in section.items() if k not in skipped}
     if name == "fast" and isinstance(read.get("max_metric_calls"), dict) and "preset" in read:
         read["max_metric_calls"] = round_budget(read)
+    reflection = read.get("reflection") if name == "fast" else None
+    if isinstance(reflection, dict) and reflection.get("kind") == "hf":
+        read["reflection"] = {k: v for k, v in reflection.items() if k not in HF_REFLECTION_SKIPS}
     return read
 
 

@@ -99,6 +99,18 @@ def curves_runs(runs: dict[str, RunSpec], experiment: str, tasks: Collection[str
                      f"(its runs' tasks: {', '.join(evaluated)})")
 
 
+def curves_labels(runs: dict[str, RunSpec], experiment: str, tasks: Collection[str] | None = None,
+                  methods: Collection[str] | None = None) -> list[tuple[str, str, str, int, str]]:
+    """What a curves table's rows say of each run beyond its files (a shared run reads another
+    run's files, so renaming its variant changed no input): its key, the run it reads, variant,
+    seed and init, in the table's row order. That order is the config's, and decides which
+    variant (or method) a figure or claim reads first (`figures.headline_tables`): a param in
+    sorted order, and the inputs Snakemake records sorted, left a reordered experiment's
+    figures up to date with the old first variant."""
+    return [(s.key, s.source, s.variant, s.seed, s.init or "base")
+            for s in experiment_runs(runs, experiment, tasks, methods).values()]
+
+
 def experiment_eval_files(runs: dict[str, RunSpec], experiment: str, results: str = RESULTS,
                           tasks: Collection[str] | None = None,
                           methods: Collection[str] | None = None) -> list[str]:

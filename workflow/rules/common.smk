@@ -10,8 +10,8 @@ from snakemake.exceptions import WorkflowError
 
 from fastslow import launch, layout
 from fastslow.config import (ConfigError, canonical, follow_order, job_params, known_tasks, model_name,
-                              option_files, own_task_params, task_modules, task_sources, unknown_task,
-                              validate_config)
+                              option_files, own_task_params, reflection_model, task_modules, task_sources,
+                              task_spec, unknown_task, validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
@@ -210,10 +210,26 @@ def run_settings(keys):
     return settings
 
 
+_REFLECTION = {}
+
+
+def cycle_reflection(spec):
+    """The run's `hf` reflection model as its cycles depend on it (fastslow.config.reflection_model:
+    the base model's directory as an input, another local one by its files' digest), once a run."""
+    if spec.key not in _REFLECTION:
+        fast = _run_params(spec, TRAINING_SETTINGS, cycle=True).get("fast", {})
+        _REFLECTION[spec.key] = reflection_model(config, fast.get("reflection"))
+    return _REFLECTION[spec.key]
+
+
 def cycle_settings(wc):
     """A cycle job's params: the run's TRAINING_SETTINGS less what its method's cycle never reads
-    (RunSpec.cycle_params: no fast settings for rl's, no slow ones but T for gepa's)."""
-    return _run_params(run_of(wc), TRAINING_SETTINGS, cycle=True)
+    (RunSpec.cycle_params: no fast settings for rl's, no slow ones but T for gepa's), and the
+    digest of a local `hf` reflection model's files (`cycle_reflection`)."""
+    spec = run_of(wc)
+    params = _run_params(spec, TRAINING_SETTINGS, cycle=True)
+    files = cycle_reflection(spec).get("files")
+    return params if files is None else {**params, "reflection_files": files}
 
 
 def init_model(spec):
@@ -232,6 +248,9 @@ def cycle_inputs(wc):
     # pool.json alone makes the dependency).
     init = init_model(spec)
     inputs = {"tracking": ancient(tracking(wc.experiment)), "init": init, "train": data_file(spec.schedule[c], "train")}
+    built = cycle_reflection(spec).get("input")
+    if built is not None:  # an hf reflection model in the base model's directory, which the workflow builds
+        inputs["reflection"] = built
     if c > 0:
         prev = layout.cycle_dir(spec, c - 1)
         inputs["pool"] = f"{prev}/pool.json"

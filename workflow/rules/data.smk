@@ -31,13 +31,12 @@ rule task_data:
     params:
         code=library_code("task_data.py"),
         task_code=task_code,
-        # a change of the task's generator options makes its splits out of date
-        options=lambda wc: canonical(config["data"]["options"].get(wc.task, {})),
-        # and so does any other setting the splits are made from
-        source=lambda wc: None if wc.task in config["data"]["files"] else config["data"]["source"],
+        # what the splits are made from: the task's loader and its options as the job reads them
+        # (a user's file, the generator's options, or the Hub dataset under `source: hf`; not the
+        # settings of a source the task does not come from), the seed and the sizes
+        spec=lambda wc: canonical(task_spec(config, wc.task)),
         seed=config["data"]["seed"],
         sizes=canonical(config["data"]["sizes"]),
-        hf_dataset=lambda wc: canonical(config["data"]["hf_datasets"].get(wc.task, {})),
         own=lambda wc: own_task_params(config, wc.task),
         # the content (sha256) of each file an option names (a generator's `words_file`)
         option_files=lambda wc: option_files(config, wc.task),

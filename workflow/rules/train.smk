@@ -122,12 +122,10 @@ def curves_inputs(wc):
 
 
 def curves_labels(wc):
-    """What a curves table's rows say of each run beyond its files (a shared run reads another
-    run's files, so renaming its variant changed no input): its key, the run it reads, variant,
-    seed and init."""
+    """What a curves table's rows say of each run beyond its files, in their order
+    (layout.curves_labels)."""
     tasks, methods = layout.table_filter(wc)
-    return sorted((s.key, s.source, s.variant, s.seed, s.init or "base")
-                  for s in layout.experiment_runs(RUNS, wc.experiment, tasks, methods).values())
+    return layout.curves_labels(RUNS, wc.experiment, tasks, methods)
 
 
 rule curves:
