@@ -262,8 +262,10 @@ def _tiny_experiments(reuse: dict, efficiency_eval: dict | None = None) -> dict:
 def test_the_curves_params_follow_the_configs_order_of_variants():
     """The first variant of an experiment without `default` is the one its figures and claims read
     (`figures.headline_tables`, by the curves table's row order: the config's). The curves job's
-    `labels` param was sorted and Snakemake records inputs sorted, so swapping two variants in an
-    overlay left the table and figures up to date, showing the old first variant."""
+    `labels` param was sorted and Snakemake records inputs sorted, so swapping two variants (of an
+    experiment of one's own, or in config.yaml itself: an overlay's variants of config.yaml's
+    experiments are put back in its order) left the table and figures up to date, showing the old
+    first variant."""
     from fastslow.experiments import expand
     from fastslow.layout import curves_labels
 
@@ -321,6 +323,8 @@ def test_a_local_hf_reflection_model_is_tracked_by_its_files(tmp_path, monkeypat
     assert reflection_model(cfg, {"kind": "hf", "path": "./refl"}) != first
     assert reflection_model(cfg, {"kind": "hf", "path": "./results/models/smollm2-135m-instruct/"}) == {
         "input": "results/models/smollm2-135m-instruct"}
+    final = tmp_path / "results/runs/efficiency/fst/math-default-s0/final/model"  # another run's weights
+    assert reflection_model(cfg, {"kind": "hf", "path": str(final)}) == {"input": str(final.relative_to(tmp_path))}
     assert reflection_model(cfg, {"kind": "hf", "path": "HuggingFaceTB/SmolLM2-135M-Instruct"}) == {}
     assert reflection_model(cfg, {"kind": "openai", "base_url": "http://x/v1", "model": "m"}) == {}
     assert reflection_model(cfg, None) == {}
@@ -1646,7 +1650,7 @@ def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path
     (tmp_path / "hard").write_text("a file that happens to be named like a bare option word\n")
     options = {"words_file": "words.txt", "mode": "hard", "rel_tol": 0.1, "missing": "gone.txt", "folder": "lists",
                "more": ["lists/extra.txt", "plum"], "aaa": {"inner": "words.txt"}}
-    cfg = {"data": {"options": {"mytask": options, "other": {}}}}
+    cfg = {"data": {"source": "offline", "options": {"mytask": options, "other": {}}}}
     files = option_files(cfg, "mytask")
     assert list(files) == ["aaa.inner", "more[0]", "words_file"]
     assert files["words_file"] == file_sha256("words.txt") == files["aaa.inner"]
@@ -1659,6 +1663,32 @@ def test_task_data_tracks_the_content_of_the_files_a_tasks_options_name(tmp_path
     shipped = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "smoke.yaml")
     monkeypatch.chdir(ROOT)
     assert all(option_files(shipped, task) == {} for task in shipped["data"]["options"])
+
+
+def test_task_data_params_are_what_its_loader_reads_in_one_key_order(tmp_path, monkeypatch):
+    """task_data's `spec` param is `task_spec`'s loader and options with every key sorted (the
+    same options merged in another order from `--configfile a b` and `--configfile b` re-ran the
+    task's splits and everything trained on them); the settings of a source the task does not
+    come from are no part of it, and a task served from the Hub has no option files."""
+    from fastslow.config import option_files, task_data_spec
+
+    base = load_config(ROOT / "config" / "config.yaml")
+    one = deep_update(copy.deepcopy(base), {"data": {"options": {"codeio": {"rel_tol": 0.1}}}})
+    other = copy.deepcopy(one)
+    other["data"]["options"]["codeio"] = dict(reversed(list(one["data"]["options"]["codeio"].items())))
+    assert repr(other["data"]["options"]["codeio"]) != repr(one["data"]["options"]["codeio"])
+    assert repr(task_data_spec(other, "codeio")) == repr(task_data_spec(one, "codeio"))
+    assert task_data_spec(one, "codeio") == ["codeio", {"max_prompt_chars": 2500, "rel_tol": 0.1}]
+    hub = deep_update(copy.deepcopy(base), {"data": {"hf_datasets": {"math": {"preset": "polaris"}}}})
+    assert task_data_spec(hub, "math") == task_data_spec(base, "math")  # offline: the entry is unread
+    served = deep_update(copy.deepcopy(hub), {"data": {"source": "hf"}})
+    assert task_data_spec(served, "math")[0] != "math"
+    assert task_data_spec(served, "stargraph") == task_data_spec(base, "stargraph")  # no entry: its generator
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "words.txt").write_text("apple\n")
+    named = {"data": {"options": {"math": {"words_file": "words.txt"}}}}
+    assert set(option_files(deep_update(copy.deepcopy(hub), named), "math")) == {"words_file"}
+    assert option_files(deep_update(copy.deepcopy(served), named), "math") == {}  # from the Hub: unread
 
 
 def test_experiments_follow_the_default_configs_order_and_init_sources_come_first():

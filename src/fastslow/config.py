@@ -507,11 +507,12 @@ def _check_reflection_path(config: Mapping[str, Any], path: str) -> None:
 
 def reflection_model(config: Mapping[str, Any], reflection: Mapping[str, Any] | None) -> dict[str, str]:
     """What makes a reflective cycle out of date when its `hf` reflection model changes (the
-    cycle's `fast.reflection`, None where its proposer reads none): {"input": the directory} for the
-    base model's, which the workflow builds (a rebuild reruns the cycle); {"files": a digest of its
-    files' names, sizes and times} for another local directory, a param, so weights saved again
-    in place rerun it, as the base model's `model_fingerprint` does for it; {} for a hub id (whose
-    content a pinned revision fixes) or another kind. The path alone was the param."""
+    cycle's `fast.reflection`, None where its proposer reads none): {"input": the directory} for
+    one under results/ (the base model's, or another run's weights), which the workflow builds (a
+    rebuild reruns the cycle, after it); {"files": a digest of its files' names, sizes and times}
+    for another local directory, a param, so weights saved again in place rerun it, as the base
+    model's `model_fingerprint` does for it; {} for a hub id (whose content a pinned revision
+    fixes) or another kind. The path alone was the param."""
     if not isinstance(reflection, Mapping) or reflection.get("kind") != "hf" or not reflection.get("path"):
         return {}
     from fastslow.io import tree_fingerprint
@@ -519,9 +520,9 @@ def reflection_model(config: Mapping[str, Any], reflection: Mapping[str, Any] | 
     from fastslow.model.convert import _looks_local
 
     path = str(reflection["path"])
-    built = Path(RESULTS) / "models" / model_name(config)
-    if Path(os.path.abspath(os.path.expanduser(path))) == Path(os.path.abspath(built)):
-        return {"input": str(built)}
+    where = Path(os.path.abspath(os.path.expanduser(path)))
+    if where.is_relative_to(os.path.abspath(RESULTS)):  # as its producer's output names it
+        return {"input": os.path.relpath(where)}
     local = Path(path).expanduser()
     if not _looks_local(path) or not local.is_dir():  # a hub id (a missing local path fails validation)
         return {}
@@ -858,9 +859,20 @@ def option_files(config: Mapping[str, Any], name: str) -> dict[str, str]:
             for i, v in enumerate(value):
                 visit(f"{key}[{i}]", v)
 
+    if task_spec(config, name)[0] != name:  # its splits come from a file or the Hub: no option is read
+        return {}
     for option, value in (config["data"].get("options", {}).get(name) or {}).items():
         visit(str(option), value)
     return {k: found[k] for k in sorted(found)}
+
+
+def task_data_spec(config: Mapping[str, Any], name: str) -> list[Any]:
+    """The `task_data` param of task `name`: its loader and the options the job hands it
+    (`task_spec`: a user's file, the generator's options, or the Hub dataset under `source: hf`),
+    keys sorted. The settings of a source the task does not come from are left out: a Hub
+    dataset named for a task under `source: offline`, or `source: hf` for a task without one
+    (which keeps its generator), rebuilt its splits and retrained everything on them."""
+    return canonical(list(task_spec(config, name)))
 
 
 def file_sha256(path: str | Path) -> str:

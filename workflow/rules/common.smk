@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from fastslow import launch, layout
 from fastslow.config import (ConfigError, canonical, follow_order, job_params, known_tasks, model_name,
                               option_files, own_task_params, reflection_model, task_modules, task_sources,
-                              task_spec, unknown_task, validate_config)
+                              task_data_spec, unknown_task, validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES

@@ -34,7 +34,7 @@ rule task_data:
         # what the splits are made from: the task's loader and its options as the job reads them
         # (a user's file, the generator's options, or the Hub dataset under `source: hf`; not the
         # settings of a source the task does not come from), the seed and the sizes
-        spec=lambda wc: canonical(task_spec(config, wc.task)),
+        spec=lambda wc: task_data_spec(config, wc.task),
         seed=config["data"]["seed"],
         sizes=canonical(config["data"]["sizes"]),
         own=lambda wc: own_task_params(config, wc.task),

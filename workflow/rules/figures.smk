@@ -90,8 +90,9 @@ def pool_inputs(wc):
 
 def pool_runs(wc):
     """The runs a pool page names, and the run whose files each reads (a shared run reads another
-    run's pools, so renaming its variant changed no input and the page kept the old name)."""
-    return sorted((s.key, s.source) for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast)
+    run's pools, so renaming its variant changed no input and the page kept the old name), in the
+    page's order: the config's (sorted, a reordered experiment's page kept the old order)."""
+    return [(s.key, s.source) for s in layout.experiment_runs(RUNS, wc.experiment).values() if s.fast]
 
 
 rule pool_evolution:
