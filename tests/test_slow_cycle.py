@@ -266,6 +266,29 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
         left = re.search(r", steps ~(\d+)s left$", line).group(1)
         assert left == f"{sum(seconds[:t + 1]) / (t + 1) * (3 - t):.0f}", (line, seconds)
     assert "step 4/4" in steps[-1] and "left" not in steps[-1]
+    for t, line in enumerate(steps):  # the problems whose G rollouts tied, and the gradient's norm
+        m = result.metrics[t]
+        assert f"({100 * m['frac_zero_std_groups']:.0f}% of problems tied)" in line, line
+        assert f"grad norm {m['grad_norm']:.3g}," in line, line
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "scored alike" in r.getMessage()]
+
+
+def test_a_cycle_whose_rollouts_all_tie_says_so(tiny_model_dir: Path, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Every problem's G rollouts scoring alike (a task the model never solves) leaves the policy
+    gradient 0: the step lines' reward std (over the batch) did not say it. One warning a cycle."""
+
+    class NeverSolved(LengthTask):
+        def reward(self, problem: Any, completion: str) -> float:
+            return 0.0
+
+    task = NeverSolved()
+    with caplog.at_level(logging.INFO, logger="fastslow.slow"):
+        run_cycle(tiny_model_dir, None, CONTEXTS, task, task.problems("train", 2, 0), _cfg(2), tmp_path / "out",
+                  "toy/flat", 0, progress=True)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "scored alike" in r.getMessage()]
+    assert warned == ["slow toy/flat cycle 0: 100% of its problems' rollouts all scored alike (mean reward 0.000): "
+                      "almost no policy gradient, the weights moved by the KL penalty and weight decay alone"]
 
 
 def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -348,6 +371,35 @@ def test_steps_at_the_reference_skip_its_forward_and_train_alike(tiny_model_dir:
     run_cycle(tiny_model_dir, out["skip"].out_dir, CONTEXTS, task, problems, dataclasses.replace(cfg, steps_per_cycle=1),
               tmp_path / "next", "toy/ref", 1, progress=False)
     assert forwards[0] > 0  # the next cycle's weights were saved by this one: never the reference's
+
+
+def test_a_step_whose_gradient_is_not_finite_stops_the_cycle_before_the_optimiser(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN in the step's gradient (a bf16 overflow, a KL blow-up) went into AdamW, which wrote NaN
+    weights and moments even at lr 0, and the cycle saved them for every later cycle and
+    evaluation to sample from. The cycle now stops before the optimiser step, in one line naming
+    the run, cycle and step, and writes nothing."""
+    from fastslow.slow import loop
+
+    real = loop.clip_gradients
+    calls = []
+
+    def poisoned(parameters: Any, *args: Any, **kwargs: Any) -> float:
+        parameters = list(parameters)
+        calls.append(1)
+        if len(calls) == 2:  # the second step's gradient: one entry NaN
+            next(p for p in parameters if p.grad is not None).grad.view(-1)[0] = float("nan")
+        return real(parameters, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "clip_gradients", poisoned)
+    task = LengthTask()
+    with pytest.raises(loop.NonFiniteGradient,
+                       match=r"^slow toy/nan cycle 0 step 2/3 \(global 1\): gradient norm nan \(loss .*\); the weights "
+                             r"were not updated and nothing was saved"):
+        run_cycle(tiny_model_dir, None, CONTEXTS, task, task.problems("train", 2, 0), _cfg(3), tmp_path / "c0",
+                  "toy/nan", 0, progress=False)
+    assert not (tmp_path / "c0").exists() and not list(tmp_path.iterdir())  # no output, no temp dir left
+    assert len(calls) == 2  # stopped at that step
 
 
 def test_bf16_step_autocasts_on_cpu(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

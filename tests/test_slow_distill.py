@@ -352,6 +352,29 @@ def test_new_data_resets_cursor(runs: dict[str, Any], tiny_model_dir: Path,
 # ---------------------------------------------------------------- what fits one GPU
 
 
+def test_a_distillation_step_whose_gradient_is_not_finite_stops_before_the_optimiser(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the RL step (test_slow_cycle): a non-finite gradient norm stops the cycle before AdamW
+    writes it into the weights, naming the step, and nothing is saved."""
+    import fastslow.slow.distill as distill
+    from fastslow.slow.loop import NonFiniteGradient
+
+    real = distill.clip_gradients
+
+    def poisoned(parameters: Any, *args: Any, **kwargs: Any) -> float:
+        parameters = list(parameters)
+        next(p for p in parameters if p.grad is not None).grad.view(-1)[0] = float("inf")
+        return real(parameters, *args, **kwargs)
+
+    monkeypatch.setattr(distill, "clip_gradients", poisoned)
+    task = LengthTask()
+    with pytest.raises(NonFiniteGradient,
+                       match=r"^distill toy/inf cycle 0 step 1/1 \(global 0\): gradient norm inf"):
+        run_distill_cycle(tiny_model_dir, None, [TEACHER], task, task.problems("train", 3, 0), _cfg(1),
+                          tmp_path / "c0", "toy/inf", 0, progress=False, student_context=STUDENT)
+    assert not list(tmp_path.iterdir())
+
+
 def test_memory_floor_counts_the_models_own_parameters_and_cache(tiny_model_dir: Path, tmp_path: Path) -> None:
     """From the config and the weights' headers alone (meta device): the parameters load_model
     gives, in the dtype it gives them; five copies certain (weights, gradients, two AdamW moments,

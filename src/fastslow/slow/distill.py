@@ -60,6 +60,7 @@ from fastslow.slow.loop import (
     _main_process_dir,
     _write_table,
     check_device,
+    check_gradient,
     clip_gradients,
     restore_trained,
     resume_point,
@@ -166,8 +167,9 @@ def _student_logits(trainee: _Trainee, prompts: Sequence[Sequence[int]],
 
 def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[Problem],
                   student_context: str, teacher_context: str, cfg: SlowConfig,
-                  seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Sample from the student, score, one AdamW step on the reverse KL. (metrics, records).
+                  seed: int, where: str = "distill step") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Sample from the student, score, one AdamW step on the reverse KL (stopped before it when the
+    gradient is not finite, naming `where`: `check_gradient`). (metrics, records).
 
     `problems`: one entry per rollout this process samples, all of the step's P*G in one
     process, its contiguous 1/N under `accelerate launch`. The loss is the token mean over the
@@ -231,6 +233,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         kl_sum += float(kl.detach().sum())
         entropy_sum += float(entropy.sum())
     grad_norm = clip_gradients(trainee.model.parameters(), cfg.max_grad_norm, accelerator)
+    check_gradient(grad_norm, kl_sum * scale / n_tokens, where)
     trainee.optimizer.step()
     trainee.lr_scheduler.step()
     trainee.optimizer.zero_grad(set_to_none=True)
@@ -625,7 +628,9 @@ def run_distill_cycle(
                 step_rows = step_rows[rank_slice(len(step_rows), rank, num_processes)]
                 seed = derive_seed(seed, rank)
             metrics, records = _distill_step(trainee, generator, task, step_rows, student_context,
-                                             teacher_context, cfg, seed)
+                                             teacher_context, cfg, seed,
+                                             where=f"distill {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} "
+                                                   f"(global {global_step})")
             for p in picked:
                 if p.id not in prompt_texts:
                     chat = build_messages(student_context, p)

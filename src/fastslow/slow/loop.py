@@ -458,11 +458,12 @@ def starts_at_reference(state_in: str | Path | None, policy_dir: Path, ref_dir: 
 
 def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: SlowConfig,
              prompt_texts: dict[tuple[str, str], str],
-             ahead: tuple[float, int, int] = (0.0, 0, 0)) -> tuple[dict[str, Any], list[dict]]:
+             ahead: tuple[float, int, int] = (0.0, 0, 0), where: str = "slow step") -> tuple[dict[str, Any], list[dict]]:
     """Generate, score, one optimiser step. Returns (metrics, rollout records).
 
     `ahead`: (seconds, completion tokens, rollouts) of the block's sampling this step did before
-    it (`sample_ahead`), counted as this step's generation."""
+    it (`sample_ahead`), counted as this step's generation. `where`: the step, as a non-finite
+    gradient's error names it (`check_gradient`)."""
     import torch
     from trl.trainer.utils import split_tensor_dict
 
@@ -504,6 +505,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         raise RuntimeError(f"slow loop: {len(prompts.kv)} prompt forwards never sent their gradients to the "
                            f"weights (their micro batches were counted wrong)")
     grad_norm = clip_gradients(model.parameters(), cfg.max_grad_norm, accelerator if distributed else None)
+    check_gradient(grad_norm, loss_total, where)
     trainer.optimizer.step()
     trainer.lr_scheduler.step()
     trainer.optimizer.zero_grad(set_to_none=True)
@@ -648,6 +650,39 @@ def truncated_rows(completion_ids: Any, completion_mask: Any, eos_ids: Sequence[
     last = completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     eos = torch.tensor(list(eos_ids), dtype=completion_ids.dtype, device=completion_ids.device)
     return ((lengths > 0) & ~torch.isin(last, eos)).tolist()
+
+
+#: A cycle whose steps' advantage groups tied this often (mean `frac_zero_std_groups`) is warned about
+TIED_WARNING = 0.9
+
+
+def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
+    """One warning when most of a cycle's advantage groups (a problem's G rollouts) scored alike,
+    so that almost no policy gradient reached the weights (only the KL term and weight decay moved
+    them): a task too hard or too easy for the model at this budget, which the step lines' batch
+    reward std does not show (it spreads over problems)."""
+    tied = [r["frac_zero_std_groups"] for r in metrics_rows if math.isfinite(r.get("frac_zero_std_groups", math.nan))]
+    if tied and float(np.mean(tied)) >= TIED_WARNING:
+        reward = float(np.mean([r["reward_mean"] for r in metrics_rows]))
+        log.warning("%s: %.0f%% of its problems' rollouts all scored alike (mean reward %.3f): almost no policy "
+                    "gradient, the weights moved by the KL penalty and weight decay alone", where,
+                    100 * float(np.mean(tied)), reward)
+
+
+class NonFiniteGradient(RuntimeError):
+    """A step's gradient norm was NaN or inf: the step stopped before the optimiser wrote it into
+    the weights and AdamW's moments (at any lr, even 0: 0 x NaN is NaN), so nothing was saved."""
+
+
+def check_gradient(grad_norm: float, loss: float, where: str) -> None:
+    """Stop the cycle, in one line naming `where` (run, cycle, step), before an optimiser step with a
+    non-finite gradient norm: it would save NaN weights that every later cycle and evaluation
+    samples from (a corrupt run, hours of GPU later). Under several processes the norm is the
+    global one (`clip_gradients`), so every rank stops at the same step."""
+    if not math.isfinite(grad_norm):
+        raise NonFiniteGradient(f"{where}: gradient norm {grad_norm} (loss {loss:.6g}); the weights were not "
+                                "updated and nothing was saved. The step is deterministic, so a rerun stops "
+                                "here again: try a lower slow.lr")
 
 
 def clip_gradients(parameters: Any, max_norm: float | None, accelerator: Any = None) -> float:
@@ -818,7 +853,9 @@ def run_cycle(
             if any(unserved.values()):
                 trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
             trainer.policy_is_reference = at_reference
-            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead)
+            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead,
+                                        where=f"slow {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} "
+                                              f"(global {global_step})")
             at_reference = at_reference and metrics["lr"] == 0
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
@@ -847,10 +884,11 @@ def run_cycle(
                 # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
-                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl %.4f, "
-                         "%d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s", run_id, cycle, t + 1,
-                         cfg.steps_per_cycle, global_step, metrics["reward_mean"],
-                         metrics["reward_std"], metrics["kl_to_base"], metrics["completion_tokens"],
+                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f (%.0f%% of problems tied), "
+                         "kl %.4f, grad norm %.3g, %d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s",
+                         run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                         metrics["reward_std"], 100 * metrics["frac_zero_std_groups"], metrics["kl_to_base"],
+                         metrics["grad_norm"], metrics["completion_tokens"],
                          100 * metrics["truncated_fraction"], cfg.max_new_tokens,
                          "none generated here" if math.isnan(rate) else f"at {rate:.1f} tok/s",
                          f" ({reused} rollouts sampled before this step, not generated in it)" if reused else "",
@@ -859,6 +897,8 @@ def run_cycle(
             global_step += 1
 
         trainer.model.config.use_cache = use_cache
+        if is_main:
+            warn_tied_groups(metrics_rows, f"slow {run_id} cycle {cycle}")
         log.info("slow %s cycle %d: writing the weights and the trainer state", run_id, cycle)
         info = {
             "run": run_id, "cycle": cycle, "global_step": global_step, "cursor": cursor,
