@@ -169,6 +169,8 @@ def test_the_rounds_last_line_names_parts_that_add_up_to_its_metric_calls(tmp_pa
                      log=lines.append, slow_problems=step, slow_samples=2)
     calls, parts = _final_line_parts(lines)
     assert calls == s["metric_calls"] == sum(parts) and parts[3] == s["slow_used"] > 0
+    # and how many of the round's proposals were accepted (a pool that never changes shows here)
+    assert f"), {s['accepted']} of {s['proposed']} proposals accepted, " in lines[-1], lines[-1]
     lines.clear()
     cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=2)
     _, s = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "p", log=lines.append)

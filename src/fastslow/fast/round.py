@@ -489,7 +489,8 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
         f"{adapter.prefetch_used} of {adapter.prefetched} generated ahead, {adapter.reused_calls} reused, "
         f"{adapter.slow_used} of {adapter.slow_pairs} pairs sampled for the slow loop; "
         f"{adapter.slow_rollouts} sequences for the slow loop in all), "
-        f"{result.num_candidates} candidates, best val mean {summary['best_val_mean']:.3f}")
+        f"{summary['accepted']} of {summary['proposed']} proposals accepted, {result.num_candidates} candidates, "
+        f"best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 
 
