@@ -268,7 +268,7 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
     assert "step 4/4" in steps[-1] and "left" not in steps[-1]
     for t, line in enumerate(steps):  # the problems whose G rollouts tied, and the gradient's norm
         m = result.metrics[t]
-        assert f"({100 * m['frac_zero_std_groups']:.0f}% of problems tied)" in line, line
+        assert f"({100 * m['frac_zero_std_groups']:.0f}% of groups tied)" in line, line
         assert f"grad norm {m['grad_norm']:.3g}," in line, line
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "scored alike" in r.getMessage()]
 
@@ -287,8 +287,9 @@ def test_a_cycle_whose_rollouts_all_tie_says_so(tiny_model_dir: Path, tmp_path: 
         run_cycle(tiny_model_dir, None, CONTEXTS, task, task.problems("train", 2, 0), _cfg(2), tmp_path / "out",
                   "toy/flat", 0, progress=True)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "scored alike" in r.getMessage()]
-    assert warned == ["slow toy/flat cycle 0: 100% of its problems' rollouts all scored alike (mean reward 0.000): "
-                      "almost no policy gradient, the weights moved by the KL penalty and weight decay alone"]
+    assert warned == ["slow toy/flat cycle 0: in 100% of its advantage groups (a problem's G rollouts; a prompt's "
+                      "under slow.baseline: prompt) every rollout scored alike (mean reward 0.000): almost no policy "
+                      "gradient, the weights moved by the KL penalty and weight decay alone"]
 
 
 def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -657,16 +657,17 @@ TIED_WARNING = 0.9
 
 
 def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
-    """One warning when most of a cycle's advantage groups (a problem's G rollouts) scored alike,
+    """One warning when most of a cycle's advantage groups (a problem's G rollouts, or a prompt's
+    G/K under `slow.baseline: prompt`) scored alike,
     so that almost no policy gradient reached the weights (only the KL term and weight decay moved
     them): a task too hard or too easy for the model at this budget, which the step lines' batch
     reward std does not show (it spreads over problems)."""
     tied = [r["frac_zero_std_groups"] for r in metrics_rows if math.isfinite(r.get("frac_zero_std_groups", math.nan))]
     if tied and float(np.mean(tied)) >= TIED_WARNING:
         reward = float(np.mean([r["reward_mean"] for r in metrics_rows]))
-        log.warning("%s: %.0f%% of its problems' rollouts all scored alike (mean reward %.3f): almost no policy "
-                    "gradient, the weights moved by the KL penalty and weight decay alone", where,
-                    100 * float(np.mean(tied)), reward)
+        log.warning("%s: in %.0f%% of its advantage groups (a problem's G rollouts; a prompt's under slow.baseline: "
+                    "prompt) every rollout scored alike (mean reward %.3f): almost no policy gradient, the weights "
+                    "moved by the KL penalty and weight decay alone", where, 100 * float(np.mean(tied)), reward)
 
 
 class NonFiniteGradient(RuntimeError):
@@ -680,9 +681,9 @@ def check_gradient(grad_norm: float, loss: float, where: str) -> None:
     samples from (a corrupt run, hours of GPU later). Under several processes the norm is the
     global one (`clip_gradients`), so every rank stops at the same step."""
     if not math.isfinite(grad_norm):
-        raise NonFiniteGradient(f"{where}: gradient norm {grad_norm} (loss {loss:.6g}); the weights were not "
-                                "updated and nothing was saved. The step is deterministic, so a rerun stops "
-                                "here again: try a lower slow.lr")
+        raise NonFiniteGradient(f"{where}: gradient norm {grad_norm} (loss {loss:.6g} on this process); the "
+                                "weights were not updated and nothing was saved. A rerun (a SLURM retry too) repeats "
+                                "this step, on a CPU exactly: the step's loss, KL and rewards are in the job's log")
 
 
 def clip_gradients(parameters: Any, max_norm: float | None, accelerator: Any = None) -> float:
@@ -884,7 +885,7 @@ def run_cycle(
                 # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
-                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f (%.0f%% of problems tied), "
+                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f (%.0f%% of groups tied), "
                          "kl %.4f, grad norm %.3g, %d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s",
                          run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
                          metrics["reward_std"], 100 * metrics["frac_zero_std_groups"], metrics["kl_to_base"],
