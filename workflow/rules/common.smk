@@ -215,7 +215,7 @@ _REFLECTION = {}
 
 def cycle_reflection(spec):
     """The run's `hf` reflection model as its cycles depend on it (fastslow.config.reflection_model:
-    the base model's directory as an input, another local one by its files' digest), once a run."""
+    a directory under results/ as an input, another local one by its files' digest), once a run."""
     if spec.key not in _REFLECTION:
         fast = _run_params(spec, TRAINING_SETTINGS, cycle=True).get("fast", {})
         _REFLECTION[spec.key] = reflection_model(config, fast.get("reflection"))
@@ -249,7 +249,7 @@ def cycle_inputs(wc):
     init = init_model(spec)
     inputs = {"tracking": ancient(tracking(wc.experiment)), "init": init, "train": data_file(spec.schedule[c], "train")}
     built = cycle_reflection(spec).get("input")
-    if built is not None:  # an hf reflection model in the base model's directory, which the workflow builds
+    if built is not None:  # an hf reflection model under results/, which the workflow builds
         inputs["reflection"] = built
     if c > 0:
         prev = layout.cycle_dir(spec, c - 1)

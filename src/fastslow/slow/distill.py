@@ -627,10 +627,9 @@ def run_distill_cycle(
             if distributed:  # this rank's contiguous share of the rows, sampled from its own stream
                 step_rows = step_rows[rank_slice(len(step_rows), rank, num_processes)]
                 seed = derive_seed(seed, rank)
+            step_name = f"distill {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} (global {global_step})"
             metrics, records = _distill_step(trainee, generator, task, step_rows, student_context,
-                                             teacher_context, cfg, seed,
-                                             where=f"distill {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} "
-                                                   f"(global {global_step})")
+                                             teacher_context, cfg, seed, where=step_name)
             for p in picked:
                 if p.id not in prompt_texts:
                     chat = build_messages(student_context, p)
@@ -645,9 +644,9 @@ def run_distill_cycle(
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
                 left = steps_left(metrics_rows, cfg.steps_per_cycle)  # as the RL steps' line gives it
-                log.info("distill %s cycle %d step %d/%d (global %d): reward %.3f±%.3f, kl to the teacher %.4f, "
+                log.info("%s: reward %.3f±%.3f, kl to the teacher %.4f, "
                          "entropy %.3f, %d tok (%.0f%% cut at %d) at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s",
-                         run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                         step_name, metrics["reward_mean"],
                          metrics["reward_std"], metrics["distill_kl"], metrics["entropy"],
                          metrics["completion_tokens"], 100 * metrics["truncated_fraction"], cfg.max_new_tokens,
                          metrics["generated_tokens_per_s"], metrics["step_seconds"], metrics["generation_seconds"],

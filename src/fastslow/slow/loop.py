@@ -658,16 +658,17 @@ TIED_WARNING = 0.9
 
 def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
     """One warning when most of a cycle's advantage groups (a problem's G rollouts, or a prompt's
-    G/K under `slow.baseline: prompt`) scored alike,
-    so that almost no policy gradient reached the weights (only the KL term and weight decay moved
-    them): a task too hard or too easy for the model at this budget, which the step lines' batch
-    reward std does not show (it spreads over problems)."""
+    G/K under `slow.baseline: prompt`) scored alike, so that almost no policy gradient reached the
+    weights (only the KL term and weight decay moved them): a task too hard or too easy for the
+    model at this budget, which the step lines' batch reward std does not show (it spreads over
+    problems)."""
     tied = [r["frac_zero_std_groups"] for r in metrics_rows if math.isfinite(r.get("frac_zero_std_groups", math.nan))]
-    if tied and float(np.mean(tied)) >= TIED_WARNING:
+    share = float(np.mean(tied)) if tied else 0.0
+    if share >= TIED_WARNING:
         reward = float(np.mean([r["reward_mean"] for r in metrics_rows]))
         log.warning("%s: in %.0f%% of its advantage groups (a problem's G rollouts; a prompt's under slow.baseline: "
                     "prompt) every rollout scored alike (mean reward %.3f): almost no policy gradient, the weights "
-                    "moved by the KL penalty and weight decay alone", where, 100 * float(np.mean(tied)), reward)
+                    "moved by the KL penalty and weight decay alone", where, 100 * share, reward)
 
 
 class NonFiniteGradient(RuntimeError):
@@ -854,9 +855,8 @@ def run_cycle(
             if any(unserved.values()):
                 trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
             trainer.policy_is_reference = at_reference
-            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead,
-                                        where=f"slow {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} "
-                                              f"(global {global_step})")
+            step_name = f"slow {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} (global {global_step})"
+            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead, where=step_name)
             at_reference = at_reference and metrics["lr"] == 0
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
@@ -885,9 +885,9 @@ def run_cycle(
                 # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
-                log.info("slow %s cycle %d step %d/%d (global %d): reward %.3f±%.3f (%.0f%% of groups tied), "
+                log.info("%s: reward %.3f±%.3f (%.0f%% of groups tied), "
                          "kl %.4f, grad norm %.3g, %d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s",
-                         run_id, cycle, t + 1, cfg.steps_per_cycle, global_step, metrics["reward_mean"],
+                         step_name, metrics["reward_mean"],
                          metrics["reward_std"], 100 * metrics["frac_zero_std_groups"], metrics["kl_to_base"],
                          metrics["grad_norm"], metrics["completion_tokens"],
                          100 * metrics["truncated_fraction"], cfg.max_new_tokens,
