@@ -213,7 +213,7 @@ def test_a_tidy_summary_reads_task_first_then_its_scores():
 
     saved = json.loads(json.dumps({"run": "base", "point": "init", "task": "math", "context_id": "seed",
                                    "mean@4": 0.25, "mean@4_se": 0.1, "best@4": 0.5, "problems": 8, "k": 4,
-                                   "mean_completion_tokens": 40.0, "truncated_fraction": 0.5, "kl_to_base": 0.0, "entropy": 2.5,
+                                   "answered_fraction": 0.75, "mean_completion_tokens": 40.0, "truncated_fraction": 0.5, "kl_to_base": 0.0, "entropy": 2.5,
                                    "extra": 1}, sort_keys=True))
     tidy = tidy_summary(saved)
     assert list(tidy) == [*SUMMARY_ORDER, "extra"]
@@ -256,9 +256,10 @@ def test_evaluation_counts_the_samples_cut_at_the_length_limit():
     from fastslow.evaluate import sample_and_score, summarize
     from fastslow.model.generation import Generation, SamplingParams
 
-    class Generator:
+    class Generator:  # one sample in 4 cut at the limit; one in 3 with an answer (of 12: 4)
         def generate(self, conversations, params):
-            return [Generation(text="x", prompt_tokens=5, completion_tokens=params.max_new_tokens,
+            return [Generation(text="<answer>5</answer>" if i % 3 == 0 else "x", prompt_tokens=5,
+                               completion_tokens=params.max_new_tokens,
                                finish_reason="length" if i % 4 == 0 else "stop")
                     for i, _ in enumerate(conversations)]
 
@@ -269,6 +270,11 @@ def test_evaluation_counts_the_samples_cut_at_the_length_limit():
     assert summarize(rows, k=4)["truncated_fraction"] == pytest.approx(0.25)
     older = [{key: v for key, v in r.items() if key != "truncated"} for r in rows]
     assert "truncated_fraction" not in summarize(older, k=4)
+    # a readable answer, scored wrong or right: told apart from a format failure
+    assert [r["answered"] for r in rows[:4]] == [True, False, False, True]
+    assert summarize(rows, k=4)["answered_fraction"] == pytest.approx(4 / 12)
+    assert "answered_fraction" not in summarize([{key: v for key, v in r.items() if key != "answered"}
+                                                 for r in rows], k=4)
 
 
 def test_each_chunk_of_an_evaluation_samples_with_its_own_seed():

@@ -20,7 +20,8 @@ from fastslow.slow import SlowConfig, read_state, run_cycle
 CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
                   "clip_fraction", "generated_tokens_per_s", "step_seconds", "generation_seconds",
-                  "scoring_seconds", "training_seconds", "lr", "loss", "grad_norm", "truncated_fraction"}
+                  "scoring_seconds", "training_seconds", "lr", "loss", "grad_norm", "truncated_fraction",
+                  "answered_fraction"}
 
 
 
@@ -268,7 +269,7 @@ def test_progress_lines(tiny_model_dir: Path, tmp_path: Path, caplog: pytest.Log
     assert "step 4/4" in steps[-1] and "left" not in steps[-1]
     for t, line in enumerate(steps):  # the problems whose G rollouts tied, and the gradient's norm
         m = result.metrics[t]
-        assert f"({100 * m['frac_zero_std_groups']:.0f}% of groups tied)" in line, line
+        assert f"({100 * m['answered_fraction']:.0f}% answered, {100 * m['frac_zero_std_groups']:.0f}% of groups tied)" in line, line
         assert f"grad norm {m['grad_norm']:.3g}," in line, line
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "scored alike" in r.getMessage()]
 
@@ -289,7 +290,19 @@ def test_a_cycle_whose_rollouts_all_tie_says_so(tiny_model_dir: Path, tmp_path: 
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "scored alike" in r.getMessage()]
     assert warned == ["slow toy/flat cycle 0: in 100% of its advantage groups (a problem's G rollouts; a prompt's "
                       "under slow.baseline: prompt) every rollout scored alike (mean reward 0.000): almost no policy "
-                      "gradient, the weights moved by the KL penalty and weight decay alone"]
+                      "gradient, the weights moved by the KL penalty and weight decay alone; 100% of its completions "
+                      "gave no readable <answer> block"]  # the tiny random model's: a format failure, not wrong answers
+
+
+def test_a_steps_answered_fraction_counts_readable_answers() -> None:
+    """Reward 0 with an answer is a wrong answer, without one a format failure: a step's
+    `answered_fraction` is the share of its completions with a non-empty <answer> block."""
+    from fastslow.slow.loop import answered_fraction
+
+    completions = ["<answer>7</answer>", "so it is <answer> 12 </answer>.", "<answer></answer>", "12",
+                   "<answer>3", "<answer>4</answer> then <answer>"]
+    assert answered_fraction([{"completion": c} for c in completions]) == pytest.approx(3 / 6)
+    assert math.isnan(answered_fraction([]))
 
 
 def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
-                 "problem_means", "kl_to_base", "entropy", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "context_id",
+                 "problem_means", "kl_to_base", "entropy", "answered_fraction", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "context_id",
                  "eval_run_id", "cycle_run_id")
 
 
@@ -45,6 +45,8 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
                     **_per_problem(ev, eval_point_file(spec, point, task, results)),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
+                    # share of the samples with a readable answer (NaN: a summary before it was kept)
+                    "answered_fraction": _number(ev.get("answered_fraction")),
                     "mean_completion_tokens": _number(ev.get("mean_completion_tokens")),
                     # share of the samples cut at generation.max_new_tokens (NaN: a summary before it was kept)
                     "truncated_fraction": _number(ev.get("truncated_fraction")),

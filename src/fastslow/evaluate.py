@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fastslow.model.generation import Generator, SamplingParams
-from fastslow.tasks.base import Problem, Task, build_messages
+from fastslow.tasks.base import Problem, Task, answered, build_messages
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +77,15 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
                              "reward": float(task.reward(p, g.text)),
                              "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens,
                              "truncated": g.finish_reason == "length",  # hit max_new_tokens before an EOS
+                             "answered": answered(g.text),  # a non-empty <answer> block: wrong, not unread
                              "completion_ids": list(g.completion_ids), "prompt_ids": list(g.prompt_ids)})
                 tokens += g.completion_tokens
             done = min(lo + chunk, len(convs))
             elapsed = max(time.perf_counter() - start, 1e-9)
             rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
-            mean = np.mean([r["reward"] for r in rows])
-            log.info("eval %s: %d/%d samples, reward so far %.3f, %.0f tok/s%s", task.name, done, len(convs),
-                     mean, rate, f", sampling ~{left:.0f}s left" if done < len(convs) else "")
+            mean, share = np.mean([r["reward"] for r in rows]), np.mean([r["answered"] for r in rows])
+            log.info("eval %s: %d/%d samples, reward so far %.3f (%.0f%% answered), %.0f tok/s%s", task.name,
+                     done, len(convs), mean, 100 * share, rate, f", sampling ~{left:.0f}s left" if done < len(convs) else "")
     finally:
         if reports:
             generator.on_batch = previous
@@ -94,7 +95,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
 #: The order of a tidy summary's keys (`tidy_summary`): the base model's table and its printout
 #: read task first, then its scores, as the README lists them; keys not named here follow.
 SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
-                 "mean_completion_tokens", "truncated_fraction", "kl_to_base", "entropy", "run")
+                 "answered_fraction", "mean_completion_tokens", "truncated_fraction", "kl_to_base", "entropy", "run")
 #: An evaluation summary's MLflow run ids (`run_ids`): in its JSON and tables, not in its log table.
 RUN_IDS = ("mlflow_run_id", "cycle_run_id")
 
@@ -144,6 +145,8 @@ def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:
                "k": k, "mean_completion_tokens": float(np.mean([r["completion_tokens"] for r in rows]))}
     if all("truncated" in r for r in rows):  # rows of `sample_and_score` (older samples tables have none)
         summary["truncated_fraction"] = float(np.mean([bool(r["truncated"]) for r in rows]))
+    if all("answered" in r for r in rows):
+        summary["answered_fraction"] = float(np.mean([bool(r["answered"]) for r in rows]))
     return summary
 
 

@@ -59,6 +59,7 @@ from fastslow.slow.loop import (
     _ensure_progress_handler,
     _main_process_dir,
     _write_table,
+    answered_fraction,
     check_device,
     check_gradient,
     clip_gradients,
@@ -266,6 +267,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "reward_mean": float(rewards_all.mean()),
         "reward_std": float(rewards_all.std()),
         "frac_zero_std_groups": float(np.mean(np.isclose(grouped.std(axis=1), 0.0))),
+        "answered_fraction": answered_fraction(records),
         "distill_kl": kl_sum / n_tokens,
         "entropy": entropy_sum / n_tokens,
         "loss": kl_sum / n_tokens,
@@ -644,10 +646,10 @@ def run_distill_cycle(
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
                 left = steps_left(metrics_rows, cfg.steps_per_cycle)  # as the RL steps' line gives it
-                log.info("%s: reward %.3f±%.3f, kl to the teacher %.4f, "
+                log.info("%s: reward %.3f±%.3f (%.0f%% answered), kl to the teacher %.4f, "
                          "entropy %.3f, %d tok (%.0f%% cut at %d) at %.1f tok/s, %.1fs (gen %.1fs, train %.1fs)%s",
-                         step_name, metrics["reward_mean"],
-                         metrics["reward_std"], metrics["distill_kl"], metrics["entropy"],
+                         step_name, metrics["reward_mean"], metrics["reward_std"],
+                         100 * metrics["answered_fraction"], metrics["distill_kl"], metrics["entropy"],
                          metrics["completion_tokens"], 100 * metrics["truncated_fraction"], cfg.max_new_tokens,
                          metrics["generated_tokens_per_s"], metrics["step_seconds"], metrics["generation_seconds"],
                          metrics["training_seconds"], f", steps ~{left:.0f}s left" if left else "")

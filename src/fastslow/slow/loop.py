@@ -62,7 +62,7 @@ from fastslow.slow.trainer import (
     rank_slice,
     world_size,
 )
-from fastslow.tasks.base import Problem, Task, build_messages, duplicate_ids
+from fastslow.tasks.base import Problem, Task, answered, build_messages, duplicate_ids
 
 log = logging.getLogger("fastslow.slow")
 
@@ -592,6 +592,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "reward_mean": float(rewards.mean()),
         "reward_std": float(rewards.std()),
         "frac_zero_std_groups": float(np.mean(np.isclose(grouped.std(axis=1), 0.0))),
+        "answered_fraction": answered_fraction(records),
         "entropy": entropy,
         "kl_to_base": kl,
         "clip_fraction": clip_fraction,
@@ -656,6 +657,12 @@ def truncated_rows(completion_ids: Any, completion_mask: Any, eos_ids: Sequence[
 TIED_WARNING = 0.9
 
 
+def answered_fraction(records: Sequence[Mapping[str, Any]]) -> float:
+    """The share of a step's rollouts whose completion gives a readable answer (`answered`): beside
+    the reward, it tells a wrong answer from a format the model does not write."""
+    return float(np.mean([answered(rec["completion"]) for rec in records])) if records else math.nan
+
+
 def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
     """One warning when most of a cycle's advantage groups (a problem's G rollouts, or a prompt's
     G/K under `slow.baseline: prompt`) scored alike, so that almost no policy gradient reached the
@@ -666,9 +673,13 @@ def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> N
     share = float(np.mean(tied)) if tied else 0.0
     if share >= TIED_WARNING:
         reward = float(np.mean([r["reward_mean"] for r in metrics_rows]))
+        shares = [r["answered_fraction"] for r in metrics_rows if "answered_fraction" in r]
+        # reward 0 with answers is a task too hard; without, a format the model does not write
+        unread = (f"; {100 * (1 - float(np.mean(shares))):.0f}% of its completions gave no readable <answer> block"
+                  if shares else "")
         log.warning("%s: in %.0f%% of its advantage groups (a problem's G rollouts; a prompt's under slow.baseline: "
                     "prompt) every rollout scored alike (mean reward %.3f): almost no policy gradient, the weights "
-                    "moved by the KL penalty and weight decay alone", where, 100 * share, reward)
+                    "moved by the KL penalty and weight decay alone%s", where, 100 * share, reward, unread)
 
 
 class NonFiniteGradient(RuntimeError):
@@ -885,10 +896,10 @@ def run_cycle(
                 # rows the fast round or an earlier step's sample_ahead sampled: no tok/s of this step's
                 reused = int(metrics.get("reused_rollouts") or 0)
                 rate = metrics["generated_tokens_per_s"]
-                log.info("%s: reward %.3f±%.3f (%.0f%% of groups tied), "
+                log.info("%s: reward %.3f±%.3f (%.0f%% answered, %.0f%% of groups tied), "
                          "kl %.4f, grad norm %.3g, %d tok (%.0f%% cut at %d) %s%s, %.1fs (gen %.1fs, train %.1fs)%s",
-                         step_name, metrics["reward_mean"],
-                         metrics["reward_std"], 100 * metrics["frac_zero_std_groups"], metrics["kl_to_base"],
+                         step_name, metrics["reward_mean"], metrics["reward_std"],
+                         100 * metrics["answered_fraction"], 100 * metrics["frac_zero_std_groups"], metrics["kl_to_base"],
                          metrics["grad_norm"], metrics["completion_tokens"],
                          100 * metrics["truncated_fraction"], cfg.max_new_tokens,
                          "none generated here" if math.isnan(rate) else f"at {rate:.1f} tok/s",

@@ -130,6 +130,13 @@ def extract_answer(completion: str) -> str | None:
     return text[last_block[0]:last_block[1]].strip()
 
 
+def answered(completion: Any) -> bool:
+    """Whether `completion` gives an answer in the format every task's prompt asks for: a non-empty
+    <answer>…</answer> block (`extract_answer`). Reward 0 with an answer is a wrong answer; without
+    one, a format failure: the evaluations' and steps' `answered_fraction` tell the two apart."""
+    return bool(extract_answer(completion))
+
+
 def format_problems(completion: str) -> list[str]:
     """Plain-language notes on how a completion breaks the answer format (empty if it is fine).
 
