@@ -12,7 +12,7 @@ import pytest
 from fastslow.fast import FastAdapter, RolloutCache, read_rollouts
 from fastslow.fast.adapter import BudgetExceeded
 from fastslow.fast.testing import LongTraceGenerator, ScriptedGenerator, ToyTask
-from fastslow.model.generation import SamplingParams
+from fastslow.model.generation import Generation, SamplingParams
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 
 
@@ -298,6 +298,15 @@ def test_format_credit_shapes_the_search_score() -> None:
     tagged = plain.evaluate(probs, {"context": "Use <answer>1</answer>."}, capture_traces=True)
     for s, t in zip(tagged.scores, tagged.trajectories, strict=True):
         assert s == pytest.approx(0.2 + 0.8 * t["reward"]) and t["parsed_answer"] is not None
+
+    class Echo:  # the prompt's format sentence echoed: an empty block, no answer
+        def generate(self, conversations, params):
+            return [Generation(text="Answer inside <answer></answer> tags.", prompt_tokens=5, completion_tokens=8)
+                    for _ in conversations]
+
+    echoed = FastAdapter(Echo(), task, SamplingParams(8), format_credit=0.2).evaluate(
+        probs, {"context": "Solve."}, capture_traces=True)
+    assert echoed.scores == [0.0] * 4 and [t["parsed_answer"] for t in echoed.trajectories] == [""] * 4
 
 
 def test_reflective_record_keeps_the_head_and_the_tail_of_a_long_completion() -> None:

@@ -77,6 +77,19 @@ def test_format_rule_first_when_parse_failures_dominate() -> None:
     assert not doc.demos
 
 
+def test_an_echoed_empty_answer_block_is_a_format_failure() -> None:
+    """A 135M model often echoes the prompt's "<answer></answer>": no answer was given, so the
+    format rule still comes first (it had counted as read, and the rule never came)."""
+    from fastslow.fast.proposers import answer_read
+
+    assert not answer_read({"parsed_answer": ""}) and answer_read({"parsed_answer": "7"})
+    assert not answer_read({"Generated Outputs": "Put it in <answer></answer>."})
+    ed = FeedbackEditor(BY_ID, seed=0)
+    echoed = [rec(f"train-{i}", 0.0, "Answer inside <answer></answer> tags.") for i in range(3)]
+    doc = ContextDoc.parse(ed.edit("Solve the problem.", echoed))
+    assert doc.rules and doc.rules[0].startswith(FORMAT_RULE_PREFIX)
+
+
 def test_demo_from_earlier_failures_not_the_current_minibatch() -> None:
     ed = FeedbackEditor(BY_ID, seed=1)
     base = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."]).render()

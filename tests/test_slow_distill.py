@@ -160,6 +160,8 @@ def test_distillation_reduces_context_kl(tiny_model_dir: Path, tokenizer: Any,
     # the time its cycle's steps have left, as RL's lines give it
     steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("distill toy/distill cycle 0 step")]
     assert len(steps) == 4 and all(", kl to the teacher " in line and "% cut at 8)" in line for line in steps)
+    for line, m in zip(steps, result.metrics, strict=True):  # and the share answered, as its metric has it
+        assert f" ({100 * m['answered_fraction']:.0f}% answered), kl to the teacher " in line, line
     assert all(re.search(r", steps ~\d+s left$", line) for line in steps[:-1]) and "left" not in steps[-1]
     after = _context_kl(load_model(result.model_dir), base, tokenizer, problems, completions)
     print(f"context KL before {before:.5f}, after {after:.5f}; per-step distill_kl "

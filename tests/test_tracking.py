@@ -843,6 +843,7 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
         summary = json.loads((tmp_path / f"cycle{cycle}" / "cycle.json").read_text())
         assert summary["bf16_training"] is expected
         assert tracker.tags["fastslow.bf16_training"] == str(expected).lower()
+        assert summary["slow_reward_mean"] is None and summary["slow_answered_fraction"] is None  # no steps ran
         import torch
 
         assert summary["torch_threads"] == torch.get_num_threads() >= 1

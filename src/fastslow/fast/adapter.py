@@ -208,8 +208,10 @@ class FastAdapter:
 
     def _score(self, reward: float, parsed: str | None) -> float:
         """The search score: the reward, or with format credit c, (1 - c) * reward +
-        c * [an answer could be read], a gradient for a base model that scores 0."""
-        return (1 - self.format_credit) * reward + self.format_credit * float(parsed is not None)
+        c * [an answer could be read], a gradient for a base model that scores 0. An empty
+        <answer></answer> block (the prompt's format sentence echoed) is no answer, as in
+        `fastslow.tasks.base.answered` and the evaluations' `answered_fraction`."""
+        return (1 - self.format_credit) * reward + self.format_credit * float(bool(parsed))
 
     def _generate(self, pairs: list[tuple[str, str, Problem]],
                   ahead: frozenset[tuple[str, str]] = frozenset(),

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
-from fastslow.tasks.base import ANSWER_FORMAT, Problem, extract_answer
+from fastslow.tasks.base import ANSWER_FORMAT, Problem, answered
 
 log = logging.getLogger(__name__)
 
@@ -169,10 +169,10 @@ class ContextDoc:
 def answer_read(record: Mapping[str, Any]) -> bool:
     """Whether an answer could be read from a record's completion: its `parsed_answer` (the
     adapter parses the full completion; a long one is shown clipped in "Generated Outputs"),
-    else the shown completion parsed as the tasks do."""
+    else the shown completion parsed as the tasks do. An empty block is no answer (`answered`)."""
     if "parsed_answer" in record:
-        return record["parsed_answer"] is not None
-    return extract_answer(str(record.get("Generated Outputs", ""))) is not None
+        return bool(record["parsed_answer"])
+    return answered(str(record.get("Generated Outputs", "")))
 
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
