@@ -95,15 +95,23 @@ def test_claims_without_any_reward_are_undetermined(tmp_path):
     claims = build_claims({"efficiency": eff})
     assert {r["claim"] for r in claims} == {"sample_efficiency_ratio", "asymptote_gap",
                                             "kl_reduction_at_matched_reward"}
-    for r in claims:
-        assert r["verdict"] == "undetermined" and np.isnan(r["measured"]) and "no reward" in r["note"]
+    for r in claims:  # and how often the runs' samples gave an answer at all (the rows': half)
+        assert r["verdict"] == "undetermined" and np.isnan(r["measured"]) and r["note"] == (
+            "no reward for any compared run (every val mean@k is 0; 50% of their samples gave an answer in "
+            "<answer> tags): nothing to compare")
+    from fastslow.claims import NO_REWARD, no_reward_note
+
+    unread = eff.with_columns(pl.when(pl.col("method") == "rl").then(0.0).otherwise(None).alias("answered_fraction"))
+    assert "; 0% of their samples gave an answer" in no_reward_note(unread)  # FST's unrecorded: RL's alone
+    assert no_reward_note(eff.drop("answered_fraction")) == NO_REWARD  # a table from before the column
+    assert no_reward_note(eff.with_columns(pl.lit(float("nan")).alias("answered_fraction"))) == NO_REWARD
     assert fig2({"efficiency": eff}, tmp_path / "fig2.pdf") == {"math": pytest.approx(float("nan"), nan_ok=True)}
     pla = []
     for init in ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0"):
         rows = _rows("plasticity", "rl", "hover_hard", [0.0] * 3, init=init)
         pla += [{**r, "run": f"{r['run']}@{init}"} for r in rows]
     (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
-    assert gain["task"] == "math→hover_hard" and gain["verdict"] == "undetermined" and gain["note"]
+    assert gain["task"] == "math→hover_hard" and gain["verdict"] == "undetermined" and "50% of their samples" in gain["note"]
     pla = [{**r, "mean_at_k": 0.25} if "fst" in r["init"] and r["step"] > 0 else r for r in pla]
     (gain,) = build_claims({"plasticity": pl.DataFrame(pla).select(CURVE_COLUMNS)})
     assert gain["measured"] == pytest.approx(0.25) and gain["verdict"] == "reproduced" and not gain["note"]

@@ -172,6 +172,18 @@ def _runs(df: pl.DataFrame, **where: Any) -> str:
 NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to compare"
 
 
+def no_reward_note(*frames: pl.DataFrame) -> str:
+    """NO_REWARD, with the share of the compared evaluations' samples that gave an answer in
+    <answer> tags (the curves' `answered_fraction`, where recorded): near 0, the model never wrote
+    the format; near 1, it answered and was wrong."""
+    shares = [v for df in frames if "answered_fraction" in df.columns
+              for v in df["answered_fraction"].cast(pl.Float64).to_list() if v is not None and v == v]
+    if not shares:
+        return NO_REWARD
+    return NO_REWARD.replace(" is 0)", f" is 0; {100 * sum(shares) / len(shares):.0f}% of their samples "
+                                       "gave an answer in <answer> tags)")
+
+
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,
          strict: bool = True, note: str = "", noise: str = "", refuted: bool = False,
          bound: bool = False) -> dict[str, Any]:
@@ -252,7 +264,7 @@ def _ceiling_row(task: str, fst: pl.DataFrame, gepa: pl.DataFrame) -> dict[str, 
     averaged, under the paired noise rule."""
     runs = ";".join(sorted(set(fst["run"].to_list()) | set(gepa["run"].to_list())))
     if no_reward(fst["mean_at_k"], gepa["mean_at_k"]):
-        return _row("ceiling_exceeded", task, float("nan"), runs, note=NO_REWARD)
+        return _row("ceiling_exceeded", task, float("nan"), runs, note=no_reward_note(fst, gepa))
     final = {m: float(seed_curve(df)["mean_at_k"][-1]) for m, df in (("fst", fst), ("gepa", gepa))}
     gap = final["fst"] - final["gepa"]
     bound = paired_noise_bound(_final_problems(gepa), _final_problems(fst))
@@ -322,7 +334,7 @@ def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
         if end >= last:  # the last stage: nothing after it to forget in
             continue
         if no_reward(on_task["mean_at_k"]):
-            rows.append(_row("continual_forgetting", task, float("nan"), runs, note=NO_REWARD))
+            rows.append(_row("continual_forgetting", task, float("nan"), runs, note=no_reward_note(on_task)))
             continue
         level, drop, at_end, per_problem = {}, {}, {}, {}
         for m in ("rl", "fst"):
@@ -457,7 +469,8 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             runs = _runs(eff, eval_task=task)
             if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
                 for claim in ("sample_efficiency_ratio", "asymptote_gap", "kl_reduction_at_matched_reward"):
-                    rows.append(_row(claim, task, float("nan"), runs, note=NO_REWARD))
+                    rows.append(_row(claim, task, float("nan"), runs, note=no_reward_note(
+                        eff.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["rl", "fst"])))))
                 continue
             ratio = steps_to_peak_ratio(rl["step"].to_numpy(), running_max(rl["mean_at_k"].to_numpy()),
                                         fst["step"].to_numpy(), running_max(fst["mean_at_k"].to_numpy()))
@@ -515,7 +528,8 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                 runs = ";".join(sorted(pla["run"].unique().to_list()))
                 task = f"{src}→{target}"
                 if no_reward(pla.filter(pl.col("init").is_in(inits))["mean_at_k"]):
-                    rows.append(_row("plasticity_gain", task, float("nan"), runs, note=NO_REWARD))
+                    rows.append(_row("plasticity_gain", task, float("nan"), runs,
+                                     note=no_reward_note(pla.filter(pl.col("init").is_in(inits)))))
                 else:
                     probs = {m: _final_problems(pla.filter(pl.col("init").is_in(found)))
                              for m, found in by_method.items()}
@@ -551,10 +565,9 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
             problems = {m: _final_problems(con, step=b[2], method=m, train_task=task, eval_task=task)
                         if b[2] is not None else {} for m, b in best.items()}
             gap = best["fst"][0] - best["rl"][0]
+            stage = con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))
             rows.append(_row("continual_stage_recovery", task, gap, _runs(con), strict=False,
-                             note=NO_REWARD if math.isnan(gap) and no_reward(
-                                 con.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))["mean_at_k"])
-                             else "",
+                             note=no_reward_note(stage) if math.isnan(gap) and no_reward(stage["mean_at_k"]) else "",
                              noise=_noise_note(best["fst"][1] - best["rl"][1],
                                                paired_noise_bound(problems["rl"], problems["fst"]),
                                                "best evaluations")))
