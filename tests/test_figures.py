@@ -105,7 +105,13 @@ def test_claims_without_any_reward_are_undetermined(tmp_path):
     assert "; 0% of their samples gave an answer" in no_reward_note(unread)  # FST's unrecorded: RL's alone
     assert no_reward_note(eff.drop("answered_fraction")) == NO_REWARD  # a table from before the column
     assert no_reward_note(eff.with_columns(pl.lit(float("nan")).alias("answered_fraction"))) == NO_REWARD
-    assert fig2({"efficiency": eff}, tmp_path / "fig2.pdf") == {"math": pytest.approx(float("nan"), nan_ok=True)}
+    drawn = []
+    save = figures._save
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, "_save", lambda fig, out: (drawn.append(fig), save(fig, out)))
+        assert fig2({"efficiency": eff}, tmp_path / "fig2.pdf") == {"math": pytest.approx(float("nan"), nan_ok=True)}
+    title = drawn[0].axes[0].get_title()  # the panel's note, under its title
+    assert "no reward for either method (peak 0; 50% answered)" in " ".join(title.split()), title
     pla = []
     for init in ("base", "efficiency/rl/math-default-s0", "efficiency/fst/math-default-s0"):
         rows = _rows("plasticity", "rl", "hover_hard", [0.0] * 3, init=init)
@@ -183,6 +189,8 @@ def test_continual_stage_without_reward_is_undetermined(tmp_path):
     # said in the middle of the stage (steps 20-40), not on the line where it starts
     (note,) = [t for t in drawn[0].axes[0].texts if "no reward" in t.get_text()]
     assert note.get_text().startswith("CodeIO: no reward") and note.get_position()[0] == 30
+    # with the stage's share of samples that gave an answer (the rows': half)
+    assert note.get_text().endswith("(peak 0; 50% answered)"), note.get_text()
 
 
 def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_path):

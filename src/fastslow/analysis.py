@@ -34,6 +34,15 @@ def no_reward(*series: Any) -> bool:
     return flat.size == 0 or bool(np.all(flat <= 0))
 
 
+def answered_share(*frames: Any) -> float | None:
+    """The mean `answered_fraction` of the frames' evaluation rows (the share of their samples that
+    gave an answer in <answer> tags): where every reward is 0, near 0 says the model never wrote the
+    format and near 1 that it answered wrong. None where no row records it (older tables)."""
+    shares = [v for df in frames if "answered_fraction" in df.columns
+              for v in df["answered_fraction"].cast(float).to_list() if v is not None and v == v]
+    return sum(shares) / len(shares) if shares else None
+
+
 def paired_noise_bound(a: Mapping[str, float], b: Mapping[str, float], z: float = 2.0) -> float:
     """z standard errors of the difference of two evaluations on the same problems: `a` and `b`
     map problem id -> mean reward; the standard error is the spread (ddof 1) of the per-problem

@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from fastslow.analysis import (
+    answered_share,
     escape_step,
     first_step_reaching,
     fit_sigmoid,
@@ -174,14 +175,12 @@ NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to 
 
 def no_reward_note(*frames: pl.DataFrame) -> str:
     """NO_REWARD, with the share of the compared evaluations' samples that gave an answer in
-    <answer> tags (the curves' `answered_fraction`, where recorded): near 0, the model never wrote
-    the format; near 1, it answered and was wrong."""
-    shares = [v for df in frames if "answered_fraction" in df.columns
-              for v in df["answered_fraction"].cast(pl.Float64).to_list() if v is not None and v == v]
-    if not shares:
+    <answer> tags (`answered_share`, where recorded): near 0, the model never wrote the format;
+    near 1, it answered and was wrong."""
+    share = answered_share(*frames)
+    if share is None:
         return NO_REWARD
-    return NO_REWARD.replace(" is 0)", f" is 0; {100 * sum(shares) / len(shares):.0f}% of their samples "
-                                       "gave an answer in <answer> tags)")
+    return NO_REWARD.replace(" is 0)", f" is 0; {100 * share:.0f}% of their samples gave an answer in <answer> tags)")
 
 
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,

@@ -20,6 +20,7 @@ import polars as pl
 
 from fastslow.analysis import (
     FIT_POINTS,
+    answered_share,
     escape_step,
     fit_sigmoid,
     no_reward,
@@ -245,6 +246,14 @@ def _panel_tasks(df: pl.DataFrame, wanted: tuple[str, ...] | list[str]) -> list[
     return [t for t in wanted if t in have] or have
 
 
+def _answered(df: pl.DataFrame) -> str:
+    """"; 3% answered" for a no-reward note: its evaluations' share of samples with an answer in
+    <answer> tags (`answered_share`), which tells a format never written from wrong answers; "" for
+    a table that does not record it."""
+    share = answered_share(df)
+    return "" if share is None else f"; {100 * share:.0f}% answered"
+
+
 def _missing_methods(present: Any, methods: tuple[str, ...] = ("rl", "fst")) -> str:
     """"no RL run" for a panel whose title promises a method the table has no run of."""
     absent = [LABELS[m] for m in methods if m not in present]
@@ -325,7 +334,7 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path,
             onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
                                       fst["step"].to_numpy(), fst["mean_at_k"].to_numpy())
             if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
-                txt = "no reward for either method (peak 0)"
+                txt = "no reward for either method (peak 0" + _answered(rows_where(df, eval_task=task)) + ")"
             elif onset is not None:  # RL has no peak to reach
                 txt = onset.replace("; ", ";\n")
             else:
@@ -815,8 +824,9 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     zero = norm.filter(pl.col("peak") <= 0)["train_task"].unique(maintain_order=True)
     for task in zero:  # in the middle of its stage, off the lines where stages start
         step = (starts[task] + ends[task]) / 2
-        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0)", ha="center", va="center",
-                fontsize=8, color="#888888")
+        stage = df.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))
+        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0{_answered(stage)})", ha="center",
+                va="center", fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
