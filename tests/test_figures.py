@@ -608,11 +608,12 @@ def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
         (note,) = [t.get_text() for t in ax.texts]
         assert note.startswith("no reward for either method:\nthe markers overlap at 0")
         assert ("at KL 0 (neither policy moved)" in note) is clause
+        assert note.endswith("\n(50% answered)"), note  # the rows' share of samples with an answer
     # at other KLs the markers lie side by side along 0: no overlap to speak of
     apart = [{**r, "kl_to_base": 2 * r["kl_to_base"]} if r["method"] == "rl" else r for r in rows]
     saved.clear()
     figures.fig4({"efficiency": pl.DataFrame(apart).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
-    assert [t.get_text() for t in saved[0].axes[0].texts] == ["no reward for either method:\nboth lie along reward 0"]
+    assert [t.get_text() for t in saved[0].axes[0].texts] == ["no reward for either method:\nboth lie along reward 0\n(50% answered)"]
     # FST earned reward, RL neither reward nor KL (the addition overlay's run): RL's markers lie
     # on the origin, under FST's first one, and its legend entry had nothing to show
     fst = _rows("efficiency", "fst", "hover", [0.0, 0.5, 0.7])
@@ -698,7 +699,7 @@ def test_fig5_draws_each_target_task_apart_and_returns_its_numbers(tmp_path, sav
     assert hover.get_title().endswith("→ RL on HoVer-hard") and math_ax.get_title().endswith("→ RL on Math")
     assert _lines(hover)["RL init"] == pytest.approx([0.1, 0.3])  # hover_hard's alone, not the mean with math's
     assert hover.get_shared_y_axes().joined(hover, math_ax)
-    assert [t.get_text() for t in math_ax.texts] == ["no reward from any init:\nthe lines overlap at 0"]
+    assert [t.get_text() for t in math_ax.texts] == ["no reward from any init:\nthe lines overlap at 0\n(50% answered)"]
     assert not hover.texts
 
 
@@ -780,7 +781,7 @@ def test_fig7_says_when_its_lines_overlap_at_zero(tmp_path, saved):
     rows = _rows("stargraph", "rl", "stargraph", [0, 0, 0]) + _rows("stargraph", "fst", "stargraph", [0, 0, 0])
     figures.fig7({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig7.pdf")
     (ax,) = saved[0].axes
-    assert [t.get_text() for t in ax.texts] == ["no reward for either method (50% answered):\nthe lines overlap at 0"]
+    assert [t.get_text() for t in ax.texts] == ["no reward for either method:\nthe lines overlap at 0\n(50% answered)"]
     figures.fig7({"stargraph": pl.DataFrame(rows[:3]).select(CURVE_COLUMNS)}, tmp_path / "rl_only.pdf")
     (ax,) = saved[1].axes
     assert not ax.texts  # one line hides nothing
@@ -1051,7 +1052,7 @@ def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, save
     figures.fig10({"reuse": table([29.0, 29.8], [27.0, 29.4])}, tmp_path / "fig10.pdf")
     ax, ax2 = saved[0].axes
     assert [t.get_text() for t in ax2.texts] == ["2.94", "2.82"]  # each bar's seconds
-    assert [t.get_text() for t in ax.texts] == ["no reward for any variant:\nthe lines overlap at 0"]
+    assert [t.get_text() for t in ax.texts] == ["no reward for any variant:\nthe lines overlap at 0\n(50% answered)"]
 
 
 def test_fig10_and_its_claim_say_when_the_variants_had_the_cpu_unequally(tmp_path, saved):
@@ -1358,7 +1359,7 @@ def test_fig6_without_reward_keeps_both_panels_on_the_runs_steps(tmp_path, saved
     height, width = matplotlib.image.imread(tmp_path / "fig6.png").shape[:2]
     assert width < 3000 and height < 1000
     # every line lies at 0 on the right panel: said there (the stage lines' 0..1 hid it)
-    assert "no reward on any task:\nthe lines overlap at 0" in [t.get_text() for t in ax2.texts]
+    assert "no reward on any task:\nthe lines overlap at 0\n(50% answered)" in [t.get_text() for t in ax2.texts]
     fig6({"continual": _continual()}, tmp_path / "fig6.pdf")  # with reward: no such note
     assert not any("overlap" in t.get_text() for t in saved[1].axes[1].texts)
 

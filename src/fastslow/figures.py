@@ -254,6 +254,13 @@ def _answered(df: pl.DataFrame) -> str:
     return "" if share is None else f"; {100 * share:.0f}% answered"
 
 
+def _no_reward(head: str, tail: str, *rows: pl.DataFrame) -> str:
+    """A corner note, "no reward for either method:\nthe lines overlap at 0", with the share of
+    the rows' samples that gave an answer on a line of its own ("(0% answered)"; `_answered`)."""
+    answered = _answered(pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame())
+    return f"{head}:\n{tail}" + (f"\n({answered.removeprefix('; ')})" if answered else "")
+
+
 def _missing_methods(present: Any, methods: tuple[str, ...] = ("rl", "fst")) -> str:
     """"no RL run" for a panel whose title promises a method the table has no run of."""
     absent = [LABELS[m] for m in methods if m not in present]
@@ -632,10 +639,12 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
         if len(drawn) > 1 and no_reward(*(d["mean_at_k"] for _, d in drawn)):  # one method's markers hide the other's
             kls = [np.round(np.sort(d["kl_to_base"].to_numpy()), 6) for _, d in drawn]
             if all(np.array_equal(kls[0], k, equal_nan=True) for k in kls[1:]):
-                _corner_note(ax, "no reward for either method:\nthe markers overlap at 0"
-                             + (",\nat KL 0 (neither policy moved)" if len(still) == len(drawn) else ""))
+                at_zero = ",\nat KL 0 (neither policy moved)" if len(still) == len(drawn) else ""
+                _corner_note(ax, _no_reward("no reward for either method", "the markers overlap at 0" + at_zero,
+                                            *(d for _, d in drawn)))
             else:  # at other KLs the markers lie side by side along 0
-                _corner_note(ax, "no reward for either method:\nboth lie along reward 0")
+                _corner_note(ax, _no_reward("no reward for either method", "both lie along reward 0",
+                                            *(d for _, d in drawn)))
         else:  # said in its legend entry: a note in the corner would cover the other's curve
             for line in ax.lines:
                 if line.get_label() in still:
@@ -695,7 +704,7 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.plot(c["step"], c["mean_at_k"], label=f"{LABELS.get(method, method)} init", **_line(method))
             finals.setdefault(target, {}).setdefault(src, {})[method] = float(curves[method][-1])
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
-            _corner_note(ax, "no reward from any init:\nthe lines overlap at 0")
+            _corner_note(ax, _no_reward("no reward from any init", "the lines overlap at 0", on))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
         # a starting point the probe compares with no run in this panel: said, not just absent
         absent = [m for m in ("base", "rl", "fst") if m not in curves and (m != "base" or "base" in inits)]
@@ -837,7 +846,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set_title("every task's accuracy (forgetting)", pad=14)
     if mean.height and no_reward(mean["mean_at_k"]):  # the data: the stage lines run 0..1
-        _corner_note(ax2, "no reward on any task:\nthe lines overlap at 0")
+        _corner_note(ax2, _no_reward("no reward on any task", "the lines overlap at 0", df))
     _reward_axis(ax2)
     ax.legend(fontsize=8)
     ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the curves, not on them
@@ -877,8 +886,8 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 stayed.append(LABELS[method])
     overlap = len(drawn) > 1 and no_reward(*drawn)
     if overlap:  # RL's line, drawn on top, hides FST's; and did they write the format at all?
-        answered = _answered(df.filter(pl.col("method").is_in(["rl", "fst"]))).removeprefix("; ")
-        _corner_note(ax, f"no reward for either method{f' ({answered})' if answered else ''}:\nthe lines overlap at 0")
+        _corner_note(ax, _no_reward("no reward for either method", "the lines overlap at 0",
+                                    df.filter(pl.col("method").is_in(["rl", "fst"]))))
     missing = _missing_methods(numbers["last"])
     ax.set(title="Fig 7 — star-graph search" + (f" ({missing})" if missing else ""), xlabel="RL step",
            ylabel=f"val mean@{int(df['k'][0])}")
@@ -925,7 +934,8 @@ def fig8(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         else:  # evaluation.divergence: false; said under the title, not an empty line
             unmeasured.append(LABELS[method])
     if len(drawn) > 1 and no_reward(*drawn):  # the last method's line hides the others'
-        _corner_note(ax, "no reward for any method:\nthe lines overlap at 0")
+        _corner_note(ax, _no_reward("no reward for any method", "the lines overlap at 0",
+                                    df.filter(pl.col("eval_task") == task)))
     ax.set(title=f"{task_label(task)}: validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     ax2.set(title="actor entropy on val completions", xlabel="RL step", ylabel="entropy (nats/token)")
     # entropies that barely move (a few steps of a small model) read as plain numbers on a range
@@ -1302,7 +1312,8 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
                   fontsize=8)  # the ratio is what the claim reads
     ax2.margins(y=0.35 if shares else 0.2)  # room above the tallest bar for its (two-line) label
     if len(last) > 1 and no_reward(df["mean_at_k"], rl["mean_at_k"]):  # the lines lie on each other at 0
-        _corner_note(ax, "no reward for any variant" + (" or RL" if rl.height else "") + ":\nthe lines overlap at 0")
+        _corner_note(ax, _no_reward("no reward for any variant" + (" or RL" if rl.height else ""),
+                                    "the lines overlap at 0", df, rl))
     ax.set(title="validation reward", xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
     _step_axis(ax)
     _reward_axis(ax)
