@@ -117,9 +117,10 @@ def test_cache_is_keyed_by_weights_id() -> None:
 
 
 def write_rollouts(path: Path, rows: list[dict[str, Any]]) -> Path:
-    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
     schema = pa.schema([(c, types[t]) for c, t in ROLLOUT_COLUMNS.items()])
-    full = [{c: r.get(c, 0 if ROLLOUT_COLUMNS[c] != "str" else "") for c in ROLLOUT_COLUMNS} for r in rows]
+    blank = {"str": "", "bool": False}
+    full = [{c: r.get(c, blank.get(ROLLOUT_COLUMNS[c], 0)) for c in ROLLOUT_COLUMNS} for r in rows]
     pq.write_table(pa.Table.from_pylist(full, schema=schema), path)
     return path
 

@@ -460,8 +460,8 @@ def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
             rows.append({"run": "x", "cycle": 0, "step": 1, "problem_id": p.id, "context_id": "c0",
                          "context_hash": context_hash(context), "prompt": p.prompt, "completion": completion,
                          "reward": 0.0, "feedback": TASK.feedback(p, completion), "prompt_tokens": 1,
-                         "completion_tokens": 1, "logprob_sum": -1.0})
-    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+                         "completion_tokens": 1, "logprob_sum": -1.0, "truncated": False, "answered": False})
+    types = {"str": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
     schema = pa.schema([(c, types[t]) for c, t in ROLLOUT_COLUMNS.items()])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
     return path

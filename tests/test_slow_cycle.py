@@ -16,6 +16,7 @@ from slow_toys import LengthTask, RecordingTracker
 
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state, run_cycle
+from fastslow.tasks.base import answered
 
 CONTEXTS = [("c0", "Be brief."), ("c1", "Think step by step.")]
 METRIC_COLUMNS = {"reward_mean", "reward_std", "frac_zero_std_groups", "entropy", "kl_to_base",
@@ -93,6 +94,11 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     rollouts = pl.read_parquet(result.rollouts_path)
     assert rollouts.columns == list(ROLLOUT_COLUMNS)
     assert rollouts.height == 2 * 2 * 4  # T steps x P problems x G rollouts
+    # each rollout's cut and format, as its step's shares count them
+    by_step = rollouts.group_by("step").agg(pl.col("truncated").mean(), pl.col("answered").mean()).sort("step")
+    assert by_step["truncated"].to_list() == pytest.approx([m["truncated_fraction"] for m in result.metrics])
+    assert by_step["answered"].to_list() == pytest.approx([m["answered_fraction"] for m in result.metrics])
+    assert rollouts["answered"].to_list() == [answered(c) for c in rollouts["completion"]]
     assert set(rollouts["step"]) == {2, 3} and set(rollouts["cycle"]) == {1}
     assert set(rollouts["run"]) == {"toy/run"}
     # G/K = 2 rollouts per context per problem, with the context's hash.

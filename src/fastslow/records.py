@@ -19,6 +19,8 @@ ROLLOUT_COLUMNS: dict[str, str] = {
     "prompt_tokens": "int64",
     "completion_tokens": "int64",
     "logprob_sum": "float64",  # sum of sampling log-probs of the completion tokens
+    "truncated": "bool",  # cut at slow.max_new_tokens before an EOS
+    "answered": "bool",  # a non-empty <answer> block (`fastslow.tasks.base.answered`): else a format failure
 }
 
 

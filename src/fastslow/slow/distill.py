@@ -76,7 +76,7 @@ from fastslow.slow.trainer import (
     rank_slice,
     world_size,
 )
-from fastslow.tasks.base import Problem, Task, build_messages
+from fastslow.tasks.base import Problem, Task, answered, build_messages
 
 log = logging.getLogger("fastslow.slow.distill")
 
@@ -248,7 +248,8 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "prompt_tokens": g.prompt_tokens,
         "completion_tokens": g.completion_tokens,
         "logprob_sum": float(g.logprob_sum) if g.logprob_sum is not None else float("nan"),
-        "truncated": g.finish_reason == "length",  # not in the rollouts table: the step's share is a metric
+        "truncated": g.finish_reason == "length",
+        "answered": answered(g.text),
     } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
     if accelerator is not None:  # the whole step: every rank's rows (rank order = row order)
         from accelerate.utils import gather_object

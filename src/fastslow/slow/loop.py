@@ -558,7 +558,8 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "prompt_tokens": int(prompt_tokens[i]),
         "completion_tokens": int(completion_tokens[i]),
         "logprob_sum": float(logprob_sums[i]),
-        "truncated": truncated[i],  # not in the rollouts table: the step's share is a metric
+        "truncated": truncated[i],
+        "answered": answered(reward.last_texts[i]),
     } for i, row in enumerate(rows)]
     # rows sampled before this step's generation (the fast round's, fast.reuse_in_slow, or an
     # earlier step's `sample_ahead`), not generated here
@@ -658,9 +659,12 @@ TIED_WARNING = 0.9
 
 
 def answered_fraction(records: Sequence[Mapping[str, Any]]) -> float:
-    """The share of a step's rollouts whose completion gives a readable answer (`answered`): beside
-    the reward, it tells a wrong answer from a format the model does not write."""
-    return float(np.mean([answered(rec["completion"]) for rec in records])) if records else math.nan
+    """The share of a step's rollouts whose completion gives a readable answer (their `answered`,
+    or `fastslow.tasks.base.answered` of the completion): beside the reward, it tells a wrong
+    answer from a format the model does not write."""
+    if not records:
+        return math.nan
+    return float(np.mean([rec["answered"] if "answered" in rec else answered(rec["completion"]) for rec in records]))
 
 
 def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
@@ -975,7 +979,7 @@ def _rank_digests(trainer: Any) -> list[str]:
     return gather_object([weights_digest(unwrapped)])
 
 
-_POLARS_TYPES = {"str": "String", "int64": "Int64", "float64": "Float64"}
+_POLARS_TYPES = {"str": "String", "int64": "Int64", "float64": "Float64", "bool": "Boolean"}
 
 
 def _write_table(rows: list[dict[str, Any]], path: Path, columns: dict[str, str] | None) -> None:
