@@ -678,6 +678,20 @@ def test_fig5_plasticity_panel_per_source_task(tmp_path, saved):
         "from Math checkpoints\n→ RL on HoVer-hard", "from Physics checkpoints\n→ RL on HoVer-hard\n(no FST init run)"]
 
 
+def test_fig5s_answered_share_is_its_panels_runs(tmp_path, saved):
+    """Two source tasks (paper.yaml's math and physics): each panel's no-reward note counts the
+    base init and its own source's runs, not the other source's."""
+    rows = []
+    for init, share in {"base": 0.5, "efficiency/rl/math-default-s0": 0.5, "efficiency/fst/math-default-s0": 0.5,
+                        "efficiency/rl/physics-default-s0": 0.0, "efficiency/fst/physics-default-s0": 0.0}.items():
+        rows += [{**r, "run": f"{r['run']}@{init}", "answered_fraction": share}
+                 for r in _rows("plasticity", "rl", "hover_hard", [0.0, 0.0], init=init)]
+    figures.fig5({"plasticity": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig5.pdf")
+    notes = [[t.get_text() for t in ax.texts] for ax in saved[0].axes]
+    assert notes == [["no reward from any init:\nthe lines overlap at 0\n(50% answered)"],  # from math
+                     ["no reward from any init:\nthe lines overlap at 0\n(17% answered)"]]  # from physics: 1/6
+
+
 def test_fig5_draws_each_target_task_apart_and_returns_its_numbers(tmp_path, saved):
     """With two target tasks, Fig 5 plotted their mean under the first one's name. Each target
     has its panels now, on one y axis; the lines' last values are returned (the figure run's

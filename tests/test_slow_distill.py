@@ -319,6 +319,9 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     rollouts = pl.read_parquet(result.rollouts_path)
     assert rollouts.columns == list(ROLLOUT_COLUMNS)
     assert rollouts.height == 1 * 1 * 2  # T x P x G
+    # each rollout's cut and format, as the step's shares count them
+    assert rollouts["truncated"].mean() == pytest.approx(result.metrics[-1]["truncated_fraction"])
+    assert rollouts["answered"].mean() == pytest.approx(result.metrics[-1]["answered_fraction"])
     assert set(rollouts["step"]) == {1} and set(rollouts["cycle"]) == {1}
     assert set(rollouts["run"]) == {"toy/run"}
     # Rollouts are the student's: seed context id and hash, student prompt (no teacher text).

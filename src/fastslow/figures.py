@@ -246,18 +246,18 @@ def _panel_tasks(df: pl.DataFrame, wanted: tuple[str, ...] | list[str]) -> list[
     return [t for t in wanted if t in have] or have
 
 
-def _answered(df: pl.DataFrame) -> str:
+def _answered(*frames: pl.DataFrame) -> str:
     """"; 3% answered" for a no-reward note: its evaluations' share of samples with an answer in
     <answer> tags (`answered_share`), which tells a format never written from wrong answers; "" for
     a table that does not record it."""
-    share = answered_share(df)
+    share = answered_share(*frames)
     return "" if share is None else f"; {100 * share:.0f}% answered"
 
 
 def _no_reward(head: str, tail: str, *rows: pl.DataFrame) -> str:
     """A corner note, "no reward for either method:\nthe lines overlap at 0", with the share of
     the rows' samples that gave an answer on a line of its own ("(0% answered)"; `_answered`)."""
-    answered = _answered(pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame())
+    answered = _answered(*rows)
     return f"{head}:\n{tail}" + (f"\n({answered.removeprefix('; ')})" if answered else "")
 
 
@@ -704,7 +704,8 @@ def fig5(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.plot(c["step"], c["mean_at_k"], label=f"{LABELS.get(method, method)} init", **_line(method))
             finals.setdefault(target, {}).setdefault(src, {})[method] = float(curves[method][-1])
         if len(curves) > 1 and no_reward(*curves.values()):  # the lines lie on each other at 0
-            _corner_note(ax, _no_reward("no reward from any init", "the lines overlap at 0", on))
+            drawn = on.filter((pl.col("init_method") == "base") | (pl.col("init_task") == src))  # this panel's
+            _corner_note(ax, _no_reward("no reward from any init", "the lines overlap at 0", drawn))
         ax.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}" if ax is axes[0] else "")
         # a starting point the probe compares with no run in this panel: said, not just absent
         absent = [m for m in ("base", "rl", "fst") if m not in curves and (m != "base" or "base" in inits)]
