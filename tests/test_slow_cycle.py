@@ -316,7 +316,7 @@ def test_a_steps_answered_fraction_counts_readable_answers() -> None:
 
     completions = ["<answer>7</answer>", "so it is <answer> 12 </answer>.", "<answer></answer>", "12",
                    "<answer>3", "<answer>4</answer> then <answer>"]
-    assert answered_fraction([{"completion": c} for c in completions]) == pytest.approx(3 / 6)
+    assert answered_fraction([{"answered": answered(c)} for c in completions]) == pytest.approx(3 / 6)
     assert math.isnan(answered_fraction([]))
 
 

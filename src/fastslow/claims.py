@@ -170,7 +170,8 @@ def _runs(df: pl.DataFrame, **where: Any) -> str:
 
 
 #: Why a claim has no verdict when no compared run earned any reward.
-NO_REWARD = "no reward for any compared run (every val mean@k is 0): nothing to compare"
+_NO_REWARD = "no reward for any compared run (every val mean@k is 0{}): nothing to compare"
+NO_REWARD = _NO_REWARD.format("")
 
 
 def no_reward_note(*frames: pl.DataFrame) -> str:
@@ -178,9 +179,8 @@ def no_reward_note(*frames: pl.DataFrame) -> str:
     <answer> tags (`answered_share`, where recorded): near 0, the model never wrote the format;
     near 1, it answered and was wrong."""
     share = answered_share(*frames)
-    if share is None:
-        return NO_REWARD
-    return NO_REWARD.replace(" is 0)", f" is 0; {100 * share:.0f}% of their samples gave an answer in <answer> tags)")
+    return _NO_REWARD.format("" if share is None else f"; {100 * share:.0f}% of their samples gave an answer in "
+                                                      "<answer> tags")
 
 
 def _row(claim: str, task: str, measured: float, runs: str, threshold: float = 0.0,

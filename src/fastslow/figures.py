@@ -246,19 +246,18 @@ def _panel_tasks(df: pl.DataFrame, wanted: tuple[str, ...] | list[str]) -> list[
     return [t for t in wanted if t in have] or have
 
 
-def _answered(*frames: pl.DataFrame) -> str:
-    """"; 3% answered" for a no-reward note: its evaluations' share of samples with an answer in
-    <answer> tags (`answered_share`), which tells a format never written from wrong answers; "" for
-    a table that does not record it."""
+def _answered(*frames: pl.DataFrame, form: str = "; {}") -> str:
+    """`form` holding "3% answered" for a no-reward note: its evaluations' share of samples with an
+    answer in <answer> tags (`answered_share`), which tells a format never written from wrong
+    answers; "" for a table that does not record it."""
     share = answered_share(*frames)
-    return "" if share is None else f"; {100 * share:.0f}% answered"
+    return "" if share is None else form.format(f"{100 * share:.0f}% answered")
 
 
 def _no_reward(head: str, tail: str, *rows: pl.DataFrame) -> str:
     """A corner note, "no reward for either method:\nthe lines overlap at 0", with the share of
     the rows' samples that gave an answer on a line of its own ("(0% answered)"; `_answered`)."""
-    answered = _answered(*rows)
-    return f"{head}:\n{tail}" + (f"\n({answered.removeprefix('; ')})" if answered else "")
+    return f"{head}:\n{tail}" + _answered(*rows, form="\n({})")
 
 
 def _missing_methods(present: Any, methods: tuple[str, ...] = ("rl", "fst")) -> str:
@@ -529,8 +528,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     fits: dict[str, dict[str, float]] = {}
     drew_fit = drew_errors = False  # what the footnote explains
     for ax, task in zip(axes, tasks, strict=False):
-        no_fit: list[str] = []
-        unfit: list[str] = []  # their methods, for the share of samples that gave an answer
+        no_fit: list[str] = []  # methods without reward
         few: list[str] = []  # fewer evaluations after step 0 than a fit needs (the CPU default's 2)
         failed: list[str] = []  # curve_fit did not converge
         labels_at: list[tuple[float, float, str]] = []  # (A, where its label ends, method)
@@ -544,8 +542,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             ax.scatter(x, y, color=COLORS[method], s=12, marker=LINES[method][1], label=f"{LABELS[method]} (val)",
                        zorder=_line(method)["zorder"])
             if no_reward(y):  # a flat 0 has no level to fit (a fit put "A=0.00" on a 0..0.0008 axis)
-                no_fit.append(LABELS[method])
-                unfit.append(method)
+                no_fit.append(method)
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
             se = c["mean_at_k_se"].to_numpy() if "mean_at_k_se" in c.columns else np.array([np.nan])
@@ -583,8 +580,8 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             below = i == 0 and len(labels_at) > 1 and labels_at[1][0] - a < 0.08
             ax.text(x_end, a, f"A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
                     va="top" if below else "bottom")
-        answered = _answered(df.filter((pl.col("eval_task") == task) & pl.col("method").is_in(unfit)))
-        notes = ([f"no reward ({', '.join(no_fit)}{answered}): no fit"] if no_fit else [])
+        answered = _answered(df.filter((pl.col("eval_task") == task) & pl.col("method").is_in(no_fit)))
+        notes = ([f"no reward ({', '.join(LABELS[m] for m in no_fit)}{answered}): no fit"] if no_fit else [])
         if few:
             notes.append(f"no fit ({', '.join(few)}): under {FIT_POINTS} evaluations after step 0")
         if failed:
@@ -839,7 +836,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
     for task in zero:  # in the middle of its stage, off the lines where stages start
         step = (starts[task] + ends[task]) / 2
         stage = df.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))
-        answered = _answered(stage).replace("; ", ";\n")  # a line of its own: a stage is narrow
+        answered = _answered(stage, form=";\n{}")  # a line of its own: a stage is narrow
         ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0{answered})", ha="center",
                 va="center", fontsize=8, color="#888888")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))

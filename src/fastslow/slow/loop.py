@@ -660,11 +660,9 @@ TIED_WARNING = 0.9
 
 def answered_fraction(records: Sequence[Mapping[str, Any]]) -> float:
     """The share of a step's rollouts whose completion gives a readable answer (their `answered`,
-    or `fastslow.tasks.base.answered` of the completion): beside the reward, it tells a wrong
-    answer from a format the model does not write."""
-    if not records:
-        return math.nan
-    return float(np.mean([rec["answered"] if "answered" in rec else answered(rec["completion"]) for rec in records]))
+    `fastslow.tasks.base.answered`): beside the reward, it tells a wrong answer from a format the
+    model does not write."""
+    return float(np.mean([rec["answered"] for rec in records])) if records else math.nan
 
 
 def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> None:
