@@ -20,9 +20,10 @@ from fastslow.tasks.base import (
     Problem,
     Task,
     TaskDataError,
+    answered,
     extract_answer,
 )
-from fastslow.tasks.data import load_problems, write_problems, write_splits
+from fastslow.tasks.data import gold_completion, load_problems, write_problems, write_splits
 from fastslow.tasks.generated import split_of
 from fastslow.tasks.loaders import HFDatasetTask, load_task_file
 from fastslow.tasks.scoring import extract_number, normalize_label, parse_number
@@ -375,6 +376,18 @@ def test_codeio_reads_a_value_in_the_wrappers_models_write() -> None:
     p = Problem("c1", "codeio", "…", "312", {"input": {"n": 3}})
     assert task.reward(p, r"<answer>\boxed{313}</answer>") == 0.0
     assert task.reward(p, "<answer>Output: 31 2</answer>") == 0.0
+
+
+def test_an_empty_answer_block_is_no_answer_even_where_the_output_is_the_empty_string() -> None:
+    """A program whose output is "" is answered `<answer>""</answer>` (its gold, JSON) or with the
+    bare string; an empty block is no answer (`answered`), so it scored 1 there by the bare-string
+    reading of its empty content."""
+    task = get_task("codeio")
+    p = Problem("c1", "codeio", "…", json.dumps(""), {"input": {"n": 3}})
+    assert task.reward(p, '<answer>""</answer>') == 1.0 and task.reward(p, gold_completion(p)) == 1.0
+    assert task.reward(p, "<answer></answer>") == 0.0 and task.reward(p, "<answer>  </answer>") == 0.0
+    assert not answered("<answer></answer>") and "the <answer></answer> block is empty" in task.feedback(p, "<answer></answer>")
+    assert task.reward(Problem("c2", "codeio", "…", json.dumps("ab"), {}), "<answer>ab</answer>") == 1.0
 
 
 def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch: pytest.MonkeyPatch) -> None:

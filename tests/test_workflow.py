@@ -774,6 +774,36 @@ def test_a_cycle_reads_no_setting_its_jobs_params_leave_out(method, tiny_model_d
     assert fst.cycle_params(config, sections)["fast"]["reflection"] == {"kind": "openai", "timeout_s": 60}
 
 
+def test_an_explicit_round_dtype_leaves_model_dtype_out_of_a_cycles_params(tiny_model_dir, tmp_path, monkeypatch):
+    """model.dtype reaches a cycle only through its round's sampling dtype (`fast.dtype` 'model',
+    or 'bfloat16_if_native' where bf16 is not native): under an explicit fast.dtype a change of it
+    reran every FST and GEPA run for nothing. A GEPA cycle runs here with it poison."""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    sections = ("model", "generation", "seed_context", "slow", "fast")
+    runs = [RunSpec(experiment="e", method=m, name="math-default-s0", schedule=("math",), seed=0)
+            for m in ("fst", "gepa", "fst_distill", "rl")]
+    for wanted in ("model", "bfloat16_if_native", "float32", "bfloat16"):
+        config["fast"]["dtype"] = wanted
+        for spec in runs:
+            params = {}
+            for model_dtype in ("float32", "bfloat16"):
+                config["model"]["dtype"] = model_dtype
+                params[model_dtype] = spec.cycle_params(config, sections)
+            follows = spec.method != "rl" and wanted in ("model", "bfloat16_if_native")
+            assert ("dtype" in params["float32"]["model"]) is follows, (spec.method, wanted)
+            assert (params["float32"] == params["bfloat16"]) is not follows, (spec.method, wanted)
+            assert params["float32"]["model"]["base"] == config["model"]["base"]
+    config["fast"]["dtype"] = "float32"
+    config["model"] = _Unread(config["model"], ("base", "chat_template_kwargs"))  # (the latter optional)
+    summary = run_cycle(runs[1], config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
+    assert summary["fast_dtype"] == "float32"
+
+
 def _touched(work: Path, targets: list[str], *extra: str) -> subprocess.CompletedProcess:
     """`targets` marked as built (every output of their jobs made empty, then Snakemake's
     `--touch` records each job's params), then a dry run of them with `extra` arguments."""

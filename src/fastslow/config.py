@@ -899,6 +899,12 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 BF16_IF_NATIVE = "bfloat16_if_native"
 
 
+def reads_model_dtype(wanted: str) -> bool:
+    """Whether a sampling dtype `wanted` may resolve to model.dtype on some machine
+    (`resolve_sample_dtype`): 'model' and `BF16_IF_NATIVE` do; an explicit dtype never reads it."""
+    return wanted in ("model", BF16_IF_NATIVE)
+
+
 def resolve_sample_dtype(wanted: str, model_dtype: str) -> str:
     """The dtype a sampler loads its weights in on this machine: model.dtype for 'model', and for
     `BF16_IF_NATIVE` bfloat16 where it is native (`native_bf16_available`), else model.dtype."""

@@ -129,10 +129,16 @@ class RunSpec:
 
     def cycle_params(self, config: dict[str, Any], sections: tuple[str, ...] | list[str]) -> dict[str, Any]:
         """The params of this run's cycle jobs: the `sections` of its effective settings
-        (`job_params`), less the keys its method's cycle never reads (`CYCLE_READS`)."""
-        from fastslow.config import job_params
+        (`job_params`), less the keys its method's cycle never reads (`CYCLE_READS`), and less
+        model.dtype where its round samples in an explicit fast.dtype (`reads_model_dtype`)."""
+        from fastslow.config import job_params, reads_model_dtype
 
-        return _read_by(self.method, job_params(self.settings(config), sections))
+        settings = self.settings(config)
+        params = _read_by(self.method, job_params(settings, sections))
+        model = params.get("model")
+        if self.fast and isinstance(model, dict) and not reads_model_dtype(settings["fast"].get("dtype", "model")):
+            params["model"] = {k: v for k, v in model.items() if k != "dtype"}
+        return params
 
 
 def _drop_global_divergence(overrides: dict[str, Any], config: dict[str, Any]) -> None:

@@ -220,8 +220,8 @@ class CodeIOTask(ReasoningGymTask):
         notes = []
         if problem.metadata.get("input") is not None:
             notes.append("Input was: " + json.dumps(problem.metadata["input"])[:500])
-        if raw is None:
-            return Judgement(0.0, problem.answer, None, notes)
+        if not raw:  # no block, or an empty one: no answer (`answered`), even where the output is ""
+            return Judgement(0.0, problem.answer, raw, notes)
         ok, got = parse_json_value(raw)
         if not ok and isinstance(expected, str):
             ok, got = True, raw.strip()  # a bare string answer without JSON quotes
