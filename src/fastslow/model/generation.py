@@ -890,7 +890,7 @@ class HFGenerator:
             check_context(self.model, max(len(p) for p in prompts), params.max_new_tokens, self.length_key)
         # Longest first: similar lengths share a batch (less padding), and the largest
         # memory peak comes first rather than after minutes of work. Equal prompts stay
-        # adjacent, so their copies share a batch and its prefill (`_shared_prefill`).
+        # adjacent, so their copies share a batch and its prefill (`shared_prefill`).
         order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
         for b, start in enumerate(range(0, len(order), self.batch_size)):
