@@ -621,8 +621,14 @@ def test_fig4_says_when_its_markers_overlap_at_zero(tmp_path, saved):
     figures.fig4({"efficiency": pl.DataFrame(still[:3] + fst).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
     (ax,) = saved[0].axes
     assert not ax.texts  # a corner note would cover FST's curve: RL's legend entry says it
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "RL (no reward, KL 0:\nevery checkpoint at the origin)", "FST"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [  # with RL's answered share, as a note's
+        "RL (no reward, KL 0:\nevery checkpoint at the origin; 50% answered)", "FST"]
+    # a table from before the answered column: the entry without a share
+    saved.clear()
+    figures.fig4({"efficiency": pl.DataFrame(still[:3] + fst).select(CURVE_COLUMNS).drop("answered_fraction")},
+                 tmp_path / "fig4.pdf")
+    assert saved[0].axes[0].get_legend().get_texts()[0].get_text() == \
+        "RL (no reward, KL 0:\nevery checkpoint at the origin)"
 
 
 def test_fig4_says_which_methods_kl_was_not_measured(tmp_path, saved):

@@ -631,8 +631,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
                     rolling_mean(c["mean_at_k"].to_numpy(), 3, center=True), color=COLORS[method], label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
         # a method without reward whose policy never moved sits on the origin, under the other's start
-        still = [LABELS[m] for m, d in drawn
-                 if no_reward(d["mean_at_k"]) and (d["kl_to_base"].fill_nan(None).drop_nulls() == 0).all()]
+        still = {LABELS[m]: d for m, d in drawn
+                 if no_reward(d["mean_at_k"]) and (d["kl_to_base"].fill_nan(None).drop_nulls() == 0).all()}
         if len(drawn) > 1 and no_reward(*(d["mean_at_k"] for _, d in drawn)):  # one method's markers hide the other's
             kls = [np.round(np.sort(d["kl_to_base"].to_numpy()), 6) for _, d in drawn]
             if all(np.array_equal(kls[0], k, equal_nan=True) for k in kls[1:]):
@@ -644,8 +644,9 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
                                             *(d for _, d in drawn)))
         else:  # said in its legend entry: a note in the corner would cover the other's curve
             for line in ax.lines:
-                if line.get_label() in still:
-                    line.set_label(f"{line.get_label()} (no reward, KL 0:\nevery checkpoint at the origin)")
+                if line.get_label() in still:  # with its samples' answered share, as the notes give it
+                    line.set_label(f"{line.get_label()} (no reward, KL 0:\nevery checkpoint at the origin"
+                                   f"{_answered(still[line.get_label()])})")
         notes = [_missing_methods(last.get(task, {}))]
         if unmeasured:
             notes.append(f"KL not measured for {' or '.join(unmeasured)} (evaluation.divergence: false)")
