@@ -393,14 +393,17 @@ def test_task_data_warns_when_gold_answers_score_below_one(monkeypatch: pytest.M
     is one WARNING with the count and the first example; the splits are still written."""
     import logging
 
-    from fastslow.tasks.data import write_splits
+    from fastslow.tasks.data import write_checked_splits, write_splits
 
     _register(monkeypatch, _reverse_task_class(_WORDS, exact=False))
     with caplog.at_level(logging.WARNING, logger="fastslow.tasks.data"):
-        paths = write_splits("reverse", tmp_path, {"train": 8, "val": 2, "test": 2}, seed=0)
+        paths, below = write_checked_splits("reverse", tmp_path, {"train": 8, "val": 2, "test": 2}, seed=0)
     assert set(paths) == {"train", "val", "test"} and all(p.exists() for p in paths.values())
+    assert below == 12  # the task_data job's MLflow metric gold_below_one
+    assert write_splits("reverse", tmp_path / "again", {"train": 8, "val": 2, "test": 2}, seed=0) == \
+        {s: tmp_path / "again" / f"{s}.parquet" for s in ("train", "val", "test")}
     logged = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.data"]
-    assert len(logged) == 1, logged
+    assert len(logged) == 2 and logged[0] == logged[1], logged  # once a call
     assert re.search(r"reverse: 12 of 12 problems score below 1 .*first: reverse-train-00000-\w+ "
                      r"\(reward 0\.00\): Incorrect", logged[0]), logged[0]
 

@@ -436,6 +436,8 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     codes = {r.data.tags["fastslow.rule"]: r.data.tags["fastslow.code"] for r in jobs}
     assert codes["task_data"] == script_digest(ROOT / "workflow/scripts/task_data.py", exclude=TASK_MODULES)
     assert len(set(codes.values())) == 4  # four rules, four scripts reaching different modules
+    # each task_data run counts the problems whose own answer scores below 1 (none, for shipped tasks)
+    assert [r.data.metrics.get("gold_below_one") for r in jobs if r.data.tags["fastslow.rule"] == "task_data"] == [0.0, 0.0]
     # and the jobs that build a task, the code of that task (its module and what it imports)
     tagged = {r.data.tags["fastslow.task_code"] for r in jobs if "fastslow.task_code" in r.data.tags}
     assert tagged == {task_digest([f"fastslow.tasks.{m}"], exclude=TASK_MODULES) for m in ("math_task", "hover")}

@@ -43,7 +43,16 @@ def write_problems(problems: Sequence[Problem], path: str | Path) -> Path:
 
 def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], seed: int,
                  **task_options: Any) -> dict[str, Path]:
-    """Generate `sizes[split]` problems per split of `task_name` and write `<out_dir>/<split>.parquet`.
+    """Generate `sizes[split]` problems per split of `task_name` and write `<out_dir>/<split>.parquet`
+    (`write_checked_splits`, without its count of gold answers scoring below 1)."""
+    return write_checked_splits(task_name, out_dir, sizes, seed, **task_options)[0]
+
+
+def write_checked_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], seed: int,
+                         **task_options: Any) -> tuple[dict[str, Path], int]:
+    """Generate `sizes[split]` problems per split of `task_name` and write `<out_dir>/<split>.parquet`;
+    with the paths, how many problems score below 1 on their own answer (the task_data job's
+    MLflow metric `gold_below_one`, beside the log's warning).
 
     Splits are checked to share no id and no prompt (compared with runs of whitespace as one
     space: a file's "What is 7 + 7?  Answer" in val beside its one-space twin in train was
@@ -77,9 +86,9 @@ def write_splits(task_name: str, out_dir: str | Path, sizes: Mapping[str, int], 
                                     f"prompt (up to whitespace): drop one (a duplicate would be trained and "
                                     f"evaluated on twice, or evaluated on what was trained on)")
             seen_ids[p.id], seen_content[digest] = split, (p.id, split)
-    check_gold_answers(task, result, name)
+    below = check_gold_answers(task, result, name)
     out = Path(out_dir)
-    return {split: write_problems(result[split], out / f"{split}.parquet") for split in sizes}
+    return {split: write_problems(result[split], out / f"{split}.parquet") for split in sizes}, below
 
 
 def gold_completion(problem: Problem) -> str:
