@@ -2,7 +2,8 @@
 
 Starts `mlflow server` (SQLite backend and artifact store in a temp dir, 127.0.0.1, a free port),
 points MLFLOW_TRACKING_URI at it, creates the experiment with `init_tracking` as the workflow's
-local rule does, then runs 16 job processes at once (released together by a barrier), each inside
+local rule does, then runs 16 job processes at once (forked by one launcher, released together by a
+barrier), each inside
 `fastslow.tracking.job_run` logging params, metric histories, a Parquet table and a checkpoint
 reference. Every run must exist, be FINISHED and hold everything its job logged. The server is
 stopped by the fixture that started it.
@@ -28,35 +29,65 @@ JOBS = 16
 STEPS = 5
 METRICS = ("reward", "kl", "entropy")
 
+# One launcher imports the libraries once and forks the 16 jobs (separate processes, each its own
+# HTTP client: nothing is sent before the fork); each child's output goes to out-<i>.txt, its exit
+# status to exit-<i>. Sixteen interpreters each importing MLflow cost ~35 CPU-s more.
 WORKER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time, traceback
     from pathlib import Path
     import pandas as pd
     import mlflow, mlflow.data  # noqa: F401 - imported before the barrier: time the logging only
     from fastslow.tracking import job_run
 
-    tracking_json, i, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-    config = {"slow": {"lr": 1e-6, "num_generations": 8}, "fast": {"pool_size": 4},
-              "data": {"tasks": ["math", "hover"]}, "job": i}
-    table = work / f"rollouts-{i}.parquet"
-    pd.DataFrame({"problem": [f"p{j}" for j in range(8)], "reward": [j / 8 for j in range(8)]}).to_parquet(table)
-    ckpt = work / f"ckpt-{i}"
-    ckpt.mkdir()
-    (ckpt / "model.safetensors").write_bytes(b"0" * 1024)
-    (work / f"ready-{i}").touch()
-    deadline = time.monotonic() + 120             # barrier: start together (bounded)
-    while not (work / "go").exists():
-        if time.monotonic() > deadline:
-            sys.exit("no go signal")
-        time.sleep(0.05)
-    with job_run(rule="probe", wildcards={"job": str(i)}, config=config, tracking_json=tracking_json,
-                 parent="foundation") as tracker:
-        for step in range(STEPS):
-            tracker.log_metrics({"reward": i + step / 10, "kl": step * 0.01, "entropy": 1.0 + i}, step=step)
-        tracker.log_table(table, f"rollouts/{i}")
-        tracker.log_checkpoint(ckpt, "checkpoint")
-        tracker.set_tags({"probe.index": i})
-    print("done", i)
+    tracking_json, jobs, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+
+    def job(i):
+        config = {"slow": {"lr": 1e-6, "num_generations": 8}, "fast": {"pool_size": 4},
+                  "data": {"tasks": ["math", "hover"]}, "job": i}
+        table = work / f"rollouts-{i}.parquet"
+        pd.DataFrame({"problem": [f"p{j}" for j in range(8)], "reward": [j / 8 for j in range(8)]}).to_parquet(table)
+        ckpt = work / f"ckpt-{i}"
+        ckpt.mkdir()
+        (ckpt / "model.safetensors").write_bytes(b"0" * 1024)
+        (work / f"ready-{i}").touch()
+        deadline = time.monotonic() + 120             # barrier: start together (bounded)
+        while not (work / "go").exists():
+            if time.monotonic() > deadline:
+                sys.exit("no go signal")
+            time.sleep(0.05)
+        with job_run(rule="probe", wildcards={"job": str(i)}, config=config, tracking_json=tracking_json,
+                     parent="foundation") as tracker:
+            for step in range(STEPS):
+                tracker.log_metrics({"reward": i + step / 10, "kl": step * 0.01, "entropy": 1.0 + i}, step=step)
+            tracker.log_table(table, f"rollouts/{i}")
+            tracker.log_checkpoint(ckpt, "checkpoint")
+            tracker.set_tags({"probe.index": i})
+        print("done", i)
+
+    children = {}
+    for i in range(jobs):
+        pid = os.fork()
+        if pid == 0:  # the job: its output to its own file, its status for the test, never back here
+            out = os.open(work / f"out-{i}.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(out, 1), os.dup2(out, 2)
+            code = 0
+            try:
+                job(i)
+            except SystemExit as exc:
+                print(exc, file=sys.stderr)
+                code = 1
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(), sys.stderr.flush()
+            (work / f"exit-{i}").write_text(str(code))
+            os._exit(code)
+        children[pid] = i
+    failed = 0
+    for _ in children:
+        _, status = os.wait()
+        failed += os.waitstatus_to_exitcode(status) != 0
+    sys.exit(failed)
 """).replace("STEPS", str(STEPS))
 
 
@@ -106,27 +137,27 @@ def test_16_concurrent_jobs_log_to_a_server_without_loss(mlflow_server, tmp_path
     work.mkdir()
     (tmp_path / "worker.py").write_text(WORKER)
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
-    procs = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "tracking.json"),
-                               str(i), str(work)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(JOBS)]
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "tracking.json"),
+                             str(JOBS), str(work)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 150
         while len(list(work.glob("ready-*"))) < JOBS and time.monotonic() < deadline:
-            if any(p.poll() not in (None, 0) for p in procs):
+            if proc.poll() is not None or len(list(work.glob("exit-*"))):  # a job ended before the barrier
                 break
             time.sleep(0.2)
         (work / "go").touch()
         t0 = time.monotonic()
         startup_s = t0 - t_start
-        outputs = [p.communicate(timeout=180)[0] for p in procs]
+        launcher = proc.communicate(timeout=180)[0]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        stop_process_group(proc)  # the launcher and any job it left behind
     logging_s = time.monotonic() - t0
-    failed = [(i, p.returncode, out[-2000:]) for i, (p, out) in enumerate(zip(procs, outputs, strict=True)) if p.returncode]
-    assert not failed, failed
+    status = {i: (work / f"exit-{i}").read_text() if (work / f"exit-{i}").exists() else None for i in range(JOBS)}
+    failed = [(i, code, (work / f"out-{i}.txt").read_text()[-2000:] if (work / f"out-{i}.txt").exists() else "")
+              for i, code in status.items() if code != "0"]
+    assert proc.returncode == 0 and not failed, (proc.returncode, launcher[-2000:], failed)
+    assert all((work / f"out-{i}.txt").read_text().strip().endswith(f"done {i}") for i in range(JOBS))
 
     client = MlflowClient(mlflow_server)
     runs = client.search_runs([info["experiment_id"]], filter_string="tags.`fastslow.rule` = 'probe'",

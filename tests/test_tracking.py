@@ -177,7 +177,8 @@ TERMINAL = textwrap.dedent("""
 
 def test_sighup_marks_run_killed_unless_the_job_ignores_it(tracking):
     """Closing the terminal (SIGHUP) stops a job like SIGTERM: its run KILLED, not left RUNNING,
-    the process ended by the signal. Under `nohup` (SIGHUP ignored from the start) the job goes on."""
+    the process ended by the signal. Under `nohup` (SIGHUP ignored from the start) the job goes on,
+    and SIGTERM (Snakemake's, SLURM's) stops it the same way."""
     path, info = tracking
     proc = _start_and_wait(path, TERMINAL + SCRIPT)
     proc.send_signal(signal.SIGHUP)
@@ -190,7 +191,7 @@ def test_sighup_marks_run_killed_unless_the_job_ignores_it(tracking):
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=2)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert proc.wait(timeout=30) == -signal.SIGTERM  # closed KILLED, then dead by the signal itself
     assert [r.info.status for r in _runs(info, "long/x=1")] == ["KILLED", "KILLED"]
 
 
@@ -220,15 +221,6 @@ def test_a_stop_signal_after_the_run_finished_does_not_fail_the_job(tracking):
     assert proc.wait(timeout=30) == 0
     (run,) = _runs(info, "short/x=1")
     assert run.info.status == "FINISHED"
-
-
-def test_sigterm_marks_run_killed(tracking):
-    path, info = tracking
-    proc = _start_and_wait(path)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == -signal.SIGTERM  # closed KILLED, then dead by the signal itself
-    (run,) = _runs(info, "long/x=1")
-    assert run.info.status == "KILLED"
 
 
 def test_sigkilled_run_is_closed_and_linked_by_the_rerun(tracking):

@@ -5,7 +5,7 @@ In its own file so that, under `pytest -n 2 --dist loadfile`, these ~8 minutes r
 xdist starts the file among the last, when the rest is nearly done (tests/conftest.py). The SLURM
 build runs while the every-figure DAG builds locally: its jobs mostly wait for the plugin's status
 checks, and the local DAG, which builds the same files, is its reference (a separate local build of
-its 14 jobs, ~10 s of start-up each, is gone).
+its jobs, ~10 s of start-up each, is gone).
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ def test_smoke_dag_through_slurm_matches_local_run(slurm_build, request):
     # identical outputs: every Parquet table by content, every summary, the model's files; less
     # the MLflow run ids the tables and summaries name (each job's own run, a new one each build).
     # The local build evaluated the base model on all five smoke tasks: its base_eval table is
-    # compared on the three the SLURM build has.
+    # compared on the SLURM build's (SLURM_TASKS).
     remote_tables = tables(remote / "results")
     local_tables = tables(local / "results", list(remote_tables))
     run_ids = ("mlflow_run_id", "eval_run_id", "cycle_run_id")
