@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "slurm" / "profile.yaml"
 START = ROOT / "ci" / "slurm" / "start_slurm.sh"
 STOP = ROOT / "ci" / "slurm" / "stop_slurm.sh"
-# The foundation smoke DAG of tests/test_workflow.py plus one whole figure (Fig 7: an RL and an
+# The foundation smoke DAG on stargraph (base model, its task data and base evaluation, the table)
+# plus one whole figure (Fig 7: an RL and an
 # FST cycle, their evaluations, the curves table and the plot), as explicit targets: every kind of
 # job (training, evaluation, tables, figures) goes through sbatch. The whole smoke DAG (115 jobs),
 # built locally beside it, is its reference (tests/test_workflow_figures.py).
