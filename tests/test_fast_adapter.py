@@ -369,3 +369,34 @@ def test_clip_middle_keeps_a_long_final_answer_block_whole() -> None:
     assert "[… " in clipped and len(clipped.split("\n")[0]) + len(clipped.split("\n")[-1]) <= 100
     plain = clip_middle("x" * 1000 + "y" * 1000, 100)
     assert plain == "x" * 40 + "\n[… 1900 characters omitted …]\n" + "y" * 60
+
+
+def test_a_long_problem_and_a_long_expected_answer_are_bounded_in_a_reflective_record() -> None:
+    """A 50,000-character document task: the record's Inputs were the whole problem (the record
+    limit bounded completions only), so a small reflection model's context overflowed and every
+    call gave no proposal. Now Inputs keep the document's start and the question at its end; the
+    feedback quotes a long multi-line expected answer on one bounded line (its lines had read
+    as rules to the offline proposer)."""
+    from fastslow.fast.adapter import MAX_RECORD_COMPLETION_CHARS
+    from fastslow.tasks.base import (
+        ANSWER_FORMAT,
+        EXPECTED_CHARS,
+        Judgement,
+        Problem,
+        render_feedback,
+    )
+
+    doc = "Document. " + "filler text " * 4200
+    problem = Problem(id="p", task="toy", prompt=f"{doc}\nWhat is 40 + 2?\n{ANSWER_FORMAT}", answer="42")
+    assert len(problem.prompt) > 50_000
+    adapter = FastAdapter(LongTraceGenerator(600), ToyTask(), SamplingParams(8))
+    eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
+    shown = adapter.make_reflective_dataset({"context": "Solve."}, eb, ["context"])["context"][0]["Inputs"]
+    assert len(shown) <= MAX_RECORD_COMPLETION_CHARS + 60 and "characters omitted" in shown
+    assert shown.startswith("Document. ") and shown.endswith(f"What is 40 + 2?\n{ANSWER_FORMAT}")
+
+    expected = "first line\nsecond line\n" + "x" * 5000
+    text = render_feedback(Judgement(0.0, expected, "y", []), [])
+    line = next(li for li in text.splitlines() if li.startswith("Expected answer: "))
+    assert line.startswith("Expected answer: first line second line xxx") and "5,0" in line
+    assert len(line) <= len("Expected answer: ") + EXPECTED_CHARS and "\nsecond line" not in text

@@ -693,7 +693,13 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: [{k: v for k, v in r.items() if k != "answer"} for r in rows], "missing column"),
     (lambda rows: rows[:3] + [{**rows[3], "prompt": "  "}] + rows[4:], "row 4: empty prompt"),
     (lambda rows: rows[:5] + [{**rows[5], "id": "q1"}] + rows[6:], "row 6: duplicate id 'q1'"),
-    (lambda rows: rows[:2] + [{**rows[2], "split": "dev"}] + rows[3:], "row 3: split 'dev'"),
+    (lambda rows: [{**r, "split": "dev" if i == 2 else "train"} for i, r in enumerate(rows)], "row 3: split 'dev'"),
+    # a file with a split column: a row without one was hash-split, into any split, silently
+    (lambda rows: [{**r, "split": None if i == 3 else "train"} for i, r in enumerate(rows)],
+     "row 4: empty split; a file with a split column gives every row one of train, val, test"),
+    (lambda rows: rows[:1] + [{**r, "split": "test"} for r in rows[1:]], "row 1: empty split"),
+    # no answer read from a completion holds the tag: the problem scored 0 whatever was written
+    (lambda rows: rows[:6] + [{**rows[6], "answer": "a</answer>b"}] + rows[7:], "row 7: the answer holds an <answer>"),
     (lambda rows: rows[:1] + [{**rows[1], "metadata": [1]}] + rows[2:], "row 2: metadata"),
     # a misspelt split column was ignored: the rows were hash-split, test rows leaking into train
     (lambda rows: [{**r, "splt": "test"} for r in rows],

@@ -695,3 +695,82 @@ def test_one_equation_in_two_variables_is_one_problem() -> None:
 
     assert problem_identity("", "2*y + 3 = 7", "y") == problem_identity("", "2*x + 3 = 7", "x")
     assert problem_identity("", "2*y + 3 = 7", "y") != problem_identity("", "2*y + 3 = 8", "y")
+
+
+# --- answers that are not ASCII English (a task of your own) -------------------------------
+def _nfd(text: str) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFD", text)
+
+
+def test_answers_in_decomposed_unicode_match_their_composed_spelling(tmp_path: Path) -> None:
+    """A file saved in decomposed form (NFD: macOS exports, copied PDF text) scored every composed
+    answer a model writes 0, and its own gold 1, so the gold check stayed silent; a label so
+    written stopped the splits as "not one of the labels" that looked identical on screen."""
+    rows = [{"id": i, "prompt": f"Q{i}? <answer></answer>", "answer": _nfd(a), "split": s}
+            for i, (a, s) in enumerate([("café", "train"), ("서울", "val"), ("réfuté", "test")])]
+    path = tmp_path / "nfd.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    task = load_task_file(path)
+    by_id = {p.id: p for s in ("train", "val", "test") for p in task.rows()[s]}
+    for pid, composed in (("0", "café"), ("1", "서울"), ("2", "Réfuté.")):
+        assert by_id[pid].answer != composed.lower().rstrip(".")  # stored decomposed
+        assert task.reward(by_id[pid], f"<answer>{composed}</answer>") == 1.0
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"id": i, "prompt": "Vrai ou réfuté ? <answer></answer>",
+                                          "answer": a, "split": "train"}) + "\n"
+                              for i, a in enumerate(["vrai", "réfuté", _nfd("réfuté")])), encoding="utf-8")
+    task = load_task_file(labels, scorer="label", labels=[_nfd("RÉFUTÉ"), "VRAI"])
+    p = next(p for p in task.rows()["train"] if p.id == "2")
+    assert task.reward(p, "<answer>réfuté</answer>") == 1.0 and task.reward(p, "<answer>vrai</answer>") == 0.0
+
+
+@pytest.mark.parametrize("text, value", [("共42个", 42.0), ("约3.5米", 3.5), ("答案是7。", 7.0), ("42個です", 42.0),
+                                         ("x2", None), ("abc123", None), ("about 42 apples", 42.0)])
+def test_a_number_beside_a_script_without_spaces_is_read(text: str, value: float | None) -> None:
+    """A Chinese or Japanese letter stuck to a number hid it: \\w is Unicode, so "共42个" held no
+    number. A Latin letter stuck to one still makes it part of a word."""
+    from fastslow.tasks.scoring import extract_number
+
+    assert extract_number(text)[0] == value
+
+
+def test_a_cjk_near_miss_is_shown_as_worked_example() -> None:
+    from fastslow.fast.proposers import near_miss_working
+
+    assert near_miss_working("首都是北京", "北京") == "首都是北京"
+    assert near_miss_working("111 apples", "11") is None and near_miss_working("so 11 it is", "11") == "so 11"
+
+
+@pytest.mark.parametrize("text, labels, label", [
+    ("ДАННЫЕ ВЕРНЫ", ("ДА", "НЕТ"), None),     # ДА was read inside a longer Cyrillic word
+    ("Ответ: да", ("ДА", "НЕТ"), "ДА"),
+    ("不是", ("是", "否"), None),                # 是 inside 不是: no label, not the wrong one
+    ("是", ("是", "否"), "是"),
+    ("La réponse est VRAI", ("VRAI", "FAUX"), "VRAI"),
+    ("VRAIMENT", ("VRAI", "FAUX"), None),
+    ("isn't supported", LABELS, None),
+])
+def test_a_label_is_a_whole_word_in_every_script(text: str, labels: tuple[str, ...], label: str | None) -> None:
+    assert normalize_label(text, labels) == label
+
+
+def test_float_answers_of_a_file_are_the_numbers_they_spell(tmp_path: Path) -> None:
+    """An integer column with nulls dropped reads as floats: the gold 0 was stored as '0.0', and
+    `<answer>0</answer>` scored 0 under `exact`, the gold check passing on '0.0' itself. A full
+    stop in Chinese ends an answer as "." does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "floats.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "prompt": ["Q? <answer></answer>"] * 4,
+                             "answer": pa.array([0.0, 1e16, 2.5, -3.0], pa.float64()),
+                             "split": ["train", "train", "val", "test"]}), path)
+    task = load_task_file(path)
+    got = {p.id: p.answer for s in ("train", "val", "test") for p in task.rows()[s]}
+    assert got == {"a": "0", "b": "10000000000000000", "c": "2.5", "d": "-3"}
+    a = next(p for p in task.rows()["train"] if p.id == "a")
+    assert task.reward(a, "<answer>0</answer>") == 1.0 and task.reward(a, "<answer>0.0</answer>") == 0.0
+    cn = Problem("c", "file:x", "首都? <answer></answer>", "北京", {"scorer": "exact"})
+    assert task.reward(cn, "<answer>北京。</answer>") == 1.0

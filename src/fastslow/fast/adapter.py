@@ -417,7 +417,8 @@ class FastAdapter:
         carry what the context should fix.
 
         A completion longer than `record_chars` is shown by its head and tail (`clip_middle`), so
-        its final answer is always there; `parsed_answer` is the answer read from the full
+        its final answer is always there, and so is a problem longer than that (a long document's
+        start and its question at the end); `parsed_answer` is the answer read from the full
         completion (None or empty: a parse failure), which the offline proposer's format checks use."""
         trajs = eval_batch.trajectories or []
         seen: set[str] = set()
@@ -427,7 +428,7 @@ class FastAdapter:
                 continue
             seen.add(t["problem_id"])
             records.append({
-                "Inputs": t["problem"],
+                "Inputs": clip_middle(t["problem"], self.record_chars),
                 "Generated Outputs": clip_middle(t["completion"], self.record_chars),
                 "Feedback": t["feedback"],
                 "Score": t["reward"],

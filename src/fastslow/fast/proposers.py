@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
 from fastslow.tasks.base import ANSWER_FORMAT, Problem, answered
+from fastslow.tasks.scoring import NO_SPACE_SCRIPTS, STANDALONE_BEFORE
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,8 @@ def near_miss_working(completion: str, answer: str, max_chars: int = MAX_WORKING
     if not answer or "<answer" in completion.lower():
         return None
     # Standalone: not inside a longer number or word ("11" in "111", "5" in "5.5" or "a5").
-    m = re.search(rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)", completion)
+    # A letter of a script without spaces (共, 是) is a boundary: "首都是北京" holds 北京.
+    m = re.search(rf"{STANDALONE_BEFORE}{re.escape(answer)}(?:(?![\w]|\.\d)|(?=[{NO_SPACE_SCRIPTS}]))", completion)
     if m is None:
         return None
     working = " ".join(completion[:m.end()].split()).strip("* ")

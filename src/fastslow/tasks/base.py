@@ -189,6 +189,16 @@ def shorten(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"… [{len(text):,} chars]"
 
 
+#: Longest expected answer quoted whole in feedback (a longer one is cut, `shorten`).
+EXPECTED_CHARS = 1000
+
+
+def expected_line(expected: Any) -> str:
+    """An expected answer as feedback quotes it: on one line (a line of its own would read as one
+    of the feedback's rules) and at most `EXPECTED_CHARS` characters."""
+    return shorten(" ".join(coerce_text(expected).split()), EXPECTED_CHARS)
+
+
 def build_messages(context: str, problem: Problem) -> list[dict[str, str]]:
     """The chat the policy sees: the context φ as system prompt, the problem as user turn."""
     messages = []
@@ -259,7 +269,7 @@ class TaskBase:
                 expected = shorten(str(problem.answer), 500)
             except Exception:
                 expected = "(unavailable)"
-            return f"Expected answer: {expected}\n(Detailed feedback failed: {type(exc).__name__}.)"
+            return f"Expected answer: {expected_line(expected)}\n(Detailed feedback failed: {type(exc).__name__}.)"
 
     def _log_failure(self, where: str, problem: Any, exc: BaseException) -> None:
         """A WARNING the first time this task's scorer raises `exc`'s type (in this process): a
@@ -283,7 +293,7 @@ def render_feedback(judgement: Judgement, format_notes: list[str]) -> str:
     """The uniform feedback layout: verdict line, expected, given, reasons, format problems."""
     r = min(1.0, max(0.0, float(judgement.reward))) if judgement.reward == judgement.reward else 0.0
     verdict = "Correct" if r >= 1.0 else ("Incorrect" if r <= 0.0 else "Partially correct")
-    lines = [f"{verdict} (reward {r:.2f}).", f"Expected answer: {judgement.expected}"]
+    lines = [f"{verdict} (reward {r:.2f}).", f"Expected answer: {expected_line(judgement.expected)}"]
     if judgement.given is not None:  # on one line: the model's text never starts a line of ours
         given = " ".join(judgement.given.split())
         lines.append(f"Answer given: {shorten(given, 300) if given else '(empty)'}")

@@ -161,13 +161,13 @@ def _loose(text: str) -> str:
     """Exact-match normal form: case, a \\boxed{} / $…$ wrapper, a final period, LaTeX's
     \\dfrac/\\tfrac (\\frac) and \\left/\\right, and spaces beside a symbol ("x + 1" is "x+1");
     a space between two words or numbers stays ("1 2" is not "12", "New York" not "newyork")."""
-    s = normalize_text(text).rstrip(".").strip()
+    s = normalize_text(text).rstrip(".。").strip()
     for prefix, suffix in (("\\boxed{", "}"), ("$", "$")):
         if s.startswith(prefix) and s.endswith(suffix) and len(s) >= len(prefix) + len(suffix):
             s = s[len(prefix):len(s) - len(suffix)].strip()
     s = re.sub(r"\\[dt]frac(?![a-z])", r"\\frac", s)
     s = re.sub(r"\\(?:left|right)(?![a-z])", "", s)
-    s = re.sub(r"\s+", " ", s.rstrip(".").strip())
+    s = re.sub(r"\s+", " ", s.rstrip(".。").strip())
     return re.sub(r" (?=[^\w])|(?<=[^\w]) ", "", s)
 
 
@@ -213,7 +213,13 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
             raise TaskDataError(f"{where}: empty prompt")
         if values["answer"] is None or str(values["answer"]).strip() == "":
             raise TaskDataError(f"{where}: empty answer")
+        if "answer>" in str(values["answer"]).lower():  # a completion's answer ends at the first </answer>
+            raise TaskDataError(f"{where}: the answer holds an <answer> or </answer> tag, which no answer "
+                                f"read from a completion can")
         split = values.get("split")
+        if split is None and "split" in columns:  # the column decides every row's split
+            raise TaskDataError(f"{where}: empty split; a file with a split column gives every row one "
+                                f"of {', '.join(SPLITS)}")
         if split is not None and split not in SPLITS:
             raise TaskDataError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
         meta = row.get("metadata")
@@ -230,9 +236,17 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
             if any(0xD800 <= ord(c) <= 0xDFFF for c in text):  # lone surrogates: undecodable input
                 raise TaskDataError(f"{where}: text is not valid UTF-8 (lone surrogate)")
         meta = {**meta, "scorer": scorer, **({"split": split} if split else {})}
-        out.append(Problem(id=pid, task=task, prompt=values["prompt"], answer=str(values["answer"]).strip(),
+        out.append(Problem(id=pid, task=task, prompt=values["prompt"], answer=_answer_text(values["answer"]),
                            metadata=meta))
     return out
+
+
+def _answer_text(value: Any) -> str:
+    """A file's answer as text: a float column's whole numbers without ".0" (a Parquet integer
+    column with nulls is read as floats: 0.0 is the answer 0), other floats as Python spells them."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value).strip()
 
 
 def by_split(problems: Sequence[Problem]) -> dict[str, list[Problem]]:

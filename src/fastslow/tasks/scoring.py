@@ -11,6 +11,7 @@ import ast
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 _NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -20,9 +21,15 @@ _FRACTION_RE = re.compile(rf"^({_NUM})\s*/\s*({_NUM})$")
 _LATEX_FRAC_RE = re.compile(r"^\\[dt]?frac\s*(?:\{([^{}]*)\}|(\d))\s*(?:\{([^{}]*)\}|(\d))$")
 _SCI_RE = re.compile(rf"^({_NUM})\s*(?:\*|x|×|·|\\times|\\cdot)\s*10\s*(?:\^|\*\*)\s*\{{?\s*([+-]?\d+)\s*\}}?$")
 _THOUSANDS_RE = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+)(?![\d,])")
+#: Scripts written without spaces between words (kana, CJK ideographs, Hangul syllables): a letter of
+#: theirs next to a number is a word boundary ("共42个" holds 42), where a Latin one is not ("x2").
+NO_SPACE_SCRIPTS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+#: Before a standalone number or word: not a letter, digit, "_" or "." (a boundary), or a letter of
+#: `NO_SPACE_SCRIPTS`.
+STANDALONE_BEFORE = rf"(?:(?<![\w.])|(?<=[{NO_SPACE_SCRIPTS}]))"
 # A number token inside free text: optional sign, thousands commas, decimals, exponent, fraction.
 _TOKEN_RE = re.compile(
-    r"(?<![\w.])[+\-−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+    STANDALONE_BEFORE + r"[+\-−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
 _WRAPPERS = (
     (re.compile(r"^\\boxed\s*\{(.*)\}$", re.DOTALL), 1),
@@ -189,7 +196,7 @@ def label_form(text: str) -> str:
     """A label's canonical spelling: upper case, runs of spaces and hyphens as one '_'
     ("Not supported", "not-supported" -> NOT_SUPPORTED). Labels, expected answers and given
     answers are all compared in this form."""
-    return re.sub(r"[\s\-]+", "_", str(text).strip().upper())
+    return re.sub(r"[\s\-]+", "_", unicodedata.normalize("NFC", str(text)).strip().upper())
 
 
 #: Words that negate a label named after them in the same clause ("isn't supported").
@@ -199,7 +206,7 @@ _CLAUSE_END = re.compile(r"[.,;:!?()\[\]{}<>\n]")
 
 def _negated(before: str) -> bool:
     clause = _CLAUSE_END.split(before)[-1]
-    words = re.findall(r"[A-Z]+(?:['’][A-Z]+)?", clause)
+    words = re.findall(r"[^\W\d_]+(?:['’][^\W\d_]+)?", clause)
     return any(w in _NEGATIONS or w.endswith(("N'T", "N’T")) for w in words)
 
 
@@ -215,7 +222,7 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    t = text[:2000].replace("\\_", "_")
+    t = unicodedata.normalize("NFC", text[:2000]).replace("\\_", "_")
     s = t.upper()
     whole = label_form(s).strip("_.*`'\"!:;()[]{}")
     if whole in labels:
@@ -226,7 +233,8 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     if not parts:
         return None
     found = set()
-    for m in re.finditer(rf"(?<![A-Z0-9_\-])(?:{parts})(?![A-Z0-9_\-])", s):
+    # A label is a whole word: no letter or digit of any script beside it ("DA" is not in "DANN")
+    for m in re.finditer(rf"(?<![\w\-])(?:{parts})(?![\w\-])", s):
         if m.end() - m.start() == 1 and len(t) == len(s) and t[m.start()] == "a":
             continue  # the article is no label A: "C, a prime" is C
         if _negated(s[:m.start()]):
@@ -237,10 +245,11 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
 
 
 def normalize_text(text: Any, casefold: bool = True) -> str:
-    """Whitespace-collapsed (and by default case-folded) text for exact comparison."""
+    """Whitespace-collapsed (and by default case-folded) text for exact comparison, in Unicode's
+    composed form (NFC: "é" typed as e and a combining accent is "é")."""
     if not isinstance(text, str):
         return ""
-    s = " ".join(text.split())
+    s = " ".join(unicodedata.normalize("NFC", text).split())
     return s.casefold() if casefold else s
 
 
