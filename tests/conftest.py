@@ -16,6 +16,16 @@ from typing import Any
 
 import pytest
 
+#: The repository: every test runs from it (`cd tests && pytest test_x.py` too), as the configs'
+#: relative paths (config/parity.jsonl) and the tests' own `config/config.yaml` expect.
+ROOT = Path(__file__).resolve().parents[1]
+#: The test suite's own switches among the FASTSLOW_* variables; every other one (a SLURM
+#: partition, the GPUs a job trains on, the store on a cluster) and the developer's MLflow URI
+#: and Snakemake profile would redirect or reshape the tests' runs, so they are cleared here.
+TEST_SWITCHES = ("FASTSLOW_TEST_", "FASTSLOW_REQUIRE_SLURM")
+for _key in [k for k in os.environ if (k.startswith("FASTSLOW_") and not k.startswith(TEST_SWITCHES))
+             or k in ("MLFLOW_TRACKING_URI", "SNAKEMAKE_PROFILE")]:
+    del os.environ[_key]
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -55,6 +65,14 @@ TIE_ORDER = ("test_workflow_figures.py", "test_config.py", "test_slurm.py", "tes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(TIE_ORDER)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _from_the_repository():
+    before = os.getcwd()
+    os.chdir(ROOT)
+    yield
+    os.chdir(before)
 
 
 @pytest.fixture(autouse=True)

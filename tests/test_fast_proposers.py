@@ -324,7 +324,10 @@ DATASET = {"context": [{"Inputs": "What is 1 + 1?", "Generated Outputs": "3", "F
 def test_reflective_proposer_survives_bad_reflection(fake_server: Any, mode: str) -> None:
     fake_server.modes = [mode]
     lines: list[str] = []
-    prop = ReflectiveProposer(build_reflection_lm(_settings(fake_server, timeout=0.5)), logger=lines.append)
+    # 0.5 s against the server's 2 s sleep in "timeout"; the other modes answer at once, and their
+    # 5 s keep a slow reply on a busy machine from reading as a timeout
+    timeout = 0.5 if mode == "timeout" else 5.0
+    prop = ReflectiveProposer(build_reflection_lm(_settings(fake_server, timeout=timeout)), logger=lines.append)
     assert prop({"context": "Solve."}, DATASET, ["context"]) == {}
     assert len(prop.failures) == 1 and lines
     # each mode its own failure: the server answered (a 500 or a body), but for the timeout

@@ -11,6 +11,7 @@ per-step metrics; cycle 0's outputs must survive the kill; nothing may stay RUNN
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -65,23 +66,45 @@ def _cycle1_job(work: Path) -> psutil.Process | None:
     return None
 
 
+#: Put first on a job's PYTHONPATH (tests only): a process that logs a message holding
+#: $FASTSLOW_TEST_STOP_AT stops itself (SIGSTOP) right after, where the test then kills it. Polling
+#: the log for the message instead could miss a short window (the final save) on a busy machine.
+STOP_HOOK = """
+import logging, os, signal
+_marker = os.environ.get("FASTSLOW_TEST_STOP_AT")
+if _marker:
+    _call = logging.Logger.callHandlers
+
+    def _stop_after(self, record):
+        _call(self, record)
+        if _marker in record.getMessage():
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    logging.Logger.callHandlers = _stop_after
+"""
+
+
 def _kill_at(work: Path, marker: str | None) -> None:
-    """Run the workflow; SIGKILL cycle 1's job once its log shows `marker` (None: at start)."""
-    proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Run the workflow; SIGKILL cycle 1's job once it has logged `marker` (None: at start)."""
+    hook = work / "stop_hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(STOP_HOOK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
+           **({"FASTSLOW_TEST_STOP_AT": marker} if marker else {})}
+    proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     log = work / "results/logs/runs/efficiency/fst/math-default-s0/cycle1.log"
     deadline = time.time() + 600
     killed, job = False, None
     while time.time() < deadline and proc.poll() is None:
-        # Scanning every process is slow on a loaded machine: find the job once, then only poll
-        # its log, so a short window (the final save) is not missed.
         job = job if job is not None and job.is_running() else _cycle1_job(work)
-        if job is not None and (marker is None or (log.exists() and marker in log.read_text(errors="replace"))):
+        if job is not None and (marker is None or job.status() == psutil.STATUS_STOPPED):
             job.send_signal(signal.SIGKILL)
             killed = True
             break
-        time.sleep(0.01 if job is not None else 0.05)
+        time.sleep(0.05)
     proc.wait(timeout=300)
     assert killed, f"never reached kill point {marker!r}"
+    assert marker is None or marker in log.read_text(errors="replace")
     assert not (work / RUN / "cycle1/cycle.json").exists()
 
 

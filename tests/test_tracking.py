@@ -159,9 +159,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _start_and_wait(path, script=SCRIPT, line="started"):
+def _start_and_wait(path, script=SCRIPT, line="started", stdin=None):
     proc = subprocess.Popen([sys.executable, "-c", script, str(path)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stdin=stdin, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout.readline().strip() == line
     return proc
 
@@ -196,13 +196,14 @@ def test_sighup_marks_run_killed_unless_the_job_ignores_it(tracking):
 
 
 # The job's work done, the process exits: after a torch job the interpreter's teardown takes 1-2 s.
+# Here it lasts until the test closes the job's stdin (a fixed sleep ended it early on a busy machine).
 FINISHING = TERMINAL + textwrap.dedent("""
-    import sys, time
+    import sys
     from fastslow.tracking import job_run
     with job_run(rule="short", wildcards={"x": "1"}, config={}, tracking_json=sys.argv[1]):
         pass
     print("finished", flush=True)
-    time.sleep(3)
+    sys.stdin.read()
 """)
 
 
@@ -211,13 +212,14 @@ def test_a_stop_signal_after_the_run_finished_does_not_fail_the_job(tracking):
     Killed by the signal instead, Snakemake would delete the outputs of a run MLflow says finished.
     Each stop signal in turn, to one finishing job (any of them alone killed it)."""
     path, info = tracking
-    proc = _start_and_wait(path, FINISHING, "finished")
+    proc = _start_and_wait(path, FINISHING, "finished", stdin=subprocess.PIPE)
     (run,) = _runs(info, "short/x=1")
     assert run.info.status == "FINISHED"
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         proc.send_signal(signum)
         time.sleep(0.2)
         assert proc.poll() is None, signum.name
+    proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     (run,) = _runs(info, "short/x=1")
     assert run.info.status == "FINISHED"
@@ -415,11 +417,14 @@ def test_a_killed_jobs_ranks_stop_with_it(tmp_path, tracking):
     rank = int(pid_file.read_text())
     proc.kill()
     proc.wait(timeout=30)
+    import psutil
+
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        try:
-            os.kill(rank, 0)
-        except ProcessLookupError:
+        try:  # dead, or a zombie that init has not reaped (pytest as a container's PID 1 reaps none)
+            if psutil.Process(rank).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
             break
         time.sleep(0.1)
     else:

@@ -21,8 +21,20 @@ SMOKE = ["--configfile", "config/config.yaml", "config/smoke.yaml"]
 
 def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    """`snakemake ARGS`, run to its end. Past `timeout` (or on Ctrl-C) its whole process group is
+    stopped, its running jobs with it (subprocess.run's kill left them computing on the cores
+    every later test needs), and the error raised."""
+    from fastslow.launch import stop_process_group
+
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_process_group(proc)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 #: The foundation's rules, in every config's default target (the default config's and smoke's are
@@ -404,11 +416,18 @@ def smoke_workdir(tmp_path_factory):
     return workflow_copy(tmp_path_factory.mktemp("wf"))
 
 
-@pytest.mark.workflow
-def test_smoke_run_builds_base_eval_table(smoke_workdir):
+@pytest.fixture(scope="module")
+def smoke_built(smoke_workdir):
+    """The smoke base evaluation table of math and hover, built in `smoke_workdir`: the tests that
+    re-plan or rebuild it start from this build, whether they run alone or after one another."""
     out = snakemake("results/tables/base_eval.parquet", "--cores", "2", *SMOKE,
                     "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+@pytest.mark.workflow
+@pytest.mark.usefixtures("smoke_built")
+def test_smoke_run_builds_base_eval_table(smoke_workdir):
     table = pl.read_parquet(smoke_workdir / "results/tables/base_eval.parquet")
     assert sorted(table["task"].to_list()) == ["hover", "math"]
     assert table["problems"].to_list() == [4, 4]
@@ -456,6 +475,7 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
 
 
 @pytest.mark.workflow
+@pytest.mark.usefixtures("smoke_built")
 def test_an_edit_of_one_tasks_code_or_the_overlays_spelling_reruns_only_what_it_should(smoke_workdir, tmp_path):
     """After the base evaluation table is built (math and hover):
     - the same settings given as `--configfile config/smoke.yaml` alone (config/config.yaml is the
@@ -487,6 +507,7 @@ def test_an_edit_of_one_tasks_code_or_the_overlays_spelling_reruns_only_what_it_
 
 
 @pytest.mark.workflow
+@pytest.mark.usefixtures("smoke_built")
 def test_a_target_is_built_after_switching_config_overlays(smoke_workdir, tmp_path):
     """One `snakemake TARGET` builds TARGET under an overlay with another set of experiments.
     Before, the experiment set was a param of the one tracking rule, and Snakemake (9.27,
@@ -509,6 +530,7 @@ def test_a_target_is_built_after_switching_config_overlays(smoke_workdir, tmp_pa
 
 
 @pytest.mark.workflow
+@pytest.mark.usefixtures("smoke_built")
 def test_a_library_change_reruns_the_jobs_that_can_run_it(smoke_workdir, tmp_path):
     """Snakemake's code trigger sees a rule's script only; the scripts call the library. Each
     rule's `code` param (fastslow.provenance) makes an edit of the library's code re-run the jobs
@@ -524,7 +546,7 @@ def test_a_library_change_reruns_the_jobs_that_can_run_it(smoke_workdir, tmp_pat
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout
 
-    assert "Nothing to be done" in dry_run(), "needs test_smoke_run_builds_base_eval_table's build"
+    assert "Nothing to be done" in dry_run()
     hover, figures = lib / "fastslow/tasks/hover.py", lib / "fastslow/figures.py"
     hover.write_text(hover.read_text() + "\n# a comment changes no code\n")
     figures.write_text(figures.read_text() + "\nEDITED = True  # no job of this target imports figures\n")
@@ -618,6 +640,7 @@ def test_a_second_snakemake_on_one_results_dir_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.workflow
+@pytest.mark.usefixtures("smoke_built")
 def test_another_mlflow_store_stops_the_run_until_the_tracking_files_are_remade(smoke_workdir, tmp_path):
     """results/mlflow/ pins the store the workflow logs to. Pointing MLFLOW_TRACKING_URI elsewhere
     stopped nothing: every job read the old store's URI from those files and logged there. Now a
