@@ -104,9 +104,23 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     time: a second one (a job a killed Snakemake left running, and its rerun) stops in one line
     (`fastslow.io.exclusive_lock` on `<out_dir>.lock`).
 
+    `config` is the validated config (`fastslow.config.load_config`), which `spec.settings` applies
+    the run's overrides to; `init_model` the run's starting weights (an HF directory, e.g. from
+    `prepare_base_model`); `train_file` the cycle's training task's train split (`write_splits`).
+    A method with a fast round (fst, gepa, fst_distill) writes the pool and rollouts to `out_dir`,
+    a trained one (rl, fst, fst_distill) its weights and trainer state; `cycle.json` is the summary
+    it returns. (`fastslow.slow.run_cycle` is the slow steps alone.)
+
     `job` (the Snakemake job's params: code, settings) lets a rerun of an FST cycle that failed
     or was killed during its slow steps take the fast round it finished (`round_key`) instead of
     searching again; None (a call outside the workflow) always runs the round."""
+    if not 0 <= cycle < spec.cycles:
+        raise ValueError(f"cycle {cycle} of {spec.key}: its schedule has {spec.cycles} cycle(s) "
+                         f"({', '.join(spec.schedule)}); it lists each cycle's training task")
+    if cycle > 0 and prev_dir is None:
+        raise ValueError(f"cycle {cycle} of {spec.key}: prev_dir is None; give cycle {cycle - 1}'s out_dir")
+    init_model, train_file, out_dir = Path(init_model), Path(train_file), Path(out_dir)
+    prev_dir = None if prev_dir is None else Path(prev_dir)
     with exclusive_lock(out_dir.with_name(out_dir.name + ".lock"), f"cycle {cycle} of {spec.key} ({out_dir})"):
         return _run_cycle(spec, config, cycle, init_model, prev_dir, train_file, out_dir, tracker, gpus, job)
 

@@ -80,6 +80,14 @@ HF_REFLECTION_SKIPS = ("timeout_s",)
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One run: a method trained (or, for gepa, searched) for `len(schedule)` cycles.
+
+    `expand(config)` makes every run of the config's experiments, keyed `experiment/method/name`
+    (the workflow's names, e.g. `expand(cfg)["efficiency/fst/math-default-s0"]`). From a script,
+    `RunSpec(experiment="nb", method="fst", name="math-s0", schedule=("math",) * 2, seed=0)` is a
+    two-cycle FST run on math; `fastslow.cycle.run_cycle` runs its cycles one by one.
+    """
+
     experiment: str
     method: str
     name: str
@@ -92,6 +100,13 @@ class RunSpec:
     eval_init: bool = True  # evaluate the initial weights too (the curve's step-0 point)
     eval_every: int = 1  # evaluate after every N-th cycle (and always after the last)
     shared: str | None = None  # key of the earlier, identical run whose files this run reads
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"RunSpec.method: expected one of {', '.join(METHODS)}, got {self.method!r}")
+        if isinstance(self.schedule, str) or not self.schedule:
+            raise ValueError(f"RunSpec.schedule: expected a tuple of each cycle's training task, e.g. "
+                             f"('math',) * 2, got {self.schedule!r}")
 
     @property
     def key(self) -> str:

@@ -15,6 +15,7 @@ Task modules (and reasoning-gym) are imported only when a task is built.
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from fastslow.tasks.base import DIFFICULTIES, SPLITS, Problem, Task
@@ -73,7 +74,19 @@ def get_task(name: str, /, **options: Any) -> Task:
         raise ValueError(f"task {family!r} has no difficulty {wanted!r}; "
                          f"valid: {', '.join(_FAMILIES[family][2])}")
     canonical = family if wanted == "default" else f"{family}_{wanted}"
-    return task_class(family)(name=canonical, difficulty=wanted, **options)
+    return _build(task_class(family), name, {"name": canonical, "difficulty": wanted, **options})
+
+
+def _build(cls: type, name: str, options: dict[str, Any]) -> Task:
+    """`cls(**options)`, an option it does not take a one-line ValueError naming the task."""
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(options) - set(params) - {"name", "difficulty"})  # those two: get_task's own
+        if unknown:
+            takes = [k for k in params if k not in ("self", "name", "difficulty")]
+            raise ValueError(f"task {name!r}: unknown option(s) {', '.join(unknown)}; it takes "
+                             f"{', '.join(takes) or 'none'}")
+    return cls(**options)
 
 
 def task_class(name: str) -> type:
@@ -90,9 +103,11 @@ def _loader(name: str, options: dict[str, Any]) -> Task:
     if name == "file":
         if "path" not in options:
             raise ValueError("task 'file' needs path=<.parquet or .jsonl file>")
-        return loaders.LocalFileTask(**options)
+        if options.get("labels") and options.get("scorer", "exact") != "label":
+            raise ValueError(f"task 'file': labels= is only for scorer='label', got scorer={options.get('scorer', 'exact')!r}")
+        return _build(loaders.LocalFileTask, name, options)
     if name == "hf":
         if "dataset" not in options:
             raise ValueError("task 'hf' needs dataset=<Hugging Face dataset id>")
-        return loaders.HFDatasetTask(**options)
-    return loaders.HFDatasetTask(**{"name": name, **loaders.HF_PRESETS[name], **options})
+        return _build(loaders.HFDatasetTask, name, options)
+    return _build(loaders.HFDatasetTask, name, {"name": name, **loaders.HF_PRESETS[name], **options})
