@@ -395,8 +395,9 @@ def test_a_long_problem_and_a_long_expected_answer_are_bounded_in_a_reflective_r
     assert len(shown) <= MAX_RECORD_COMPLETION_CHARS + 60 and "characters omitted" in shown
     assert shown.startswith("Document. ") and shown.endswith(f"What is 40 + 2?\n{ANSWER_FORMAT}")
 
-    expected = "first line\nsecond line\n" + "x" * 5000
+    expected = "first  line\nsecond line\r\n" + "x" * 5000
     text = render_feedback(Judgement(0.0, expected, "y", []), [])
     line = next(li for li in text.splitlines() if li.startswith("Expected answer: "))
-    assert line.startswith("Expected answer: first line second line xxx") and "5,0" in line
+    # its lines joined, its other spacing kept (an exact answer's "a  b" is not "a b")
+    assert line.startswith("Expected answer: first  line second line xxx") and "5,0" in line
     assert len(line) <= len("Expected answer: ") + EXPECTED_CHARS and "\nsecond line" not in text

@@ -67,45 +67,73 @@ def _cycle1_job(work: Path) -> psutil.Process | None:
 
 
 #: Put first on a job's PYTHONPATH (tests only): a process that logs a message holding
-#: $FASTSLOW_TEST_STOP_AT stops itself (SIGSTOP) right after, where the test then kills it. Polling
-#: the log for the message instead could miss a short window (the final save) on a busy machine.
+#: $FASTSLOW_TEST_STOP_AT stops itself (SIGSTOP) right after, where the test then kills it; with
+#: $FASTSLOW_TEST_STOP_IN_SAVE, at the first `torch.save` after that message returns instead (the
+#: weights written, the trainer state begun: optimizer.pt alone). Polling the log instead could
+#: miss a short window (the final save) on a busy machine, or kill before it began.
 STOP_HOOK = """
 import logging, os, signal
 _marker = os.environ.get("FASTSLOW_TEST_STOP_AT")
 if _marker:
     _call = logging.Logger.callHandlers
 
+    def _stop():
+        os.kill(os.getpid(), signal.SIGSTOP)
+
     def _stop_after(self, record):
         _call(self, record)
-        if _marker in record.getMessage():
-            os.kill(os.getpid(), signal.SIGSTOP)
+        if _marker not in record.getMessage():
+            return
+        if not os.environ.get("FASTSLOW_TEST_STOP_IN_SAVE"):
+            _stop()
+            return
+        import torch
+        _save = torch.save
+
+        def _save_then_stop(*args, **kwargs):
+            _save(*args, **kwargs)
+            _stop()
+
+        torch.save = _save_then_stop
 
     logging.Logger.callHandlers = _stop_after
 """
-
-
-def _kill_at(work: Path, marker: str | None) -> None:
-    """Run the workflow; SIGKILL cycle 1's job once it has logged `marker` (None: at start)."""
+def _kill_at(work: Path, marker: str | None, in_save: bool = False) -> None:
+    """Run the workflow; SIGKILL cycle 1's job once it has logged `marker` (None: at start), or
+    (`in_save`) once the first trainer-state file after that line is written."""
     hook = work / "stop_hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(STOP_HOOK)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
-           **({"FASTSLOW_TEST_STOP_AT": marker} if marker else {})}
+           **({"FASTSLOW_TEST_STOP_AT": marker} if marker else {}),
+           **({"FASTSLOW_TEST_STOP_IN_SAVE": "1"} if in_save else {})}
     proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     log = work / "results/logs/runs/efficiency/fst/math-default-s0/cycle1.log"
     deadline = time.time() + 600
     killed, job = False, None
-    while time.time() < deadline and proc.poll() is None:
-        job = job if job is not None and job.is_running() else _cycle1_job(work)
-        if job is not None and (marker is None or job.status() == psutil.STATUS_STOPPED):
-            job.send_signal(signal.SIGKILL)
-            killed = True
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=300)
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                job = job if job is not None and job.is_running() else _cycle1_job(work)
+                if job is not None and (marker is None or job.status() == psutil.STATUS_STOPPED):
+                    job.send_signal(signal.SIGKILL)
+                    killed = True
+                    break
+            except psutil.NoSuchProcess:  # it ended between two looks
+                job = None
+            time.sleep(0.05)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert killed, f"never reached kill point {marker!r}"
     assert marker is None or marker in log.read_text(errors="replace")
     assert not (work / RUN / "cycle1/cycle.json").exists()
+    if in_save:  # killed in the middle of the save: the weights and one trainer-state file written
+        (state,) = (work / RUN).glob(".cycle1.*/trainer_state")
+        assert (state.parent / "model/model.safetensors").exists()
+        assert sorted(p.name for p in state.iterdir()) == ["optimizer.pt"]
 
 
 def _state(work: Path) -> dict:
@@ -146,11 +174,11 @@ def reference(prefix, tmp_path_factory):
 
 
 @pytest.mark.workflow
-@pytest.mark.parametrize("marker", [None, "step 1/2", "writing the weights"],
+@pytest.mark.parametrize(("marker", "in_save"), [(None, False), ("step 1/2", False), ("writing the weights", True)],
                          ids=["during-startup-or-generation", "between-optimiser-steps", "while-writing"])
-def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, marker):
+def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, marker, in_save):
     work = _fork(prefix, tmp_path / "wf")
-    _kill_at(work, marker)
+    _kill_at(work, marker, in_save)
     cycle0 = work / RUN / "cycle0"
     assert (cycle0 / "cycle.json").exists() and (cycle0 / "model").is_dir()  # nothing earlier lost
     _run(work)

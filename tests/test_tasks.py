@@ -702,6 +702,7 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: rows[:1] + [{**r, "split": "test"} for r in rows[1:]], "row 1: empty split"),
     # no answer read from a completion holds the tag: the problem scored 0 whatever was written
     (lambda rows: rows[:6] + [{**rows[6], "answer": "a</answer>b"}] + rows[7:], "row 7: the answer holds an <answer>"),
+    (lambda rows: rows[:6] + [{**rows[6], "answer": "x <ANSWER> y"}] + rows[7:], "row 7: the answer holds an <answer>"),
     (lambda rows: rows[:1] + [{**rows[1], "metadata": [1]}] + rows[2:], "row 2: metadata"),
     # a misspelt split column was ignored: the rows were hash-split, test rows leaking into train
     (lambda rows: [{**r, "splt": "test"} for r in rows],

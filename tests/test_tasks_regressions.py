@@ -751,6 +751,9 @@ def test_a_cjk_near_miss_is_shown_as_worked_example() -> None:
     ("La réponse est VRAI", ("VRAI", "FAUX"), "VRAI"),
     ("VRAIMENT", ("VRAI", "FAUX"), None),
     ("isn't supported", LABELS, None),
+    ("答案是SUPPORTED", LABELS, "SUPPORTED"),  # a Latin label beside Chinese text is still a word
+    ("答案是NOT SUPPORTED。", LABELS, "NOT_SUPPORTED"),
+    ("答案：是", ("是", "否"), "是"),
 ])
 def test_a_label_is_a_whole_word_in_every_script(text: str, labels: tuple[str, ...], label: str | None) -> None:
     assert normalize_label(text, labels) == label
@@ -764,13 +767,25 @@ def test_float_answers_of_a_file_are_the_numbers_they_spell(tmp_path: Path) -> N
     import pyarrow.parquet as pq
 
     path = tmp_path / "floats.parquet"
-    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "prompt": ["Q? <answer></answer>"] * 4,
-                             "answer": pa.array([0.0, 1e16, 2.5, -3.0], pa.float64()),
-                             "split": ["train", "train", "val", "test"]}), path)
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d", "e"], "prompt": ["Q? <answer></answer>"] * 5,
+                             "answer": pa.array([0.0, 9e15, 2.5, -3.0, 1.5e25], pa.float64()),
+                             "split": ["train", "train", "val", "test", "test"]}), path)
     task = load_task_file(path)
     got = {p.id: p.answer for s in ("train", "val", "test") for p in task.rows()[s]}
-    assert got == {"a": "0", "b": "10000000000000000", "c": "2.5", "d": "-3"}
+    # whole numbers as integers up to 2**53 (where a float still holds each), beyond as Python spells them
+    assert got == {"a": "0", "b": "9000000000000000", "c": "2.5", "d": "-3", "e": "1.5e+25"}
     a = next(p for p in task.rows()["train"] if p.id == "a")
     assert task.reward(a, "<answer>0</answer>") == 1.0 and task.reward(a, "<answer>0.0</answer>") == 0.0
     cn = Problem("c", "file:x", "首都? <answer></answer>", "北京", {"scorer": "exact"})
     assert task.reward(cn, "<answer>北京。</answer>") == 1.0
+
+
+def test_an_answer_that_only_looks_like_a_tag_loads(tmp_path: Path) -> None:
+    """An answer holding an <answer> tag stops the splits (no completion can give it); one that
+    holds the word and a ">" ("x_answer>0") is an answer like any other, and scores."""
+    path = tmp_path / "tags.jsonl"
+    path.write_text("".join(json.dumps({"id": i, "prompt": "Q? <answer></answer>", "answer": a, "split": "train"}) + "\n"
+                            for i, a in enumerate(["x_answer>0", "answer>=3"])), encoding="utf-8")
+    task = load_task_file(path)
+    for p in task.rows()["train"]:
+        assert task.reward(p, f"<answer>{p.answer}</answer>") == 1.0

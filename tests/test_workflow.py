@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -32,7 +33,8 @@ def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600,
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
         stop_process_group(proc)
-        proc.communicate()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a process outside its group may hold the pipes
+            proc.communicate(timeout=60)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 

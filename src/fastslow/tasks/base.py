@@ -195,8 +195,9 @@ EXPECTED_CHARS = 1000
 
 def expected_line(expected: Any) -> str:
     """An expected answer as feedback quotes it: on one line (a line of its own would read as one
-    of the feedback's rules) and at most `EXPECTED_CHARS` characters."""
-    return shorten(" ".join(coerce_text(expected).split()), EXPECTED_CHARS)
+    of the feedback's rules; its other spacing kept, which an exact answer may need) and at most
+    `EXPECTED_CHARS` characters."""
+    return shorten(re.sub(r"\s*[\r\n]+\s*", " ", coerce_text(expected).strip()), EXPECTED_CHARS)
 
 
 def build_messages(context: str, problem: Problem) -> list[dict[str, str]]:

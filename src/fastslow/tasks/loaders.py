@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.tasks.base import (
+    _TAG_RE,
     ANSWER_FORMAT,
     SPLITS,
     Judgement,
@@ -213,7 +214,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
             raise TaskDataError(f"{where}: empty prompt")
         if values["answer"] is None or str(values["answer"]).strip() == "":
             raise TaskDataError(f"{where}: empty answer")
-        if "answer>" in str(values["answer"]).lower():  # a completion's answer ends at the first </answer>
+        if _TAG_RE.search(str(values["answer"])):  # a completion's answer ends at the first </answer>
             raise TaskDataError(f"{where}: the answer holds an <answer> or </answer> tag, which no answer "
                                 f"read from a completion can")
         split = values.get("split")
@@ -242,10 +243,11 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
 
 
 def _answer_text(value: Any) -> str:
-    """A file's answer as text: a float column's whole numbers without ".0" (a Parquet integer
-    column with nulls is read as floats: 0.0 is the answer 0), other floats as Python spells them."""
+    """A file's answer as text: a whole-number float as an integer (a Parquet integer column with
+    nulls is read as floats: 0.0 is the answer 0), up to 2**53, where floats still hold every
+    integer; other floats as Python spells them (1e+25, 2.5)."""
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else repr(value)
+        return str(int(value)) if value.is_integer() and abs(value) <= 2**53 else repr(value)
     return str(value).strip()
 
 

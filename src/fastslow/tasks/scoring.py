@@ -233,8 +233,10 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     if not parts:
         return None
     found = set()
-    # A label is a whole word: no letter or digit of any script beside it ("DA" is not in "DANN")
-    for m in re.finditer(rf"(?<![\w\-])(?:{parts})(?![\w\-])", s):
+    # A label is a whole word: no letter or digit of any script beside it ("ДА" is not in "ДАННЫЕ"),
+    # but a letter of a script without spaces beside a label's other letter ("答案是SUPPORTED")
+    edge = f"[{NO_SPACE_SCRIPTS}]"
+    for m in re.finditer(rf"(?:(?<![\w\-])|(?<={edge})(?!{edge}))(?:{parts})(?:(?![\w\-])|(?<!{edge})(?={edge}))", s):
         if m.end() - m.start() == 1 and len(t) == len(s) and t[m.start()] == "a":
             continue  # the article is no label A: "C, a prime" is C
         if _negated(s[:m.start()]):
