@@ -936,5 +936,7 @@ def test_the_readmes_library_example_runs(tmp_path: Path) -> None:
         full_cycle(spec, {}, 1, "base", "prev", "train.parquet", tmp_path / "c1")
     with pytest.raises(ValueError, match=r"^task 'math': unknown option\(s\) rel_tol; it takes sources$"):
         get_task("math", rel_tol=0.1)
+    with pytest.raises(ValueError, match=r"^task 'file': unknown option\(s\) difficulty; it takes path, name, scorer, labels$"):
+        get_task("file", path="x.jsonl", difficulty="hard")
     with pytest.raises(ValueError, match=r"^task 'file': labels= is only for scorer='label'"):
         get_task("file", path="x.jsonl", labels=["A", "B"])

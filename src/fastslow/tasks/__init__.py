@@ -74,19 +74,20 @@ def get_task(name: str, /, **options: Any) -> Task:
         raise ValueError(f"task {family!r} has no difficulty {wanted!r}; "
                          f"valid: {', '.join(_FAMILIES[family][2])}")
     canonical = family if wanted == "default" else f"{family}_{wanted}"
-    return _build(task_class(family), name, {"name": canonical, "difficulty": wanted, **options})
+    return _build(task_class(family), name, options, name=canonical, difficulty=wanted)
 
 
-def _build(cls: type, name: str, options: dict[str, Any]) -> Task:
-    """`cls(**options)`, an option it does not take a one-line ValueError naming the task."""
+def _build(cls: type, task: str, options: dict[str, Any], /, **own: Any) -> Task:
+    """`cls(**options, **own)`, an option of the caller's it does not take a one-line ValueError
+    naming the task and the options it does take (`own`: what get_task itself passes)."""
     params = inspect.signature(cls).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(options) - set(params) - {"name", "difficulty"})  # those two: get_task's own
+        unknown = sorted(set(options) - set(params))
         if unknown:
-            takes = [k for k in params if k not in ("self", "name", "difficulty")]
-            raise ValueError(f"task {name!r}: unknown option(s) {', '.join(unknown)}; it takes "
+            takes = [k for k in params if k not in own]
+            raise ValueError(f"task {task!r}: unknown option(s) {', '.join(unknown)}; it takes "
                              f"{', '.join(takes) or 'none'}")
-    return cls(**options)
+    return cls(**options, **own)
 
 
 def task_class(name: str) -> type:
