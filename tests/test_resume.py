@@ -24,7 +24,7 @@ import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_workflow import workflow_copy
+from test_workflow import snakemake, workflow_copy
 
 RUN = "results/runs/efficiency/fst/math-default-s0"
 # The smoke task earns the tiny model no reward (zero advantages, no gradient at θ0): a weight decay
@@ -48,13 +48,13 @@ def _copy(dest: Path) -> Path:
     return dest
 
 
-def _cmd(target: str = TARGET) -> list[str]:
-    return [sys.executable, "-m", "snakemake", target, "--cores", "1", "--notemp", "--configfile",
-            "config/config.yaml", "config/smoke.yaml", "overlay.yaml"]
+def _args(target: str = TARGET) -> list[str]:
+    return [target, "--cores", "1", "--notemp", "--configfile", "config/config.yaml", "config/smoke.yaml",
+            "overlay.yaml"]
 
 
 def _run(work: Path, target: str = TARGET) -> None:
-    out = subprocess.run(_cmd(target), cwd=work, capture_output=True, text=True, timeout=900)
+    out = snakemake(*_args(target), cwd=work, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
@@ -107,7 +107,8 @@ def _kill_at(work: Path, marker: str | None, in_save: bool = False) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
            **({"FASTSLOW_TEST_STOP_AT": marker} if marker else {}),
            **({"FASTSLOW_TEST_STOP_IN_SAVE": "1"} if in_save else {})}
-    proc = subprocess.Popen(_cmd(), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", *_args()], cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
     log = work / "results/logs/runs/efficiency/fst/math-default-s0/cycle1.log"
     deadline = time.time() + 600
     killed, job = False, None
@@ -218,8 +219,7 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, prefix, reference, ma
 def _planned(work: Path, overlay: str) -> dict[str, str]:
     """The jobs `snakemake -n` would run for cycle 0 of RUN with `overlay` added: rule -> reasons."""
     (work / "change.yaml").write_text(overlay)
-    cmd = [*_cmd(f"{RUN}/cycle0/cycle.json"), "change.yaml", "-n"]
-    out = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300)
+    out = snakemake(*_args(f"{RUN}/cycle0/cycle.json"), "change.yaml", "-n", cwd=work, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     return {m: text for m in ("rule cycle:", "rule task_data:", "rule base_model:") if m in text}
