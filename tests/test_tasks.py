@@ -1042,6 +1042,100 @@ def test_the_codeio_worker_is_followed_and_stopped_only_when_it_goes_quiet(caplo
     assert time.monotonic() - start < 30
 
 
+def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
+    """reasoning-gym's codeio data holds programs that write, `chmod` and remove files in /home
+    and /tmp, exit the process (which ended the split's whole worker), read stdin or start threads;
+    46 of its 3002 were drawn like any other, 4 of seed 0's first 150 train problems among them.
+    They are read from their syntax tree, not their text, so a comment naming `input (x)`, a
+    method called `exit` or `urllib.parse` does not skip a program."""
+    import gzip
+    import pathlib
+
+    import reasoning_gym
+
+    from fastslow.tasks import codeio
+
+    outside = {
+        "def main_solution(p):\n    with open(p, 'w') as f:\n        f.write('')\n": "open()",
+        "import os as o\ndef main_solution(p):\n    o.remove(p)\n": "os.remove",
+        "import os\ndef main_solution(p):\n    return os.path.exists(p)\n": "os.path.exists",
+        "from sys import exit\ndef main_solution(n):\n    exit('Fatal')\n": "from sys import exit",
+        "import threading\ndef main_solution(n):\n    return n\n": "import threading",
+        "import time\ndef main_solution(n):\n    time.sleep(n)\n": "time.sleep",
+        "def main_solution(n):\n    return int(input('n? '))\n": "input()",
+    }
+    for code, why in outside.items():
+        assert codeio.reaches_outside({"code_sample": "x = 1\n", "input_generator": code}) == f"input_generator: {why}"
+    inside = ("import os\nfrom urllib.parse import urlparse\n"
+              "def input(io):  # the input (x) of a gate; the signal it reads\n    return io\n"
+              "class Queue:\n    def exit(self, t):\n        return t\n"
+              "def main_solution(a, b):\n    return input(os.path.join(a, b)) + urlparse(a).path + os.sep\n")
+    assert codeio.reaches_outside({"code_sample": inside, "input_generator": "def f(rng):\n    return {}\n"}) is None
+    assert codeio.reaches_outside({"code_sample": "def main_solution(:\n"}) == "code_sample: code that does not parse"
+    # the shipped data: the programs seen doing so, and a sample of the rest kept
+    data = next(pathlib.Path(reasoning_gym.__file__).parent.rglob("codeio.jsonl.gz"))
+    rows = [json.loads(line) for line in gzip.open(data, "rt", encoding="utf-8")]
+    skipped = {i for i, r in enumerate(rows) if codeio.reaches_outside(r)}
+    assert len(rows) == 3002 and len(skipped) == 46 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
+    # and none is drawn: seed 0's train split held 1660, 595 and 514 (twice) before
+    ids = {codeio.program_id(rows[i]["task_description"]) for i in skipped}
+    problems = codeio.CodeIOTask(isolate=False).problems("train", 150, seed=0)
+    assert len(problems) == 150 and not ids & {p.metadata["program_id"] for p in problems}
+
+
+def test_a_codeio_program_that_exits_loses_its_item_not_the_worker(tmp_path: Path) -> None:
+    """A reference program's `exit()` raised SystemExit through the item's run and ended the
+    worker, and the whole split with it. The worker also runs with stdin closed, without this
+    process's tokens in its environment, and with its address space capped."""
+    import os
+    import sys
+
+    from fastslow.tasks import codeio
+
+    exiting = "import sys\ndef main_solution(n):\n    sys.exit('Fatal error!')\n"
+    assert not codeio._reproducible(exiting, {"n": 1}, "1", 7, 2.0)
+
+    class Exits:
+        def __getitem__(self, idx: int) -> dict:
+            raise SystemExit("Fatal error!")
+
+    assert codeio._run_item(Exits(), 0, 7, 2.0) is None
+    env = {"HF_TOKEN": "hf_secret", "OPENAI_API_KEY": "sk-secret", "MLFLOW_TRACKING_PASSWORD": "pw",
+           "PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8", "TMPDIR": str(tmp_path)}
+    old = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        kept = codeio.worker_environment()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert kept == {"PATH": env["PATH"], "LC_ALL": "C.UTF-8", "TMPDIR": str(tmp_path)}
+    # the worker's own entry point, its generation replaced by what a program might do
+    probe = ("import sys\nfrom fastslow.tasks import codeio\n"
+             "def generate(task, sizes, seed):\n"
+             "    print(repr(sys.stdin.read()), file=sys.stderr)\n"
+             "    try:\n        bytearray(6 << 30)\n    except MemoryError:\n"
+             "        print('MemoryError', file=sys.stderr)\n"
+             "    return {}\n"
+             "codeio.CodeIOTask.problems_for_splits = generate\nsys.exit(codeio.main(sys.argv[1:]))\n")
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"name": "codeio", "options": {}, "sizes": {}, "seed": 0}), encoding="utf-8")
+    typed, writer = os.pipe()  # this process's stdin holds an answer the worker must not read
+    os.write(writer, b"typed")
+    os.close(writer)
+    stdin = os.dup(0)
+    os.dup2(typed, 0)
+    try:
+        code, lines = codeio.run_worker([sys.executable, "-c", probe, str(request), str(tmp_path / "out.json")],
+                                        {**kept, "PYTHONPATH": os.pathsep.join(sys.path)}, str(tmp_path), stall=60)
+    finally:
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        os.close(typed)
+    assert code == 0 and lines == ["''", "MemoryError"], lines
+
+
 def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:
     """A split that takes longer than PROGRESS_SECONDS says how many problems it has, of how
     many, after how many tries, and the time left at the rate so far."""

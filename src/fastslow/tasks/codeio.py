@@ -13,8 +13,10 @@ appears in training with other inputs.
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -45,6 +47,80 @@ _LAYOUT = re.compile(r"as follows:\n\n(?P<question>.+?)\n\nThe input and output 
 
 log = logging.getLogger(__name__)
 
+#: Modules whose import marks a reference program that reaches outside its process (files,
+#: directories, the network, subprocesses, threads, signals: the limits' own), and the names of
+#: `os`, `sys` and `time` that do (`_outside_uses`); anything else of `os` but a few path helpers.
+_OUTSIDE_MODULES = frozenset({"tempfile", "shutil", "glob", "subprocess", "socket", "ssl", "threading", "_thread",
+                              "multiprocessing", "concurrent", "asyncio", "requests", "urllib", "http", "ftplib",
+                              "smtplib", "webbrowser", "pathlib", "signal", "ctypes", "importlib", "sqlite3"})
+_HARMLESS_MODULES = frozenset({"urllib.parse"})  # string functions
+_HARMLESS_OS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext", "os.sep",
+                          "os.linesep"})
+_OUTSIDE_SYS = frozenset({"sys.exit", "sys.stdin", "sys.modules", "sys.settrace", "sys.setprofile"})
+_OUTSIDE_CALLS = frozenset({"open", "input", "exit", "quit", "__import__", "breakpoint"})
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """`a.b.c` of an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _outside_uses(source: str) -> str | None:
+    """The first thing in `source` that reaches outside the process, read from its syntax tree
+    (not its text: comments and docstrings name `input (x)` and `signal` harmlessly), or None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "code that does not parse"
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in _OUTSIDE_MODULES and a.name not in _HARMLESS_MODULES:
+                    return f"import {a.name}"
+                aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            root = node.module.split(".")[0]
+            names = {f"{node.module}.{a.name}" for a in node.names}
+            if (root in _OUTSIDE_MODULES and node.module not in _HARMLESS_MODULES) \
+                    or (root == "os" and names - _HARMLESS_OS - {"os.path"}) \
+                    or names & (_OUTSIDE_SYS | {"time.sleep"}):
+                return f"from {node.module} import {', '.join(a.name for a in node.names)}"
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # a `def input(io)`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _OUTSIDE_CALLS - own:
+            return f"{node.func.id}()"
+        name = _dotted(node) if isinstance(node, ast.Attribute) else None
+        if name is None:
+            continue  # (an attribute chain's inner links come later in the walk: `os.path` of `os.path.join`)
+        root, rest = name.split(".", 1)
+        name = f"{aliases.get(root, root)}.{rest}"
+        if (name.startswith("os.") and name not in _HARMLESS_OS | {"os.path"}) \
+                or ".".join(name.split(".")[:2]) in _OUTSIDE_SYS or name == "time.sleep":
+            return name
+    return None
+
+
+def reaches_outside(program: Mapping[str, Any]) -> str | None:
+    """Why a reference program of reasoning-gym's codeio data is not run, or None. 46 of
+    reasoning-gym 0.1.25's 3002 programs reach outside their process in their `code_sample` or
+    `input_generator` (`_outside_uses`): one input generator writes, `chmod`s and removes
+    `/home/...history` files (as root, in the real /home), another makes directories in /tmp,
+    three exit the process (which stopped the split's whole worker), one reads stdin, seven
+    start threads. Their outputs also depend on the
+    machine (which files exist), so they are skipped unrun, as another split's programs are."""
+    for part in ("code_sample", "input_generator"):
+        why = _outside_uses(str(program.get(part) or ""))
+        if why:
+            return f"{part}: {why}"
+    return None
+
+
 #: A worker that writes nothing for this long is stopped: its progress lines come every
 #: `fastslow.tasks.generated.PROGRESS_SECONDS`, and each program has `item_timeout` CPU seconds, so
 #: only a program stuck where the time limit cannot reach it (inside C code) goes this quiet.
@@ -53,14 +129,26 @@ STALL_SECONDS = 600.0
 _PROGRESS = "progress: "
 
 
+#: What the worker keeps of this process's environment: where programs and libraries are, the
+#: locale and the temporary directory. Not the rest: third-party reference programs run there, and
+#: a job's environment holds tokens (HF_TOKEN, OPENAI_API_KEY, MLflow's credentials).
+WORKER_ENVIRONMENT = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                      "SYSTEMROOT", "PYTHONWARNINGS")
+
+
+def worker_environment() -> dict[str, str]:
+    """The codeio worker's share of this process's environment (`WORKER_ENVIRONMENT`, `LC_*`)."""
+    return {k: v for k, v in os.environ.items() if k in WORKER_ENVIRONMENT or k.startswith("LC_")}
+
+
 def run_worker(cmd: list[str], env: Mapping[str, str], cwd: str, stall: float | None = None) -> tuple[int, list[str]]:
     """Run the generation worker `cmd`: its progress lines are logged as they come (a paper-scale
     codeio split takes tens of minutes), and it is stopped once it has written nothing for
     `stall` seconds (default STALL_SECONDS). Returns its exit status and its last other lines.
     Its time is not capped as a whole: 50000 problems take as long as they take."""
     stall = STALL_SECONDS if stall is None else stall
-    proc = subprocess.Popen(cmd, env=dict(env), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(cmd, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     tail: collections.deque[str] = collections.deque(maxlen=20)
     last = [time.monotonic()]
 
@@ -150,7 +238,7 @@ class CodeIOTask(ReasoningGymTask):
             path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
             # one thread for numpy's BLAS: a program's CPU-time limit counts every thread's, and two
             # threads spinning on each other took a 0.2 CPU-s program to 0.7-3.4 (`_seeded_run`)
-            env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path,
+            env = {**worker_environment(), "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "PYTHONPATH": path,
                    **dict.fromkeys(BLAS_THREAD_VARIABLES, "1")}
             code, lines = run_worker([sys.executable, "-m", "fastslow.tasks.codeio", str(req), str(out)], env, tmp)
             if code != 0 or not out.exists():
@@ -169,6 +257,8 @@ class CodeIOTask(ReasoningGymTask):
         # programs owned by another split are skipped without executing anything.
         program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)
         if split_of(program_id(program["task_description"])) != split:  # the key `convert` gives it
+            return None
+        if reaches_outside(program):
             return None
         global_seed = stable_int("codeio-globals", ds_seed, idx, bits=32)
         item = _run_item(ds, idx, global_seed, self.item_timeout)
@@ -313,7 +403,7 @@ def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, 
     try:
         with _seeded_run(global_seed, timeout):
             return dict(ds[idx])
-    except Exception:
+    except (Exception, SystemExit):  # a program's own exit() too: it would end the whole worker
         return None
 
 
@@ -341,7 +431,7 @@ def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, ti
             if json.loads(json.dumps(out)) != gold:
                 return False
         return True
-    except Exception:
+    except (Exception, SystemExit):
         return False
 
 
@@ -358,8 +448,25 @@ def _timeout(signum: int, frame: Any) -> None:
     raise TimeoutError("codeio reference program took too long")
 
 
+#: The worker's address space: a reference program allocating past it gets a MemoryError (its item
+#: is dropped), not the machine's memory, which the other jobs share. The worker's own peak is
+#: about 0.27 GB of address space (0.15 GB resident) building 96 problems.
+WORKER_ADDRESS_SPACE = 4 << 30
+
+
+def limit_memory(limit: int = WORKER_ADDRESS_SPACE) -> None:
+    """Cap this process's address space at `limit` bytes where the OS enforces it (Linux; macOS
+    refuses or ignores the limit, and the worker then runs without it)."""
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
 def _worker(request_path: str, out_path: str) -> None:
     """Child-process entry point: generate the requested splits and write them as JSON rows."""
+    limit_memory()
     req = json.loads(Path(request_path).read_text(encoding="utf-8"))
     handler = logging.StreamHandler(sys.stderr)  # progress lines, for the parent to log (`run_worker`)
     handler.setFormatter(logging.Formatter(_PROGRESS + "%(message)s"))
