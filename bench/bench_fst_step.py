@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -253,7 +252,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
                      "steps_reused_is_weight": metrics["reused_is_weight"].fill_nan(None).to_list()
                      if "reused_is_weight" in metrics.columns else None})
         prev = out
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_mb = environment.peak_rss_mb()
     return {"method": method, "seed": seed, "cycles": rows, "peak_rss_mb": rss_mb}
 
 

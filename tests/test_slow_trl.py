@@ -485,6 +485,9 @@ def test_bf16_reference_no_longer_maps_the_checkpoint(tiny_model_dir, tmp_path) 
     def mapped() -> bool:
         return checkpoint in Path("/proc/self/maps").read_text()
 
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("reads which files are mapped from Linux's /proc/self/maps")
+
     model = load_model(own, dtype="float32")
     if not mapped():
         pytest.skip("this transformers copies checkpoints instead of mapping them")

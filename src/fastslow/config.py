@@ -364,7 +364,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
     if problem:
         raise ConfigError(f"config error: model.base: {problem}")
     config["model"]["base"] = canonical_model_base(config["model"]["base"])
-    from fastslow.experiments import check_experiments
+    from fastslow.experiments import case_twin, check_experiments
     from fastslow.tasks.loaders import FILE_SUFFIXES, FILE_TYPES
 
     files = config["data"].get("files", {})
@@ -384,6 +384,12 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: data.files.{name}.labels: only for scorer 'label', "
                               f"got scorer {entry.get('scorer', 'exact')!r}")
     known = known_tasks(config["data"])
+    twin = case_twin(known)
+    if twin:
+        section = "files" if twin[1] in files else "hf_datasets"
+        raise ConfigError(f"config error: data.{section}.{twin[1]}: differs from task {twin[0]!r} only in case, "
+                          f"and both would write results/data/{twin[0]}/ on a case-insensitive file system "
+                          f"(macOS's); rename it")
     for i, name in enumerate(config["data"]["tasks"]):
         if name not in known:
             raise ConfigError(f"config error: data.tasks[{i}]: {unknown_task(config['data'], name)}")

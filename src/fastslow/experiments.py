@@ -220,6 +220,18 @@ def run_tasks(key: str) -> tuple[str, ...]:
     return tuple(stem.rsplit("-", 1)[-1].split("."))  # less a "from_<init key>-" prefix
 
 
+def case_twin(names: Any) -> tuple[str, str] | None:
+    """Two of `names` that differ only in case (the earlier first), or None. Each is a directory
+    under results/, and macOS's default file system does not tell `Ceiling` from `ceiling`: their
+    runs would write one directory."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if name.casefold() in seen and seen[name.casefold()] != name:
+            return seen[name.casefold()], name
+        seen.setdefault(name.casefold(), name)
+    return None
+
+
 def _err(msg: str) -> Exception:
     from fastslow.config import ConfigError
 
@@ -303,6 +315,10 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
     from fastslow.config import deep_update
 
     runs: dict[str, RunSpec] = {}
+    twin = case_twin(config.get("experiments", {}))
+    if twin:
+        raise _err(f"experiments.{twin[1]}: differs from experiment {twin[0]!r} only in case, and both would "
+                   f"write results/runs/{twin[0]}/ on a case-insensitive file system (macOS's); rename one")
     for exp_name, exp in config.get("experiments", {}).items():
         where = f"experiments.{exp_name}"
         if not _SAFE.match(exp_name):
@@ -364,6 +380,10 @@ def expand(config: dict[str, Any]) -> dict[str, RunSpec]:
             inits += [(r.source, r.seed) for r in src_runs]
         # null drops a variant: an overlay (paper.yaml over config.yaml) can only merge into the map.
         variants = {k: v for k, v in (exp.get("variants") or {}).items() if v is not None} or {"default": {}}
+        twin = case_twin(variants)
+        if twin:
+            raise _err(f"{where}.variants.{twin[1]}: differs from variant {twin[0]!r} only in case, and both "
+                       f"would write one run directory on a case-insensitive file system (macOS's); rename one")
         for method in exp["methods"]:
             for variant, overrides in variants.items():
                 if not _SAFE.match(variant):

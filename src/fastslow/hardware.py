@@ -5,7 +5,16 @@ Kept apart from `fastslow.slow` so that `fastslow.config` reads it without reach
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+
+def unsupported_platform(platform: str = sys.platform) -> str | None:
+    """Why the workflow cannot run on `platform`, in one line, or None: jobs lock files with
+    `fcntl` and stop process groups with `os.killpg`, which Windows has neither of."""
+    if platform == "win32":
+        return "fastslow runs on Linux or macOS, not on Windows itself: run it in WSL2 (README Quick start)"
+    return None
 
 
 def cpu_has_native_bf16() -> bool:

@@ -13,10 +13,14 @@ from fastslow.config import (ConfigError, canonical, follow_order, job_params, k
                               option_files, own_task_params, reflection_model, task_modules, task_sources,
                               task_data_spec, unknown_task, validate_config)
 from fastslow.experiments import expand as expand_runs, variant_settings
+from fastslow.hardware import unsupported_platform
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
 from fastslow.layout import CLAIM_FIGURE_NAMES, FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint
+
+if unsupported_platform():
+    sys.exit(unsupported_platform())
 
 # Experiments in the default config file's order, whichever file set them first (follow_order)
 follow_order(config, yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text()) or {})

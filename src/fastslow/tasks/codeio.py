@@ -382,10 +382,7 @@ def _disarm(handlers: Mapping[int, Any], timers: Mapping[int, tuple[float, float
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, _LIMITS)
             try:
                 _stop_timers()
-                # the limits that struck after the program, not delivered: taken without waiting
-                # (another thread may take a pending one first, and sigwait would then wait for ever)
-                while signal.sigtimedwait(_LIMITS, 0) is not None:
-                    pass
+                _take_pending(_LIMITS)  # the limits that struck after the program, not delivered
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
                 for which, (delay, interval) in timers.items():
@@ -433,6 +430,18 @@ def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, ti
         return True
     except (Exception, SystemExit):
         return False
+
+
+def _take_pending(signals: tuple[int, ...]) -> None:
+    """Take those of `signals` that are pending (blocked, struck), without waiting: another
+    thread may take a pending one first, and a bare `sigwait` would then wait for ever. macOS has
+    no `sigtimedwait`: there each signal `sigpending` names is taken, which returns at once."""
+    if hasattr(signal, "sigtimedwait"):
+        while signal.sigtimedwait(signals, 0) is not None:
+            pass
+        return
+    for sig in sorted(signal.sigpending() & set(signals)):
+        signal.sigwait({sig})
 
 
 def _stop_timers() -> None:
