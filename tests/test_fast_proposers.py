@@ -53,6 +53,24 @@ def test_context_doc_round_trip() -> None:
     assert ContextDoc.parse(ContextDoc("", ["r"]).render()) == ContextDoc("", ["r"])
 
 
+def test_a_long_context_without_answers_parses_in_linear_time() -> None:
+    """A context's worked examples were matched by lazy parts that could reach the section's end:
+    text with many "User:/Assistant:" turns and no `<answer>` (a reflection model's proposal)
+    took cubic time, 26 s at 17k characters (hours at 100k). In a child process, so a
+    regression fails at its timeout instead of stalling the suite."""
+    import subprocess
+    import sys
+
+    probe = ("from fastslow.fast.proposers import ContextDoc, DEMOS_HEADER\n"
+             "for unit in ('User: q\\nAssistant: a\\n', 'User: q\\nAssistant: <answer>a\\n'):\n"
+             "    assert ContextDoc.parse('Solve.\\n\\n' + DEMOS_HEADER + '\\n' + unit * 5000).demos == []\n")
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+    # the examples it holds are still read, each up to the next one
+    text = ("Solve.\n\nWorked examples:\nUser: 2+2?\nAssistant: 2+2=4\n<answer>4</answer>\n\n"
+            "User: no answer here\nAssistant: none\n\nUser: x\nAssistant: <answer>y</answer>")
+    assert ContextDoc.parse(text).demos == [Demo("2+2?", "4", "2+2=4"), Demo("x", "y")]
+
+
 def test_demo_text_strips_shared_boilerplate() -> None:
     from fastslow.tasks.base import Problem
 

@@ -868,3 +868,13 @@ def test_the_round_shows_the_reflection_whole_completions_when_configured(tmp_pa
         shown[name] = proposer.shown
     assert {len(t) for t in shown["whole"]} == {6000}
     assert all("characters omitted" in t and len(t) <= 4000 + 60 for t in shown["left out"])
+
+
+def test_gepa_log_lines_show_control_characters_escaped() -> None:
+    """gepa logs a reflection model's whole proposal: its terminal escape sequences reached the
+    job's log as they were, run by the terminal showing it (a cleared screen, a retitled window)."""
+    from fastslow.fast.round import _GepaLog
+
+    lines: list[str] = []
+    _GepaLog(lines.append).log("Proposed new text for ctx: Be brief.\x1b[2J\x1b]0;owned\x07\n\tand\x9b exact")
+    assert lines == ["gepa: Proposed new text for ctx: Be brief.\\x1b[2J\\x1b]0;owned\\x07\n\tand\\x9b exact"]

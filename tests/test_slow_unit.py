@@ -562,3 +562,34 @@ def test_the_kl_metric_estimates_kl_of_the_policy_to_the_reference_on_its_own_sa
     batch = {"ref_per_token_logps": ref.half()}  # TRL's dtype may be the model's: read as float32
     assert float((0.5 * base_kl_terms(batch, logp, torch.ones(1, 2))).sum()) == pytest.approx(exact, rel=1e-3)
     assert base_kl_terms({}, logp, torch.ones(1, 2)) is None  # beta = 0: no reference model
+
+
+class _RunsCode:
+    """A pickle that runs code when loaded (what a planted rng_state.pt could hold)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo planted > planted.txt",))
+
+
+def test_a_resumed_rng_state_unpickles_no_code(tmp_path, monkeypatch) -> None:
+    """`rng_state*.pt` was loaded with `weights_only=False`: a file in a shared or copied results/
+    tree ran any code when a cycle resumed from it. The state `_rng_state` saves still loads and
+    puts every generator back."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from fastslow.slow import loop
+
+    monkeypatch.chdir(tmp_path)
+    torch.save(loop._rng_state(), tmp_path / "rng_state.pt")
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    loop._set_rng_state(loop._load_rng_state(tmp_path / "rng_state.pt"))
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    torch.save({"python": _RunsCode()}, tmp_path / "planted.pt")
+    with pytest.raises(Exception, match="Weights only load failed"):
+        loop._load_rng_state(tmp_path / "planted.pt")
+    assert not (tmp_path / "planted.txt").exists()

@@ -45,8 +45,11 @@ DEMOS_HEADER = "Worked examples:"
 FORMAT_RULE_PREFIX = "Always end with your final answer inside <answer></answer> tags"
 _SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEADER, DEMOS_HEADER)}
 #: A worked example mirrors the chat the model is in: the user's problem, the assistant's reply
-#: (optionally some working before the tagged answer).
-_DEMO_RE = re.compile(r"User: (.*?)\nAssistant: (.*?)<answer>(.*?)</answer>", re.DOTALL)
+#: (optionally some working before the tagged answer). No part reaches past the next example's
+#: "User: " line (nor the problem past its "Assistant: "): unbounded lazy parts took cubic time
+#: on text with many examples and no `<answer>` (26 s for 17k characters).
+_DEMO_RE = re.compile(r"User: ((?:(?!\nAssistant: ).)*)\nAssistant: ((?:(?!\nUser: ).)*?)<answer>"
+                      r"((?:(?!\nUser: ).)*?)</answer>", re.DOTALL)
 #: Longest working (characters) kept from a near miss for a worked example.
 MAX_WORKING_CHARS = 240
 #: Where a condensed worked example leaves out the start of a long problem.

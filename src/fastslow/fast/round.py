@@ -65,6 +65,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -185,6 +186,10 @@ class BudgetedSampling:
         return tasks
 
 
+#: C0 and C1 control characters but newline and tab.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 class _GepaLog:
     """gepa's LoggerProtocol onto our log function (gepa's messages at debug detail)."""
 
@@ -192,7 +197,9 @@ class _GepaLog:
         self._log = log
 
     def log(self, message: str) -> None:
-        self._log(f"gepa: {message}")
+        # gepa logs a proposal's whole text, a reflection model's output: its control characters
+        # (a terminal's escape sequences) are shown escaped, not run by the terminal showing the log
+        self._log(f"gepa: {_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], message)}")
 
 
 class ProblemLoader:

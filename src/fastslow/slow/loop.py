@@ -251,6 +251,17 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
+def _load_rng_state(path: Path) -> dict[str, Any]:
+    """An `rng_state*.pt` as `_rng_state` wrote it, unpickling tensors, numpy's arrays and plain
+    Python only (`weights_only`, with transformers' allowlist of numpy's): a file in a shared or
+    copied results/ tree could otherwise run any code when a cycle resumes from it."""
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    with safe_globals():
+        return torch.load(path, weights_only=True)
+
+
 def _set_rng_state(state: dict[str, Any]) -> None:
     import torch
 
@@ -380,7 +391,7 @@ def _restore_distributed(trainer: Any, state_dir: Path, cfg: SlowConfig, global_
     rank = trainer.accelerator.process_index
     rng_path = state_dir / _rng_file(rank)
     if rng_path.is_file():
-        _set_rng_state(torch.load(rng_path, weights_only=False))
+        _set_rng_state(_load_rng_state(rng_path))
     else:
         log.warning("slow loop: %s has no RNG state for rank %d; reseeding it", state_dir, rank)
         set_seed((cfg.seed + 1_000_003 * global_step + rank) % 2**32)  # set_seed's range
@@ -966,7 +977,7 @@ def restore_trained(trainer: Any, state_dir: Path, cfg: SlowConfig, global_step:
         return
     trainer.optimizer.load_state_dict(torch.load(state_dir / "optimizer.pt"))
     trainer.lr_scheduler.load_state_dict(torch.load(state_dir / "scheduler.pt"))
-    _set_rng_state(torch.load(state_dir / "rng_state.pt", weights_only=False))
+    _set_rng_state(_load_rng_state(state_dir / "rng_state.pt"))
 
 
 def _rank_digests(trainer: Any) -> list[str]:

@@ -226,7 +226,7 @@ def validate_rows(rows: Iterable[Mapping[str, Any]], source: str, task: str, sco
         meta = row.get("metadata")
         try:
             meta = json.loads(meta) if isinstance(meta, str) and meta.strip() else (meta or {})
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested deeper than Python's recursion limit)
             raise TaskDataError(f"{where}: metadata is not valid JSON") from None
         if not isinstance(meta, dict):
             raise TaskDataError(f"{where}: metadata must be a JSON object")
@@ -309,7 +309,7 @@ def _read_table(path: Path) -> tuple[list[dict[str, Any]], list[str], int]:
                     continue
                 try:
                     row = json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):  # (nested deeper than Python's recursion limit)
                     raise TaskDataError(f"{path}: row {lineno}: not valid JSON") from None
                 if not isinstance(row, dict):
                     raise TaskDataError(f"{path}: row {lineno}: expected a JSON object")

@@ -306,7 +306,8 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b  # integers are exact: 2399815805 is not 2399813805
     if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and isinstance(b, int):
-        return float(a) == float(b)  # and so is an integer written as a float: 2399813805.0 too
+        return a == b  # and so is an integer written as a float (2399813805.0), exactly: a 400-digit
+        # integer against a float raised OverflowError in float(a)
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True
