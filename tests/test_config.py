@@ -1216,6 +1216,37 @@ def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
             assert f"SlowConfig's `{yaml.safe_dump(f.default).splitlines()[0]}`" in rows[f"slow.{f.name}"], f.name
 
 
+def test_every_choice_the_schema_offers_is_one_the_code_runs():
+    """A value is named in the schema and again where the code dispatches on it: one added to the
+    schema alone passed planning and failed (or fell through to another branch) at run time. The
+    schema's enums are the code's tuples, and every method has its cycle rule, its traits and
+    its figure styles, so a half-added extension fails here (README "Extending fastslow")."""
+    from fastslow import figures
+    from fastslow.config import load_schema
+    from fastslow.experiments import CYCLE_RULE, FAST, METHODS, TRAINS
+    from fastslow.fast.config import PRESETS, PROPOSERS, REFLECTION_KINDS
+    from fastslow.slow.config import BASELINES, SCALE_REWARDS
+    from fastslow.tasks.loaders import SCORERS
+
+    props = load_schema()["properties"]
+    experiment = props["experiments"]["additionalProperties"]["properties"]
+    data = props["data"]["properties"]
+    assert tuple(props["slow"]["properties"]["baseline"]["enum"]) == BASELINES
+    assert tuple(props["slow"]["properties"]["scale_rewards"]["enum"]) == SCALE_REWARDS
+    assert tuple(props["fast"]["properties"]["proposer"]["enum"]) == PROPOSERS
+    assert tuple(props["fast"]["properties"]["preset"]["enum"]) == PRESETS
+    assert tuple(props["fast"]["properties"]["reflection"]["properties"]["kind"]["enum"]) == REFLECTION_KINDS
+    assert tuple(data["files"]["additionalProperties"]["properties"]["scorer"]["enum"]) == SCORERS
+    assert tuple(data["hf_datasets"]["additionalProperties"]["properties"]["scorer"]["enum"]) == SCORERS
+    assert tuple(experiment["methods"]["items"]["enum"]) == METHODS
+    assert tuple(experiment["init"]["properties"]["methods"]["items"]["enum"]) == tuple(m for m in METHODS if TRAINS[m])
+    assert set(TRAINS) == set(FAST) == set(CYCLE_RULE) == set(METHODS)
+    smk = (ROOT / "workflow" / "rules" / "train.smk").read_text()
+    assert all(f'rule {rule}:' in smk or f"as {rule} with:" in smk for rule in set(CYCLE_RULE.values()))
+    for styles in (figures.COLORS, figures.LABELS, figures.LINES):
+        assert set(styles) == {*METHODS, "base"}
+
+
 NEW_FAST = {"max_demos": 5, "max_rules": 0, "max_demo_chars": 900, "max_stalled_iterations": 3}
 
 

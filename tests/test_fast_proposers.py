@@ -589,3 +589,15 @@ def test_an_hf_reflection_model_answers_and_names_its_own_length_key(tiny_model_
     assert isinstance(text, str) and len(lm._generator.tokenizer(text, add_special_tokens=False)["input_ids"]) <= 4
     assert lm._generator.length_key == "fast.reflection.max_tokens"
     assert lm._calls == 1 and lm.max_new_tokens == 4
+
+
+def test_a_proposer_name_without_a_proposer_is_one_line_naming_it() -> None:
+    """A name added to `PROPOSERS` (and the schema) but not to `make_proposer` went down the
+    reflective path and failed there as KeyError 'base_url'."""
+    from fastslow.fast import round as round_
+
+    cfg = FastConfig()
+    object.__setattr__(cfg, "proposer", "fixed_hint")
+    with pytest.raises(ValueError, match=r"^fast\.proposer: 'fixed_hint' has no proposer in "
+                                         r"fastslow\.fast\.round\.make_proposer$"):
+        round_.make_proposer(cfg, TRAIN, log=lambda _: None)

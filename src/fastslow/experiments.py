@@ -30,6 +30,14 @@ log = logging.getLogger(__name__)
 METHODS = ("rl", "fst", "gepa", "fst_distill")
 TRAINS = {"rl": True, "fst": True, "gepa": False, "fst_distill": True}
 FAST = {"rl": False, "fst": True, "gepa": True, "fst_distill": True}
+#: The Snakemake rule that runs a method's cycles (workflow/rules/train.smk): CISPO RL steps after
+#: the round (or none), distillation steps, or the round alone on frozen weights.
+CYCLE_RULE = {"rl": "cycle", "fst": "cycle", "gepa": "cycle_frozen", "fst_distill": "cycle_distill"}
+
+
+def methods_of_rule(rule: str) -> str:
+    """The `method` wildcard's pattern of a cycle rule: the methods `CYCLE_RULE` gives it."""
+    return "|".join(m for m in METHODS if CYCLE_RULE[m] == rule)
 _SAFE = re.compile(r"^[A-Za-z0-9_]+$")
 #: Cycles of a `tasks` experiment's runs and per task of a `sequence` experiment's run, when left
 #: out. Not schema defaults: filled into every experiment, each would be the other kind's key,
@@ -68,7 +76,7 @@ CYCLE_SKIPS: dict[str, dict[str, tuple[str, ...]]] = {
 #: The reflection model (`fast.reflection`) is read by the `reflective` proposer alone: with the
 #: offline `feedback_editor` a cycle's params leave it out too (`cycle_section`), and with the
 #: reflective proposer the feedback editor's limits.
-REFLECTIVE = "reflective"
+REFLECTIVE, FEEDBACK_EDITOR = "reflective", "feedback_editor"
 FEEDBACK_EDITOR_KEYS = ("max_demos", "max_rules", "max_demo_chars")
 #: Keys a cycle reads only while a switch of their section is on: its params (and its reading)
 #: leave them out otherwise, so changing one retrains nothing it cannot change (vLLM's sleep mode
@@ -199,7 +207,9 @@ def cycle_section(method: str, name: str, section: dict[str, Any]) -> dict[str, 
         return {k: v for k in sorted(keep) if (v := section.get(k, missing)) is not missing}
     skipped = CYCLE_SKIPS.get(method, {}).get(name, ())
     if name == "fast":  # each proposer's own settings only where it proposes
-        skipped = (*skipped, *(FEEDBACK_EDITOR_KEYS if section.get("proposer") == REFLECTIVE else ("reflection",)))
+        proposer = section.get("proposer", FEEDBACK_EDITOR)  # (the schema's default)
+        skipped = (*skipped, *(FEEDBACK_EDITOR_KEYS if proposer != FEEDBACK_EDITOR else ()),
+                   *(("reflection",) if proposer != REFLECTIVE else ()))
     # (a switch the method never reads is off for it, and is not read here either)
     skipped = (*skipped, *(k for k, switch in READ_ONLY_WITH.get(name, {}).items()
                            if switch in skipped or not section.get(switch)))

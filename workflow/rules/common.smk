@@ -12,7 +12,7 @@ from fastslow import launch, layout
 from fastslow.config import (ConfigError, canonical, follow_order, job_params, known_tasks, model_name,
                               option_files, own_task_params, reflection_model, task_modules, task_sources,
                               task_data_spec, unknown_task, validate_config)
-from fastslow.experiments import expand as expand_runs, variant_settings
+from fastslow.experiments import METHODS, expand as expand_runs, methods_of_rule, variant_settings
 from fastslow.hardware import unsupported_platform
 from fastslow.provenance import script_digest, task_digest
 from fastslow.tasks import TASK_MODULES
@@ -114,7 +114,7 @@ wildcard_constraints:
     task="[A-Za-z0-9_]+",
     split="train|val|test",
     experiment="[A-Za-z0-9_]+",
-    method="rl|fst|gepa|fst_distill",
+    method="|".join(METHODS),
     run="[A-Za-z0-9_.+-]+",
     cycle="[0-9]+",
 

@@ -25,7 +25,7 @@ rule cycle:
     benchmark:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
-        method="rl|fst",
+        method=methods_of_rule("cycle"),
     threads: heavy_threads()
     resources:
         mem_mb=8000,
@@ -37,7 +37,7 @@ use rule cycle as cycle_distill with:
     # fst_distill: the same cycle, its steps distillation instead of CISPO (sharded over the job's
     # GPUs as cycle's are); a rule of its own so that a profile can size it apart.
     wildcard_constraints:
-        method="fst_distill",
+        method=methods_of_rule("cycle_distill"),
 
 
 rule cycle_frozen:
@@ -58,7 +58,7 @@ rule cycle_frozen:
     benchmark:
         f"{RESULTS}/benchmarks/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.tsv",
     wildcard_constraints:
-        method="gepa",
+        method=methods_of_rule("cycle_frozen"),
     threads: heavy_threads()
     resources:
         mem_mb=6000,
@@ -184,6 +184,6 @@ rule curves_on_tasks_of_methods:
         f"{RESULTS}/benchmarks/curves/{{experiment}}.{{tasks}}.{{methods}}.tsv",
     wildcard_constraints:
         tasks=r"[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*",
-        methods=r"(rl|fst|gepa|fst_distill)(\+(rl|fst|gepa|fst_distill))*",
+        methods=rf"({'|'.join(METHODS)})(\+({'|'.join(METHODS)}))*",
     script:
         "../scripts/curves.py"

@@ -261,8 +261,11 @@ def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
                               max_rules=cfg.max_rules, max_demo_chars=cfg.max_demo_chars, logger=log,
                               working_labels=getattr(task, "demo_working", ()),
                               gist=getattr(task, "demo_gist", None), private=private)
-    lm = build_reflection_lm(cfg.reflection, seed=seed)
-    return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
+    if cfg.proposer == "reflective":
+        lm = build_reflection_lm(cfg.reflection, seed=seed)
+        return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
+    # a name FastConfig takes (fastslow.fast.config.PROPOSERS) that has no proposer here
+    raise ValueError(f"fast.proposer: {cfg.proposer!r} has no proposer in fastslow.fast.round.make_proposer")
 
 
 def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequence[Problem],

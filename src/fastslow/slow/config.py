@@ -17,6 +17,12 @@ BASELINES = ("problem", "prompt")
 SCALE_REWARDS = ("group", "batch", "none")
 
 
+def _one_of(values: tuple[str, ...]) -> str:
+    """`'a', 'b' or 'c'`: the values an error names."""
+    quoted = [repr(v) for v in values]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 def _help(text: str, **kwargs: Any) -> Any:
     """A dataclass field whose help text is kept in its metadata (config/README.md mirrors it)."""
     return field(metadata={"help": text}, **kwargs)
@@ -141,9 +147,9 @@ class SlowConfig:
         if not 0 < self.top_p <= 1:
             raise bad("top_p", expected["top_p"])
         if self.baseline not in BASELINES:
-            raise bad("baseline", "'problem' or 'prompt'")
+            raise bad("baseline", _one_of(BASELINES))
         if self.scale_rewards not in SCALE_REWARDS:
-            raise bad("scale_rewards", "'group', 'batch' or 'none'")
+            raise bad("scale_rewards", _one_of(SCALE_REWARDS))
         if not micro_batch_fits(self.rollouts_per_step, self.micro_batch_size):
             raise bad("micro_batch_size",
                       f"None or a divisor of P*G = {self.rollouts_per_step}")

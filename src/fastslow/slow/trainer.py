@@ -618,7 +618,8 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
     # warns in every job); the GPU pin set (< 5.18) has only the old one.
     checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
                      TrainingArguments.__dataclass_fields__ else "gradient_checkpointing")
-    group = cfg.num_generations if cfg.baseline == "problem" else cfg.num_generations // num_contexts
+    # the advantage baseline's group: a problem's G rollouts across contexts, or one context's G / K
+    group = {"problem": cfg.num_generations, "prompt": cfg.num_generations // num_contexts}[cfg.baseline]
     max_model_length = (max_prompt_tokens + cfg.max_new_tokens
                         if cfg.use_vllm and max_prompt_tokens is not None else None)
     return GRPOConfig(
