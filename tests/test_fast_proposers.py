@@ -54,21 +54,32 @@ def test_context_doc_round_trip() -> None:
 
 
 def test_a_long_context_without_answers_parses_in_linear_time() -> None:
-    """A context's worked examples were matched by lazy parts that could reach the section's end:
-    text with many "User:/Assistant:" turns and no `<answer>` (a reflection model's proposal)
-    took cubic time, 26 s at 17k characters (hours at 100k). In a child process, so a
-    regression fails at its timeout instead of stalling the suite."""
+    """A context's worked examples were matched by a regex of lazy parts: text with many
+    "User:/Assistant:" turns and no complete answer (a reflection model's proposal) took cubic
+    time, 26 s at 17k characters (hours at 100k). The examples are now found part by part, to
+    the same result as that regex on any text (random texts of its pieces below). In a child
+    process, so a regression fails at its timeout instead of stalling the suite."""
+    import random
+    import re
     import subprocess
     import sys
 
+    from fastslow.fast.proposers import _demos
+
     probe = ("from fastslow.fast.proposers import ContextDoc, DEMOS_HEADER\n"
-             "for unit in ('User: q\\nAssistant: a\\n', 'User: q\\nAssistant: <answer>a\\n'):\n"
+             "for unit in ('User: q\\nAssistant: a\\n', 'User: q\\nAssistant: <answer>a\\n',\n"
+             "             'User: q\\nAssistant: <answer>', 'User: q\\nAssistant: <answer>a</answer'):\n"
              "    assert ContextDoc.parse('Solve.\\n\\n' + DEMOS_HEADER + '\\n' + unit * 5000).demos == []\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
-    # the examples it holds are still read, each up to the next one
+    regex = re.compile(r"User: (.*?)\nAssistant: (.*?)<answer>(.*?)</answer>", re.DOTALL)
+    pieces = ["User: ", "\nAssistant: ", "<answer>", "</answer>", "\n", "\n\n", "x", "2+2", " "]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        assert list(_demos(text)) == regex.findall(text), repr(text)
     text = ("Solve.\n\nWorked examples:\nUser: 2+2?\nAssistant: 2+2=4\n<answer>4</answer>\n\n"
             "User: no answer here\nAssistant: none\n\nUser: x\nAssistant: <answer>y</answer>")
-    assert ContextDoc.parse(text).demos == [Demo("2+2?", "4", "2+2=4"), Demo("x", "y")]
+    assert ContextDoc.parse(text).demos == [Demo("2+2?", "4", "2+2=4"), Demo("no answer here", "y", "none\n\nUser: x\nAssistant:")]
 
 
 def test_demo_text_strips_shared_boilerplate() -> None:

@@ -499,9 +499,11 @@ def test_a_codeio_limit_leaves_no_timer_armed_and_puts_back_what_it_replaced(pla
 
     monkeypatch.setattr(codeio, "run_worker", worker)
     monkeypatch.setitem(os.environ, "OPENBLAS_NUM_THREADS", "8")
+    monkeypatch.setitem(os.environ, "HF_TOKEN", "hf_secret")  # the job's tokens stay out of the worker
     with pytest.raises(Exception, match="stopped here"):
         get_task("codeio").problems_for_splits({"train": 1}, 0)
     assert all(seen[v] == "1" for v in codeio.BLAS_THREAD_VARIABLES) and seen["PYTHONHASHSEED"] == "0"
+    assert "HF_TOKEN" not in seen and seen["PATH"] == os.environ["PATH"]
 
 
 def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
@@ -1081,6 +1083,9 @@ def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
         "import threading\ndef main_solution(n):\n    return n\n": "import threading",
         "import time\ndef main_solution(n):\n    time.sleep(n)\n": "time.sleep",
         "def main_solution(n):\n    return int(input('n? '))\n": "input()",
+        "from os import path as p\ndef main_solution(f):\n    return p.exists(f)\n": "os.path.exists",
+        "from numpy import save\ndef main_solution(f):\n    save(f, [1])\n": "numpy.save",
+        "import io\ndef main_solution(f):\n    return io.open(f).read()\n": "io.open",
     }
     for code, why in outside.items():
         assert codeio.reaches_outside({"code_sample": "x = 1\n", "input_generator": code}) == f"input_generator: {why}"
@@ -1090,6 +1095,9 @@ def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
               "def main_solution(a, b):\n    return input(os.path.join(a, b)) + urlparse(a).path + os.sep\n")
     assert codeio.reaches_outside({"code_sample": inside, "input_generator": "def f(rng):\n    return {}\n"}) is None
     assert codeio.reaches_outside({"code_sample": "def main_solution(:\n"}) == "code_sample: code that does not parse"
+    # an import of one part serves the other (reasoning-gym runs them together)
+    assert codeio.reaches_outside({"code_sample": "import os as o\n", "input_generator": "o.remove('/tmp/x')\n"}) \
+        == "code_sample + input_generator: os.remove"
     # the shipped data: the programs seen doing so, and a sample of the rest kept
     data = next(pathlib.Path(reasoning_gym.__file__).parent.rglob("codeio.jsonl.gz"))
     rows = [json.loads(line) for line in gzip.open(data, "rt", encoding="utf-8")]
@@ -1106,6 +1114,7 @@ def test_a_codeio_program_that_exits_loses_its_item_not_the_worker(tmp_path: Pat
     worker, and the whole split with it. The worker also runs with stdin closed, without this
     process's tokens in its environment, and with its address space capped."""
     import os
+    import subprocess
     import sys
 
     from fastslow.tasks import codeio
@@ -1152,6 +1161,13 @@ def test_a_codeio_program_that_exits_loses_its_item_not_the_worker(tmp_path: Pat
         os.close(stdin)
         os.close(typed)
     assert code == 0 and lines == ["''", "MemoryError"], lines
+    # a stricter limit the job already had stays (it was raised to 4 GiB)
+    stricter = ("import resource\nfrom fastslow.tasks.codeio import limit_memory\n"
+                "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))\nlimit_memory()\n"
+                "print(resource.getrlimit(resource.RLIMIT_AS)[0] >> 20)\n")
+    out = subprocess.run([sys.executable, "-c", stricter], capture_output=True, text=True, check=True,
+                         env={**kept, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split() == [str(3 << 10)]
 
 
 def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:

@@ -794,14 +794,16 @@ def test_an_answer_that_only_looks_like_a_tag_loads(tmp_path: Path) -> None:
 def test_an_answer_with_a_huge_number_scores_zero_without_an_error(tmp_path: Path) -> None:
     """A 400-digit integer against a float gold raised OverflowError in codeio's comparison, and
     a 5000-digit node label ValueError in stargraph's (past int()'s 4300 digits): each scored 0
-    through the "bug in the task's judge" warning. Integers against floats now compare exactly,
-    and a digit run no node label has reads as no label (not dropped: the rest could read as the
-    right path). A researcher's JSONL nested past the recursion limit is one line, not a traceback."""
+    through the "bug in the task's judge" warning. An integer past float's range now equals no
+    float (a float gold written out in digits still equals it), and a digit run no node label has
+    reads as no label (not dropped: the rest could then read as the right path). A researcher's
+    JSONL nested past the recursion limit is one line, not a traceback."""
     from fastslow.tasks.base import TaskDataError
     from fastslow.tasks.scoring import json_equal
 
     assert not json_equal(10**400, 1.5) and not json_equal(1.5, 10**400)
-    assert json_equal(2399813805, 2399813805.0) and not json_equal(2**53 + 1, float(2**53))
+    assert json_equal(2399813805, 2399813805.0) and json_equal(10**300, 1e300)
+    assert json_equal(6.02e23, 602000000000000000000000)  # the float gold written out
     codeio = get_task("codeio")
     p = Problem("c", "codeio", "...", json.dumps({"x": 1.5}), {})
     assert codeio.judge(p, "<answer>{\"x\": " + "9" * 400 + "}</answer>").reward == 0.0

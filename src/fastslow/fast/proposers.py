@@ -24,7 +24,7 @@ import os
 import random
 import re
 import urllib.parse
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -45,11 +45,8 @@ DEMOS_HEADER = "Worked examples:"
 FORMAT_RULE_PREFIX = "Always end with your final answer inside <answer></answer> tags"
 _SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEADER, DEMOS_HEADER)}
 #: A worked example mirrors the chat the model is in: the user's problem, the assistant's reply
-#: (optionally some working before the tagged answer). No part reaches past the next example's
-#: "User: " line (nor the problem past its "Assistant: "): unbounded lazy parts took cubic time
-#: on text with many examples and no `<answer>` (26 s for 17k characters).
-_DEMO_RE = re.compile(r"User: ((?:(?!\nAssistant: ).)*)\nAssistant: ((?:(?!\nUser: ).)*?)<answer>"
-                      r"((?:(?!\nUser: ).)*?)</answer>", re.DOTALL)
+#: (optionally some working before the tagged answer): `_demos`.
+_USER, _ASSISTANT, _OPEN, _CLOSE = "User: ", "\nAssistant: ", "<answer>", "</answer>"
 #: Longest working (characters) kept from a near miss for a worked example.
 MAX_WORKING_CHARS = 240
 #: Where a condensed worked example leaves out the start of a long problem.
@@ -151,7 +148,7 @@ class ContextDoc:
         rest, demos, rules = text, [], []
         m = _last_match(_SECTION_RE[DEMOS_HEADER], rest)
         if m is not None:
-            demos = [Demo(q.strip(), a.strip(), w.strip()) for q, w, a in _DEMO_RE.findall(rest[m.end():])]
+            demos = [Demo(q.strip(), a.strip(), w.strip()) for q, w, a in _demos(rest[m.end():])]
             rest = rest[:m.start()]
         m = _last_match(_SECTION_RE[RULES_HEADER], rest)
         if m is not None:
@@ -169,6 +166,25 @@ class ContextDoc:
 
     def has_format_rule(self) -> bool:
         return any(r.startswith(FORMAT_RULE_PREFIX) for r in self.rules)
+
+
+def _demos(text: str) -> Iterator[tuple[str, str, str]]:
+    """Each worked example in `text` as (problem, working, answer): "User: " up to the first
+    "\nAssistant: ", the working up to the first `<answer>` after it, the answer up to the first
+    `</answer>` after that, then on from there. The regex `User: (.*?)\nAssistant: (.*?)<answer>
+    (.*?)</answer>` matched the same, in cubic time on text with many turns and no answer (26 s
+    for 17k characters): each part is found once here, and once one is missing no later
+    example can be complete."""
+    pos = 0
+    while (user := text.find(_USER, pos)) >= 0:
+        assistant = text.find(_ASSISTANT, user + len(_USER))
+        opened = text.find(_OPEN, assistant + len(_ASSISTANT)) if assistant >= 0 else -1
+        closed = text.find(_CLOSE, opened + len(_OPEN)) if opened >= 0 else -1
+        if closed < 0:
+            return
+        yield (text[user + len(_USER):assistant], text[assistant + len(_ASSISTANT):opened],
+               text[opened + len(_OPEN):closed])
+        pos = closed + len(_CLOSE)
 
 
 def answer_read(record: Mapping[str, Any]) -> bool:

@@ -619,7 +619,10 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
     checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
                      TrainingArguments.__dataclass_fields__ else "gradient_checkpointing")
     # the advantage baseline's group: a problem's G rollouts across contexts, or one context's G / K
-    group = {"problem": cfg.num_generations, "prompt": cfg.num_generations // num_contexts}[cfg.baseline]
+    groups = {"problem": cfg.num_generations, "prompt": cfg.num_generations // num_contexts}
+    if cfg.baseline not in groups:  # a name SlowConfig takes (BASELINES) that has no group here
+        raise ValueError(f"slow.baseline: {cfg.baseline!r} has no advantage group in fastslow.slow.trainer.grpo_args")
+    group = groups[cfg.baseline]
     max_model_length = (max_prompt_tokens + cfg.max_new_tokens
                         if cfg.use_vllm and max_prompt_tokens is not None else None)
     return GRPOConfig(

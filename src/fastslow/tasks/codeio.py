@@ -58,6 +58,10 @@ _HARMLESS_OS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname",
                           "os.linesep"})
 _OUTSIDE_SYS = frozenset({"sys.exit", "sys.stdin", "sys.modules", "sys.settrace", "sys.setprofile"})
 _OUTSIDE_CALLS = frozenset({"open", "input", "exit", "quit", "__import__", "breakpoint"})
+_OUTSIDE_NAMES = frozenset({"time.sleep", "io.open", "io.FileIO", "codecs.open", "builtins.open", "builtins.input"})
+#: numpy's and pandas' readers and writers of files.
+_FILE_FUNCTIONS = frozenset({"save", "savez", "savez_compressed", "savetxt", "load", "loadtxt", "genfromtxt",
+                             "fromfile", "tofile", "memmap", "read_csv", "to_csv", "read_pickle", "to_pickle"})
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -72,12 +76,13 @@ def _dotted(node: ast.AST) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _outside_uses(source: str) -> str | None:
     """The first thing in `source` that reaches outside the process, read from its syntax tree
-    (not its text: comments and docstrings name `input (x)` and `signal` harmlessly), or None."""
+    (not its text: comments and docstrings name `input (x)` and `signal` harmlessly), or None.
+    A check of what programs name, not a sandbox: `getattr(os, "system")` passes it."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "code that does not parse"
-    aliases: dict[str, str] = {}
+    aliases: dict[str, str] = {}  # a name bound by an import -> the dotted name it stands for
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -91,34 +96,49 @@ def _outside_uses(source: str) -> str | None:
                     or (root == "os" and names - _HARMLESS_OS - {"os.path"}) \
                     or names & (_OUTSIDE_SYS | {"time.sleep"}):
                 return f"from {node.module} import {', '.join(a.name for a in node.names)}"
+            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})  # `from os import path`
     own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # a `def input(io)`
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _OUTSIDE_CALLS - own:
-            return f"{node.func.id}()"
-        name = _dotted(node) if isinstance(node, ast.Attribute) else None
-        if name is None:
-            continue  # (an attribute chain's inner links come later in the walk: `os.path` of `os.path.join`)
-        root, rest = name.split(".", 1)
-        name = f"{aliases.get(root, root)}.{rest}"
-        if (name.startswith("os.") and name not in _HARMLESS_OS | {"os.path"}) \
-                or ".".join(name.split(".")[:2]) in _OUTSIDE_SYS or name == "time.sleep":
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in _OUTSIDE_CALLS - own:
+                return f"{node.func.id}()"
+            name = aliases.get(node.func.id)  # `from numpy import save`; save(...)
+        elif isinstance(node, ast.Attribute):
+            name = _dotted(node)  # (an attribute chain's inner links come later in the walk)
+            if name is not None:
+                root, rest = name.split(".", 1)
+                name = f"{aliases.get(root, root)}.{rest}"
+        else:
+            continue
+        if name is not None and _outside_name(name):
             return name
     return None
+
+
+def _outside_name(name: str) -> bool:
+    """Whether a dotted name (imports resolved) reaches outside the process."""
+    parts = name.split(".")
+    return ((parts[0] == "os" and len(parts) > 1 and name not in _HARMLESS_OS | {"os.path"})
+            or ".".join(parts[:2]) in _OUTSIDE_SYS or name in _OUTSIDE_NAMES
+            or (parts[0] in ("numpy", "pandas") and parts[-1] in _FILE_FUNCTIONS))
 
 
 def reaches_outside(program: Mapping[str, Any]) -> str | None:
     """Why a reference program of reasoning-gym's codeio data is not run, or None. 46 of
     reasoning-gym 0.1.25's 3002 programs reach outside their process in their `code_sample` or
-    `input_generator` (`_outside_uses`): one input generator writes, `chmod`s and removes
-    `/home/...history` files (as root, in the real /home), another makes directories in /tmp,
-    three exit the process (which stopped the split's whole worker), one reads stdin, seven
-    start threads. Their outputs also depend on the
-    machine (which files exist), so they are skipped unrun, as another split's programs are."""
-    for part in ("code_sample", "input_generator"):
-        why = _outside_uses(str(program.get(part) or ""))
+    `input_generator` (`_outside_uses`, each part alone, then the two together: one's import
+    may serve the other): one input generator writes, `chmod`s and removes `/home/...history`
+    files (as root, in the real /home), another makes directories in /tmp, three exit the
+    process (which stopped the split's whole worker), one reads stdin, seven start threads.
+    Their outputs also depend on the machine (which files exist), so they are skipped unrun, as
+    another split's programs are."""
+    parts = {part: str(program.get(part) or "") for part in ("code_sample", "input_generator")}
+    for part, source in parts.items():
+        why = _outside_uses(source)
         if why:
             return f"{part}: {why}"
-    return None
+    why = _outside_uses("\n".join(parts.values()))
+    return f"code_sample + input_generator: {why}" if why else None
 
 
 #: A worker that writes nothing for this long is stopped: its progress lines come every
@@ -132,8 +152,8 @@ _PROGRESS = "progress: "
 #: What the worker keeps of this process's environment: where programs and libraries are, the
 #: locale and the temporary directory. Not the rest: third-party reference programs run there, and
 #: a job's environment holds tokens (HF_TOKEN, OPENAI_API_KEY, MLflow's credentials).
-WORKER_ENVIRONMENT = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR",
-                      "SYSTEMROOT", "PYTHONWARNINGS")
+WORKER_ENVIRONMENT = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "PYTHONHOME", "PYTHONNOUSERSITE", "LANG",
+                      "LANGUAGE", "TZ", "TMPDIR", "SYSTEMROOT", "PYTHONWARNINGS")
 
 
 def worker_environment() -> dict[str, str]:
@@ -469,8 +489,9 @@ def limit_memory(limit: int = WORKER_ADDRESS_SPACE) -> None:
     with contextlib.suppress(ImportError, ValueError, OSError):
         import resource
 
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        lower = [x for x in (soft, hard) if x != resource.RLIM_INFINITY]  # a stricter limit stays
+        resource.setrlimit(resource.RLIMIT_AS, (min([limit, *lower]), hard))
 
 
 def _worker(request_path: str, out_path: str) -> None:

@@ -306,8 +306,10 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     if isinstance(a, int) and isinstance(b, int):
         return a == b  # integers are exact: 2399815805 is not 2399813805
     if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and isinstance(b, int):
-        return a == b  # and so is an integer written as a float (2399813805.0), exactly: a 400-digit
-        # integer against a float raised OverflowError in float(a)
+        try:  # and so is an integer written as a float: 2399813805.0 too (6.02e23 as 602000000000000000000000)
+            return float(a) == float(b)
+        except OverflowError:  # an integer past float's range (a 400-digit answer) equals no float
+            return False
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True
