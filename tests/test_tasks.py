@@ -1062,10 +1062,12 @@ def test_the_codeio_worker_is_followed_and_stopped_only_when_it_goes_quiet(caplo
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
     """reasoning-gym's codeio data holds programs that write, `chmod` and remove files in /home
     and /tmp, exit the process (which ended the split's whole worker), read stdin or start threads;
     46 of its 3002 were drawn like any other, 4 of seed 0's first 150 train problems among them.
+    (Run in this process: the kept programs' own warnings, numpy's matrix, are theirs.)
     They are read from their syntax tree, not their text, so a comment naming `input (x)`, a
     method called `exit` or `urllib.parse` does not skip a program."""
     import gzip
@@ -1097,16 +1099,16 @@ def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
     assert codeio.reaches_outside({"code_sample": "def main_solution(:\n"}) == "code_sample: code that does not parse"
     # an import of one part serves the other (reasoning-gym runs them together)
     assert codeio.reaches_outside({"code_sample": "import os as o\n", "input_generator": "o.remove('/tmp/x')\n"}) \
-        == "code_sample + input_generator: os.remove"
+        == "input_generator: os.remove"
     # the shipped data: the programs seen doing so, and a sample of the rest kept
     data = next(pathlib.Path(reasoning_gym.__file__).parent.rglob("codeio.jsonl.gz"))
     rows = [json.loads(line) for line in gzip.open(data, "rt", encoding="utf-8")]
     skipped = {i for i, r in enumerate(rows) if codeio.reaches_outside(r)}
     assert len(rows) == 3002 and len(skipped) == 46 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
-    # and none is drawn: seed 0's train split held 1660, 595 and 514 (twice) before
+    # and none is drawn: seed 0's 8th train problem was program 1660's (it reads files)
     ids = {codeio.program_id(rows[i]["task_description"]) for i in skipped}
-    problems = codeio.CodeIOTask(isolate=False).problems("train", 150, seed=0)
-    assert len(problems) == 150 and not ids & {p.metadata["program_id"] for p in problems}
+    problems = codeio.CodeIOTask(isolate=False).problems("train", 10, seed=0)
+    assert len(problems) == 10 and not ids & {p.metadata["program_id"] for p in problems}
 
 
 def test_a_codeio_program_that_exits_loses_its_item_not_the_worker(tmp_path: Path) -> None:

@@ -74,20 +74,23 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _outside_uses(source: str) -> str | None:
+def _outside_uses(source: str) -> tuple[int, str] | None:
     """The first thing in `source` that reaches outside the process, read from its syntax tree
-    (not its text: comments and docstrings name `input (x)` and `signal` harmlessly), or None.
-    A check of what programs name, not a sandbox: `getattr(os, "system")` passes it."""
+    (not its text: comments and docstrings name `input (x)` and `signal` harmlessly), as (its
+    line, what), or None. A check of what programs name, not a sandbox: `getattr(os, "system")`
+    passes it."""
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the programs' invalid escape sequences ("\\s" in a str)
+            tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return "code that does not parse"
+        return 0, "code that does not parse"
     aliases: dict[str, str] = {}  # a name bound by an import -> the dotted name it stands for
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in _OUTSIDE_MODULES and a.name not in _HARMLESS_MODULES:
-                    return f"import {a.name}"
+                    return node.lineno, f"import {a.name}"
                 aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.module:
             root = node.module.split(".")[0]
@@ -95,13 +98,13 @@ def _outside_uses(source: str) -> str | None:
             if (root in _OUTSIDE_MODULES and node.module not in _HARMLESS_MODULES) \
                     or (root == "os" and names - _HARMLESS_OS - {"os.path"}) \
                     or names & (_OUTSIDE_SYS | {"time.sleep"}):
-                return f"from {node.module} import {', '.join(a.name for a in node.names)}"
+                return node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"
             aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})  # `from os import path`
     own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # a `def input(io)`
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in _OUTSIDE_CALLS - own:
-                return f"{node.func.id}()"
+                return node.lineno, f"{node.func.id}()"
             name = aliases.get(node.func.id)  # `from numpy import save`; save(...)
         elif isinstance(node, ast.Attribute):
             name = _dotted(node)  # (an attribute chain's inner links come later in the walk)
@@ -111,7 +114,7 @@ def _outside_uses(source: str) -> str | None:
         else:
             continue
         if name is not None and _outside_name(name):
-            return name
+            return node.lineno, name
     return None
 
 
@@ -126,19 +129,19 @@ def _outside_name(name: str) -> bool:
 def reaches_outside(program: Mapping[str, Any]) -> str | None:
     """Why a reference program of reasoning-gym's codeio data is not run, or None. 46 of
     reasoning-gym 0.1.25's 3002 programs reach outside their process in their `code_sample` or
-    `input_generator` (`_outside_uses`, each part alone, then the two together: one's import
-    may serve the other): one input generator writes, `chmod`s and removes `/home/...history`
-    files (as root, in the real /home), another makes directories in /tmp, three exit the
-    process (which stopped the split's whole worker), one reads stdin, seven start threads.
-    Their outputs also depend on the machine (which files exist), so they are skipped unrun, as
-    another split's programs are."""
-    parts = {part: str(program.get(part) or "") for part in ("code_sample", "input_generator")}
-    for part, source in parts.items():
-        why = _outside_uses(source)
-        if why:
-            return f"{part}: {why}"
-    why = _outside_uses("\n".join(parts.values()))
-    return f"code_sample + input_generator: {why}" if why else None
+    `input_generator` (`_outside_uses`): one input generator writes, `chmod`s and removes
+    `/home/...history` files (as root, in the real /home), another makes directories in /tmp,
+    three exit the process (which stopped the split's whole worker), one reads stdin, seven
+    start threads. Their outputs also depend on the machine (which files exist), so they are
+    skipped unrun, as another split's programs are."""
+    code, generator = (str(program.get(part) or "") for part in ("code_sample", "input_generator"))
+    # one source, as reasoning-gym runs them: an import of one part may serve the other
+    found = _outside_uses(f"{code}\n{generator}")
+    if found is None:
+        return None
+    line, why = found
+    part = "code_sample" if line <= code.count("\n") + 1 else "input_generator"
+    return f"{part}: {why}"
 
 
 #: A worker that writes nothing for this long is stopped: its progress lines come every
