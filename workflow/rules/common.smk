@@ -19,8 +19,8 @@ from fastslow.tasks import TASK_MODULES
 from fastslow.layout import CLAIM_FIGURE_NAMES, FIGURE_EXPERIMENTS
 from fastslow.model.convert import model_fingerprint
 
-if unsupported_platform():
-    sys.exit(unsupported_platform())
+if problem := unsupported_platform():
+    sys.exit(problem)
 
 # Experiments in the default config file's order, whichever file set them first (follow_order)
 follow_order(config, yaml.safe_load((Path(workflow.basedir) / "config" / "config.yaml").read_text()) or {})

@@ -89,17 +89,16 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] in _OUTSIDE_MODULES and a.name not in _HARMLESS_MODULES:
+                if _outside_module(a.name):
                     return node.lineno, f"import {a.name}"
                 aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            root = node.module.split(".")[0]
-            names = {f"{node.module}.{a.name}" for a in node.names}
-            if (root in _OUTSIDE_MODULES and node.module not in _HARMLESS_MODULES) \
-                    or (root == "os" and names - _HARMLESS_OS - {"os.path"}) \
-                    or names & (_OUTSIDE_SYS | {"time.sleep"}):
+            names = {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}  # `from os import path`
+            imported = set(names.values())
+            if _outside_module(node.module) or imported & (_OUTSIDE_SYS | {"time.sleep"}) \
+                    or (node.module.split(".")[0] == "os" and imported - _HARMLESS_OS - {"os.path"}):
                 return node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"
-            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})  # `from os import path`
+            aliases.update(names)
     own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # a `def input(io)`
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
@@ -116,6 +115,11 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
         if name is not None and _outside_name(name):
             return node.lineno, name
     return None
+
+
+def _outside_module(module: str) -> bool:
+    """Whether importing `module` marks a program that reaches outside its process."""
+    return module.split(".")[0] in _OUTSIDE_MODULES and module not in _HARMLESS_MODULES
 
 
 def _outside_name(name: str) -> bool:
