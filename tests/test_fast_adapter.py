@@ -349,6 +349,7 @@ def test_reflection_reads_whole_completions_when_max_record_chars_is_null() -> N
     assert FastConfig.from_dict({"reflection": {"max_record_chars": None}}).record_chars == MAX_RECORD_COMPLETION_CHARS
     with pytest.raises(ValueError, match=r"fast.reflection.max_record_chars must be an integer >= 200 or null"):
         FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m", "max_record_chars": 50}})
+
     for chars, length in ((None, 6000), (500, None)):
         adapter = FastAdapter(LongTraceGenerator(6000), ToyTask(), SamplingParams(8), record_chars=chars)
         eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
@@ -357,6 +358,27 @@ def test_reflection_reads_whole_completions_when_max_record_chars_is_null() -> N
             assert out == eb.trajectories[0]["completion"] and len(out) == length
         else:
             assert "characters omitted" in out and len(out) <= 500 + 60 and out.endswith("<answer>42</answer>")
+
+
+def test_the_longest_context_a_reflection_may_propose_is_a_setting_the_proposer_gets() -> None:
+    """`fast.reflection.max_context_chars` reaches the reflective proposer's junk check; left
+    out, 8000 characters; a bad value is one line naming it."""
+    import fastslow.fast.round as round_module
+    from fastslow.fast import FastConfig
+    from fastslow.fast.proposers import MAX_CONTEXT_CHARS
+    from fastslow.fast.round import make_proposer
+
+    reflective = {"proposer": "reflective", "reflection": {"kind": "hf", "path": "m"}}
+    cfg = FastConfig.from_dict(reflective)
+    assert cfg.context_chars == MAX_CONTEXT_CHARS == 8000
+    cfg = FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m", "max_context_chars": 3000}})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(round_module, "build_reflection_lm", lambda settings, seed: lambda prompt: "")  # no model
+        assert make_proposer(cfg, [], None).max_chars == 3000
+    for bad in (50, "many", True):
+        with pytest.raises(ValueError, match=rf"fast.reflection.max_context_chars must be an integer >= 100, got {bad!r}"):
+            FastConfig.from_dict({**reflective, "reflection": {"kind": "hf", "path": "m", "max_context_chars": bad}})
+
 
 
 def test_clip_middle_keeps_a_long_final_answer_block_whole() -> None:

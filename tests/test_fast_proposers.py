@@ -279,6 +279,15 @@ def test_junk_reason() -> None:
     assert junk_reason("!!!! ???? #### 1234 5678 !!!! ????", parent) == "mostly non-letters"
     assert junk_reason(" ".join(["the"] * 100), parent) == "degenerate repetition"
     assert junk_reason("x" * 20000, parent).startswith("too long")
+    # at most max_chars, or as long as a longer parent (a long seed context): a child had been
+    # allowed 4x its parent, so a context could grow round after round without end
+    grown = " ".join(f"Rule {i}: check case {i} before answering." for i in range(180))
+    assert len(grown) == 7519
+    assert junk_reason(grown + " Check the answer again.", grown) is None
+    assert junk_reason(grown + " " + grown, grown).startswith("too long (15039 chars, at most 8000")
+    assert junk_reason(grown, parent, max_chars=1000).startswith("too long (7519 chars, at most 1000")
+    assert junk_reason(grown[:-40] + " Box it.", grown, max_chars=1000) is None  # an edit of a long seed
+    assert junk_reason(grown + " Box it.", grown, max_chars=1000).startswith("too long (7527 chars, at most 7519")
     assert junk_reason("Here is <curr_param> again and again", parent) == "echoed the reflection template"
     assert junk_reason("Solve the problem step by step and box the answer.", parent) is None
 

@@ -720,13 +720,13 @@ def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog:
     assert not [r for r in caplog.records if r.levelno == logging.ERROR]
 
 
-def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_evaluations(
+def test_a_gepa_runs_later_cycles_serve_its_carried_contexts_from_the_earlier_ones_evaluations(
         tiny_model_dir: Path, tmp_path: Path) -> None:
     """A GEPA-only run trains nothing, so its weights are the same in every cycle; each cycle is a
     job of its own. Each cycle's round re-generated the pool it was seeded with on the validation
     set (a weights id per cycle, a fresh cache per job) and charged it to its budget: 12 of 32 calls
-    at toy scale, about half the paper's. Now the round's evaluations go to `fast_cache.json`,
-    and the next cycle's round serves them free: no seed generations, the whole budget for search.
+    at toy scale, about half the paper's. Now the round's new evaluations go to `fast_cache.json`,
+    and later cycles' rounds serve them free: no seed generations, the whole budget for search.
     Not across a continual run's change of task."""
     from fastslow.config import load_config, task_spec
     from fastslow.cycle import FROZEN_CACHE, run_cycle
@@ -737,7 +737,7 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     config = load_config("config/config.yaml", "config/smoke.yaml")
     registry, options = task_spec(config, "math")
     train = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)["train"]
-    spec = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math", "math"), seed=0)
+    spec = RunSpec(experiment="e", method="gepa", name="math-default-s0", schedule=("math",) * 3, seed=0)
     first = run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
     carried = RolloutCache.from_json(tmp_path / "cycle0" / FROZEN_CACHE)
     pool0 = json.loads((tmp_path / "cycle0" / "pool.json").read_text())
@@ -749,7 +749,17 @@ def test_a_gepa_runs_next_cycle_serves_its_carried_contexts_from_the_last_ones_e
     second = run_cycle(spec, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "cycle1")
     fast0, fast1 = (json.loads((tmp_path / f"cycle{c}" / "fast.json").read_text()) for c in (0, 1))
     assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
-    assert fast1["cached_evaluations"] >= fast0["cached_evaluations"] > 0
+    assert fast0["cached_evaluations"] > 0 and fast1["carried_evaluations"] == fast0["cached_evaluations"]
+    # Each cycle's file holds its own round's new evaluations, and a cycle reads every earlier
+    # cycle's file: one file holding all earlier rounds' too grew by a round every cycle, and every
+    # cycle's was kept (quadratic in a run's cycles).
+    files = [tmp_path / f"cycle{c}" / FROZEN_CACHE for c in (0, 1)]
+    cached = [set(RolloutCache.from_json(f).entries) for f in files]
+    assert len(cached[1]) == fast1["cached_evaluations"] and not cached[0] & cached[1]
+    run_cycle(spec, config, 2, tiny_model_dir, tmp_path / "cycle1", train, tmp_path / "cycle2")
+    fast2 = json.loads((tmp_path / "cycle2" / "fast.json").read_text())
+    assert fast2["seed_generations"] == 0
+    assert fast2["carried_evaluations"] == len(cached[0] | cached[1]) == len(RolloutCache.from_json(*files))
     assert first["weights"] == second["weights"] == str(tiny_model_dir)
     # A continual run's cycle on a new task carries nothing: the cache is keyed by problem id, and
     # two tasks' ids may coincide (here the very same rows, under another task's name).

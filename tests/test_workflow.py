@@ -118,16 +118,21 @@ def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
 
 
 def test_a_gepa_cycle_lists_the_evaluations_it_reads(tmp_path):
-    """A gepa cycle reads the previous cycle's fast_cache.json: an input, so that deleting it
-    re-runs the cycle that made it rather than failing the next with FileNotFoundError."""
+    """A gepa cycle reads every earlier cycle's fast_cache.json (each holds its own round's
+    evaluations): inputs, so that deleting one re-runs the cycle that made it rather than failing
+    the next with FileNotFoundError."""
     run = "results/runs/ceiling/gepa/hover-default-s0"
-    out = snakemake("-n", f"{run}/cycle1/pool.json", "--configfile", "config/config.yaml",
+    out = snakemake("-n", f"{run}/cycle2/pool.json", "--configfile", "config/config.yaml",
+                    "--config", "experiments={ceiling: {tasks: [hover], methods: [gepa], cycles: 3}}",
                     "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = out.stdout.split("rule cycle_frozen:")[1:]
     inputs = {job.split("wildcards:")[1].split("cycle=")[1].split()[0]: job.split("input:")[1].split("\n")[0]
               for job in jobs}
-    assert f"{run}/cycle0/fast_cache.json" in inputs["1"] and "fast_cache.json" not in inputs["0"]
+    assert "fast_cache.json" not in inputs["0"]
+    assert [f for f in inputs["1"].split(", ") if "fast_cache" in f] == [f"{run}/cycle0/fast_cache.json"]
+    assert [f for f in inputs["2"].split(", ") if "fast_cache" in f] == [
+        f"{run}/cycle0/fast_cache.json", f"{run}/cycle1/fast_cache.json"]
 
 
 def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):

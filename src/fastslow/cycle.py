@@ -9,8 +9,9 @@ steps by reverse-KL distillation of the pool's best context into the weights.
 
 Everything a cycle writes lands in its own directory `out_dir` (the previous cycle's directory is
 only read): `model/` and `trainer_state/` (slow), `rollouts.parquet`, `metrics.parquet`,
-`pool.json`, `fast.json` (the round's summary), `fast_cache.json` (gepa: the round's evaluations of the
-frozen weights, which the next cycle's round serves free) and `cycle.json` (what happened, written last).
+`pool.json`, `fast.json` (the round's summary), `fast_cache.json` (gepa: the round's new evaluations of
+the frozen weights, which later cycles' rounds on the same task serve free) and `cycle.json` (what
+happened, written last).
 
 Where the slow steps run: in this process when the job has at most one GPU; with more
 (`gpus`, from `fastslow.launch.gpus_requested(snakemake.resources)`) in N ranks started by
@@ -60,7 +61,7 @@ CYCLE_FILE = "cycle.json"
 #: In a cycle's scratch directory: its finished fast round (pool, summary, the rollouts sampled for
 #: the first RL steps), for a rerun after the slow steps failed (`run_cycle`'s `job`).
 ROUND_DONE = "round_done.json"
-FROZEN_CACHE = "fast_cache.json"  # gepa: the round's evaluations, served free to the next cycle's round
+FROZEN_CACHE = "fast_cache.json"  # gepa: the round's new evaluations, served free to later cycles' rounds
 ENV_TRAIN_PROCESSES = "FASTSLOW_TRAIN_PROCESSES"
 
 
@@ -273,6 +274,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL steps', sampled by the fast round (reuse_in_slow)
     cache = None
+    carried: set[tuple[str, str, str]] = set()  # gepa: the evaluations read from earlier cycles' files
     fast_dtype = None  # no fast round (rl)
 
     if spec.fast:
@@ -301,12 +303,14 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             slow_problems = cycle_step_problems(prev_dir, train, slow_cfg, steps=served,
                                                 new_data=bool(_continual(spec, cycle)))
             cache = RolloutCache()
-        if frozen:  # the previous round's evaluations are this one's too: not re-generated, not charged
+        if frozen:  # the earlier rounds' evaluations are this one's too: not re-generated, not charged
             cache = RolloutCache()
-            if same_task:
-                cache = RolloutCache.from_json(prev_dir / FROZEN_CACHE)
-                log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle %d",
-                         cycle, spec.key, len(cache), cycle - 1)
+            if same_task:  # each earlier cycle's file holds its own round's (the run's cycle dirs are siblings)
+                earlier = spec.same_task_before(cycle)
+                cache = RolloutCache.from_json(*(prev_dir.with_name(f"cycle{i}") / FROZEN_CACHE for i in earlier))
+                log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle(s) %d-%d",
+                         cycle, spec.key, len(cache), earlier.start, cycle - 1)
+            carried = set(cache.entries)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
         if tracker is not None:
@@ -391,7 +395,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                  "fast_seconds": fast_summary.get("seconds", 0.0)}]
         write_parquet(rows, out_dir / "metrics.parquet")
         if frozen and cache is not None:
-            fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id)
+            # this round's new evaluations only: a file holding every earlier round's too grew by a
+            # round every cycle, and every cycle's was kept (quadratic in a run's cycles)
+            fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id, skip=carried)
+            fast_summary["carried_evaluations"] = len(carried)
     if scratch.exists():
         (scratch / ROUND_DONE).unlink(missing_ok=True)  # the cycle succeeded: nothing to resume
         shutil.rmtree(out_dir / "fast", ignore_errors=True)

@@ -129,6 +129,15 @@ class RunSpec:
     def cycles(self) -> int:
         return len(self.schedule)
 
+    def same_task_before(self, cycle: int) -> range:
+        """The cycles right before `cycle` that train on its task, none of another task between
+        (a continual run's cycles on the task it is on now). A GEPA-only cycle reads their
+        evaluations (`fastslow.cycle.FROZEN_CACHE`)."""
+        start = cycle
+        while start > 0 and self.schedule[start - 1] == self.schedule[cycle]:
+            start -= 1
+        return range(start, cycle)
+
     @property
     def trains(self) -> bool:
         return TRAINS[self.method]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,15 +99,17 @@ class RolloutCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def to_json(self, path: str | Path, weights_id: str) -> int:
+    def to_json(self, path: str | Path, weights_id: str,
+                skip: Collection[tuple[str, str, str]] = ()) -> int:
         """Write the entries of `weights_id` to `path` as plain evaluations (score and trajectory;
         no token ids, no reuse/prefetch/slow-loop flags), so that the next round on the same frozen
         weights, in another job (a GEPA-only run's next cycle), serves them as free cache hits
-        (`from_json`) instead of re-generating its carried-over contexts. Returns the count."""
+        (`from_json`) instead of re-generating its carried-over contexts. `skip`: keys not to
+        write (those read from earlier files, which the next round reads too). Returns the count."""
         from fastslow.io import write_json
 
         rows = [{"context_hash": h, "problem_id": pid, "score": v.score, "trajectory": v.trajectory}
-                for (h, pid, wid), v in self.carried(weights_id).entries.items()]
+                for (h, pid, wid), v in self.carried(weights_id).entries.items() if (h, pid, wid) not in skip]
         write_json({"weights_id": weights_id, "entries": rows}, path)
         return len(rows)
 
@@ -125,13 +127,17 @@ class RolloutCache:
                              if key[2] == weights_id and v.paid})
 
     @classmethod
-    def from_json(cls, path: str | Path) -> RolloutCache:
-        """A cache holding what `to_json` wrote (under the weights id it was written with)."""
+    def from_json(cls, *paths: str | Path) -> RolloutCache:
+        """A cache holding what `to_json` wrote to `paths` (each under the weights id it was
+        written with; a later file's entry replaces an earlier one's)."""
         import json
 
-        data = json.loads(Path(path).read_text())
-        return cls({(e["context_hash"], e["problem_id"], data["weights_id"]): Scored(float(e["score"]), e["trajectory"])
-                    for e in data["entries"]})
+        entries: dict[tuple[str, str, str], Scored] = {}
+        for path in paths:
+            data = json.loads(Path(path).read_text())
+            entries.update({(e["context_hash"], e["problem_id"], data["weights_id"]): Scored(float(e["score"]), e["trajectory"])
+                            for e in data["entries"]})
+        return cls(entries)
 
     def sampled(self, contexts: Sequence[str], problems: Sequence[Problem],
                 weights_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:

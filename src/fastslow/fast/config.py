@@ -20,6 +20,8 @@ REFLECTION_KINDS = ("openai", "litellm", "hf")
 DEFAULT_BUDGETS = {"light": 48, "full": 160}
 #: The shortest `fast.reflection.max_record_chars` (a head and a tail of a completion, its answer in it).
 MIN_RECORD_CHARS = 200
+#: The smallest `fast.reflection.max_context_chars`.
+MIN_CONTEXT_CHARS = 100
 
 
 @dataclass
@@ -137,6 +139,10 @@ class FastConfig:
             if chars is not None and (not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_RECORD_CHARS):
                 raise ValueError(f"fast.reflection.max_record_chars must be an integer >= {MIN_RECORD_CHARS} "
                                  f"or null (whole completions), got {chars!r}")
+            chars = self.reflection.get("max_context_chars", MIN_CONTEXT_CHARS)
+            if not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_CONTEXT_CHARS:
+                raise ValueError(f"fast.reflection.max_context_chars must be an integer >= {MIN_CONTEXT_CHARS}, "
+                                 f"got {chars!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise bad("temperature", "a number >= 0")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -157,6 +163,14 @@ class FastConfig:
         if self.proposer != "reflective":
             return MAX_RECORD_COMPLETION_CHARS
         return self.reflection.get("max_record_chars", MAX_RECORD_COMPLETION_CHARS)
+
+    @property
+    def context_chars(self) -> int:
+        """The longest context the reflective proposer accepts (`junk_reason`), in characters:
+        `fast.reflection.max_context_chars`, else `MAX_CONTEXT_CHARS`."""
+        from fastslow.fast.proposers import MAX_CONTEXT_CHARS
+
+        return self.reflection.get("max_context_chars", MAX_CONTEXT_CHARS)
 
     def budget(self) -> int:
         """Metric calls allowed in one round (seed evaluations included)."""

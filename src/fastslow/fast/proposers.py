@@ -49,6 +49,9 @@ _SECTION_RE = {h: re.compile(rf"(?:^|\n\n){re.escape(h)}\n") for h in (RULES_HEA
 _USER, _ASSISTANT, _OPEN, _CLOSE = "User: ", "\nAssistant: ", "<answer>", "</answer>"
 #: Longest working (characters) kept from a near miss for a worked example.
 MAX_WORKING_CHARS = 240
+#: The longest context a reflection may propose, in characters (`junk_reason`), unless its parent
+#: is longer; `fast.reflection.max_context_chars` sets it.
+MAX_CONTEXT_CHARS = 8000
 #: Where a condensed worked example leaves out the start of a long problem.
 ELISION = "[...]"
 #: Feedback sentences with these words read as general statements about the task.
@@ -587,15 +590,19 @@ def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageM
     raise ValueError(f"fast.reflection.kind must be openai, litellm or hf, got {kind!r}")
 
 
-def junk_reason(text: Any, parent: str, max_chars: int = 8000) -> str | None:
-    """Why a proposed context is unusable, or None if it is acceptable."""
+def junk_reason(text: Any, parent: str, max_chars: int = MAX_CONTEXT_CHARS) -> str | None:
+    """Why a proposed context is unusable, or None if it is acceptable. Longer than `max_chars`
+    only where its parent is too (a long seed context), and then no longer than its parent: a
+    child had been allowed 4x its parent's length, so over a long run's rounds a context could
+    grow without end, and every rollout's prompt with it."""
     if not isinstance(text, str) or not text.strip():
         return "empty"
     t = text.strip()
     if len(t) < 16:
         return f"too short ({len(t)} chars)"
-    if len(t) > max(max_chars, 4 * len(parent)):
-        return f"too long ({len(t)} chars)"
+    limit = max(max_chars, len(parent.strip()))
+    if len(t) > limit:
+        return f"too long ({len(t)} chars, at most {limit}: fast.reflection.max_context_chars)"
     if t == parent.strip():
         return "unchanged"
     if "<curr_param>" in t or "<side_info>" in t:
@@ -617,7 +624,7 @@ class ReflectiveProposer:
     of them that raised (no reply to judge, unlike junk)."""
 
     def __init__(self, lm: LanguageModel, prompt_template: str | None = None,
-                 logger: Callable[[str], None] | None = None, max_chars: int = 8000) -> None:
+                 logger: Callable[[str], None] | None = None, max_chars: int = MAX_CONTEXT_CHARS) -> None:
         from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionLM
 
         self.log = logger or log.info

@@ -263,7 +263,7 @@ def make_proposer(cfg: FastConfig, train: Sequence[Problem], log: Log,
                               gist=getattr(task, "demo_gist", None), private=private)
     if cfg.proposer == "reflective":
         lm = build_reflection_lm(cfg.reflection, seed=seed)
-        return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log)
+        return ReflectiveProposer(lm, cfg.reflection.get("prompt_template"), logger=log, max_chars=cfg.context_chars)
     # a name FastConfig takes (fastslow.fast.config.PROPOSERS) that has no proposer here
     raise ValueError(f"fast.proposer: {cfg.proposer!r} has no proposer in fastslow.fast.round.make_proposer")
 
