@@ -885,6 +885,18 @@ def test_fig10_draws_rl_only_on_the_task_as_its_reference(tmp_path, saved):
     assert not any("No RL-only run" in _unwrapped(t) for t in saved[0].texts)
     assert ax2.texts[-1].get_text() == "13.0\nCPU 30%"  # its share counts in the comparability check
     assert "not comparable: unequal CPU shares" in ax2.get_title()
+    assert not any("is drawn and timed up to step" in _unwrapped(t) for t in saved[0].texts)
+    # an RL-only run longer than the reuse runs (paper.yaml: 300 steps against 150) is read over
+    # their steps alone: its later, longer-completion steps had made its bar another stretch's
+    longer = rl + _set(_set(_rows("efficiency", "rl", "hover_hard", [0.1] * 6, steps_per_cycle=2)[4:],
+                            "cycle_seconds", [60.0, 60.0]), "mean_at_k", [0.9, 0.9])
+    saved.clear()
+    numbers = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                             "efficiency": pl.DataFrame(longer).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    assert numbers["seconds_per_step"]["rl"] == pytest.approx(13.0) and numbers["last"]["rl"] == pytest.approx(0.3)
+    assert max(saved[0].axes[0].lines[-1].get_xdata()) == 6
+    assert any("RL-only (efficiency's run, to step 10) is drawn and timed up to step 6, the reuse runs' last."
+               in _unwrapped(t) for t in saved[0].texts)
     saved.clear()
     figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
     assert "RL" not in _bar_heights(saved[0].axes[1])

@@ -1277,6 +1277,13 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     eff = tables.get("efficiency")
     rl = (eff.filter((pl.col("eval_task") == task) & (pl.col("method") == "rl")) if eff is not None
           else df.clear())
+    # RL-only over the reuse runs' steps alone: a step's cost follows its completions' lengths,
+    # which drift as training goes on, so a longer run's mean step compared unlike stretches
+    # (paper.yaml: efficiency's 300 steps against reuse's 150)
+    last_step = df["step"].max()
+    cut = rl.height and rl["step"].max() > last_step
+    rl_steps = rl["step"].max() if cut else None
+    rl = rl.filter(pl.col("step") <= last_step)
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
     # every variant is an FST run: FST's green throughout, told apart by line style and hatch
@@ -1323,6 +1330,8 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax.legend(fontsize=8)
     _suptitle(fig, f"Fig 10 — rollout reuse on {task_label(task)}")
     notes = ["" if rl.height else f"No RL-only run on {task_label(task)} (experiment efficiency) to compare with.",
+             f"RL-only (efficiency's run, to step {rl_steps}) is drawn and timed up to step {last_step}, the "
+             "reuse runs' last." if cut and rl.height else "",
              "CPU: the share of their threads' time the cycles got (100%: the cores to themselves; more than "
              f"{CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else ""]
     _footnote(fig, [df, rl] if rl.height else [df], " ".join(n for n in notes if n))
