@@ -750,16 +750,20 @@ def test_a_gepa_runs_later_cycles_serve_its_carried_contexts_from_the_earlier_on
     fast0, fast1 = (json.loads((tmp_path / f"cycle{c}" / "fast.json").read_text()) for c in (0, 1))
     assert fast0["seed_generations"] == len(val_ids) and fast1["seed_generations"] == 0
     assert fast0["cached_evaluations"] > 0 and fast1["carried_evaluations"] == fast0["cached_evaluations"]
-    # Each cycle's file holds its own round's new evaluations, and a cycle reads every earlier
-    # cycle's file: one file holding all earlier rounds' too grew by a round every cycle, and every
-    # cycle's was kept (quadratic in a run's cycles).
+    # Each cycle's file holds its own round's new evaluations and names the earlier ones, which a
+    # cycle reads too: one file holding all earlier rounds' again grew by a round every cycle, and
+    # every cycle's was kept (quadratic in a run's cycles).
     files = [tmp_path / f"cycle{c}" / FROZEN_CACHE for c in (0, 1)]
     cached = [set(RolloutCache.from_json(f).entries) for f in files]
     assert len(cached[1]) == fast1["cached_evaluations"] and not cached[0] & cached[1]
     run_cycle(spec, config, 2, tiny_model_dir, tmp_path / "cycle1", train, tmp_path / "cycle2")
     fast2 = json.loads((tmp_path / "cycle2" / "fast.json").read_text())
     assert fast2["seed_generations"] == 0
-    assert fast2["carried_evaluations"] == len(cached[0] | cached[1]) == len(RolloutCache.from_json(*files))
+    chain, read = RolloutCache.from_chain(files[1])
+    assert read == files and fast2["carried_evaluations"] == len(cached[0] | cached[1]) == len(chain)
+    # each file names the earlier ones relative to itself: a results tree moved whole still reads
+    assert json.loads((tmp_path / "cycle2" / FROZEN_CACHE).read_text())["earlier"] == [
+        "../cycle0/fast_cache.json", "../cycle1/fast_cache.json"]
     assert first["weights"] == second["weights"] == str(tiny_model_dir)
     # A continual run's cycle on a new task carries nothing: the cache is keyed by problem id, and
     # two tasks' ids may coincide (here the very same rows, under another task's name).

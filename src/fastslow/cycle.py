@@ -274,7 +274,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
     weights_id = f"{spec.key}/frozen" if frozen else f"{spec.key}/cycle{cycle}"
     slow_problems: list[Any] = []  # the first RL steps', sampled by the fast round (reuse_in_slow)
     cache = None
-    carried: set[tuple[str, str, str]] = set()  # gepa: the evaluations read from earlier cycles' files
+    carried: set[tuple[str, str, str]] = set()  # gepa: the evaluations read from earlier cycles' files,
+    cache_files: list[Path] = []  # and those files
     fast_dtype = None  # no fast round (rl)
 
     if spec.fast:
@@ -305,11 +306,10 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             cache = RolloutCache()
         if frozen:  # the earlier rounds' evaluations are this one's too: not re-generated, not charged
             cache = RolloutCache()
-            if same_task:  # each earlier cycle's file holds its own round's (the run's cycle dirs are siblings)
-                earlier = spec.same_task_before(cycle)
-                cache = RolloutCache.from_json(*(prev_dir.with_name(f"cycle{i}") / FROZEN_CACHE for i in earlier))
-                log.info("cycle %d of %s: %d evaluations of the frozen weights carried from cycle(s) %d-%d",
-                         cycle, spec.key, len(cache), earlier.start, cycle - 1)
+            if same_task:  # each earlier cycle's file holds its own round's and names the ones before it
+                cache, cache_files = RolloutCache.from_chain(prev_dir / FROZEN_CACHE)
+                log.info("cycle %d of %s: %d evaluations of the frozen weights carried from %d earlier cycle(s)",
+                         cycle, spec.key, len(cache), len(cache_files))
             carried = set(cache.entries)
         log.info("cycle %d of %s: fast round on %s (%s, budget %d)", cycle, spec.key, task_name,
                  fast_cfg.proposer, fast_cfg.budget())
@@ -397,7 +397,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         if frozen and cache is not None:
             # this round's new evaluations only: a file holding every earlier round's too grew by a
             # round every cycle, and every cycle's was kept (quadratic in a run's cycles)
-            fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id, skip=carried)
+            fast_summary["cached_evaluations"] = cache.to_json(out_dir / FROZEN_CACHE, weights_id, skip=carried,
+                                                                earlier=cache_files)
             fast_summary["carried_evaluations"] = len(carried)
     if scratch.exists():
         (scratch / ROUND_DONE).unlink(missing_ok=True)  # the cycle succeeded: nothing to resume

@@ -132,7 +132,8 @@ class RunSpec:
     def same_task_before(self, cycle: int) -> range:
         """The cycles right before `cycle` that train on its task, none of another task between
         (a continual run's cycles on the task it is on now). A GEPA-only cycle reads their
-        evaluations (`fastslow.cycle.FROZEN_CACHE`)."""
+        evaluations (`fastslow.cycle.FROZEN_CACHE`, each file naming the earlier ones), and its
+        job lists those files as inputs."""
         start = cycle
         while start > 0 and self.schedule[start - 1] == self.schedule[cycle]:
             start -= 1

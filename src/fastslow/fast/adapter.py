@@ -99,18 +99,22 @@ class RolloutCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def to_json(self, path: str | Path, weights_id: str,
-                skip: Collection[tuple[str, str, str]] = ()) -> int:
+    def to_json(self, path: str | Path, weights_id: str, skip: Collection[tuple[str, str, str]] = (),
+                earlier: Sequence[str | Path] = ()) -> int:
         """Write the entries of `weights_id` to `path` as plain evaluations (score and trajectory;
         no token ids, no reuse/prefetch/slow-loop flags), so that the next round on the same frozen
         weights, in another job (a GEPA-only run's next cycle), serves them as free cache hits
-        (`from_json`) instead of re-generating its carried-over contexts. `skip`: keys not to
-        write (those read from earlier files, which the next round reads too). Returns the count."""
+        (`from_chain`) instead of re-generating its carried-over contexts. `skip`: keys not to
+        write, those read from the `earlier` files, which the file names (relative to its own
+        directory) for the next round to read too. Returns the count written."""
+        import os
+
         from fastslow.io import write_json
 
         rows = [{"context_hash": h, "problem_id": pid, "score": v.score, "trajectory": v.trajectory}
                 for (h, pid, wid), v in self.carried(weights_id).entries.items() if (h, pid, wid) not in skip]
-        write_json({"weights_id": weights_id, "entries": rows}, path)
+        before = [os.path.relpath(e, Path(path).parent) for e in earlier]
+        write_json({"weights_id": weights_id, "earlier": before, "entries": rows}, path)
         return len(rows)
 
     def carried(self, weights_id: str) -> RolloutCache:
@@ -127,17 +131,35 @@ class RolloutCache:
                              if key[2] == weights_id and v.paid})
 
     @classmethod
-    def from_json(cls, *paths: str | Path) -> RolloutCache:
-        """A cache holding what `to_json` wrote to `paths` (each under the weights id it was
-        written with; a later file's entry replaces an earlier one's)."""
+    def from_json(cls, path: str | Path) -> RolloutCache:
+        """A cache holding what `to_json` wrote to `path` (under the weights id it was written
+        with), without the earlier files it names (`from_chain` reads those too)."""
+        return cls(cls._read(Path(path))[0])
+
+    @classmethod
+    def from_chain(cls, path: str | Path) -> tuple[RolloutCache, list[Path]]:
+        """What `to_json` wrote to `path` and to the earlier files it names (a GEPA-only run's
+        earlier cycles on its task, each holding its own round's new evaluations), and those
+        files, oldest first, `path` last. One file holding every earlier round's evaluations again
+        grew by a round every cycle, and every cycle's was kept: quadratic in a run's cycles."""
+        import os
+
+        path = Path(path)
+        entries, earlier = cls._read(path)
+        files = [Path(os.path.normpath(path.parent / e)) for e in earlier]
+        cache = cls()
+        for f in files:
+            cache.entries.update(cls._read(f)[0])
+        cache.entries.update(entries)
+        return cache, [*files, path]
+
+    @staticmethod
+    def _read(path: Path) -> tuple[dict[tuple[str, str, str], Scored], list[str]]:
         import json
 
-        entries: dict[tuple[str, str, str], Scored] = {}
-        for path in paths:
-            data = json.loads(Path(path).read_text())
-            entries.update({(e["context_hash"], e["problem_id"], data["weights_id"]): Scored(float(e["score"]), e["trajectory"])
-                            for e in data["entries"]})
-        return cls(entries)
+        data = json.loads(path.read_text())
+        return ({(e["context_hash"], e["problem_id"], data["weights_id"]): Scored(float(e["score"]), e["trajectory"])
+                 for e in data["entries"]}, data.get("earlier", []))
 
     def sampled(self, contexts: Sequence[str], problems: Sequence[Problem],
                 weights_id: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
