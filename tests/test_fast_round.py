@@ -771,6 +771,29 @@ def test_a_gepa_runs_later_cycles_serve_its_carried_contexts_from_the_earlier_on
     run_cycle(switched, config, 1, tiny_model_dir, tmp_path / "cycle0", train, tmp_path / "switched1")
     fast_switched = json.loads((tmp_path / "switched1" / "fast.json").read_text())
     assert fast_switched["seed_generations"] == len(val_ids)
+    assert json.loads((tmp_path / "switched1" / FROZEN_CACHE).read_text())["earlier"] == []  # a chain of its own
+
+
+def test_a_gepa_cycle_reads_the_chain_of_its_tasks_earlier_cycles_and_names_a_missing_link(tmp_path: Path) -> None:
+    """The cycles a GEPA-only cycle's job lists as inputs (`same_task_before`, common.smk) are
+    the chain its file names: back to the last task switch of a continual run. A missing link is
+    one line naming it and the file that names it."""
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import RolloutCache
+    from fastslow.fast.adapter import Scored
+
+    spec = RunSpec(experiment="e", method="gepa", name="r", schedule=("a", "a", "b", "b", "a"), seed=0)
+    assert [list(spec.same_task_before(c)) for c in range(5)] == [[], [0], [], [2], []]
+    files = [tmp_path / f"c{i}" / "fast_cache.json" for i in range(3)]
+    for i, f in enumerate(files):
+        f.parent.mkdir()
+        RolloutCache({(f"h{i}", "p", "w"): Scored(0.5, {"completion": str(i)})}).to_json(f, "w", earlier=files[:i])
+    cache, read = RolloutCache.from_chain(files[2])
+    assert read == files and sorted(cache.entries) == [("h0", "p", "w"), ("h1", "p", "w"), ("h2", "p", "w")]
+    files[0].unlink()
+    with pytest.raises(FileNotFoundError, match=r"c2/fast_cache.json names the earlier evaluations .*c0/fast_cache.json, "
+                                                r"which are missing: run again the cycle that wrote them"):
+        RolloutCache.from_chain(files[2])
 
 
 def test_a_rounds_time_includes_loading_its_sampler(tiny_model_dir: Path, tmp_path: Path,

@@ -1330,8 +1330,8 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     ax.legend(fontsize=8)
     _suptitle(fig, f"Fig 10 — rollout reuse on {task_label(task)}")
     notes = ["" if rl.height else f"No RL-only run on {task_label(task)} (experiment efficiency) to compare with.",
-             f"RL-only (efficiency's run, to step {rl_steps}) is drawn and timed up to step {last_step}, the "
-             "reuse runs' last." if cut and rl.height else "",
+             f"RL-only (efficiency's run, to step {rl_steps}) is drawn" + (" and timed" if "rl" in per_step else "")
+             + f" up to step {last_step}, the reuse runs' last." if cut and rl.height else "",
              "CPU: the share of their threads' time the cycles got (100%: the cores to themselves; more than "
              f"{CPU_SHARE_RATIO:g}x apart, the wall times differ by load)." if shares else ""]
     _footnote(fig, [df, rl] if rl.height else [df], " ".join(n for n in notes if n))

@@ -52,7 +52,7 @@ rule cycle_frozen:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
         pool=f"{RUN}/cycle{{cycle}}/pool.json",
         summary=f"{RUN}/cycle{{cycle}}/cycle.json",
-        cache=f"{RUN}/cycle{{cycle}}/fast_cache.json",  # its evaluations, free for the next cycle's round
+        cache=f"{RUN}/cycle{{cycle}}/fast_cache.json",  # its round's new evaluations, free for later cycles' rounds
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
     benchmark:

@@ -85,7 +85,7 @@ class Scored:
 @dataclass
 class RolloutCache:
     """(context hash, problem id, weights id) -> Scored. Share one across rounds with frozen
-    weights (GEPA-only: in one process, or from job to job through `to_json`/`from_json`); a new
+    weights (GEPA-only: in one process, or from job to job through `to_json`/`from_chain`); a new
     weights id makes every entry stale without clearing anything."""
 
     entries: dict[tuple[str, str, str], Scored] = field(default_factory=dict)
@@ -149,6 +149,9 @@ class RolloutCache:
         files = [Path(os.path.normpath(path.parent / e)) for e in earlier]
         cache = cls()
         for f in files:
+            if not f.exists():  # else a bare FileNotFoundError, the file that named it unsaid
+                raise FileNotFoundError(f"{path} names the earlier evaluations {f}, which are missing: "
+                                        f"run again the cycle that wrote them, and the cycles after it")
             cache.entries.update(cls._read(f)[0])
         cache.entries.update(entries)
         return cache, [*files, path]
