@@ -897,6 +897,15 @@ def test_fig10_draws_rl_only_on_the_task_as_its_reference(tmp_path, saved):
     assert max(saved[0].axes[0].lines[-1].get_xdata()) == 6
     assert any("RL-only (efficiency's run, to step 10) is drawn and timed up to step 6, the reuse runs' last."
                in _unwrapped(t) for t in saved[0].texts)
+    # an RL-only run with no evaluated cycle by then is drawn (its step-0 point) but has no bar
+    sparse = _set(_rows("efficiency", "rl", "hover_hard", [0.1, 0.2, 0.3], steps_per_cycle=8), "cycle_seconds",
+                  [None, 60.0, 60.0])
+    saved.clear()
+    numbers = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                             "efficiency": pl.DataFrame(sparse).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    assert "rl" not in numbers["seconds_per_step"]
+    assert any("RL-only (efficiency's run, to step 16) is drawn up to step 6, the reuse runs' last." in _unwrapped(t)
+               for t in saved[0].texts)
     saved.clear()
     figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
     assert "RL" not in _bar_heights(saved[0].axes[1])
