@@ -268,9 +268,9 @@ def cycle_inputs(wc):
         if spec.trains:
             inputs.update(model=f"{prev}/model", state=f"{prev}/trainer_state",
                           rollouts=f"{prev}/rollouts.parquet")
-        elif spec.fast and spec.same_task_before(c):  # gepa: the frozen weights' evaluations so far,
-            # each cycle's file its own round's (`fastslow.cycle.FROZEN_CACHE`)
-            inputs["cache"] = [f"{layout.cycle_dir(spec, i)}/fast_cache.json" for i in spec.same_task_before(c)]
+        elif spec.fast and (earlier := spec.same_task_before(c)):  # gepa: the frozen weights' evaluations
+            # so far, each cycle's file its own round's (`fastslow.cycle.FROZEN_CACHE`)
+            inputs["cache"] = [f"{layout.cycle_dir(spec, i)}/fast_cache.json" for i in earlier]
     return inputs
 
 
