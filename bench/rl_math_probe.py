@@ -79,24 +79,26 @@ def _tokenizer(model_dir: Path) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="math_easy")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--cycle-steps", type=int, default=10, help="T; steps are run as cycles")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--val", type=int, default=32)
-    parser.add_argument("--train", type=int, default=256)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--problems-per-step", type=int, default=4)
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--steps", type=environment.at_least(1), default=30)
+    parser.add_argument("--cycle-steps", type=environment.at_least(1), default=10, help="T; steps are run as cycles")
+    parser.add_argument("--seeds", type=environment.at_least(0), nargs="+", default=[0, 1])
+    parser.add_argument("--val", type=environment.at_least(1), default=32)
+    parser.add_argument("--train", type=environment.at_least(1), default=256)
+    parser.add_argument("--k", type=environment.at_least(1), default=4)
+    parser.add_argument("--problems-per-step", type=environment.at_least(1), default=4)
+    parser.add_argument("--generations", type=environment.at_least(1), default=4)
+    parser.add_argument("--max-new-tokens", type=environment.at_least(1), default=48)
     parser.add_argument("--temperature", type=float, default=0.5, help="rollouts and evaluation")
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--beta", type=float, default=0.001)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 on a busy CPU)")
+    parser.add_argument("--threads", type=environment.at_least(1), default=1, help="torch threads (1 on a busy CPU)")
     parser.add_argument("--out", type=Path, default=Path("results/bench/rl_probe.json"))
     parser.add_argument("--work", type=Path, default=Path("results/bench/rl_probe"))
     parser.add_argument("--merge", type=Path, nargs="+", help="combine these reports (seeds run in "
                         "parallel processes) into --out, and stop")
     args = parser.parse_args()
+    if args.steps % args.cycle_steps:  # before the model is prepared, not after
+        parser.error(f"--steps must be a multiple of --cycle-steps, got {args.steps} and {args.cycle_steps}")
     if args.merge:
         merge(args.merge, args.out)
         return
@@ -107,8 +109,6 @@ def main() -> None:
                         datefmt="%H:%M:%S")
     if not (MODEL_DIR / "config.json").exists():
         prepare_base_model(SMOLLM2_SPEC, MODEL_DIR)
-    if args.steps % args.cycle_steps:
-        raise SystemExit("--steps must be a multiple of --cycle-steps")
 
     task = get_task(args.task)
     train = task.problems("train", args.train, seed=1234)

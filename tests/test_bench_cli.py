@@ -123,6 +123,19 @@ def test_bench_call_cost_rejects_bad_arguments(tmp_path: Path, args: list[str], 
     assert named in error_line(proc, "bench_call_cost.py")
     assert not (tmp_path / "call_cost.json").exists()
 
+@pytest.mark.parametrize(("args", "named"), [
+    (["--steps", "0"], "--steps: must be an integer >= 1, got 0"),  # ran no cycle, then failed on its state
+    (["--cycle-steps", "0"], "--cycle-steps: must be an integer >= 1, got 0"),  # divided by zero
+    (["--steps", "25"], "--steps must be a multiple of --cycle-steps, got 25 and 10"),
+    (["--seeds", "-1"], "--seeds: must be an integer >= 0, got -1"),
+])
+def test_rl_math_probe_rejects_bad_arguments_before_preparing_the_model(tmp_path: Path, args: list[str],
+                                                                       named: str) -> None:
+    proc = run_script("rl_math_probe.py", [*args, "--out", str(tmp_path / "probe.json")], tmp_path)
+    assert named in error_line(proc, "rl_math_probe.py")
+    assert not (tmp_path / "results").exists()  # the model (results/bench/...) was not prepared first
+
+
 
 def load(name: str) -> ModuleType:
     """A bench/ script as a module, imported as it runs: with bench/ on sys.path for its siblings."""
