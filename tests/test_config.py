@@ -100,6 +100,8 @@ BAD = [
     ({"generation": {"backend": "tgi"}}, "generation.backend"),
     ({"generation": {"top_p": 1.5}}, "generation.top_p: expected a number <= 1"),
     ({"generation": {"temperature": -1}}, "generation.temperature"),
+    ({"generation": {"temperature": 1e-40}}, "generation.temperature: expected 0 (greedy) or a number >= 0.001, got 1e-40"),
+    ({"slow": {"temperature": 1e-40}}, "slow.temperature: expected a number >= 0.001, got 1e-40"),
     ({"evaluation": {"k": 0}}, "evaluation.k"),
     ({"mlflow_experiment": 3}, "mlflow_experiment: expected a string"),
     ({"data": {"options": {"physics": {"rel_tol": "tight"}}}},

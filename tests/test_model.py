@@ -345,8 +345,10 @@ def test_model_fingerprint_follows_the_files_of_a_local_directory(tiny_model_dir
 # --- HF generation on the tiny model -------------------------------------------------------
 
 @pytest.mark.parametrize(("kwargs", "expected"), [
-    ({"temperature": -0.5}, "SamplingParams.temperature: expected a finite number >= 0 (0: greedy), got -0.5"),
-    ({"temperature": float("inf")}, "SamplingParams.temperature: expected a finite number >= 0 (0: greedy), got inf"),
+    ({"temperature": -0.5}, "SamplingParams.temperature: expected 0 (greedy) or a finite number >= 0.001, got -0.5"),
+    ({"temperature": float("inf")}, "SamplingParams.temperature: expected 0 (greedy) or a finite number >= 0.001, got inf"),
+    # logits / 1e-40 overflow: NaN probabilities, one token drawn every time, rewards silently 0
+    ({"temperature": 1e-40}, "SamplingParams.temperature: expected 0 (greedy) or a finite number >= 0.001, got 1e-40"),
     ({"top_p": 0.0}, "SamplingParams.top_p: expected a number in (0, 1], got 0.0"),
     ({"top_p": 1.5}, "SamplingParams.top_p: expected a number in (0, 1], got 1.5"),
     ({"max_new_tokens": 0}, "SamplingParams.max_new_tokens: expected an integer >= 1, got 0"),

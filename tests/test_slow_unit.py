@@ -30,6 +30,7 @@ def test_defaults_are_paper_values() -> None:
     ({"micro_batch_size": 3, "num_generations": 4, "problems_per_step": 2}, "micro_batch_size"),
     ({"vllm_mode": "server"}, "vllm_mode"),
     ({"top_p": 0.0}, "top_p"),
+    ({"temperature": 1e-40}, "temperature"),  # the loss's logits / T overflow: NaN
 ])
 def test_config_rejects_bad_values_naming_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=rf"SlowConfig\.{field}: expected"):

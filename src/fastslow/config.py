@@ -46,6 +46,12 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message is one line naming the key."""
 
 
+#: The lowest sampling temperature but 0 (greedy). Below it sampling is greedy in all but name, and
+#: near 1e-38 the logits divided by it overflow: every token's probability is NaN, the same token is
+#: drawn each time and every reward is silently 0.
+MIN_TEMPERATURE = 1e-3
+
+
 def is_number(value: Any) -> bool:
     """An int or float, not a bool (and not text: YAML 1.1 reads `1e-6` as a string)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -320,6 +326,10 @@ def _check_semantics(config: dict[str, Any]) -> None:
                           f"{config['mlflow_experiment']!r}")
     _check_model_name(config)
     _check_chat_template_kwargs(config)
+    temperature = config["generation"]["temperature"]
+    if 0 < temperature < MIN_TEMPERATURE:  # the schema's minimum is 0, which is greedy
+        raise ConfigError(f"config error: generation.temperature: expected 0 (greedy) or a number >= "
+                          f"{MIN_TEMPERATURE}, got {temperature!r}")
     slow, fast = config["slow"], config["fast"]
     k, g = fast["pool_size"], slow["num_generations"]
     if g % k:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from fastslow.config import is_number
+from fastslow.config import MIN_TEMPERATURE, is_number
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class SamplingParams:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) \
                 or self.max_new_tokens < 1:
             raise bad("max_new_tokens", "an integer >= 1")
-        if not (is_number(self.temperature) and 0 <= self.temperature < math.inf):
-            raise bad("temperature", "a finite number >= 0 (0: greedy)")
+        if not (is_number(self.temperature) and (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf)):
+            raise bad("temperature", f"0 (greedy) or a finite number >= {MIN_TEMPERATURE}")
         if not (is_number(self.top_p) and 0 < self.top_p <= 1):
             raise bad("top_p", "a number in (0, 1]")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from fastslow.config import is_number, micro_batch_fits, prompt_groups_fit
+from fastslow.config import MIN_TEMPERATURE, is_number, micro_batch_fits, prompt_groups_fit
 from fastslow.hardware import native_bf16_available
 
 BASELINES = ("problem", "prompt")
@@ -125,7 +125,7 @@ class SlowConfig:
             raise bad("warmup_steps", "an integer >= 0")
         expected = {"lr": "a positive float", "beta": "a float >= 0",
                     "epsilon_high": "a positive float (the importance-weight cap, e.g. 4.0)",
-                    "temperature": "a positive float", "top_p": "a float in (0, 1]",
+                    "temperature": f"a float >= {MIN_TEMPERATURE}", "top_p": "a float in (0, 1]",
                     "weight_decay": "a float", "adam_beta1": "a float", "adam_beta2": "a float",
                     "vllm_gpu_memory_utilization": "a float in (0, 1)"}
         for name, what in expected.items():
@@ -142,7 +142,7 @@ class SlowConfig:
             raise bad("beta", expected["beta"])
         if not self.epsilon_high > 0:
             raise bad("epsilon_high", expected["epsilon_high"])
-        if not self.temperature > 0:
+        if not self.temperature >= MIN_TEMPERATURE:  # below, the loss's logits / T overflow near 1e-38
             raise bad("temperature", expected["temperature"])
         if not 0 < self.top_p <= 1:
             raise bad("top_p", expected["top_p"])
