@@ -994,6 +994,21 @@ def test_a_warmup_longer_than_a_run_is_a_config_warning(caplog):
         "trains at lr x s/4)"]
 
 
+@pytest.mark.parametrize(("overrides", "named"), [
+    ({"experiments": {"ablations": {"overrides": {"slow": {"warmup_steps": 1, "steps_per_cycle": 1}}}}},
+     "config error: experiments.ablations (variant k1): slow.warmup_steps 1 with runs of 1 RL step"),
+    ({"experiments": {"stargraph": {"cycles": 1, "overrides": {"slow": {"steps_per_cycle": 1}}}}},  # W = 2 > 1
+     "config error: experiments.stargraph: slow.warmup_steps 2 with runs of 1 RL step"),
+])
+def test_a_one_step_run_with_a_warmup_is_a_config_error(overrides, named):
+    """Its only step trains at lr x 0/W: the run's weights were its initial ones, silently."""
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "config.yaml", overrides=overrides)
+    assert str(err.value).startswith(named) and "\n" not in str(err.value)
+    load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"ablations": {  # no warm-up: trains
+        "overrides": {"slow": {"warmup_steps": 0, "steps_per_cycle": 1}}}}})
+
+
 def test_every_stage_end_of_a_continual_run_is_evaluated():
     """3 cycles a stage, a point every 2 cycles: the stages' last cycles (2, 5) are points too."""
     from fastslow.experiments import expand

@@ -499,7 +499,8 @@ def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None
     slow.warmup_steps W exceed their RL steps, cycles x slow.steps_per_cycle: the lr scheduler
     (HF `constant_with_warmup`, carried over a run's cycles) trains step s < W at lr x s/W, so
     their learning rate never reaches slow.lr. One line per experiment and step count, naming its
-    variants but the default; a shared run's warning is the earlier run's."""
+    variants but the default; a shared run's warning is the earlier run's. A run of one RL step
+    with W >= 1 is an error: its only step trains at lr 0, so its weights never change."""
     short: dict[tuple[Any, ...], list[str]] = {}
     seen: set[tuple[str, str]] = set()
     for run in runs.values():
@@ -507,6 +508,11 @@ def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None
             continue
         seen.add((run.experiment, run.variant))  # the cycle count and slow section are the variant's
         slow = run.settings(config)["slow"]
+        if slow["warmup_steps"] >= 1 and run.cycles * slow["steps_per_cycle"] == 1:
+            where = f"experiments.{run.experiment}" + ("" if run.variant == "default" else f" (variant {run.variant})")
+            raise _err(f"{where}: slow.warmup_steps {slow['warmup_steps']} with runs of 1 RL step (1 cycle x 1 "
+                       f"slow.steps_per_cycle): that step trains at lr 0 (step s < W trains at lr x s/W), so the "
+                       f"weights never change; set slow.warmup_steps: 0 there, or run more steps")
         if slow["warmup_steps"] > run.cycles * slow["steps_per_cycle"]:
             key = (run.experiment, slow["warmup_steps"], run.cycles, slow["steps_per_cycle"], slow["lr"])
             short.setdefault(key, []).append(run.variant)
