@@ -263,6 +263,31 @@ def test_fig7s_claim_leaving_zero_reward(rl, fst, measured, verdict, note):
         assert claim["measured"] == pytest.approx(measured)
 
 
+def test_evaluations_of_one_problem_give_no_verdict():
+    """evaluation.max_problems: 1 (or data.sizes.val: 1): the paired noise bound had no standard
+    error and the rule lapsed, so the ratio below read "reproduced", any difference counting;
+    and Fig 7 blamed an old table for its missing standard errors."""
+    rl, fst = [0.0, 0.25, 0.5, 0.5], [0.0, 0.5, 0.5, 0.5]
+    rows = _rows("efficiency", "rl", "math", rl, problems=[_problems([v]) for v in rl])
+    rows += _rows("efficiency", "fst", "math", fst, problems=[_problems([v]) for v in fst])
+    claims = {r["claim"]: r for r in build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})}
+    ratio = claims["sample_efficiency_ratio"]
+    assert ratio["measured"] == pytest.approx(2.0) and ratio["verdict"] == "undetermined", ratio
+    assert ratio["note"].endswith("the evaluations of FST at step 10, where it reaches RL's peak, and of RL at its "
+                                  "best by then (step 10) differ by +0.250, with no evaluation noise to judge that by: "
+                                  "one problem in common has no standard error (evaluation.max_problems and "
+                                  "data.sizes.val of 2 or more give one)"), ratio["note"]
+    gap = claims["asymptote_gap"]
+    assert gap["verdict"] == "undetermined" and "one problem in common has no standard error" in gap["note"]
+    rows = []
+    for method, values in (("rl", [0, 0, 0, 0]), ("fst", [0, 1.0, 1.0, 1.0])):
+        rows += _rows("stargraph", method, "stargraph", values, problems=[_problems([v]) for v in values])
+    (claim,) = build_claims({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)})
+    assert claim["verdict"] == "undetermined" and "one problem evaluated, so no standard errors" in claim["note"], claim
+    assert "one problem in common has no standard error" in claim["note"]
+    assert "built before they were kept" not in claim["note"]
+
+
 def test_a_tie_in_the_steps_to_peak_ratio_is_no_verdict():
     """Both reaching RL's peak at one evaluation read "not reproduced" with no noise test, while
     a slower FST within noise read "undetermined": a tie now says that the evaluations cannot

@@ -47,10 +47,13 @@ def paired_noise_bound(a: Mapping[str, float], b: Mapping[str, float], z: float 
     """z standard errors of the difference of two evaluations on the same problems: `a` and `b`
     map problem id -> mean reward; the standard error is the spread (ddof 1) of the per-problem
     differences over the square root of their number (problems are the unit, and pairing removes
-    what the two share: which problems are hard). NaN with fewer than two common problems."""
+    what the two share: which problems are hard). NaN when either has no per-problem means (a
+    table from before they were kept: the noise rule lapses); inf when both have them but fewer
+    than two problems in common (one problem evaluated: no standard error, so no difference
+    stands out of noise)."""
     common = sorted(a.keys() & b.keys())
     if len(common) < 2:
-        return float("nan")
+        return math.inf if a and b else float("nan")
     d = np.array([b[i] - a[i] for i in common], dtype=float)
     return float(z * np.std(d, ddof=1) / np.sqrt(len(d)))
 

@@ -147,11 +147,28 @@ def _best_step(norm: pl.DataFrame) -> tuple[float, float, int | None]:
 
 
 def _noise_note(observed: float, bound: float, which: str = "final evaluations") -> str:
-    """The note of two measurements (`which`) too close to judge, or ""."""
+    """The note of two measurements (`which`) too close to judge, or "". An infinite `bound`
+    (`paired_noise_bound` of one problem) judges nothing: one problem has no standard error."""
     if math.isnan(observed) or math.isnan(bound) or abs(observed) > bound:
         return ""
+    if math.isinf(bound):
+        return _one_problem_note(f"the {which} differ by {observed:+.3f}")
     return (f"within evaluation noise: the {which} differ by {observed:+.3f}, at most 2 standard "
             f"errors of their paired difference ({bound:.3f})")
+
+
+def _one_problem(table: pl.DataFrame | None, task: str) -> bool:
+    """Whether `table`'s evaluations on `task` kept per-problem means of one problem each."""
+    if table is None or "problem_ids" not in table.columns:
+        return False
+    sizes = table.filter(pl.col("eval_task") == task)["problem_ids"].drop_nulls().list.len()
+    return bool(sizes.len()) and int(sizes.max()) < 2
+
+
+def _one_problem_note(what: str) -> str:
+    """Why `what` has no verdict when the evaluations share one problem (`paired_noise_bound` inf)."""
+    return (f"{what}, with no evaluation noise to judge that by: one problem in common has no standard "
+            f"error (evaluation.max_problems and data.sizes.val of 2 or more give one)")
 
 
 def _sign_note(gap: float, final: float) -> str:
@@ -222,6 +239,8 @@ def _escape_row(task: str, rl: pl.DataFrame, fst: pl.DataFrame, runs: str,
     last = {m: int(c["step"].max()) for m, c in (("rl", rl), ("fst", fst))}
     plain = "" if np.isfinite(np.concatenate([rl["mean_at_k_se"].to_numpy(), fst["mean_at_k_se"].to_numpy()])).any() \
         else "; no standard errors in this table (built before they were kept): any reward counts"
+    if plain and _one_problem(table, task):
+        plain = "; one problem evaluated, so no standard errors: any reward counts"
     if math.isnan(first["fst"]):
         if math.isnan(first["rl"]):
             return _row("zero_reward_escape", task, float("nan"), runs, note=(
@@ -304,7 +323,7 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
             f"{len(cycles.get('no_reuse', []))} and {len(cycles.get('reuse', []))} cycles); "
             + ("no reward for either: whether reuse keeps the reward is untested" if no_reward(df["mean_at_k"]) else
                f"final mean@k with reuse {final['reuse'] - final['no_reuse']:+.3f} against without"
-               + ("" if math.isnan(bound) else f" (2 standard errors of the paired difference: {bound:.3f})")))
+               + (f" (2 standard errors of the paired difference: {bound:.3f})" if math.isfinite(bound) else "")))
     noise, counts = "", {v: len(cycles.get(v, [])) for v in ("no_reuse", "reuse")}
     unequal = unequal_cpu({v: s for v, s in cpu_shares(df).items() if v in ("reuse", "no_reuse")}, label=str)
     if unequal:  # a busy machine while one variant ran: the cycles' spread cannot tell that from reuse
@@ -428,6 +447,8 @@ def _kl_noise(eff: pl.DataFrame, task: str, rl: pl.DataFrame, fst: pl.DataFrame,
                                  for m in ("rl", "fst")))
     if math.isnan(bound):
         return ""
+    if math.isinf(bound):  # one problem: no standard error to lower the matched reward by
+        return _one_problem_note("FST and RL are matched at a reward")
     credited = "rl" if measured > 0 else "fst"
     lenient = {**{m: at[m][0] for m in at}, credited: kl_to_reach(kl[credited], r[credited], level - bound)[0]}
     if math.isnan(lenient[credited]):
