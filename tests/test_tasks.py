@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import random
 import re
 import time
 from collections import Counter
@@ -521,6 +522,54 @@ def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
     assert partial.reward(p, '<answer>{"x": 1.0, "name": "abcdefgh"}</answer>') == 1.0
     assert partial.reward(p, "<answer>nonsense</answer>") == 0.0
     assert codeio.CodeIOTask(isolate=False).reward(p, near) == 0.0
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({"max_prompt_chars": 1}, "data.options.codeio.max_prompt_chars=1 (longer prompts)"),
+    ({"item_timeout": 1e-6}, "data.options.codeio.item_timeout=1e-06 (the program failed or ran out of CPU seconds)"),
+])
+def test_a_codeio_option_that_rejects_every_program_is_named(options: dict[str, Any], named: str) -> None:
+    """A setting the config check accepts but no program passes: the error blamed the problem
+    space ("widen the generator") after running every program; it names the setting, across the
+    worker's process boundary."""
+    from fastslow.tasks import codeio
+
+    with pytest.raises(TaskDataError) as err:
+        codeio.CodeIOTask(**options).problems_for_splits({"val": 1}, 0)
+    assert str(err.value).startswith("codeio: only 0 distinct val problems after ")
+    assert str(err.value).endswith(f" left were rejected by {named}"), str(err.value)
+
+
+def test_a_codeio_program_whose_prompt_is_too_long_anyway_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its question holds the program's text, so one longer than max_prompt_chars with an empty
+    input is rejected whatever it outputs: not run. The bound never exceeds the real question."""
+    from reasoning_gym.code.codeio import OUTPUT_PREDICTION_PROMPT_TEMPLATE
+
+    from fastslow.tasks import codeio
+
+    task = codeio.CodeIOTask(isolate=False)
+    ds = task.dataset(task.sources[0], 5)
+    checked = 0
+    for idx in range(40):
+        program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)
+        if codeio.reaches_outside(program):
+            continue
+        item = codeio._run_item(ds, idx, 7, 2.0)
+        if item is None or "Can you predict the output" not in item["question"]:
+            continue
+        bound = OUTPUT_PREDICTION_PROMPT_TEMPLATE.format(program["task_description"], program["input_output_spec"],
+                                                         "", program["code_sample"])
+        assert len(bound) < len(item["question"])
+        checked += 1
+    assert checked >= 5
+    ran = []
+    real = codeio._run_item
+    monkeypatch.setattr(codeio, "_run_item", lambda *a: ran.append(a) or real(*a))
+    with pytest.raises(TaskDataError, match="max_prompt_chars=1 "):
+        codeio.CodeIOTask(isolate=False, max_prompt_chars=1).problems("val", 1, seed=0)
+    assert not ran
+    codeio.CodeIOTask(isolate=False, max_prompt_chars=2500).problems("val", 1, seed=0)
+    assert ran  # the check is not what stopped every run
 
 
 def test_codeio_generated_splits(codeio_dir: Path) -> None:

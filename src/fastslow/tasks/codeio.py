@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fastslow.tasks.base import SPLITS, Judgement, Problem, TaskDataError, extract_answer
-from fastslow.tasks.generated import Candidate, split_of, stable_int
+from fastslow.tasks.generated import OTHER_SPLIT, Candidate, split_of, stable_int
 from fastslow.tasks.rgym import ReasoningGymTask, Source, jsonable, quiet, rg_score
 from fastslow.tasks.scoring import json_diff, json_equal, parse_json_value
 
@@ -284,13 +284,22 @@ class CodeIOTask(ReasoningGymTask):
         # programs owned by another split are skipped without executing anything.
         program = random.Random(ds.seed + idx).choice(type(ds)._jsonl_data)
         if split_of(program_id(program["task_description"])) != split:  # the key `convert` gives it
-            return None
+            return self.skip(OTHER_SPLIT)
         if reaches_outside(program):
             return None
+        # The question holds the program's text: one longer than max_prompt_chars with an empty input
+        # is rejected by `convert` whatever the program outputs, so it is not run: 469 programs of the
+        # CPU default's train split at 2500 (its 256 problems, and val's and test's, came out the same).
+        from reasoning_gym.code.codeio import OUTPUT_PREDICTION_PROMPT_TEMPLATE as question_of
+
+        if len(question_of.format(program["task_description"], program["input_output_spec"], "",
+                                     program["code_sample"])) > self.max_prompt_chars:
+            return self.skip(f"data.options.{self.name}.max_prompt_chars={self.max_prompt_chars} (longer prompts)")
         global_seed = stable_int("codeio-globals", ds_seed, idx, bits=32)
         item = _run_item(ds, idx, global_seed, self.item_timeout)
         if item is None:
-            return None
+            return self.skip(f"data.options.{self.name}.item_timeout={self.item_timeout} (the program failed or "
+                             f"ran out of CPU seconds)")
         if program["task_description"] not in item["question"]:
             raise RuntimeError("reasoning-gym codeio changed how it samples programs; update CodeIOTask.entry")
         if "Can you predict the output" in str(item["question"]) and not _reproducible(
@@ -310,8 +319,10 @@ class CodeIOTask(ReasoningGymTask):
             given_input = jsonable(meta["input_data"])
         except (TypeError, ValueError):
             return None
-        if len(answer) > self.max_answer_chars or len(question) > self.max_prompt_chars:
-            return None
+        if len(answer) > self.max_answer_chars:
+            return self.skip(f"data.options.{self.name}.max_answer_chars={self.max_answer_chars} (longer answers)")
+        if len(question) > self.max_prompt_chars:
+            return self.skip(f"data.options.{self.name}.max_prompt_chars={self.max_prompt_chars} (longer prompts)")
         cand = super().convert(item, source)
         cand.answer = answer
         cand.metadata = {"source": source.dataset, "input": given_input,

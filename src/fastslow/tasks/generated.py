@@ -17,6 +17,7 @@ appends).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import random
@@ -90,6 +91,10 @@ def _check_candidate(task: str, cand: Any) -> None:
                                 f"{type(value).__name__} ({value!r:.80}); it must be text: str({part})")
 
 
+#: The `skip` reason of a draw that belongs to another split (not a setting's doing).
+OTHER_SPLIT = "another split's problem"
+
+
 class GeneratedTask(TaskBase):
     """Base of the procedural tasks: subclasses implement `candidate` and `judge`.
 
@@ -119,6 +124,13 @@ class GeneratedTask(TaskBase):
         generator may use (split, seed, attempt) instead of `rng`."""
         raise NotImplementedError
 
+    def skip(self, reason: str) -> None:
+        """Count a candidate rejected for `reason`, a setting (`data.options.codeio.max_prompt_chars=1`),
+        which the error of a split that cannot be filled names when it rejected most tries.
+        Returns None, for `return self.skip(...)` in `candidate`."""
+        skipped = self.__dict__.setdefault("_skipped", collections.Counter())
+        skipped[reason] += 1
+
     def problems(self, split: str, n: int, seed: int) -> list[Problem]:
         """`n` problems of `split`, deterministic in (`seed`, task options), disjoint across splits."""
         if split not in SPLITS:
@@ -129,6 +141,7 @@ class GeneratedTask(TaskBase):
         seen: set[str] = set()
         limit = self.attempts_per_problem * n + 200
         attempt = 0
+        self._skipped: collections.Counter[str] = collections.Counter()
         start = time.monotonic()
         next_line = start + PROGRESS_SECONDS
         while len(out) < n:
@@ -139,6 +152,12 @@ class GeneratedTask(TaskBase):
                 log.info("%s %s: %d/%d problems after %d tries%s", self.name, split, done, n, attempt,
                          f", ~{left:.0f}s left" if done else "")
             if attempt >= limit:
+                other = self._skipped.pop(OTHER_SPLIT, 0)
+                reason, count = (self._skipped.most_common(1) or [("", 0)])[0]
+                if count and 2 * count >= limit - other:  # a setting rejected most of the split's own draws
+                    raise TaskDataError(f"{self.name}: only {len(out)} distinct {split} problems after {limit} "
+                                        f"tries (asked for {n}; {other} drew other splits' problems): {count} of "
+                                        f"the {limit - other} left were rejected by {reason}")
                 raise TaskDataError(
                     f"{self.name}: only {len(out)} distinct {split} problems after {limit} tries "
                     f"(asked for {n}); the generator's problem space is too small at difficulty "
@@ -148,7 +167,10 @@ class GeneratedTask(TaskBase):
             attempt += 1
             if cand is not None:
                 _check_candidate(self.name, cand)
-            if cand is None or split_of(cand.key if cand.key is not None else cand.prompt) != split:
+            if cand is not None and split_of(cand.key if cand.key is not None else cand.prompt) != split:
+                self.skip(OTHER_SPLIT)
+                continue
+            if cand is None:
                 continue
             digest = content_digest(cand.prompt, cand.answer)
             same = cand.key if cand.key is not None and self.key_names_one_problem else prompt_digest(cand.prompt)
