@@ -345,13 +345,18 @@ def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
         path = tmp_path / eval_point_file(spec, point, "math", results).removeprefix(results + "/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"k": 2, "mean@2": mean, "mean@2_se": 0.01, "best@2": mean + 0.1}))
-    for c in (1, 2):
+    for c in (0, 1, 2):  # (cycle 0's sequences count in the later points' samples)
         d = tmp_path / cycle_dir(spec, c, results).removeprefix(results + "/")
         d.mkdir(parents=True, exist_ok=True)
-        (d / "cycle.json").write_text(json.dumps({"seconds": 10.0 * c}))
+        (d / "cycle.json").write_text(json.dumps({"seconds": 10.0 * c, "rollouts_sampled": 30 + c}))
     rows = build_curves({spec.key: spec}, "efficiency", {"slow": {"steps_per_cycle": 100}, "fast": {}}, results)
-    got = [(r["cycle"], r["step"], r["train_task"], r["mean_at_k"], r["cycle_seconds"]) for r in rows]
-    assert got == [(-1, 0, None, 0.1, None), (1, 10, "math", 0.3, 10.0), (2, 15, "hover", 0.4, 20.0)]
+    got = [(r["cycle"], r["step"], r["train_task"], r["mean_at_k"], r["cycle_seconds"], r["rollouts_sampled"])
+           for r in rows]
+    assert got == [(-1, 0, None, 0.1, None, 0), (1, 10, "math", 0.3, 10.0, 30 + 31), (2, 15, "hover", 0.4, 20.0, 93)]
+    # a cycle file from before the count was kept: no count from that cycle on
+    (tmp_path / cycle_dir(spec, 1, results).removeprefix(results + "/") / "cycle.json").write_text("{}")
+    rows = build_curves({spec.key: spec}, "efficiency", {"slow": {"steps_per_cycle": 100}, "fast": {}}, results)
+    assert [r["rollouts_sampled"] for r in rows] == [0, None, None]
 
 
 def test_a_centred_rolling_mean_runs_from_the_first_point_to_the_last():

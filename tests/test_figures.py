@@ -28,7 +28,7 @@ def _rows(experiment, method, task, values, *, variant="default", init="base", t
                      "best_at_k": min(1.0, v + 0.2),
                      "k": 4, "kl_to_base": (kl[i] if kl else 0.01 * i), "entropy": 0.5, "mean_completion_tokens": 30.0,
                      "answered_fraction": 0.5, "truncated_fraction": 0.25, "cycle_seconds": 10.0,
-                     "cycle_cpu_share": None, "context_id": "seed", "eval_run_id": None, "cycle_run_id": None})
+                     "cycle_cpu_share": None, "rollouts_sampled": None, "context_id": "seed", "eval_run_id": None, "cycle_run_id": None})
     return rows
 
 

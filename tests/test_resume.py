@@ -337,6 +337,54 @@ def test_a_rerun_after_failed_slow_steps_takes_the_round_it_finished(tmp_path, m
     assert rounds == [0, 0, 0, 0, 0]
 
 
+def test_a_cycle_counts_the_sequences_both_loops_sampled(tmp_path, monkeypatch, tiny_model_dir):
+    """cycle.json's `rollouts_sampled`, the curves' samples axis: every sequence the round's
+    generator produced, plus the slow steps' rollouts but those the round served them (counted
+    once: generated in the round)."""
+    import types
+
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.fast.adapter
+    import fastslow.slow.loop
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    config["fast"].update(reuse_in_slow=True, reuse_steps=1)
+    made: list[int] = []
+    real = fastslow.fast.adapter.FastAdapter._generate
+
+    def counting(self, *args, **kwargs):  # every generate call of the round, by its sequences
+        original = self.generator.generate
+
+        def generate(convs, params):
+            made.append(len(convs))
+            return original(convs, params)
+
+        self.generator.generate = generate
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            self.generator.generate = original
+
+    monkeypatch.setattr(fastslow.fast.adapter.FastAdapter, "_generate", counting)
+
+    def slow_steps(model_dir, state_in, contexts, task, train_problems, cfg, out_dir, **kwargs):
+        Path(out_dir).mkdir(parents=True)
+        pl.DataFrame({"step": [0] * 8 + [1] * 8}).write_parquet(Path(out_dir) / "rollouts.parquet")
+        served = len(kwargs["round_rollouts"] or {})  # (context, problem) pairs the round sampled
+        return types.SimpleNamespace(metrics=[{"reused_rollouts": 3}, {"reused_rollouts": 0}]) if served \
+            else types.SimpleNamespace(metrics=[])
+
+    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", slow_steps)
+    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    summary = run_cycle(spec, config, 0, tiny_model_dir, None, train, tmp_path / "cycle0")
+    fast = json.loads((tmp_path / "cycle0" / "fast.json").read_text())
+    assert sum(made) == fast["generations"] + fast["slow_rollouts"] > 0 and fast["slow_rollouts"] > 0
+    assert summary["rollouts_sampled"] == sum(made) + 16 - 3
+
+
 def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, monkeypatch, tiny_model_dir):
     """Cycle c's round samples the weights cycle c-1 trained (FST), or the initial weights for a
     run that trains none (GEPA only): no test looked at which weights the round loaded, so a

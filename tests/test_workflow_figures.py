@@ -11,6 +11,7 @@ its jobs, ~10 s of start-up each, is gone).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import shlex
@@ -126,6 +127,14 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     assert set(no_reuse["run"]) == {"efficiency/fst/math-default-s0"} and set(no_reuse["experiment"]) == {"reuse"}
     assert no_reuse.filter(pl.col("cycle") >= 0)["cycle_seconds"].min() > 0
     assert 0 < reuse.filter(pl.col("cycle") >= 0)["cycle_cpu_share"].min()  # the CPU its cycles got
+    # a samples axis: each run's count grows with its points, and FST's round samples beyond RL's steps
+    eff = pl.read_parquet(work / "results/tables/curves/efficiency.parquet").filter(pl.col("eval_task") == "math")
+    for run in eff["run"].unique():
+        counts = eff.filter(pl.col("run") == run).sort("step")["rollouts_sampled"].to_list()
+        assert counts[0] == 0 and all(a < b for a, b in itertools.pairwise(counts)), (run, counts)
+    last = eff.filter(pl.col("step") == eff["step"].max())
+    assert last.filter(pl.col("method") == "fst")["rollouts_sampled"].min() > \
+        last.filter(pl.col("method") == "rl")["rollouts_sampled"].max(), last
     # the tiny model's rounds accept no context, so FST-distill's teacher is its student: it says so
     distill = work / "results/runs/ceiling/fst_distill/hover-default-s0"
     assert json.loads((distill / "cycle0/cycle.json").read_text())["teacher_is_student"] is True

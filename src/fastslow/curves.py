@@ -14,7 +14,7 @@ from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, ex
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
-                 "problem_means", "kl_to_base", "entropy", "answered_fraction", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "context_id",
+                 "problem_means", "kl_to_base", "entropy", "answered_fraction", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "rollouts_sampled", "context_id",
                  "eval_run_id", "cycle_run_id")
 
 
@@ -27,6 +27,7 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
     rows = []
     for spec in experiment_runs(runs, experiment, tasks, methods).values():
         steps = spec.settings(config)["slow"]["steps_per_cycle"]
+        sampled = _rollouts_sampled(spec, results)
         for task in spec.eval_tasks:
             if tasks is not None and task not in tasks:
                 continue
@@ -52,12 +53,29 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     "truncated_fraction": _number(ev.get("truncated_fraction")),
                     "cycle_seconds": info.get("seconds"),
                     # of its threads' time, the CPU the cycle got (None: on a GPU, or not recorded)
-                    "cycle_cpu_share": info.get("cpu_share"), "context_id": ev.get("context_id", "seed"),
+                    "cycle_cpu_share": info.get("cpu_share"),
+                    # sequences the run sampled up to the point, for training and its rounds
+                    "rollouts_sampled": 0 if cycle < 0 else sampled[cycle],
+                    "context_id": ev.get("context_id", "seed"),
                     # the MLflow runs of the evaluation and of the cycle behind the point (None:
                     # the initial weights' cycle, or files written before they were recorded)
                     "eval_run_id": ev.get("mlflow_run_id"), "cycle_run_id": info.get("mlflow_run_id"),
                 })
     return rows
+
+
+def _rollouts_sampled(spec: RunSpec, results: str) -> list[int | None]:
+    """Per cycle of `spec`, the sequences its cycles up to that one sampled, for training and the
+    fast round (`rollouts_sampled` of each cycle.json; a run started from another's weights counts
+    its own); None from a cycle whose file lacks it (or is missing) on."""
+    total: int | None = 0
+    out: list[int | None] = []
+    for cycle in range(spec.cycles):
+        path = Path(cycle_dir(spec, cycle, results), "cycle.json")
+        count = json.loads(path.read_text()).get("rollouts_sampled") if path.exists() else None
+        total = None if total is None or count is None else total + int(count)
+        out.append(total)
+    return out
 
 
 def _number(value: Any) -> float:

@@ -427,9 +427,26 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                   if spec.method == "fst_distill" else {}),
                "slow_reward_mean": _steps_mean(slow_metrics, "reward_mean"),
                # of its RL steps' completions, the share with an answer (reward 0 without: the format)
-               "slow_answered_fraction": _steps_mean(slow_metrics, "answered_fraction")}
+               "slow_answered_fraction": _steps_mean(slow_metrics, "answered_fraction"),
+               # sequences sampled for training and the round (evaluation's not): a samples axis
+               "rollouts_sampled": _rollouts_sampled(out_dir, slow_metrics, fast_summary)}
     write_json(summary, out_dir / CYCLE_FILE)
     return summary
+
+
+def _rollouts_sampled(out_dir: Path, metrics: list[dict[str, Any]], fast: Mapping[str, Any]) -> int:
+    """The sequences the cycle sampled, evaluation's not: its slow steps' rollouts
+    (`rollouts.parquet`) but those the round sampled for them (`reused_rollouts`), and the round's
+    own, its search's (`generations`; reused RL rollouts are not generated) and those it drew for
+    the slow steps (`slow_rollouts`). FST's steps count RL steps (README "What a step counts");
+    this counts what both loops sampled."""
+    rows = 0
+    if (out_dir / "rollouts.parquet").exists():
+        import polars as pl
+
+        rows = pl.scan_parquet(out_dir / "rollouts.parquet").select(pl.len()).collect().item()
+    served = sum(int(m.get("reused_rollouts") or 0) for m in metrics)
+    return rows - served + int(fast.get("generations", 0)) + int(fast.get("slow_rollouts", 0))
 
 
 def _steps_mean(metrics: list[dict[str, Any]], key: str) -> float | None:
