@@ -554,7 +554,8 @@ def test_fig3_fits_the_seed_mean_curve_per_task_and_method(tmp_path, saved):
         a_rl, a_fst = params[task, "rl"][1], params[task, "fst"][1]
         hlines = sorted(ln.get_ydata()[0] for ln in ax.lines if len(set(ln.get_ydata())) == 1)
         assert hlines == [pytest.approx(a_rl, abs=2e-3), pytest.approx(a_fst, abs=2e-3)]
-        assert {t.get_text() for t in ax.texts} == {f"A={a_rl:.2f}", f"A={a_fst:.2f}"}
+        # each A names its method: told by colour alone, RL's read as FST's in grayscale
+        assert {t.get_text() for t in ax.texts} == {f"RL A={a_rl:.2f}", f"FST A={a_fst:.2f}"}
     _written(out)
 
 
@@ -1956,13 +1957,15 @@ def test_fig2s_radar_axes_are_grouped_and_coloured_as_the_caption_says(tmp_path,
     mean, best = [ax for ax in saved[0].axes if ax.name == "polar"]
     for ax in (mean, best):
         ticks = ax.get_xticklabels()
-        assert [t.get_text() for t in ticks] == ["Math", "CodeIO", "Physics", "Math-hard", "my_task"]
+        # each group marked in its labels, not by colour alone (one colour to a protanope, in grayscale)
+        assert [t.get_text() for t in ticks] == ["Math\n(ID)", "CodeIO\n(cross)", "Physics\n(cross)", "Math-hard\n(E→H)",
+                                                 "my_task"]
         colours = [to_rgb(t.get_color()) for t in ticks]
         groups = ["in-distribution", "cross-domain", "cross-domain", "easy→hard"]
         assert colours[:4] == [to_rgb(figures.RADAR_GROUPS[g]) for g in groups]
         assert colours[4] == to_rgb("black")
     (key,) = [a for a in best.get_children() if isinstance(a, Legend) and a is not best.get_legend()]
-    assert [t.get_text() for t in key.get_texts()] == ["in-distribution", "cross-domain", "easy→hard"]
+    assert [t.get_text() for t in key.get_texts()] == ["ID: in-distribution", "cross: cross-domain", "E→H: easy→hard"]
     assert key.get_title().get_text() == "axes (trained on Math)"
     # the saved figure holds the whole key (clipped to the polar axes, its right part was cut off)
     fig = saved[0]
@@ -2014,7 +2017,7 @@ def test_fig2s_easy_to_hard_axis_needs_both_levels_from_one_source(tmp_path, sav
     fig2({"efficiency": efficiency, "radar": radar}, tmp_path / "hub.pdf", task_sources=hub)
     mean = next(ax for ax in saved[0].axes if ax.name == "polar")
     ticks = mean.get_xticklabels()
-    assert [t.get_text() for t in ticks] == ["Math", "Physics", "Math-hard"]
+    assert [t.get_text() for t in ticks] == ["Math\n(ID)", "Physics\n(cross)", "Math-hard"]
     assert to_rgb(ticks[2].get_color()) == to_rgb("black")
     assert "Not grouped: Math-hard, whose data and its family's training task's come from different " \
            "sources" in _unwrapped(saved[0].texts[-1])

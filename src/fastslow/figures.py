@@ -38,17 +38,20 @@ from fastslow.tasks import DIFFICULTIES, TASK_NAMES
 
 log = logging.getLogger("fastslow.figures")
 
-COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#9467bd", "base": "#444444"}
+#: FST-distill in Paul Tol's wine: matplotlib's purple was RL's blue to a protanope (CIEDE2000 1.9).
+COLORS = {"rl": "#1f77b4", "fst": "#2ca02c", "gepa": "#7f7f7f", "fst_distill": "#882255", "base": "#444444"}
 LABELS = {"rl": "RL", "fst": "FST", "gepa": "GEPA only", "fst_distill": "FST-distill", "base": "Base"}
 #: Each method's line style and marker besides its colour: curves that coincide (every method at
-#: zero reward, the CPU default's usual start) still show each one, a dashed RL over a solid FST.
-LINES = {"fst": ("-", "o"), "rl": ("--", "s"), "gepa": ("--", "^"), "fst_distill": ("-.", "D"), "base": (":", "x")}
+#: zero reward, the CPU default's usual start) still show each one, a dashed RL over a solid FST;
+#: and told apart without colour (grayscale print, colour-blind readers): no two share a style.
+LINES = {"fst": ("-", "o"), "rl": ("--", "s"), "gepa": ((0, (1, 1)), "^"), "fst_distill": ("-.", "D"),
+         "base": (":", "x")}
 
 
 def _line(method: str) -> dict[str, Any]:
     """Keyword arguments of `ax.plot` for a method's curve (LINES); FST's solid line below the rest."""
     ls, marker = LINES.get(method, ("-", "o"))
-    return {"color": COLORS.get(method, "k"), "ls": ls, "marker": marker, "ms": 3, "zorder": 2 if method == "fst" else 3}
+    return {"color": COLORS.get(method, "k"), "ls": ls, "marker": marker, "ms": 4, "zorder": 2 if method == "fst" else 3}
 
 # figure → experiments whose curves it reads: in fastslow.layout (the Snakefile needs it
 # without this module's numpy/polars/matplotlib imports).
@@ -391,6 +394,9 @@ def _init_tasks(init: str) -> tuple[str, ...]:
 #: Fig 2's radar axes grouped as in the caption, in its order, with its colours (sage, coral;
 #: the third's name is cut off in the caption we could read).
 RADAR_GROUPS = {"in-distribution": "#5f8f5a", "cross-domain": "#e0664f", "easy→hard": "#b07d12"}
+#: Each group's mark on its spoke labels, beside the colour, which is about all the groups share
+#: with the caption: to a protanope, and in grayscale, the three colours are one.
+RADAR_MARKS = {"in-distribution": "ID", "cross-domain": "cross", "easy→hard": "E→H"}
 
 
 def _task_family(task: str) -> str | None:
@@ -481,11 +487,12 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str
         for method in sorted({_init_method(i) for i in last["init"].unique().to_list()}, key=_init_rank):
             vals, missing = radar_values(last, method, metric, axes_tasks)
             drawn += vals
-            ax.plot(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"),
+            ax.plot(np.append(angles, angles[0]), vals + vals[:1], **{**_line(method), "ms": 3, "zorder": 2},
                     label=f"{LABELS.get(method, method)}→GEPA"
                     + (f" (none on {', '.join(map(task_label, missing))})" if missing else ""))
             ax.fill(np.append(angles, angles[0]), vals + vals[:1], color=COLORS.get(method, "k"), alpha=0.08)
-        ax.set_xticks(angles, [task_label(t) for t in axes_tasks], fontsize=7)
+        ax.set_xticks(angles, [task_label(t) + (f"\n({RADAR_MARKS[groups[t]]})" if groups[t] else "")
+                               for t in axes_tasks], fontsize=7)
         for task, tick in zip(axes_tasks, ax.get_xticklabels(), strict=True):  # each axis in its group's colour
             if groups[task]:
                 tick.set(color=RADAR_GROUPS[groups[task]], fontweight="bold")
@@ -507,7 +514,8 @@ def _radars(fig: Any, radar: pl.DataFrame, ncols: int, task_sources: Mapping[str
     drawn_groups = [g for g in RADAR_GROUPS if g in groups.values()]
     if drawn_groups:
         trained = ", ".join(map(task_label, _trained_on(last)))
-        key = ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=g) for g in drawn_groups],
+        key = ax.add_artist(ax.legend(handles=[Patch(color=RADAR_GROUPS[g], label=f"{RADAR_MARKS[g]}: {g}")
+                                               for g in drawn_groups],
                                       title=f"axes (trained on {trained})", fontsize=7,
                                       title_fontsize=7, loc="lower left", bbox_to_anchor=(1.15, 0.0)))
         # add_artist clips it to the polar axes: the saved figure's tight bounding box then left
@@ -563,7 +571,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             xs = np.linspace(max(x[x > 0].min(), 1e-3), x.max(), 100)
             # still rising: A is the fit's bound, said in the legend (a label
             # at the curve's end lay on the other method's curve)
-            ax.plot(xs, fit(xs), color=COLORS[method],
+            ax.plot(xs, fit(xs), color=COLORS[method], ls=LINES[method][0],
                     label=f"{LABELS[method]} fit" + ("" if fit.identified else ": A not identified"))
             drew_fit = True
             xe = np.linspace(x.max(), 2 * x.max(), 50)
@@ -578,7 +586,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
         labels_at.sort()
         for i, (a, x_end, method) in enumerate(labels_at):
             below = i == 0 and len(labels_at) > 1 and labels_at[1][0] - a < 0.08
-            ax.text(x_end, a, f"A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
+            ax.text(x_end, a, f"{LABELS[method]} A={a:.2f}", color=COLORS[method], fontsize=8, ha="right",
                     va="top" if below else "bottom")
         answered = _answered(df.filter((pl.col("eval_task") == task) & pl.col("method").is_in(no_fit)))
         notes = ([f"no reward ({', '.join(LABELS[m] for m in no_fit)}{answered}): no fit"] if no_fit else [])
@@ -595,7 +603,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
     _suptitle(fig, "Fig 3 — fitted asymptote A per curve")
     _footnote(fig, [df], " ".join(  # no reward (the CPU default), too few points: no fit to explain
         ([] if not drew_fit else ["Fit: R − R0 = (A − R0) / (1 + (C_mid/C)^B), R0 the step-0 evaluation where there is one.",
-                                  "Solid: fit window; dotted: extrapolation."])
+                                  "The fit window in its method's line style (FST solid, RL dashed); dotted: extrapolation."])
         + ([] if not drew_errors else ["Bars: ±1 standard error over val problems."])))
     _save(fig, out)
     return fits
@@ -628,7 +636,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
                        marker=LINES[method][1], alpha=0.35, s=14)  # every checkpoint of every seed
             c = seed_curve(sub)  # the line: along the seed-averaged curve, step by step
             ax.plot(rolling_mean(c["kl_to_base"].to_numpy(), 3, center=True),
-                    rolling_mean(c["mean_at_k"].to_numpy(), 3, center=True), color=COLORS[method], label=LABELS[method])
+                    rolling_mean(c["mean_at_k"].to_numpy(), 3, center=True), color=COLORS[method], ls=LINES[method][0],
+                    marker=LINES[method][1], markevery=[-1], ms=4, label=LABELS[method])
             last.setdefault(task, {})[method] = {"kl": float(c["kl_to_base"][-1]), "reward": float(c["mean_at_k"][-1])}
         # a method without reward whose policy never moved sits on the origin, under the other's start
         still = {LABELS[m]: d for m, d in drawn
@@ -780,7 +789,9 @@ def stage_start_points(mean: pl.DataFrame, norm: pl.DataFrame, starts: Mapping[s
 
 STAGE_MARKERS = ("o", "s", "^", "D", "v")  # Fig 6's right panel: one per task, as well as its colour
 #: Fig 6's right panel: a colour per task (none of the methods' own), the method as line style
-STAGE_COLORS = ("#ff7f0e", "#d62728", "#8c564b", "#17becf", "#bcbd22")
+#: (Okabe and Ito's: vermillion, sky blue, black, bluish green, orange. The paper's three stages
+#: stay apart to colour-blind readers and in grayscale; matplotlib's red and brown were one.)
+STAGE_COLORS = ("#D55E00", "#56B4E9", "#000000", "#009E73", "#E69F00")
 
 
 def stage_segments(sub: pl.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -819,11 +830,11 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
                .with_columns(pl.col("train_task").replace_strict(rank, return_dtype=pl.Int64).alias("_stage"))
                .sort(["_stage", "step"]))
         ax.plot(*stage_segments(sub, "normalised"), color=COLORS[method], ls="-" if method == "fst" else "--",
-                marker="o", ms=3, label=LABELS[method])
+                marker=LINES[method][1], ms=4, label=LABELS[method])
         for i, task in enumerate(stages):  # the task by colour and marker, the method by line style
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=STAGE_COLORS[i % len(STAGE_COLORS)],
-                     ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=3,
+                     ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=5,
                      label=f"{LABELS[method]}: {task_label(task)}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point
@@ -839,7 +850,7 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
         stage = df.filter((pl.col("train_task") == task) & (pl.col("eval_task") == task))
         answered = _answered(stage, form=";\n{}")  # a line of its own: a stage is narrow
         ax.text(step, 0.5, f"{task_label(task)}: no reward\nfor any method\n(peak 0{answered})", ha="center",
-                va="center", fontsize=8, color="#888888")
+                va="center", fontsize=8, color="#555555")
     ax.set(xlabel="RL step", ylabel="stage accuracy / stage peak across methods", ylim=(0, 1.1))
     ax.set_title("normalised accuracy on the current task", pad=14)
     ax2.set(xlabel="RL step", ylabel=f"val mean@{int(df['k'][0])}")
@@ -880,7 +891,8 @@ def fig7(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
                 # the number the caption's claim reads (~50 vs ~300), along its line
                 ax.annotate(f" {LABELS[method]}: step {int(first)}", (first, 0.97), xycoords=ax.get_xaxis_transform(),
                             xytext=(-2, 0), textcoords="offset points", rotation=90, ha="right", va="top",
-                            fontsize=7, color=COLORS[method])
+                            fontsize=7, color=COLORS[method],
+                            bbox={"fc": "white", "alpha": 0.8, "lw": 0, "pad": 1})  # over the other's curve
             else:
                 stayed.append(LABELS[method])
     overlap = len(drawn) > 1 and no_reward(*drawn)
@@ -1287,7 +1299,8 @@ def fig10(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     variants = sorted(df["variant"].unique().to_list())
     # every variant is an FST run: FST's green throughout, told apart by line style and hatch
-    styles, hatches = ("-", "--", ":", "-."), ("", "//", "..", "xx")
+    # (no "--": RL-only's, beside them; in grayscale its blue and FST's green are one)
+    styles, hatches = ("-", "-.", ":", (0, (5, 1))), ("", "//", "..", "xx")
     last, per_step, shares = {}, seconds_per_step(df), cpu_shares(df)  # shares: the CPU each variant's cycles got
     for i, v in enumerate(variants):
         c = seed_curve(df, variant=v)
