@@ -907,11 +907,23 @@ def test_the_round_shows_the_reflection_whole_completions_when_configured(tmp_pa
     assert all("characters omitted" in t and len(t) <= 4000 + 60 for t in shown["left out"])
 
 
-def test_gepa_log_lines_show_control_characters_escaped() -> None:
+def test_gepa_log_lines_show_control_characters_escaped(caplog) -> None:
     """gepa logs a reflection model's whole proposal: its terminal escape sequences reached the
-    job's log as they were, run by the terminal showing it (a cleared screen, a retitled window)."""
+    job's log as they were, run by the terminal showing it (a cleared screen, a retitled window).
+    The whole text goes to the job's log file only (tens of lines a proposal on the console), the
+    round's log one line; gepa's "Loading gepa state" (the round's own seeds' state) not at all."""
     from fastslow.fast.round import _GepaLog
 
+    caplog.set_level("INFO", logger="fastslow.fast.round")
     lines: list[str] = []
-    _GepaLog(lines.append).log("Proposed new text for ctx: Be brief.\x1b[2J\x1b]0;owned\x07\n\tand\x9b exact")
-    assert lines == ["gepa: Proposed new text for ctx: Be brief.\\x1b[2J\\x1b]0;owned\\x07\n\tand\\x9b exact"]
+    gepa = _GepaLog(lines.append)
+    gepa.log("Iteration 3: Proposed new text for ctx: Be brief.\x1b[2J\x1b]0;owned\x07\n\tand\x9b exact")
+    gepa.log("Loading gepa state from run dir")
+    gepa.log("Iteration 3: New subsample score 0.0 is not better than old score 0.0, skipping")
+    assert lines == ["gepa: Iteration 3: proposed a new ctx of 35 characters (its text: the job's log file, "
+                     "fast/proposals.json)",
+                     "gepa: Iteration 3: New subsample score 0.0 is not better than old score 0.0, skipping"]
+    (whole,) = caplog.records
+    assert whole.getMessage() == ("gepa: Iteration 3: Proposed new text for ctx: Be brief.\\x1b[2J\\x1b]0;owned"
+                                  "\\x07\n\tand\\x9b exact")
+    assert whole.file_only  # jobs.setup_logging's console leaves it out

@@ -292,8 +292,8 @@ def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(
                           tmp_path / "cycle1", {}, 2, None)
     sys.stderr.flush()
     console = capfd.readouterr().err
-    assert "INFO [cycle e/rl/r cycle=1] fastslow.slow.loop: rank0 step 1/2 reward 0.500" in console
-    assert "WARNING [cycle e/rl/r cycle=1] fastslow.slow.trainer: rank1 rank 1 is slow" in console
+    assert " [cycle e/rl/r cycle=1] rank0 step 1/2 reward 0.500" in console
+    assert " WARNING [cycle e/rl/r cycle=1] rank1 rank 1 is slow" in console
     assert "a library warning" not in console
     log = log_file.read_bytes().decode()  # as written: a progress bar's carriage returns kept
     assert all(x in log for x in ("rank0 INFO fastslow.slow.loop: step 1/2", "UserWarning: a library warning",

@@ -522,10 +522,13 @@ def test_kl_and_entropy_log_their_progress(tiny_model_dir, tokenizer, caplog) ->
     prompts = [[1, 2, 3 + i] for i in range(5)]
     completions = [[7, 8], [9], [10, 11, 12], [13], [14, 15]]
     with caplog.at_level(logging.INFO, logger="fastslow.slow.divergence"):
-        kl_and_entropy(model, model, tokenizer, prompts, completions, batch_size=1, log_every=2)
+        kl_and_entropy(model, load_model(tiny_model_dir, dtype="float32"), tokenizer, prompts, completions,
+                       batch_size=1, log_every=2)
+        kl_and_entropy(model, model, tokenizer, prompts, completions, batch_size=1, log_every=5)
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.slow.divergence"]
     assert [line.split(" (")[0] for line in lines] == [
-        "KL/entropy: 2/5 completions", "KL/entropy: 4/5 completions", "KL/entropy: 5/5 completions"]
+        "KL/entropy: 2/5 completions", "KL/entropy: 4/5 completions", "KL/entropy: 5/5 completions",
+        "entropy: 5/5 completions"]  # the base model against itself: no second forward, KL 0
 
 
 def test_truncated_rows_are_those_whose_last_completion_token_is_no_eos() -> None:

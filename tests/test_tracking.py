@@ -767,6 +767,8 @@ def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd)
                                                                 "cycle": "1"}))
         logging.getLogger("fastslow.slow").info("step 1/3")
         logging.getLogger("fastslow.fast").info("proposed:\nline two")
+        logging.getLogger("fastslow.fast").warning("a warning")
+        logging.getLogger("fastslow.tracking").info("MLflow run 0123abc finished", extra={"file_only": True})
     finally:
         for handler in root.handlers:
             handler.flush()
@@ -776,10 +778,14 @@ def test_console_lines_name_their_job_and_the_log_file_does_not(tmp_path, capfd)
         root.setLevel(level)
         sys.stderr = stderr
     console = capfd.readouterr().err
-    assert "INFO [cycle e/fst/r cycle=1] fastslow.slow: step 1/3" in console
-    assert "fastslow.fast: proposed:\n[cycle e/fst/r cycle=1] line two\n" in console  # every line of it
+    # short enough to read beside another job's: the time of day, the level from WARNING up, no logger
+    assert re.search(r"^\d\d:\d\d:\d\d \[cycle e/fst/r cycle=1\] step 1/3$", console, re.M), console
+    assert " [cycle e/fst/r cycle=1] proposed:\n[cycle e/fst/r cycle=1] line two\n" in console  # every line of it
+    assert re.search(r"^\d\d:\d\d:\d\d WARNING \[cycle e/fst/r cycle=1\] a warning$", console, re.M), console
+    assert "0123abc" not in console  # a line for the log file alone
     logged = (tmp_path / "job.log").read_text()
     assert "INFO fastslow.slow: step 1/3" in logged and "[cycle" not in logged
+    assert "INFO fastslow.tracking: MLflow run 0123abc finished" in logged
 
 
 def test_a_job_log_holds_library_warnings_but_not_trls_deprecated_attribute(tmp_path, tiny_model_dir):

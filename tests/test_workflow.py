@@ -220,6 +220,20 @@ def test_a_target_of_an_unknown_run_stops_in_one_line_with_the_closest_runs(tmp_
         assert "Traceback" not in text and "InputFunctionException" not in text
 
 
+def test_a_build_ends_saying_what_it_built_and_where_its_records_are(tmp_path):
+    """Snakemake's last lines name its own log and the elapsed time: the figure or table asked
+    for, the jobs' logs and the MLflow store were found by reading the README."""
+    rows = [{"id": f"q{i}", "prompt": f"{i} + 1?", "answer": str(i + 1)} for i in range(12)]
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = snakemake("results/data/mine/train.parquet", "--cores", "1", *SMOKE,
+                    "--config", "data={files: {mine: {path: mine.jsonl, scorer: numeric}}}",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    store = f"sqlite:///{(tmp_path / 'results' / 'mlflow.db').resolve()}"
+    assert (f"Built results/data/mine/train.parquet. Each job's log is under results/logs/, and its MLflow run "
+            f"in mlflow ui --backend-store-uri {store}") in out.stderr, out.stderr[-3000:]
+
+
 def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):
     """A row without an answer: the task_data job fails with the loader's one line (file, row,
     reason), not a traceback of the loader's code."""

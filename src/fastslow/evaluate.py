@@ -84,8 +84,9 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
             elapsed = max(time.perf_counter() - start, 1e-9)
             rate, left = tokens / elapsed, elapsed / done * (len(convs) - done)  # samples to go at the rate so far
             mean, share = np.mean([r["reward"] for r in rows]), np.mean([r["answered"] for r in rows])
-            log.info("eval %s: %d/%d samples, reward so far %.3f (%.0f%% answered), %.0f tok/s%s", task.name,
-                     done, len(convs), mean, 100 * share, rate, f", sampling ~{left:.0f}s left" if done < len(convs) else "")
+            log.info("eval %s: %d/%d samples, reward %s%.3f (%.0f%% answered), %.0f tok/s%s", task.name, done,
+                     len(convs), "so far " if done < len(convs) else "", mean, 100 * share, rate,
+                     f", sampling ~{left:.0f}s left" if done < len(convs) else "")
     finally:
         if reports:
             generator.on_batch = previous
@@ -242,6 +243,8 @@ def evaluate_weights(model_dir: str | Path, task: Task, problems: Sequence[Probl
         prompt_ids = encode_prompts(tokenizer, [build_messages(context, by_id[r["problem_id"]]) for r in rows],
                                     chat_template_kwargs)
     t0 = time.perf_counter()
+    log.info("%s of %d completions follows (a forward pass over each)", "entropy (the base model: KL 0)" if same
+             else "KL to base and entropy", len(rows))
     # at temperature 1, the models' own distributions (Fig 4's KL(pi_train || pi_base), Fig 8's
     # entropy), on completions sampled at generation.temperature: their own samples when that is 1
     # (config.yaml, paper.yaml), a tempered policy's otherwise (README, Fig 4's row)

@@ -45,16 +45,26 @@ def job_label(rule: str, wildcards: dict[str, str]) -> str:
     return " ".join(part for part in (rule, run, rest) if part)
 
 
+#: `log.info(..., extra=FILE_ONLY)`: a line for the job's log file, not the console (a long dump,
+#: an id nobody watching needs).
+FILE_ONLY = {"file_only": True}
+
+
 class _Labelled(logging.Formatter):
-    """LOG_FORMAT with the job's label, on every line of a message: a proposed context or a
-    table spans several, and each is told apart from another job's lines."""
+    """The console's lines: the time of day and the job's label, on every line of a message (a
+    table spans several, each told apart from another job's lines), the level from WARNING up.
+    The job's log file keeps LOG_FORMAT (date, level, logger): a console line is short enough to
+    read beside another job's."""
 
     def __init__(self, label: str) -> None:
-        super().__init__(LOG_FORMAT.replace("%(name)s", f"[{label}] %(name)s"))
+        super().__init__(f"%(asctime)s [{label}] %(message)s", datefmt="%H:%M:%S")
         self.label = label
 
     def format(self, record: logging.LogRecord) -> str:
-        return super().format(record).replace("\n", f"\n[{self.label}] ")
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            text = text.replace(f" [{self.label}] ", f" {record.levelname} [{self.label}] ", 1)
+        return text.replace("\n", f"\n[{self.label}] ")
 
 
 def setup_logging(log_path: str | Path | None, label: str | None = None) -> None:
@@ -64,6 +74,7 @@ def setup_logging(log_path: str | Path | None, label: str | None = None) -> None
     console = logging.StreamHandler(sys.__stderr__)
     if label:
         console.setFormatter(_Labelled(label))
+    console.addFilter(lambda record: not getattr(record, "file_only", False))
     handlers: list[logging.Handler] = [console]
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)

@@ -533,7 +533,8 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
                       run_id, job_key, type(exc).__name__, str(exc)[:300])
         else:
             log.info("MLflow run %s finished (%s)%s", run_id, job_key,
-                     f", {len(tracker.failures)} logging calls failed" if tracker.failures else "")
+                     f", {len(tracker.failures)} logging calls failed" if tracker.failures else "",
+                     extra={"file_only": not tracker.failures})  # (jobs.FILE_ONLY: one a job, ids)
     finally:
         for s, h in old_handlers.items():
             signal.signal(s, h)

@@ -88,6 +88,14 @@ onsuccess:
     from fastslow.io import release_held
 
     release_held()
+    # (not in a dry run) where the results are: Snakemake's last lines name its own log only
+    from fastslow.tracking import tracking_uri
+
+    _built = sorted(str(f) for f in getattr(workflow.dag, "targetfiles", ()))
+    if _built:
+        print(f"Built {', '.join(_built[:5])}{f' and {len(_built) - 5} more' if len(_built) > 5 else ''}. "
+              f"Each job's log is under {RESULTS}/logs/, and its MLflow run in "
+              f"mlflow ui --backend-store-uri {tracking_uri(RESULTS)}", file=sys.stderr)
 
 
 onerror:

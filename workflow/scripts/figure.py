@@ -6,7 +6,7 @@ import polars as pl
 
 from fastslow.figures import draw, figure_metrics
 from fastslow.io import json_text
-from fastslow.jobs import snakemake_job
+from fastslow.jobs import FILE_ONLY, snakemake_job
 from fastslow.layout import table_experiment
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
@@ -23,6 +23,7 @@ with snakemake_job(smk, parent="figures") as tracker:
     tracker.log_metrics(figure_metrics(smk.wildcards.fig, result))  # what it plotted, e.g. Fig 9's bars
     tracker.log_artifact(smk.output.pdf, "figures")
     tracker.log_artifact(smk.output.png, "figures")
-    if result is not None:
+    if result is not None:  # what it plotted: for the job's log file (a line of ~1000 characters)
         logging.getLogger("figure").info("%s: %s", smk.wildcards.fig, json_text(  # NaN (no fit) as null
-            result if not isinstance(result, pl.DataFrame) else result.to_dicts()))  # Fig 6's table, whole
+            result if not isinstance(result, pl.DataFrame) else result.to_dicts()), extra=FILE_ONLY)  # Fig 6's, whole
+    logging.getLogger("figure").info("%s: wrote %s and %s", smk.wildcards.fig, smk.output.pdf, smk.output.png)

@@ -190,16 +190,31 @@ class BudgetedSampling:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+#: gepa's line with a proposal's whole text (gepa 0.1.4's reflective_mutation.py).
+_PROPOSED = re.compile(r"(Iteration \d+: )?Proposed new text for (\S+): ")
+
+
 class _GepaLog:
-    """gepa's LoggerProtocol onto our log function (gepa's messages at debug detail)."""
+    """gepa's LoggerProtocol onto our log function (gepa's messages at debug detail). A
+    proposal's whole text, tens of lines a proposal, goes to the job's log file alone (it is in
+    the round's proposals.json too); `log` gets one line for it."""
 
     def __init__(self, log: Log) -> None:
         self._log = log
 
     def log(self, message: str) -> None:
+        if message == "Loading gepa state from run dir":  # the state the round wrote for its seeds,
+            return  # not an earlier run's: read on a fresh run, it said a run was resumed
         # gepa logs a proposal's whole text, a reflection model's output: its control characters
         # (a terminal's escape sequences) are shown escaped, not run by the terminal showing the log
-        self._log(f"gepa: {_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], message)}")
+        text = f"gepa: {_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], message)}"
+        proposed = _PROPOSED.match(message)
+        if proposed is None:
+            self._log(text)
+            return
+        logging.getLogger(__name__).info(text, extra={"file_only": True})  # jobs.FILE_ONLY
+        self._log(f"gepa: {proposed.group(1) or ''}proposed a new {proposed.group(2)} of "
+                  f"{len(message) - proposed.end()} characters (its text: the job's log file, fast/proposals.json)")
 
 
 class ProblemLoader:

@@ -207,7 +207,7 @@ def kl_and_entropy(
                 done += rows
                 passes += 1
                 if passes % log_every == 0 or lo == len(items):
-                    log.info("KL/entropy: %d/%d completions (%.0fs)", done, total,
+                    log.info("%s: %d/%d completions (%.0fs)", "entropy" if same else "KL/entropy", done, total,
                              time.perf_counter() - t0)
     finally:
         model.train(was_training[0])

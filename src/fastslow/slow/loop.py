@@ -690,9 +690,10 @@ def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> N
         # reward 0 with answers is a task too hard; without, a format the model does not write
         unread = (f"; {100 * (1 - float(np.mean(shares))):.0f}% of its completions gave no readable <answer> block"
                   if shares else "")
-        log.warning("%s: in %.0f%% of its advantage groups (a problem's G rollouts; a prompt's under slow.baseline: "
-                    "prompt) every rollout scored alike (mean reward %.3f): almost no policy gradient, the weights "
-                    "moved by the KL penalty and weight decay alone%s", where, 100 * share, reward, unread)
+        log.warning("%s: little learning signal: in %.0f%% of its advantage groups every rollout scored alike "
+                    "(mean reward %.3f)%s, so the KL penalty and weight decay moved the weights, not the reward "
+                    "(at the CPU default's scale, expected: README \"Base SmolLM2-135M-Instruct\")", where,
+                    100 * share, reward, unread)
 
 
 class NonFiniteGradient(RuntimeError):
