@@ -206,6 +206,21 @@ def test_the_paired_noise_bound_is_over_common_problems():
     assert np.isnan(paired_noise_bound({}, {"p0": 1.0}))  # no per-problem means (an older table): the rule lapses
 
 
+def test_an_evaluation_logs_one_line_saying_what_it_measured():
+    """A four-line table a job (24 in the main job), its KL and entropy columns NaN when
+    evaluation.divergence is off, with no word why; now one line."""
+    from fastslow.evaluate import summary_line
+
+    summary = {"run": "base", "point": "init", "task": "physics", "context_id": "seed", "k": 4, "mean@4": 0.03125,
+               "mean@4_se": 0.03125, "best@4": 0.125, "problems": 8, "answered_fraction": 0.03125,
+               "truncated_fraction": 0.6875, "mean_completion_tokens": 51.53, "kl_to_base": 0.0, "entropy": 2.2884}
+    assert summary_line(summary) == (
+        "eval physics (seed context): mean@4 0.031 ± 0.031, best@4 0.125 over 8 problems; 3% answered, 69% cut at "
+        "the length limit, 51.5 tokens on average; KL to base 0.0000, entropy 2.288")
+    off = {**summary, "kl_to_base": None, "entropy": float("nan")}  # (JSON: null; in memory: NaN)
+    assert summary_line(off).endswith("51.5 tokens on average; no KL or entropy (evaluation.divergence: false)")
+
+
 def test_a_tidy_summary_reads_task_first_then_its_scores():
     """A summary read back from its JSON file has its keys sorted by name, and the base model's
     table and its printout came out so: best_at_k, context_id, entropy, k, ... task last."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,25 @@ def summary_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Evaluation summaries as a log's text table (`format_table`): the first one's keys, less
     its MLflow run ids."""
     return format_table(summaries, [k for k in summaries[0] if k not in RUN_IDS])
+
+
+def summary_line(summary: Mapping[str, Any]) -> str:
+    """An evaluation summary as one log line (a table's four lines of repeated names, with NaN for
+    a KL and entropy not measured, were most of an evaluation job's console output)."""
+    k = int(summary["k"])
+
+    def num(key: str) -> float:
+        value = summary.get(key)
+        return float("nan") if value is None else float(value)
+
+    line = (f"eval {summary.get('task', '?')} ({summary.get('context_id', 'seed')} context): mean@{k} "
+            f"{num(f'mean@{k}'):.3f} ± {num(f'mean@{k}_se'):.3f}, best@{k} {num(f'best@{k}'):.3f} over "
+            f"{summary.get('problems', '?')} problems; {100 * num('answered_fraction'):.0f}% answered, "
+            f"{100 * num('truncated_fraction'):.0f}% cut at the length limit, {num('mean_completion_tokens'):.1f} "
+            f"tokens on average")
+    if math.isnan(num("kl_to_base")) and math.isnan(num("entropy")):
+        return line + "; no KL or entropy (evaluation.divergence: false)"
+    return line + f"; KL to base {num('kl_to_base'):.4f}, entropy {num('entropy'):.3f}"
 
 
 def run_ids(tracker: Any, pool: str | Path | None = None) -> dict[str, str | None]:

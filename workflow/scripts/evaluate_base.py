@@ -5,7 +5,7 @@ import logging
 import torch
 
 from fastslow.config import evaluation_options, make_task
-from fastslow.evaluate import evaluate_weights, run_ids, summary_table
+from fastslow.evaluate import evaluate_weights, run_ids, summary_line
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
 from fastslow.model.generation import SamplingParams
@@ -30,4 +30,4 @@ with snakemake_job(smk, parent="foundation") as tracker:
     # the names a run's evaluation logs (evaluate_point), at step 0: the initial weights
     tracker.log_metrics({f"eval/{task_name}/{k}": v for k, v in summary.items() if isinstance(v, float)}, step=0)
     tracker.log_table(smk.output.samples, f"eval/base/{task_name}")
-    logging.getLogger("evaluate_base").info("\n%s", summary_table([summary]))
+    logging.getLogger("evaluate_base").info("%s", summary_line(summary))

@@ -7,7 +7,7 @@ import torch
 
 from fastslow.config import evaluation_options, make_task
 from fastslow.cycle import eval_context
-from fastslow.evaluate import evaluate_weights, run_ids, summary_table
+from fastslow.evaluate import evaluate_weights, run_ids, summary_line
 from fastslow.experiments import expand
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
@@ -38,4 +38,4 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     tracker.log_table(smk.output.samples, f"eval/{spec.key}/{wc.point}/{wc.task}")
     if summary.get("cycle_run_id"):  # the cycle run whose weights and pool this evaluated
         tracker.set_tags({"fastslow.cycle_run": summary["cycle_run_id"]})
-    logging.getLogger("evaluate").info("\n%s", summary_table([summary]))
+    logging.getLogger("evaluate").info("%s", summary_line(summary))
