@@ -219,6 +219,8 @@ def test_an_evaluation_logs_one_line_saying_what_it_measured():
         "the length limit, 51.5 tokens on average; KL to base 0.0000, entropy 2.288")
     off = {**summary, "kl_to_base": None, "entropy": float("nan")}  # (JSON: null; in memory: NaN)
     assert summary_line(off).endswith("51.5 tokens on average; no KL or entropy (evaluation.divergence: false)")
+    empty = {**off, "mean_completion_tokens": 0.0}  # every completion an immediate EOS: nothing to measure
+    assert summary_line(empty).endswith("; no KL or entropy: no completion tokens to measure them on")
 
 
 def test_a_tidy_summary_reads_task_first_then_its_scores():

@@ -102,6 +102,9 @@ BAD = [
     ({"generation": {"temperature": -1}}, "generation.temperature"),
     ({"generation": {"temperature": 1e-40}}, "generation.temperature: expected 0 (greedy) or a number >= 0.001, got 1e-40"),
     ({"slow": {"temperature": 1e-40}}, "slow.temperature: expected a number >= 0.001, got 1e-40"),
+    # an hf reflection model samples here (SamplingParams): every call raised, the round gave up
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "gpt2", "temperature": 1e-5}}},
+     "fast.reflection.temperature: expected 0 (greedy) or a number >= 0.001 for reflection kind 'hf', got 1e-05"),
     ({"evaluation": {"k": 0}}, "evaluation.k"),
     ({"mlflow_experiment": 3}, "mlflow_experiment: expected a string"),
     ({"data": {"options": {"physics": {"rel_tol": "tight"}}}},

@@ -275,16 +275,16 @@ def test_evaluations_of_one_problem_give_no_verdict():
     assert ratio["measured"] == pytest.approx(2.0) and ratio["verdict"] == "undetermined", ratio
     assert ratio["note"].endswith("the evaluations of FST at step 10, where it reaches RL's peak, and of RL at its "
                                   "best by then (step 10) differ by +0.250, with no evaluation noise to judge that by: "
-                                  "one problem in common has no standard error (evaluation.max_problems and "
+                                  "fewer than two problems in common give no standard error (evaluation.max_problems and "
                                   "data.sizes.val of 2 or more give one)"), ratio["note"]
     gap = claims["asymptote_gap"]
-    assert gap["verdict"] == "undetermined" and "one problem in common has no standard error" in gap["note"]
+    assert gap["verdict"] == "undetermined" and "fewer than two problems in common give no standard error" in gap["note"]
     rows = []
     for method, values in (("rl", [0, 0, 0, 0]), ("fst", [0, 1.0, 1.0, 1.0])):
         rows += _rows("stargraph", method, "stargraph", values, problems=[_problems([v]) for v in values])
     (claim,) = build_claims({"stargraph": pl.DataFrame(rows).select(CURVE_COLUMNS)})
     assert claim["verdict"] == "undetermined" and "one problem evaluated, so no standard errors" in claim["note"], claim
-    assert "one problem in common has no standard error" in claim["note"]
+    assert "fewer than two problems in common give no standard error" in claim["note"]
     assert "built before they were kept" not in claim["note"]
 
 

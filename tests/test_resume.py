@@ -383,6 +383,13 @@ def test_a_cycle_counts_the_sequences_both_loops_sampled(tmp_path, monkeypatch, 
     fast = json.loads((tmp_path / "cycle0" / "fast.json").read_text())
     assert sum(made) == fast["generations"] + fast["slow_rollouts"] > 0 and fast["slow_rollouts"] > 0
     assert summary["rollouts_sampled"] == sum(made) + 16 - 3
+    # slow.steps_per_generation 3: the first step samples the block's 24, the later ones reuse them
+    from fastslow.cycle import _rollouts_sampled
+
+    block = [{"reused_rollouts": 8, "sampled_ahead_rollouts": 16}, {"reused_rollouts": 8, "sampled_ahead_rollouts": 0},
+             {"reused_rollouts": 8, "sampled_ahead_rollouts": 8}]  # (the step metrics of test_slow_cycle's block)
+    pl.DataFrame({"step": [0] * 24}).write_parquet(tmp_path / "cycle0" / "rollouts.parquet")
+    assert _rollouts_sampled(tmp_path / "cycle0", block, {}) == 24
 
 
 def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, monkeypatch, tiny_model_dir):

@@ -572,6 +572,27 @@ def test_a_codeio_program_whose_prompt_is_too_long_anyway_is_not_run(monkeypatch
     assert ran  # the check is not what stopped every run
 
 
+def test_codeio_splits_are_the_same_with_and_without_the_length_check(tmp_path: Path) -> None:
+    """Programs too long for any input are no longer run: the problems must not change. Each
+    side in a process of its own, as the worker runs (a program may change process state)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import json, sys\n"
+              "from fastslow.tasks import codeio\n"
+              "if sys.argv[1] == 'off':\n"
+              "    codeio.CodeIOTask._too_long_for_any_input = lambda self, program: False\n"
+              "task = codeio.CodeIOTask(isolate=False)\n"
+              "got = task.problems_for_splits({'train': 16, 'val': 4}, 11)\n"
+              "print(json.dumps({s: [[p.id, p.prompt, p.answer] for p in ps] for s, ps in got.items()}))\n")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = {side: subprocess.run([sys.executable, "-c", script, side], capture_output=True, text=True, env=env,
+                                cwd=tmp_path, timeout=300, check=True).stdout for side in ("on", "off")}
+    assert json.loads(out["on"]) == json.loads(out["off"]) and len(json.loads(out["on"])["train"]) == 16
+
+
 def test_codeio_generated_splits(codeio_dir: Path) -> None:
     task = get_task("codeio")
     splits = {s: load_problems(codeio_dir / f"{s}.parquet") for s in SPLITS}

@@ -232,6 +232,13 @@ def test_a_build_ends_saying_what_it_built_and_where_its_records_are(tmp_path):
     store = f"sqlite:///{(tmp_path / 'results' / 'mlflow.db').resolve()}"
     assert (f"Built results/data/mine/train.parquet. Each job's log is under results/logs/, and its MLflow run "
             f"in mlflow ui --backend-store-uri {store}") in out.stderr, out.stderr[-3000:]
+    # the task file edited since: its job would rerun; --touch marks it built instead
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:11]))
+    touched = snakemake("results/data/mine/train.parquet", "--touch", "--cores", "1", *SMOKE,  # builds nothing
+                        "--config", "data={files: {mine: {path: mine.jsonl, scorer: numeric}}}",
+                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"), timeout=300)
+    assert touched.returncode == 0 and "Finished jobid: 0 (Rule: task_data)" in touched.stderr, touched.stderr[-3000:]
+    assert "Built " not in touched.stderr, touched.stderr[-3000:]
 
 
 def test_a_bad_row_of_a_task_file_stops_its_task_data_job_in_one_line(tmp_path):

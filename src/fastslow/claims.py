@@ -167,8 +167,8 @@ def _one_problem(table: pl.DataFrame | None, task: str) -> bool:
 
 def _one_problem_note(what: str) -> str:
     """Why `what` has no verdict when the evaluations share one problem (`paired_noise_bound` inf)."""
-    return (f"{what}, with no evaluation noise to judge that by: one problem in common has no standard "
-            f"error (evaluation.max_problems and data.sizes.val of 2 or more give one)")
+    return (f"{what}, with no evaluation noise to judge that by: fewer than two problems in common give no "
+            f"standard error (evaluation.max_problems and data.sizes.val of 2 or more give one)")
 
 
 def _sign_note(gap: float, final: float) -> str:

@@ -368,6 +368,9 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: {problem}")
         if refl["kind"] == "hf":
             _check_reflection_path(config, refl["path"])
+            if 0 < refl["temperature"] < MIN_TEMPERATURE:  # it samples here, as generation does
+                raise ConfigError(f"config error: fast.reflection.temperature: expected 0 (greedy) or a number >= "
+                                  f"{MIN_TEMPERATURE} for reflection kind 'hf', got {refl['temperature']!r}")
     from fastslow.model.convert import base_model_error
 
     problem = base_model_error(config["model"]["base"])

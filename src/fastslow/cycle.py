@@ -436,16 +436,17 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
 
 def _rollouts_sampled(out_dir: Path, metrics: list[dict[str, Any]], fast: Mapping[str, Any]) -> int:
     """The sequences the cycle sampled, evaluation's not: its slow steps' rollouts
-    (`rollouts.parquet`) but those the round sampled for them (`reused_rollouts`), and the round's
-    own, its search's (`generations`; reused RL rollouts are not generated) and those it drew for
-    the slow steps (`slow_rollouts`). FST's steps count RL steps (README "What a step counts");
-    this counts what both loops sampled."""
+    (`rollouts.parquet`) but those the round sampled for them (`reused_rollouts`, less the rows an
+    earlier step sampled ahead under `slow.steps_per_generation`, which it counts too), and the
+    round's own, its search's (`generations`; reused RL rollouts are not generated) and those it
+    drew for the slow steps (`slow_rollouts`). FST's steps count RL steps (README "What a step
+    counts"); this counts what both loops sampled."""
     rows = 0
     if (out_dir / "rollouts.parquet").exists():
         import polars as pl
 
         rows = pl.scan_parquet(out_dir / "rollouts.parquet").select(pl.len()).collect().item()
-    served = sum(int(m.get("reused_rollouts") or 0) for m in metrics)
+    served = sum(int(m.get("reused_rollouts") or 0) - int(m.get("sampled_ahead_rollouts") or 0) for m in metrics)
     return rows - served + int(fast.get("generations", 0)) + int(fast.get("slow_rollouts", 0))
 
 

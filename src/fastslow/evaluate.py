@@ -123,7 +123,8 @@ def summary_line(summary: Mapping[str, Any]) -> str:
             f"{100 * num('truncated_fraction'):.0f}% cut at the length limit, {num('mean_completion_tokens'):.1f} "
             f"tokens on average")
     if math.isnan(num("kl_to_base")) and math.isnan(num("entropy")):
-        return line + "; no KL or entropy (evaluation.divergence: false)"
+        return line + ("; no KL or entropy: no completion tokens to measure them on" if num("mean_completion_tokens") == 0
+                       else "; no KL or entropy (evaluation.divergence: false)")
     return line + f"; KL to base {num('kl_to_base'):.4f}, entropy {num('entropy'):.3f}"
 
 

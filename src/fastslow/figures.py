@@ -579,7 +579,7 @@ def fig3(tables: Mapping[str, pl.DataFrame], out: str | Path) -> dict[str, dict[
             if not fit.identified:
                 fits.setdefault(task, {})[method] = float("nan")
                 continue
-            ax.axhline(fit.a, color=COLORS[method], ls="--", lw=0.8)
+            ax.axhline(fit.a, color=COLORS[method], ls="-.", lw=0.8)  # (not "--": RL's fit line)
             labels_at.append((fit.a, xe[-1], method))
             fits.setdefault(task, {})[method] = fit.a
         # each A above its line; of two close ones (both on one level, touching) the lower below its own

@@ -88,14 +88,17 @@ onsuccess:
     from fastslow.io import release_held
 
     release_held()
-    # (not in a dry run) where the results are: Snakemake's last lines name its own log only
+    # (not in a dry run, nor under --touch) where the results are: Snakemake's last lines name its
+    # own log only. The targets named, or those of a rule named (`all`, the default).
     from fastslow.tracking import tracking_uri
 
-    _built = sorted(str(f) for f in getattr(workflow.dag, "targetfiles", ()))
+    _built = [] if workflow.touch else sorted(str(f) for f in getattr(workflow.dag, "derived_targetfiles", ()))
     if _built:
+        _uri = tracking_uri(RESULTS)
         print(f"Built {', '.join(_built[:5])}{f' and {len(_built) - 5} more' if len(_built) > 5 else ''}. "
-              f"Each job's log is under {RESULTS}/logs/, and its MLflow run in "
-              f"mlflow ui --backend-store-uri {tracking_uri(RESULTS)}", file=sys.stderr)
+              f"Each job's log is under {RESULTS}/logs/, and its MLflow run "
+              + (f"on the server {_uri}" if _uri.startswith(("http://", "https://"))
+                 else f"in mlflow ui --backend-store-uri {_uri}"), file=sys.stderr)
 
 
 onerror:

@@ -691,8 +691,8 @@ def warn_tied_groups(metrics_rows: Sequence[Mapping[str, Any]], where: str) -> N
         unread = (f"; {100 * (1 - float(np.mean(shares))):.0f}% of its completions gave no readable <answer> block"
                   if shares else "")
         log.warning("%s: little learning signal: in %.0f%% of its advantage groups every rollout scored alike "
-                    "(mean reward %.3f)%s, so the KL penalty and weight decay moved the weights, not the reward "
-                    "(at the CPU default's scale, expected: README \"Base SmolLM2-135M-Instruct\")", where,
+                    "(mean reward %.3f)%s, so mostly the KL penalty and weight decay moved the weights (expected "
+                    "at the CPU default's scale: README \"Base SmolLM2-135M-Instruct\")", where,
                     100 * share, reward, unread)
 
 
