@@ -89,16 +89,20 @@ onsuccess:
 
     release_held()
     # (not in a dry run, nor under --touch) where the results are: Snakemake's last lines name its
-    # own log only. The targets named, or those of a rule named (`all`, the default).
+    # own log only. The targets named, or those of a rule named (`all`, the default). A hint: a
+    # Snakemake whose DAG or executor lacks what it reads leaves it out, not the build failed.
+    import contextlib
+
     from fastslow.tracking import tracking_uri
 
-    _built = [] if workflow.touch else sorted(str(f) for f in getattr(workflow.dag, "derived_targetfiles", ()))
-    if _built:
-        _uri = tracking_uri(RESULTS)
-        print(f"Built {', '.join(_built[:5])}{f' and {len(_built) - 5} more' if len(_built) > 5 else ''}. "
-              f"Each job's log is under {RESULTS}/logs/, and its MLflow run "
-              + (f"on the server {_uri}" if _uri.startswith(("http://", "https://"))
-                 else f"in mlflow ui --backend-store-uri {_uri}"), file=sys.stderr)
+    with contextlib.suppress(AttributeError, TypeError):
+        _built = [] if workflow.touch else sorted(str(f) for f in workflow.dag.derived_targetfiles)
+        if _built:
+            _uri = tracking_uri(RESULTS)
+            print(f"Built {', '.join(_built[:5])}{f' and {len(_built) - 5} more' if len(_built) > 5 else ''}. "
+                  f"Each job's log is under {RESULTS}/logs/, and its MLflow run "
+                  + (f"on the server {_uri}" if _uri.startswith(("http://", "https://"))
+                     else f"in mlflow ui --backend-store-uri {_uri}"), file=sys.stderr)
 
 
 onerror:
