@@ -509,13 +509,18 @@ def run_round(pool: Pool, generator: Generator, task: Task, train_problems: Sequ
     new_pool.to_json(run_dir / "pool.json")
     # The four parts in brackets add up to the metric calls (`FastAdapter.metric_calls`); the
     # rollouts generated ahead or for the slow loop and never used by the search cost no call.
-    log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls "
-        f"({adapter.generations - adapter.prefetched} generated when asked, "
-        f"{adapter.prefetch_used} of {adapter.prefetched} generated ahead, {adapter.reused_calls} reused, "
-        f"{adapter.slow_used} of {adapter.slow_pairs} pairs sampled for the slow loop; "
-        f"{adapter.slow_rollouts} sequences for the slow loop in all), "
-        f"{summary['accepted']} of {summary['proposed']} proposals accepted, {result.num_candidates} candidates, "
-        f"best val mean {summary['best_val_mean']:.3f}")
+    # (a part that is 0 of 0, a way the round did not take, left out)
+    parts = [f"{adapter.generations - adapter.prefetched} generated when asked"]
+    if adapter.prefetched:
+        parts.append(f"{adapter.prefetch_used} of {adapter.prefetched} generated ahead")
+    if adapter.reused_calls:
+        parts.append(f"{adapter.reused_calls} reused")
+    if adapter.slow_pairs:
+        parts.append(f"{adapter.slow_used} of {adapter.slow_pairs} pairs sampled for the slow loop")
+    slow = f"; {adapter.slow_rollouts} sequences for the slow loop in all" if adapter.slow_rollouts else ""
+    log(f"fast round {round_index}: {adapter.metric_calls}/{budget} metric calls ({', '.join(parts)}{slow}), "
+        f"{summary['accepted']} of {summary['proposed']} proposals accepted, {result.num_candidates} "
+        f"candidate{'' if result.num_candidates == 1 else 's'}, best val mean {summary['best_val_mean']:.3f}")
     return new_pool, summary
 
 
