@@ -317,6 +317,13 @@ def _check_chat_template_kwargs(config: Mapping[str, Any]) -> None:
                               f"name only the template's own variables, e.g. enable_thinking")
 
 
+def _check_temperature(key: str, value: float, where: str = "") -> None:
+    """A sampling temperature: 0 (greedy) or at least MIN_TEMPERATURE (the schema's minimum is 0)."""
+    if 0 < value < MIN_TEMPERATURE:
+        raise ConfigError(f"config error: {key}: expected 0 (greedy) or a number >= {MIN_TEMPERATURE}{where}, "
+                          f"got {value!r}")
+
+
 def _check_semantics(config: dict[str, Any]) -> None:
     """Cross-field rules a JSON schema cannot state."""
     if not config["seed_context"].strip():
@@ -326,10 +333,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
                           f"{config['mlflow_experiment']!r}")
     _check_model_name(config)
     _check_chat_template_kwargs(config)
-    temperature = config["generation"]["temperature"]
-    if 0 < temperature < MIN_TEMPERATURE:  # the schema's minimum is 0, which is greedy
-        raise ConfigError(f"config error: generation.temperature: expected 0 (greedy) or a number >= "
-                          f"{MIN_TEMPERATURE}, got {temperature!r}")
+    _check_temperature("generation.temperature", config["generation"]["temperature"])
     slow, fast = config["slow"], config["fast"]
     k, g = fast["pool_size"], slow["num_generations"]
     if g % k:
@@ -368,9 +372,8 @@ def _check_semantics(config: dict[str, Any]) -> None:
             raise ConfigError(f"config error: {problem}")
         if refl["kind"] == "hf":
             _check_reflection_path(config, refl["path"])
-            if 0 < refl["temperature"] < MIN_TEMPERATURE:  # it samples here, as generation does
-                raise ConfigError(f"config error: fast.reflection.temperature: expected 0 (greedy) or a number >= "
-                                  f"{MIN_TEMPERATURE} for reflection kind 'hf', got {refl['temperature']!r}")
+            # it samples here, as generation does
+            _check_temperature("fast.reflection.temperature", refl["temperature"], " for reflection kind 'hf'")
     from fastslow.model.convert import base_model_error
 
     problem = base_model_error(config["model"]["base"])

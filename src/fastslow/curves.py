@@ -27,7 +27,8 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
     rows = []
     for spec in experiment_runs(runs, experiment, tasks, methods).values():
         steps = spec.settings(config)["slow"]["steps_per_cycle"]
-        sampled = _rollouts_sampled(spec, results)
+        infos = _cycle_infos(spec, results)  # each cycle.json once, for every task and point
+        sampled = _rollouts_sampled(infos)
         for task in spec.eval_tasks:
             if tasks is not None and task not in tasks:
                 continue
@@ -36,7 +37,9 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                 cycle = -1 if point == "init" else int(point.removeprefix("cycle"))
                 info = {}
                 if cycle >= 0:
-                    info = json.loads(Path(cycle_dir(spec, cycle, results), "cycle.json").read_text())
+                    info = infos[cycle]
+                    if info is None:  # an input of the curves rule: missing only when called otherwise
+                        raise FileNotFoundError(f"{Path(cycle_dir(spec, cycle, results), 'cycle.json')}: no such file")
                 k, tidy = int(ev["k"]), tidy_summary(ev)
                 rows.append({
                     "experiment": experiment, "method": spec.method, "run": spec.source,
@@ -64,15 +67,20 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
     return rows
 
 
-def _rollouts_sampled(spec: RunSpec, results: str) -> list[int | None]:
-    """Per cycle of `spec`, the sequences its cycles up to that one sampled, for training and the
-    fast round (`rollouts_sampled` of each cycle.json; a run started from another's weights counts
-    its own); None from a cycle whose file lacks it (or is missing) on."""
+def _cycle_infos(spec: RunSpec, results: str) -> list[dict[str, Any] | None]:
+    """Each cycle's cycle.json of `spec` (None where it is missing)."""
+    paths = [Path(cycle_dir(spec, cycle, results), "cycle.json") for cycle in range(spec.cycles)]
+    return [json.loads(p.read_text()) if p.exists() else None for p in paths]
+
+
+def _rollouts_sampled(infos: list[dict[str, Any] | None]) -> list[int | None]:
+    """Per cycle, the sequences the run's cycles up to that one sampled, for training and the
+    fast round (`rollouts_sampled` of each cycle.json, `infos`; a run started from another's
+    weights counts its own); None from a cycle whose file lacks it (or is missing) on."""
     total: int | None = 0
     out: list[int | None] = []
-    for cycle in range(spec.cycles):
-        path = Path(cycle_dir(spec, cycle, results), "cycle.json")
-        count = json.loads(path.read_text()).get("rollouts_sampled") if path.exists() else None
+    for info in infos:
+        count = None if info is None else info.get("rollouts_sampled")
         total = None if total is None or count is None else total + int(count)
         out.append(total)
     return out

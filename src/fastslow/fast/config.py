@@ -135,14 +135,13 @@ class FastConfig:
             problem = prompt_template_error(self.reflection.get("prompt_template"))
             if problem:  # else every reflection call would fail, one by one
                 raise ValueError(problem)
-            chars = self.reflection.get("max_record_chars")  # None (or left out): whole / the default
-            if chars is not None and (not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_RECORD_CHARS):
-                raise ValueError(f"fast.reflection.max_record_chars must be an integer >= {MIN_RECORD_CHARS} "
-                                 f"or null (whole completions), got {chars!r}")
-            chars = self.reflection.get("max_context_chars", MIN_CONTEXT_CHARS)
-            if not isinstance(chars, int) or isinstance(chars, bool) or chars < MIN_CONTEXT_CHARS:
-                raise ValueError(f"fast.reflection.max_context_chars must be an integer >= {MIN_CONTEXT_CHARS}, "
-                                 f"got {chars!r}")
+            # left out: the default; max_record_chars null: whole completions
+            for key, low, null in (("max_record_chars", MIN_RECORD_CHARS, " or null (whole completions)"),
+                                   ("max_context_chars", MIN_CONTEXT_CHARS, "")):
+                chars = self.reflection.get(key)
+                if key in self.reflection and not (chars is None and null) and (
+                        not isinstance(chars, int) or isinstance(chars, bool) or chars < low):
+                    raise ValueError(f"fast.reflection.{key} must be an integer >= {low}{null}, got {chars!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise bad("temperature", "a number >= 0")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:

@@ -165,12 +165,11 @@ class GeneratedTask(TaskBase):
             rng = random.Random(stable_int(self.family, self.difficulty, seed, split, attempt))
             cand = self.candidate(rng, len(out), split, seed, attempt)
             attempt += 1
-            if cand is not None:
-                _check_candidate(self.name, cand)
-            if cand is not None and split_of(cand.key if cand.key is not None else cand.prompt) != split:
-                self.skip(OTHER_SPLIT)
-                continue
             if cand is None:
+                continue
+            _check_candidate(self.name, cand)
+            if split_of(cand.key if cand.key is not None else cand.prompt) != split:
+                self.skip(OTHER_SPLIT)
                 continue
             digest = content_digest(cand.prompt, cand.answer)
             same = cand.key if cand.key is not None and self.key_names_one_problem else prompt_digest(cand.prompt)
