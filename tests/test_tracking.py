@@ -307,6 +307,7 @@ def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypat
 
     store = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.chdir(tmp_path)  # the experiment made here keeps its artifacts in ./mlruns, not the checkout's
     client = MlflowClient(store)
     exp_id = client.create_experiment("fastslow")
     folder = tmp_path / "old" / "results" / "mlflow"
