@@ -231,13 +231,32 @@ def test_a_tidy_summary_reads_task_first_then_its_scores():
     from fastslow.evaluate import SUMMARY_ORDER, format_table, tidy_summary
 
     saved = json.loads(json.dumps({"run": "base", "point": "init", "task": "math", "context_id": "seed",
-                                   "mean@4": 0.25, "mean@4_se": 0.1, "best@4": 0.5, "problems": 8, "k": 4,
+                                   "context_hash": "0123456789ab", "mean@4": 0.25, "mean@4_se": 0.1, "best@4": 0.5, "problems": 8, "k": 4,
                                    "answered_fraction": 0.75, "mean_completion_tokens": 40.0, "truncated_fraction": 0.5, "kl_to_base": 0.0, "entropy": 2.5,
                                    "extra": 1}, sort_keys=True))
     tidy = tidy_summary(saved)
     assert list(tidy) == [*SUMMARY_ORDER, "extra"]
     assert tidy["mean_at_k"] == 0.25 and tidy["best_at_k"] == 0.5
-    assert format_table([tidy], list(tidy)).startswith("task  point  context_id  mean_at_k  ")
+    assert format_table([tidy], list(tidy)).startswith("task  point  context_id  context_hash  mean_at_k  ")
+
+
+def test_a_table_of_summaries_has_nan_for_what_was_not_measured():
+    """The base model's table: JSON has no NaN, so a summary read back says null for KL and
+    entropy not measured (`evaluation.divergence` off) and for an untracked run's id. Inferred,
+    those columns were polars' Null type and the curves tables' NaN was null here; now each has
+    its type, NaN for a number not measured, as in the curves tables."""
+    import polars as pl
+
+    from fastslow.evaluate import summaries_frame
+
+    summaries = [{"task": task, "point": "init", "context_id": "seed", "context_hash": "0123456789ab", "k": 2,
+                  "mean@2": 0.5, "mean@2_se": 0.1, "best@2": 1.0, "problems": 4, "kl_to_base": None,
+                  "entropy": None, "mlflow_run_id": None, "run": "base"} for task in ("math", "hover")]
+    table = summaries_frame(summaries)
+    assert table.schema["kl_to_base"] == table.schema["entropy"] == pl.Float64
+    assert table.schema["mlflow_run_id"] == pl.String and table.schema["problems"] == pl.Int64
+    assert table["kl_to_base"].is_nan().all() and table["mlflow_run_id"].is_null().all()
+    assert table.columns[:5] == ["task", "point", "context_id", "context_hash", "mean_at_k"]
 
 
 def test_kl_to_reach_orders_evaluations_by_kl_not_by_step():
@@ -370,6 +389,11 @@ def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
     got = [(r["cycle"], r["step"], r["train_task"], r["mean_at_k"], r["cycle_seconds"], r["rollouts_sampled"])
            for r in rows]
     assert got == [(-1, 0, None, 0.1, None, 0), (1, 10, "math", 0.3, 10.0, 30 + 31), (2, 15, "hover", 0.4, 20.0, 93)]
+    # each point's samples, under the results directory: the initial weights' are the base model's
+    assert [r["samples_file"] for r in rows] == ["eval/base/math.samples.parquet",
+                                                 "runs/efficiency/rl/math-s0/eval/cycle1/math.samples.parquet",
+                                                 "runs/efficiency/rl/math-s0/eval/cycle2/math.samples.parquet"]
+    assert [r["context_hash"] for r in rows] == [None, None, None]  # summaries from before it was kept
     # a cycle file from before the count was kept: no count from that cycle on
     (tmp_path / cycle_dir(spec, 1, results).removeprefix(results + "/") / "cycle.json").write_text("{}")
     rows = build_curves({spec.key: spec}, "efficiency", {"slow": {"steps_per_cycle": 100}, "fast": {}}, results)

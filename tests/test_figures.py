@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -28,7 +32,8 @@ def _rows(experiment, method, task, values, *, variant="default", init="base", t
                      "best_at_k": min(1.0, v + 0.2),
                      "k": 4, "kl_to_base": (kl[i] if kl else 0.01 * i), "entropy": 0.5, "mean_completion_tokens": 30.0,
                      "answered_fraction": 0.5, "truncated_fraction": 0.25, "cycle_seconds": 10.0,
-                     "cycle_cpu_share": None, "rollouts_sampled": None, "context_id": "seed", "eval_run_id": None, "cycle_run_id": None})
+                     "cycle_cpu_share": None, "rollouts_sampled": None, "context_id": "seed", "context_hash": None, "samples_file": None,
+                     "eval_run_id": None, "cycle_run_id": None})
     return rows
 
 
@@ -451,17 +456,17 @@ def test_fig8_and_fig9_read_efficiency_on_their_task_only():
     # Fig 10 compares reuse with RL-only: efficiency's RL run on its task alone
     assert figure_tables(runs, "fig10") == [curves_table("reuse"), curves_table("efficiency", ["hover_hard"], methods=["rl"])]
     assert curves_table("efficiency", ["hover_hard"], methods=["rl"]) == \
-        "results/tables/curves/efficiency.hover_hard.rl.parquet"
+        "results/tables/curves/subsets/efficiency.hover_hard.rl.parquet"
     assert sorted(figure_runs(runs, "fig10")) == ["efficiency/rl/hover_hard-default-s0",
                                                   "reuse/fst/hover_hard-no_reuse-s0", "reuse/fst/hover_hard-reuse-s0"]
     paper = expand(load_config(root / "config" / "config.yaml", root / "config" / "paper.yaml"))
     assert "efficiency/fst/hover_hard-default-s0" not in figure_runs(paper, "fig10")  # not shared there
     from fastslow.layout import curves_runs
 
-    with pytest.raises(ValueError, match=r"^curves/efficiency\.hover_hard\.gepa\.parquet: no run of experiment "
+    with pytest.raises(ValueError, match=r"^curves/subsets/efficiency\.hover_hard\.gepa\.parquet: no run of experiment "
                                          r"'efficiency' on hover_hard is of method gepa$"):
         curves_runs(runs, "efficiency", ["hover_hard"], ["gepa"])
-    assert curves_table("efficiency", ["hover"]) == "results/tables/curves/efficiency.hover.parquet"
+    assert curves_table("efficiency", ["hover"]) == "results/tables/curves/subsets/efficiency.hover.parquet"
     assert [table_experiment(t) for t in figure_tables(runs, "fig8")] == ["ceiling", "efficiency"]
     assert sorted(figure_runs(runs, "fig8")) == sorted(
         [k for k, s in runs.items() if s.experiment == "ceiling"]
@@ -1071,6 +1076,39 @@ def test_the_standard_error_of_a_seed_mean_is_over_problems_of_the_seed_averaged
     old = table([one, other], problems=False)
     assert figures.seed_curve(old, method="rl")["mean_at_k_se"].to_list() == pytest.approx(
         [(np.std(list(one.values()), ddof=1) + np.std(list(other.values()), ddof=1)) / 4] * 2)
+
+
+def test_a_rebuilt_figure_is_the_same_file(tmp_path):
+    """Matplotlib dates a PDF to the second: a figure rebuilt a second later was another file."""
+    import time
+
+    for name in ("first", "again"):
+        fig, ax = figures._plt().subplots()
+        ax.plot([0, 1], [1, 0], label="FST")
+        figures._save(fig, tmp_path / f"{name}.pdf")
+        time.sleep(1.1)
+    for suffix in (".pdf", ".png"):
+        first, again = ((tmp_path / name).with_suffix(suffix).read_bytes() for name in ("first", "again"))
+        assert first == again and first[:4] in (b"%PDF", b"\x89PNG"), suffix
+
+
+def test_error_bars_are_the_same_bits_in_every_process():
+    """A polars group_by's groups come in a hash order that differs between processes; a spread
+    summed in that order differed in its last bits (0.026536090946805004, …018 in six runs): a
+    rebuilt figure's error bars are the same numbers."""
+    code = (
+        "import random, polars as pl\n"
+        "from fastslow.figures import seed_mean_se, seed_se_at_step\n"
+        "rng = random.Random(0)\n"
+        "ids = [f'p{i}' for i in range(64)]\n"
+        "df = pl.DataFrame([{'step': s, 'seed': seed, 'problem_ids': ids, 'mean_at_k': rng.random(),\n"
+        "                    'problem_means': [rng.random() for _ in ids]} for s in (0, 2) for seed in range(7)])\n"
+        "print(repr(seed_mean_se(df).sort('step')['mean_at_k_se'].to_list()), repr(seed_se_at_step(df, 2)))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(figures.__file__).parents[1])}
+    runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+            for _ in range(4)]
+    outputs = [p.communicate(timeout=120)[0] for p in runs]
+    assert all(p.returncode == 0 for p in runs) and len(set(outputs)) == 1, outputs
 
 
 def test_fig10s_claim_reuse_makes_steps_cheaper(tmp_path):

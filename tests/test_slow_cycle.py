@@ -14,6 +14,7 @@ import pytest
 import torch
 from slow_toys import LengthTask, RecordingTracker
 
+from fastslow import records
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state, run_cycle
 from fastslow.tasks.base import answered
@@ -113,7 +114,8 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     assert (rollouts["logprob_sum"] < 0).all()
 
     metrics = pl.read_parquet(result.metrics_path)
-    assert METRIC_COLUMNS <= set(metrics.columns)
+    assert METRIC_COLUMNS <= set(metrics.columns) and metrics.columns == list(records.METRIC_COLUMNS)
+    assert metrics["distill_kl"].is_nan().all() and metrics["fast_seconds"].is_nan().all()  # not RL's
     assert metrics["step"].to_list() == [2, 3]
     assert metrics["reward_mean"].to_list() == pytest.approx(
         rollouts.group_by("step", maintain_order=True).agg(pl.col("reward").mean())["reward"].to_list())

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from slow_toys import LengthTask, RecordingTracker
 
+from fastslow import records
 from fastslow.records import ROLLOUT_COLUMNS, context_hash
 from fastslow.slow import SlowConfig, read_state
 from fastslow.slow.distill import (
@@ -333,6 +334,8 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
 
     metrics = pl.read_parquet(result.metrics_path)
     assert metrics.height == 1 and METRIC_COLUMNS <= set(metrics.columns)
+    assert metrics.columns == list(records.METRIC_COLUMNS)  # every method's: one glob reads them all
+    assert metrics["kl_to_base"].is_nan().all() and metrics["reused_rollouts"].is_null().all()  # RL's
     assert metrics["distill_kl"][0] > 0 and metrics["lr"][0] == pytest.approx(1e-3)
     calls = runs["tracker"].calls
     assert [step for _, step in calls] == [0, 1]

@@ -109,7 +109,7 @@ def test_fig8_plans_efficiencys_hover_runs_only(tmp_path):
     out = snakemake("-n", "results/figures/fig8.pdf", "--configfile", "config/config.yaml",
                     "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "tables/curves/efficiency.hover.parquet" in out.stdout
+    assert "tables/curves/subsets/efficiency.hover.parquet" in out.stdout
     for method in ("rl", "fst"):
         assert f"runs/efficiency/{method}/hover-default-s0/cycle1/pool.json" in out.stdout
         for task in ("math", "codeio", "hover_hard", "physics"):
@@ -156,8 +156,8 @@ def test_a_curves_table_of_no_runs_stops_before_any_job(tmp_path):
     for target, expected in (
             ("results/tables/curves/efficency.parquet",
              "curves/efficency.parquet: experiment 'efficency' has no runs in the config (experiments with runs: "),
-            ("results/tables/curves/efficiency.stargraph.parquet",
-             "curves/efficiency.stargraph.parquet: no run of experiment 'efficiency' is evaluated on stargraph "
+            ("results/tables/curves/subsets/efficiency.stargraph.parquet",
+             "curves/subsets/efficiency.stargraph.parquet: no run of experiment 'efficiency' is evaluated on stargraph "
              "(its runs' tasks: codeio, hover, hover_hard, math, physics)")):
         out = snakemake("-n", target, "--configfile", "config/config.yaml",
                         "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
@@ -461,7 +461,7 @@ def test_smoke_run_builds_base_eval_table(smoke_workdir):
     assert table["problems"].to_list() == [4, 4]
     # the curves tables' names (mean@k's k is the column k), as the README lists them
     assert set(table.columns) == readme_columns()["tables/base_eval.parquet"] | {"run"}
-    assert table.columns[:4] == ["task", "point", "context_id", "mean_at_k"]  # the README's order
+    assert table.columns[:5] == ["task", "point", "context_id", "context_hash", "mean_at_k"]  # the README's order
     assert table["k"].to_list() == [2, 2]
     assert all(0.0 <= v <= 1.0 for v in table["mean_at_k"].to_list())
     assert (table["best_at_k"] >= table["mean_at_k"]).all()
@@ -607,6 +607,11 @@ def test_fst_runs_on_a_task_of_your_own_from_a_file(smoke_workdir, tmp_path):
     curves = pl.read_parquet(smoke_workdir / "results/tables/curves/efficiency.parquet")
     assert set(curves["eval_task"]) == {"parity"} and set(curves["method"]) == {"fst"}
     assert sorted(set(curves["step"])) == [0, 2]
+    # each point leads to its samples and, by its context's hash, to its pool entry
+    assert all((smoke_workdir / "results" / f).exists() for f in curves["samples_file"])
+    last = curves.filter(pl.col("step") == 2).row(0, named=True)
+    best = json.loads((smoke_workdir / "results" / Path(last["samples_file"]).parents[2] / "cycle0/pool.json").read_text())
+    assert last["context_hash"] == next(e["hash"] for e in best["entries"] if e["id"] == last["context_id"])
     rollouts = pl.read_parquet(next((smoke_workdir / "results/runs/efficiency/fst").glob("*/cycle0/rollouts.parquet")))
     assert rollouts.height > 0 and set(rollouts["problem_id"]) <= set(source)
     # the README's table of what each file holds names exactly the columns a run writes

@@ -44,6 +44,7 @@ from test_slurm import (
 from test_workflow import ROOT, SMOKE, snakemake, workflow_copy
 
 from fastslow.launch import stop_process_group
+from fastslow.records import METRIC_COLUMNS
 
 FIGURES = [f"results/figures/fig{n}.pdf" for n in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)]
 
@@ -140,6 +141,13 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     assert json.loads((distill / "cycle0/cycle.json").read_text())["teacher_is_student"] is True
     assert "the teacher is the student, nothing is distilled" in \
         (work / "results/logs/runs/ceiling/fst_distill/hover-default-s0/cycle0.log").read_text()
+    # every method's steps as one table, as the README reads them: one glob, one schema
+    steps = pl.read_parquet(work / "results/runs/*/*/*/cycle*/metrics.parquet")
+    assert steps.columns == list(METRIC_COLUMNS)
+    assert sorted(steps["run"].str.split("/").list.get(1).unique()) == ["fst", "fst_distill", "gepa", "rl"]
+    gepa = steps.filter(pl.col("run").str.contains("/gepa/"))
+    assert (gepa["fast_seconds"] > 0).all() and gepa["reward_mean"].is_nan().all()
+    assert gepa["completion_tokens"].is_null().all()
     assert not (work / "results/runs/reuse/fst/math-no_reuse-s0").exists()
     assert "the same run as efficiency/fst/math-default-s0" in (work / "results/reports/pools/reuse.html").read_text()
     # ...and its reuse run trains each cycle's RL steps (fast.reuse_steps 2 = T) on rollouts its
@@ -169,7 +177,7 @@ def test_smoke_builds_every_figure_and_table(every_figure, tmp_path):
     assert "efficiency/rl/math-default-s0" in fig10.data.tags["fastslow.input_runs"].split(",")
     assert fig10.data.metrics["fig10/seconds_per_step/rl"] > 0
     # ...and Fig 9 its runs on the ablations' task: here that is all of them
-    on_math = pl.read_parquet(work / "results/tables/curves/efficiency.math.parquet")
+    on_math = pl.read_parquet(work / "results/tables/curves/subsets/efficiency.math.parquet")
     assert on_math.sort(["run", "step"]).equals(
         pl.read_parquet(work / "results/tables/curves/efficiency.parquet").sort(["run", "step"]))
     assert not [r for r in runs if r.info.status == "RUNNING"]

@@ -536,7 +536,7 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         pla = plasticity.filter(pl.col("eval_task") == target)  # each target task its own row, as in Fig 5
         final = pla.filter(pl.col("step") == pl.col("step").max().over("run"))
         by_init = {i: float(final.filter(pl.col("init") == i)["mean_at_k"].mean())
-                   for i in final["init"].unique().to_list()}
+                   for i in sorted(final["init"].unique().to_list())}  # not hash order: the means' sums
         tasks = {i: ".".join(run_tasks(i)) for i in by_init if i != "base"}  # each source run's
         for src in sorted(set(tasks.values())):
             inits = [i for i, of in tasks.items() if of == src]

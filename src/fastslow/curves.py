@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from fastslow.evaluate import tidy_summary
 from fastslow.experiments import RunSpec
-from fastslow.layout import RESULTS, cycle_dir, eval_point_file, eval_points, experiment_runs
+from fastslow.layout import (
+    RESULTS,
+    cycle_dir,
+    eval_point_file,
+    eval_points,
+    experiment_runs,
+    samples_file,
+)
 
 #: Columns of results/tables/curves/<experiment>.parquet.
 CURVE_COLUMNS = ("experiment", "method", "run", "variant", "seed", "init", "eval_task", "train_task",
                  "cycle", "step", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problem_ids",
                  "problem_means", "kl_to_base", "entropy", "answered_fraction", "mean_completion_tokens", "truncated_fraction", "cycle_seconds", "cycle_cpu_share", "rollouts_sampled", "context_id",
-                 "eval_run_id", "cycle_run_id")
+                 "context_hash", "samples_file", "eval_run_id", "cycle_run_id")
 
 
 def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, Any],
@@ -41,13 +49,14 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     if info is None:  # an input of the curves rule: missing only when called otherwise
                         raise FileNotFoundError(f"{Path(cycle_dir(spec, cycle, results), 'cycle.json')}: no such file")
                 k, tidy = int(ev["k"]), tidy_summary(ev)
+                summary_file = eval_point_file(spec, point, task, results)
                 rows.append({
                     "experiment": experiment, "method": spec.method, "run": spec.source,
                     "variant": spec.variant, "seed": spec.seed, "init": spec.init or "base",
                     "eval_task": task, "train_task": spec.schedule[cycle] if cycle >= 0 else None,
                     "cycle": cycle, "step": (cycle + 1) * steps,
                     "mean_at_k": float(tidy["mean_at_k"]), "best_at_k": float(tidy["best_at_k"]), "k": k,
-                    **_per_problem(ev, eval_point_file(spec, point, task, results)),
+                    **_per_problem(ev, summary_file),
                     "kl_to_base": _number(ev.get("kl_to_base")), "entropy": _number(ev.get("entropy")),
                     # share of the samples with a readable answer (NaN: a summary before it was kept)
                     "answered_fraction": _number(ev.get("answered_fraction")),
@@ -60,6 +69,11 @@ def build_curves(runs: dict[str, RunSpec], experiment: str, config: dict[str, An
                     # sequences the run sampled up to the point, for training and its rounds
                     "rollouts_sampled": 0 if cycle < 0 else sampled[cycle],
                     "context_id": ev.get("context_id", "seed"),
+                    # the context's text's hash (a pool entry's `hash`; None: a summary before it was kept)
+                    "context_hash": ev.get("context_hash"),
+                    # the point's samples, under the results directory: a run started from the
+                    # base model shares the base model's (eval/base/<task>.samples.parquet)
+                    "samples_file": os.path.relpath(samples_file(summary_file), results),
                     # the MLflow runs of the evaluation and of the cycle behind the point (None:
                     # the initial weights' cycle, or files written before they were recorded)
                     "eval_run_id": ev.get("mlflow_run_id"), "cycle_run_id": info.get("mlflow_run_id"),
@@ -100,7 +114,6 @@ def _per_problem(summary: dict[str, Any], summary_file: str) -> dict[str, Any]:
     import polars as pl
 
     from fastslow.evaluate import mean_at_k_se
-    from fastslow.layout import samples_file
 
     k = int(summary["k"])
     ids = means = None

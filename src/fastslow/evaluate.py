@@ -96,7 +96,7 @@ def sample_and_score(generator: Generator, task: Task, problems: Sequence[Proble
 
 #: The order of a tidy summary's keys (`tidy_summary`): the base model's table and its printout
 #: read task first, then its scores, as the README lists them; keys not named here follow.
-SUMMARY_ORDER = ("task", "point", "context_id", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
+SUMMARY_ORDER = ("task", "point", "context_id", "context_hash", "mean_at_k", "mean_at_k_se", "best_at_k", "k", "problems",
                  "answered_fraction", "mean_completion_tokens", "truncated_fraction", "kl_to_base", "entropy", "run")
 #: An evaluation summary's MLflow run ids (`run_ids`): in its JSON and tables, not in its log table.
 RUN_IDS = ("mlflow_run_id", "cycle_run_id")
@@ -150,6 +150,28 @@ def tidy_summary(summary: dict) -> dict:
     tidy = {names.get(key, key): value for key, value in summary.items()}
     rank = {key: i for i, key in enumerate(SUMMARY_ORDER)}
     return dict(sorted(tidy.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
+#: The number columns of a table of summaries (`summaries_frame`), and its string columns that
+#: may be None in every summary (no MLflow run, a summary from before a key was kept).
+SUMMARY_FLOATS = ("mean_at_k", "mean_at_k_se", "best_at_k", "answered_fraction", "mean_completion_tokens",
+                  "truncated_fraction", "kl_to_base", "entropy")
+SUMMARY_STRINGS = ("context_id", "context_hash", "mlflow_run_id", "cycle_run_id")
+
+
+def summaries_frame(summaries: Sequence[dict[str, Any]]) -> Any:
+    """Evaluation summaries read back from their JSON files as one polars table (the base
+    model's, results/tables/base_eval.parquet): `tidy_summary`'s names, NaN for a number not
+    measured (JSON's null: KL and entropy with `evaluation.divergence` off), as in the curves
+    tables, and the same dtypes whatever the values (a column all null had polars' Null type)."""
+    import polars as pl
+
+    rows = [{key: math.nan if value is None and key in SUMMARY_FLOATS else value
+             for key, value in tidy_summary(s).items()} for s in summaries]
+    keys = {key for row in rows for key in row}
+    types = {**dict.fromkeys(SUMMARY_FLOATS, pl.Float64), **dict.fromkeys(SUMMARY_STRINGS, pl.String)}
+    return pl.DataFrame(rows, infer_schema_length=None,
+                        schema_overrides={key: kind for key, kind in types.items() if key in keys})
 
 
 def summarize(rows: Sequence[dict[str, Any]], k: int) -> dict[str, float]:

@@ -191,8 +191,10 @@ def _save(fig: Any, out: str | Path) -> None:
     lines = max((t.get_text().count("\n") + 1 for t in fig.texts if t.get_gid() == "footnote"), default=1)
     fig.tight_layout(rect=(0, 0.04 + (lines - 1) * FOOTNOTE_LINE_INCHES / fig.get_figheight(), 1, 1))
     for path in (out, out.with_suffix(".png")):  # atomically: a killed job leaves no half a figure
+        # no creation date in the PDF: a rebuilt figure is the same file
+        metadata = {"CreationDate": None} if path.suffix == ".pdf" else None
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, bbox_inches="tight")  # a title wider than a one-panel figure: not cut
+            fig.savefig(tmp, bbox_inches="tight", format=path.suffix[1:], metadata=metadata)  # a title wider than a one-panel figure: not cut
     _plt().close(fig)
 
 
@@ -205,9 +207,11 @@ def seed_mean_se(df: pl.DataFrame) -> pl.DataFrame:
     if "problem_ids" not in df.columns or df["problem_ids"].null_count():
         se = pl.col("mean_at_k_se").mean() if "mean_at_k_se" in df.columns else pl.lit(float("nan"))
         return df.group_by("step").agg(se.alias("mean_at_k_se"))
+    # sorted: a group_by's groups come in a hash order that differs from process to process, and
+    # the spread's last bits with the order it sums in
     per = (df.select("step", "problem_ids", "problem_means").explode(["problem_ids", "problem_means"])
-           .group_by("step", "problem_ids").agg(pl.col("problem_means").mean()))
-    return per.group_by("step").agg((pl.col("problem_means").std(ddof=1) / pl.col("problem_means").count().sqrt())
+           .group_by("step", "problem_ids").agg(pl.col("problem_means").mean()).sort("step", "problem_ids"))
+    return per.group_by("step", maintain_order=True).agg((pl.col("problem_means").std(ddof=1) / pl.col("problem_means").count().sqrt())
                                     .alias("mean_at_k_se"))
 
 
@@ -994,7 +998,8 @@ def seed_se_at_step(df: pl.DataFrame, step: int) -> float:
     """The standard error over seeds of a curve's mean@k at `step`, over the seeds evaluated at
     that very step (those the seed mean there averages, `seed_curve`): Fig 9's error bar on the
     bar it reads at `step`; NaN (no bar) with fewer than two such seeds."""
-    per_seed = df.filter(pl.col("step") == step).group_by("seed").agg(pl.col("mean_at_k").mean())["mean_at_k"]
+    per_seed = (df.filter(pl.col("step") == step).group_by("seed").agg(pl.col("mean_at_k").mean())
+                .sort("seed")["mean_at_k"])  # in seed order: the groups' order differs between processes
     return float(per_seed.std(ddof=1) / math.sqrt(per_seed.len())) if per_seed.len() > 1 else float("nan")
 
 

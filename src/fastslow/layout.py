@@ -134,13 +134,20 @@ def experiment_cycle_files(runs: dict[str, RunSpec], experiment: str, results: s
             for c in range(s.cycles)]
 
 
+#: Under results/tables/curves/: the tables of an experiment's runs on some tasks (or of some
+#: methods) only (`curves_table`).
+SUBSETS = "subsets"
+
+
 def curves_table(experiment: str, tasks: Collection[str] | None = None, results: str = RESULTS,
                  methods: Collection[str] | None = None) -> str:
-    """The curves table of `experiment`, or of its runs on `tasks` only (`<experiment>.<a+b>`),
-    and of those of `methods` only (`<experiment>.<a+b>.<rl>`; with tasks only)."""
+    """The curves table of `experiment`, or of its runs on `tasks` only (`subsets/<experiment>.<a+b>`),
+    and of those of `methods` only (`subsets/<experiment>.<a+b>.<rl>`; with tasks only). The
+    subsets' rows are also the whole table's, so they sit apart from it: a glob of the tables
+    (`tables/curves/*.parquet`) reads each experiment's rows once."""
     if methods and tasks is None:
         raise ValueError(f"curves of {experiment!r}: a table of some methods is of some tasks too")
-    name = experiment if tasks is None else f"{experiment}.{'+'.join(sorted(tasks))}"
+    name = experiment if tasks is None else f"{SUBSETS}/{experiment}.{'+'.join(sorted(tasks))}"
     name += f".{'+'.join(sorted(methods))}" if methods else ""
     return f"{results}/tables/curves/{name}.parquet"
 

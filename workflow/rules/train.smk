@@ -156,7 +156,7 @@ rule curves_on_tasks:
         code=library_code("curves.py"),
         labels=curves_labels,
     output:
-        f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.parquet",
+        f"{RESULTS}/tables/curves/subsets/{{experiment}}.{{tasks}}.parquet",
     log:
         f"{RESULTS}/logs/curves/{{experiment}}.{{tasks}}.log",
     benchmark:
@@ -177,7 +177,7 @@ rule curves_on_tasks_of_methods:
         code=library_code("curves.py"),
         labels=curves_labels,
     output:
-        f"{RESULTS}/tables/curves/{{experiment}}.{{tasks}}.{{methods}}.parquet",
+        f"{RESULTS}/tables/curves/subsets/{{experiment}}.{{tasks}}.{{methods}}.parquet",
     log:
         f"{RESULTS}/logs/curves/{{experiment}}.{{tasks}}.{{methods}}.log",
     benchmark:

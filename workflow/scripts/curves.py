@@ -17,7 +17,7 @@ with snakemake_job(smk, parent=wc.experiment) as tracker:
     rows = build_curves(expand(smk.config), wc.experiment, smk.config, tasks=tasks, methods=methods)
     # their types even where every value is None (init only; cycles on a GPU, or older cycle.json)
     ids = {"eval_run_id": pl.String, "cycle_run_id": pl.String, "cycle_cpu_share": pl.Float64,
-           "rollouts_sampled": pl.Int64}
+           "rollouts_sampled": pl.Int64, "context_hash": pl.String}
     df = pl.DataFrame(rows, infer_schema_length=None, schema_overrides=ids).select(CURVE_COLUMNS)
     write_parquet(df, smk.output[0])
     tracker.log_table(smk.output[0], f"curves/{Path(smk.output[0]).stem}")

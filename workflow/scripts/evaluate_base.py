@@ -9,6 +9,7 @@ from fastslow.evaluate import evaluate_weights, run_ids, summary_line
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
 from fastslow.model.generation import SamplingParams
+from fastslow.records import context_hash
 from fastslow.tasks.data import load_problems
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
@@ -22,7 +23,8 @@ with snakemake_job(smk, parent="foundation") as tracker:
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, task_name), problems, cfg["seed_context"],
                                      ev["k"], params, **options)
     tracker.set_tags({"fastslow.eval_dtype": options["sample_dtype"]})  # bfloat16_if_native: the machine's choice
-    summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed", **summary,
+    summary = {"run": "base", "point": "init", "task": task_name, "context_id": "seed",
+               "context_hash": context_hash(cfg["seed_context"]), **summary,
                **run_ids(tracker)}
     # the samples table of a run's evaluation (evaluate_point), its run and point the summary's
     write_parquet([{"run": "base", "point": "init", "task": task_name, **r} for r in rows], smk.output.samples)

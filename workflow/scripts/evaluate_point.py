@@ -12,6 +12,7 @@ from fastslow.experiments import expand
 from fastslow.io import write_json, write_parquet
 from fastslow.jobs import snakemake_job
 from fastslow.model.generation import SamplingParams
+from fastslow.records import context_hash
 from fastslow.tasks.data import load_problems
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
@@ -29,7 +30,8 @@ with snakemake_job(smk, parent=wc.experiment, run=spec) as tracker:
     summary, rows = evaluate_weights(smk.input.model, make_task(cfg, wc.task), problems, context, ev["k"], params,
                                      base_dir=smk.input.base, **options)
     tracker.set_tags({"fastslow.eval_dtype": options["sample_dtype"]})  # bfloat16_if_native: the machine's choice
-    summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id, **summary,
+    summary = {"run": spec.key, "point": wc.point, "task": wc.task, "context_id": context_id,
+               "context_hash": context_hash(context), **summary,
                **run_ids(tracker, pool)}
     write_parquet([{"run": spec.key, "point": wc.point, "task": wc.task, **r} for r in rows], smk.output.samples)
     write_json(summary, smk.output.summary)

@@ -50,7 +50,13 @@ import numpy as np
 
 from fastslow.hardware import native_bf16_available
 from fastslow.model.generation import derive_seed
-from fastslow.records import ROLLOUT_COLUMNS, context_hash
+from fastslow.records import (
+    METRIC_COLUMNS,
+    ROLLOUT_COLUMNS,
+    complete_metrics,
+    context_hash,
+    polars_schema,
+)
 from fastslow.slow.config import SlowConfig
 from fastslow.slow.trainer import (
     PromptGradients,
@@ -937,7 +943,7 @@ def run_cycle(
                 {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
                  "base": str(ref_dir)}, indent=2, sort_keys=True) + "\n")
             _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
-            _write_table(metrics_rows, tmp / "metrics.parquet", None)
+            _write_table(metrics_rows, tmp / "metrics.parquet", METRIC_COLUMNS)
             shutil.rmtree(tmp / "_work", ignore_errors=True)
         if distributed:
             trainer.accelerator.wait_for_everyone()
@@ -989,17 +995,13 @@ def _rank_digests(trainer: Any) -> list[str]:
     return gather_object([weights_digest(unwrapped)])
 
 
-_POLARS_TYPES = {"str": "String", "int64": "Int64", "float64": "Float64", "bool": "Boolean"}
-
-
-def _write_table(rows: list[dict[str, Any]], path: Path, columns: dict[str, str] | None) -> None:
+def _write_table(rows: list[dict[str, Any]], path: Path, columns: dict[str, str]) -> None:
+    """`rows` as Parquet with exactly `columns` (ROLLOUT_COLUMNS, METRIC_COLUMNS)."""
     import polars as pl
 
-    if columns is None:
-        pl.DataFrame(rows, infer_schema_length=None).write_parquet(path)
-        return
-    schema = {name: getattr(pl, _POLARS_TYPES[kind]) for name, kind in columns.items()}
-    pl.DataFrame([{k: r[k] for k in columns} for r in rows], schema=schema).write_parquet(path)
+    if columns is METRIC_COLUMNS:
+        rows = [complete_metrics(r) for r in rows]
+    pl.DataFrame([{k: r[k] for k in columns} for r in rows], schema=polars_schema(columns)).write_parquet(path)
 
 
 def _ensure_progress_handler() -> None:
