@@ -521,6 +521,10 @@ def test_first_step_trains_on_rollouts_sampled_with_its_weights(tiny_model_dir: 
         result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "c0",
                            "toy/run", 0, progress=False, round_rollouts=given)
     assert [m["reused_rollouts"] for m in result.metrics] == [6, 0]
+    # and each rollout says whether it was: the rows of other prompt tokens were generated
+    rollouts = pl.read_parquet(result.rollouts_path)
+    assert rollouts.group_by("step").agg(pl.col("reused").sum()).sort("step")["reused"].to_list() == [6, 0]
+    assert not rollouts.filter((pl.col("context_hash") == bad[0]) & (pl.col("problem_id") == bad[1]))["reused"].any()
     # the step's line says so (its tok/s counts the 2 generated rows alone: it read like a stall)
     lines = [r.getMessage() for r in caplog.records if " step " in r.getMessage() and "reward" in r.getMessage()]
     assert "(6 rollouts sampled before this step, not generated in it)" in lines[0]
@@ -659,6 +663,7 @@ def test_steps_per_generation_samples_a_blocks_rollouts_once_and_the_later_steps
     assert calls[0]["seed"] != calls[1]["seed"]
     assert [m["sampled_ahead_rollouts"] for m in result.metrics] == [16, 0, 8]
     assert [m["reused_rollouts"] for m in result.metrics] == [8, 8, 8]  # no step generated its own
+    assert pl.read_parquet(result.rollouts_path)["reused"].all()
     from fastslow.cycle import _rollouts_sampled
 
     # the samples axis counts what the sampler returned

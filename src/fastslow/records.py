@@ -24,6 +24,9 @@ ROLLOUT_COLUMNS: dict[str, str] = {
     "logprob_sum": "float64",  # sum of sampling log-probs of the completion tokens
     "truncated": "bool",  # cut at slow.max_new_tokens before an EOS
     "answered": "bool",  # a non-empty <answer> block (`fastslow.tasks.base.answered`): else a format failure
+    # sampled before its step, by weights up to a step older (the fast round's, fast.reuse_in_slow,
+    # or an earlier step's, slow.steps_per_generation), not by the weights the step trained
+    "reused": "bool",
 }
 
 #: Columns of every metrics.parquet: one row per RL or distillation step, and a GEPA-only cycle's

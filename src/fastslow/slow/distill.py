@@ -250,6 +250,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "logprob_sum": float(g.logprob_sum) if g.logprob_sum is not None else float("nan"),
         "truncated": g.finish_reason == "length",
         "answered": answered(g.text),
+        "reused": False,  # every step samples its own
     } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
     if accelerator is not None:  # the whole step: every rank's rows (rank order = row order)
         from accelerate.utils import gather_object

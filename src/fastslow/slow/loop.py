@@ -577,6 +577,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "logprob_sum": float(logprob_sums[i]),
         "truncated": truncated[i],
         "answered": answered(reward.last_texts[i]),
+        "reused": i in trainer.reused,
     } for i, row in enumerate(rows)]
     # rows sampled before this step's generation (the fast round's, fast.reuse_in_slow, or an
     # earlier step's `sample_ahead`), not generated here
