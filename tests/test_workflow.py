@@ -183,6 +183,19 @@ def test_a_pool_page_of_an_experiment_without_a_fast_loop_stops_before_any_job(t
         assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
+def test_a_channels_table_without_fst_runs_stops_before_any_job(tmp_path):
+    """The channels table of a config whose efficiency experiment has no FST run was planned: an
+    empty file, no header, which polars cannot read. It now stops while Snakemake plans."""
+    out = snakemake("-n", "results/tables/channels.csv", "--configfile", "config/config.yaml",
+                    "--config", "experiments={efficiency: {tasks: [math], methods: [rl], cycles: 1}}",
+                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "tables/channels.csv: experiment 'efficiency' has no FST run in the config" in text, text[-2000:]
+    assert "rule channels" not in out.stdout and "rule init_tracking" not in out.stdout
+    assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+
+
 def test_a_target_of_an_unknown_task_stops_in_one_line(tmp_path):
     """`results/data/parity/train.parquet` without the own-task overlay: a traceback from the
     task registry whose list of names left out the config's own file tasks."""

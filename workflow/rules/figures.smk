@@ -144,6 +144,11 @@ rule channel_eval:
 
 
 def channel_table_inputs(wc):
+    """The four evaluations of each of efficiency's FST runs. Without such runs (the table was
+    an empty file, no header, which polars cannot read) the planning stops in one line."""
+    if not any(s.method == "fst" for s in layout.experiment_runs(RUNS, "efficiency").values()):
+        sys.exit("tables/channels.csv: experiment 'efficiency' has no FST run in the config "
+                 "(the table splits an FST run's gain between its weights and its context)")
     files = {"tracking": ancient(tracking("figures"))}
     rows = []
     for spec in layout.experiment_runs(RUNS, "efficiency").values():
