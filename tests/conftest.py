@@ -67,12 +67,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
 
 
+#: What a test session may leave in the repository it runs from (pytest's and hypothesis's own
+#: caches); anything else is a test writing into the checkout instead of its tmp_path.
+SESSION_LEFTOVERS = {".pytest_cache", ".hypothesis", "__pycache__"}
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _from_the_repository():
+    """Every test runs from the repository, and none leaves a file there (an MLflow experiment
+    made without an artifact location wrote its runs' artifacts to ./mlruns/ of the checkout)."""
     before = os.getcwd()
+    entries = set(os.listdir(ROOT))
     os.chdir(ROOT)
     yield
     os.chdir(before)
+    left = sorted(set(os.listdir(ROOT)) - entries - SESSION_LEFTOVERS)
+    if left:
+        pytest.fail(f"the tests left {left} in the repository {ROOT}: a test wrote to its working "
+                    f"directory instead of its tmp_path", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
