@@ -84,7 +84,7 @@ def _from_the_repository():
     left = sorted(set(os.listdir(ROOT)) - entries - SESSION_LEFTOVERS)
     if left:
         pytest.fail(f"the tests left {left} in the repository {ROOT}: a test wrote to its working "
-                    f"directory instead of its tmp_path", pytrace=False)
+                    f"directory instead of its tmp_path (or a job ran in the checkout meanwhile)", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -257,6 +257,10 @@ def test_a_table_of_summaries_has_nan_for_what_was_not_measured():
     assert table.schema["mlflow_run_id"] == pl.String and table.schema["problems"] == pl.Int64
     assert table["kl_to_base"].is_nan().all() and table["mlflow_run_id"].is_null().all()
     assert table.columns[:5] == ["task", "point", "context_id", "context_hash", "mean_at_k"]
+    # a summary from before context_hash and answered_fraction were kept: the columns are there
+    old = summaries_frame([{k: v for k, v in summaries[0].items() if k not in ("context_hash", "answered_fraction")}])
+    assert old.columns == table.columns and old["context_hash"].dtype == pl.String
+    assert old["answered_fraction"].is_nan().all()
 
 
 def test_kl_to_reach_orders_evaluations_by_kl_not_by_step():

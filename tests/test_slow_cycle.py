@@ -604,6 +604,9 @@ def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_wei
     assert served["problem_id"].to_list() == [pid for _, pid in keys]  # the round's, in step order
     assert served["completion"].to_list() == [g.text for g in gens]  # each rollout once
     assert rollouts.filter(pl.col("step") == 2).height == 8
+    # each row says how many updates old its sampler was: the second step's are one
+    per_step = rollouts.group_by("step").agg(pl.col("reused").sum(), pl.col("policy_lag").unique()).sort("step")
+    assert per_step["reused"].to_list() == [8, 8, 0] and per_step["policy_lag"].to_list() == [[0], [1], [0]]
 
 
 def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp_path: Path,
@@ -663,7 +666,11 @@ def test_steps_per_generation_samples_a_blocks_rollouts_once_and_the_later_steps
     assert calls[0]["seed"] != calls[1]["seed"]
     assert [m["sampled_ahead_rollouts"] for m in result.metrics] == [16, 0, 8]
     assert [m["reused_rollouts"] for m in result.metrics] == [8, 8, 8]  # no step generated its own
-    assert pl.read_parquet(result.rollouts_path)["reused"].all()
+    rollouts = pl.read_parquet(result.rollouts_path)
+    assert rollouts["reused"].all()  # none generated in its own step...
+    # ...but only the block's second step trains on an older sampler's rows
+    assert rollouts.group_by("step").agg(pl.col("policy_lag").unique()).sort("step")["policy_lag"].to_list() == \
+        [[0], [1], [0]]
     from fastslow.cycle import _rollouts_sampled
 
     # the samples axis counts what the sampler returned

@@ -597,3 +597,16 @@ def test_a_resumed_rng_state_unpickles_no_code(tmp_path, monkeypatch) -> None:
     with pytest.raises(Exception, match="Weights only load failed"):
         loop._load_rng_state(tmp_path / "planted.pt")
     assert not (tmp_path / "planted.txt").exists()
+
+
+def test_a_step_metric_outside_the_tables_schema_stops_at_its_step():
+    """metrics.parquet has one schema for every method (records.METRIC_COLUMNS): a step's metric
+    not in it raises as the row is made (`check_metrics`), not after the cycle trained, when the
+    table is written; a row a method leaves short is completed with NaN, or None for a count."""
+    from fastslow.records import METRIC_COLUMNS, check_metrics, complete_metrics
+
+    with pytest.raises(KeyError, match=r"metrics \['kl_to_teacher'\] are not in fastslow.records.METRIC_COLUMNS"):
+        check_metrics({"run": "r", "step": 0, "kl_to_teacher": 0.1})
+    row = complete_metrics({"run": "r", "cycle": 0, "step": 1, "fast_seconds": 2.5})
+    assert list(row) == list(METRIC_COLUMNS) and row["fast_seconds"] == 2.5
+    assert math.isnan(row["reward_mean"]) and row["completion_tokens"] is None

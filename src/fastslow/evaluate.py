@@ -166,9 +166,11 @@ def summaries_frame(summaries: Sequence[dict[str, Any]]) -> Any:
     tables, and the same dtypes whatever the values (a column all null had polars' Null type)."""
     import polars as pl
 
-    rows = [{key: math.nan if value is None and key in SUMMARY_FLOATS else value
-             for key, value in tidy_summary(s).items()} for s in summaries]
-    keys = {key for row in rows for key in row}
+    tidy = [tidy_summary(s) for s in summaries]
+    extra = list(dict.fromkeys(key for row in tidy for key in row if key not in SUMMARY_ORDER))
+    keys = [*SUMMARY_ORDER, *extra]  # a summary from before a key was kept: its column still there
+    rows = [{key: math.nan if row.get(key) is None and key in SUMMARY_FLOATS else row.get(key) for key in keys}
+            for row in tidy]
     types = {**dict.fromkeys(SUMMARY_FLOATS, pl.Float64), **dict.fromkeys(SUMMARY_STRINGS, pl.String)}
     return pl.DataFrame(rows, infer_schema_length=None,
                         schema_overrides={key: kind for key, kind in types.items() if key in keys})

@@ -1265,7 +1265,8 @@ def cpu_shares(df: pl.DataFrame) -> dict[str, float]:
     GPU, or cycle.json files older than the column) are left out."""
     if "cycle_cpu_share" not in df.columns:
         return {}
-    per = (df.filter(pl.col("cycle") >= 0).unique(["variant", "run", "cycle"]).group_by("variant", maintain_order=True)
+    per = (df.filter(pl.col("cycle") >= 0).unique(["variant", "run", "cycle"], maintain_order=True)
+           .group_by("variant", maintain_order=True)
            .agg(pl.col("cycle_cpu_share").cast(pl.Float64).drop_nulls().drop_nans().mean()))
     return {v: float(s) for v, s in zip(per["variant"], per["cycle_cpu_share"], strict=True) if s is not None}
 

@@ -24,9 +24,11 @@ ROLLOUT_COLUMNS: dict[str, str] = {
     "logprob_sum": "float64",  # sum of sampling log-probs of the completion tokens
     "truncated": "bool",  # cut at slow.max_new_tokens before an EOS
     "answered": "bool",  # a non-empty <answer> block (`fastslow.tasks.base.answered`): else a format failure
-    # sampled before its step, by weights up to a step older (the fast round's, fast.reuse_in_slow,
-    # or an earlier step's, slow.steps_per_generation), not by the weights the step trained
+    # not sampled by its step's own generation: by the fast round (fast.reuse_in_slow) or by an
+    # earlier step of its block (slow.steps_per_generation), maybe with the same weights
     "reused": "bool",
+    # optimiser steps between the weights that sampled it and those its step trained (0: on-policy)
+    "policy_lag": "int64",
 }
 
 #: Columns of every metrics.parquet: one row per RL or distillation step, and a GEPA-only cycle's
@@ -74,12 +76,19 @@ def polars_schema(columns: dict[str, str]) -> dict[str, Any]:
     return {name: getattr(pl, _POLARS_TYPES[kind]) for name, kind in columns.items()}
 
 
-def complete_metrics(row: dict[str, Any]) -> dict[str, Any]:
-    """`row` with every METRIC_COLUMNS column: NaN for a float it lacks, None for a count or a
-    name. A key outside METRIC_COLUMNS is an error: a new metric is added there, not dropped."""
+def check_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """`row`, if every key of it is a METRIC_COLUMNS column: a new metric is added there, not
+    dropped. Checked as each step's row is made, not when the cycle's table is written at its end."""
     extra = set(row) - METRIC_COLUMNS.keys()
     if extra:
         raise KeyError(f"metrics {sorted(extra)} are not in fastslow.records.METRIC_COLUMNS")
+    return row
+
+
+def complete_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` (`check_metrics`) with every METRIC_COLUMNS column: NaN for a float it lacks, None
+    for a count or a name."""
+    check_metrics(row)
     return {k: row.get(k, math.nan if kind == "float64" else None) for k, kind in METRIC_COLUMNS.items()}
 
 

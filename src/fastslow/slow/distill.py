@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from fastslow.records import METRIC_COLUMNS, ROLLOUT_COLUMNS, context_hash
+from fastslow.records import METRIC_COLUMNS, ROLLOUT_COLUMNS, check_metrics, context_hash
 from fastslow.slow.config import SlowConfig
 from fastslow.slow.divergence import _hidden_at, _log_probs
 from fastslow.slow.loop import (
@@ -251,6 +251,7 @@ def _distill_step(trainee: _Trainee, generator: Any, task: Task, problems: list[
         "truncated": g.finish_reason == "length",
         "answered": answered(g.text),
         "reused": False,  # every step samples its own
+        "policy_lag": 0,
     } for p, g, r, fb in zip(problems, gens, rewards, feedback, strict=True)]
     if accelerator is not None:  # the whole step: every rank's rows (rank order = row order)
         from accelerate.utils import gather_object
@@ -642,8 +643,8 @@ def run_distill_cycle(
                 rec.update(run=run_id, cycle=cycle, step=global_step, context_id=student_context_id,
                            context_hash=student_hash, prompt=prompt_texts[rec["problem_id"]])
             rollout_rows.extend(records)
-            metrics_rows.append({"run": run_id, "cycle": cycle, "step": global_step,
-                                 "step_in_cycle": t, "num_contexts": 1, **metrics})
+            metrics_rows.append(check_metrics({"run": run_id, "cycle": cycle, "step": global_step,
+                                               "step_in_cycle": t, "num_contexts": 1, **metrics}))
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:

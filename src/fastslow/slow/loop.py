@@ -53,6 +53,7 @@ from fastslow.model.generation import derive_seed
 from fastslow.records import (
     METRIC_COLUMNS,
     ROLLOUT_COLUMNS,
+    check_metrics,
     complete_metrics,
     context_hash,
     polars_schema,
@@ -173,7 +174,7 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
 
 
 def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], list[Mapping[str, Any]]],
-               hashes: Mapping[str, str], part: slice = slice(None),
+               hashes: Mapping[str, str], part: slice = slice(None), sampled_at: dict[int, int] | None = None,
                ) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
     """Row index within `rows[part]` -> (prompt ids, completion ids, per-token sampling log-probs
     or None) for those of the step's rows that a rollout of their (context, problem) pair in
@@ -183,6 +184,8 @@ def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], li
     `rows` is the whole step (every rank's rows) and `part` one rank's share: the rollouts are
     dealt over all rows first, so a pair whose rows straddle two ranks gives each rank other
     rollouts, never the same one twice (every rank deals from its own copy of the same `left`).
+    `sampled_at`, if given, gets each dealt row's rollout's `sampled_at` (the global step of the
+    weights that sampled it), by the same index.
     """
     start, stop, _ = part.indices(len(rows))
     plan = {}
@@ -192,6 +195,8 @@ def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], li
             r = queue.pop(0)
             if start <= i < stop:
                 plan[i - start] = (r["prompt_ids"], r["completion_ids"], r.get("logprobs") or None)
+                if sampled_at is not None and "sampled_at" in r:
+                    sampled_at[i - start] = r["sampled_at"]
     return plan
 
 
@@ -475,12 +480,15 @@ def starts_at_reference(state_in: str | Path | None, policy_dir: Path, ref_dir: 
 
 def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: SlowConfig,
              prompt_texts: dict[tuple[str, str], str],
-             ahead: tuple[float, int, int] = (0.0, 0, 0), where: str = "slow step") -> tuple[dict[str, Any], list[dict]]:
+             ahead: tuple[float, int, int] = (0.0, 0, 0), where: str = "slow step",
+             lags: Mapping[int, int] | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Generate, score, one optimiser step. Returns (metrics, rollout records).
 
     `ahead`: (seconds, completion tokens, rollouts) of the block's sampling this step did before
     it (`sample_ahead`), counted as this step's generation. `where`: the step, as a non-finite
-    gradient's error names it (`check_gradient`)."""
+    gradient's error names it (`check_gradient`). `lags`: row index -> the optimiser steps between
+    the weights that sampled the rollout `reuse_rows` holds for it and this step's (a row it
+    generates, or one reused without a record of its sampler, is 0)."""
     import torch
     from trl.trainer.utils import split_tensor_dict
 
@@ -578,6 +586,7 @@ def _rl_step(trainer: Any, reward: TaskReward, rows: list[dict[str, Any]], cfg: 
         "truncated": truncated[i],
         "answered": answered(reward.last_texts[i]),
         "reused": i in trainer.reused,
+        "policy_lag": (lags or {}).get(i, 0) if i in trainer.reused else 0,
     } for i, row in enumerate(rows)]
     # rows sampled before this step's generation (the fast round's, fast.reuse_in_slow, or an
     # earlier step's `sample_ahead`), not generated here
@@ -854,8 +863,10 @@ def run_cycle(
         metrics_rows: list[dict[str, Any]] = []
         rollout_rows: list[dict[str, Any]] = []
         hashes = {cid: context_hash(text) for cid, text in contexts}
-        # the round's rollouts not yet trained on, dealt step by step (reuse_plan)
-        unserved = {key: list(value) for key, value in (round_rollouts or {}).items()}
+        # the round's rollouts not yet trained on, dealt step by step (reuse_plan); the round
+        # sampled them with the weights the cycle starts from
+        unserved = {key: [{**r, "sampled_at": global_step} for r in value]
+                    for key, value in (round_rollouts or {}).items()}
         block = cfg.steps_per_generation
         # until an optimiser step with lr > 0 (`starts_at_reference`)
         at_reference = starts_at_reference(state_in, policy_dir, ref_dir)
@@ -870,6 +881,9 @@ def run_cycle(
                     contexts, cfg.num_generations) for j in range(steps)]  # step t + j's rows, as below
                 ahead = sample_ahead(trainer.model, tokenizer, rows_ahead, unserved, hashes, chats, cfg,
                                      seed=derive_seed(cfg.seed, global_step))
+                for queue in unserved.values():  # what it added: sampled by this step's weights
+                    for r in queue:
+                        r.setdefault("sampled_at", global_step)
                 if is_main and ahead[2]:
                     log.info("slow %s cycle %d step %d/%d: sampled %d rollouts for %d steps in one call, %.1fs",
                              run_id, cycle, t + 1, cfg.steps_per_cycle, ahead[2], steps, ahead[0])
@@ -884,11 +898,13 @@ def run_cycle(
                 problem, text = chats[key]
                 prompt_texts[key] = render_prompts(tokenizer, [build_messages(text, problem)],
                                                    cfg.chat_template_kwargs)[0]
+            sampled_at: dict[int, int] = {}
             if any(unserved.values()):
-                trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share)
+                trainer.reuse_rows = reuse_plan(step_rows, unserved, hashes, share, sampled_at)
             trainer.policy_is_reference = at_reference
             step_name = f"slow {run_id} cycle {cycle} step {t + 1}/{cfg.steps_per_cycle} (global {global_step})"
-            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead, where=step_name)
+            metrics, records = _rl_step(trainer, reward, rows, cfg, prompt_texts, ahead, where=step_name,
+                                        lags={i: global_step - s for i, s in sampled_at.items()})
             at_reference = at_reference and metrics["lr"] == 0
             if trainer.reuse_mismatches:
                 log.warning("slow %s cycle %d: %d reused rollouts had other prompt tokens than TRL's; "
@@ -909,7 +925,7 @@ def run_cycle(
             rollout_rows.extend(records)
             metrics_row = {"run": run_id, "cycle": cycle, "step": global_step,
                            "step_in_cycle": t, "num_contexts": len(contexts), **metrics}
-            metrics_rows.append(metrics_row)
+            metrics_rows.append(check_metrics(metrics_row))
             if tracker is not None and is_main:
                 tracker.log_metrics({f"slow/{k}": v for k, v in metrics.items()}, step=global_step)
             if is_main:
