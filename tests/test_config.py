@@ -102,6 +102,10 @@ BAD = [
     ({"generation": {"temperature": -1}}, "generation.temperature"),
     ({"generation": {"temperature": 1e-40}}, "generation.temperature: expected 0 (greedy) or a number >= 0.001, got 1e-40"),
     ({"slow": {"temperature": 1e-40}}, "slow.temperature: expected a number >= 0.001, got 1e-40"),
+    # a greedy round cannot hand its samples to RL steps, which cannot be greedy (slow.temperature >= 0.001)
+    ({"generation": {"temperature": 0}, "fast": {"reuse_in_slow": True}},
+     "fast.reuse_in_slow: generation.temperature=0.0 must equal the slow loop's temperature 1.0 (the RL step trains "
+     "on the fast round's samples); RL steps cannot sample greedily: turn fast.reuse_in_slow off for a greedy round"),
     # an hf reflection model samples here (SamplingParams): every call raised, the round gave up
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "hf", "path": "gpt2", "temperature": 1e-5}}},
      "fast.reflection.temperature: expected 0 (greedy) or a number >= 0.001 for reflection kind 'hf', got 1e-05"),
@@ -462,6 +466,12 @@ def test_a_run_differing_only_in_what_its_method_never_reads_is_shared():
         "ablations/fst/math-lr-s0": None, "ablations/fst/math-k2_prompt-s0": None}
     # one context: per-problem and per-prompt groups are both the problem's G rollouts
     assert runs["ablations/rl/math-k2_prompt-s0"].settings(cfg)["slow"]["baseline"] == "problem"
+    # ...for FST too: with K = 1 a per-prompt variant trained the K = 1 run again, a bar of its own
+    cfg["experiments"]["ablations"]["variants"]["k1_prompt"] = {"fast": {"pool_size": 1},
+                                                                "slow": {"baseline": "prompt"}}
+    runs = expand(validate_config(cfg))
+    assert runs["ablations/fst/math-k1_prompt-s0"].shared == "ablations/fst/math-k1-s0"
+    assert runs["ablations/fst/math-k2_prompt-s0"].settings(cfg)["slow"]["baseline"] == "prompt"
 
 
 @pytest.mark.parametrize("reuse, efficiency_eval", [

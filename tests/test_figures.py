@@ -91,6 +91,17 @@ def test_claims_on_hand_made_curves(efficiency):
     assert "efficiency/rl/math-default-s0" in ratio["runs"]
 
 
+def test_the_kl_claim_without_kl_measured_says_so(efficiency):
+    """`evaluation.divergence: false` on efficiency: its evaluations record no KL (NaN), and the
+    claim read "undetermined" with an empty note, while Fig 4 and 11 said "KL not measured"."""
+    blind = efficiency.with_columns(pl.when(pl.col("method") == "rl").then(float("nan"))
+                                    .otherwise(pl.col("kl_to_base")).alias("kl_to_base"))
+    for table, who in ((blind, "RL"), (blind.with_columns(pl.lit(float("nan")).alias("kl_to_base")), "RL or FST")):
+        (row,) = [r for r in build_claims({"efficiency": table}) if r["claim"] == "kl_reduction_at_matched_reward"]
+        assert row["verdict"] == "undetermined" and np.isnan(row["measured"])
+        assert row["note"] == f"KL not measured for {who} (evaluation.divergence: false)"
+
+
 def test_claims_without_any_reward_are_undetermined(tmp_path):
     """Both methods at 0 everywhere (the CPU default): no verdict, and the note says why."""
     rows = []

@@ -753,6 +753,23 @@ def test_steps_per_generation_refuses_vllm_and_several_processes_and_distillatio
             assert run.settings(batched)["slow"]["steps_per_generation"] == 3
     monkeypatch.setattr(loop, "world_size", lambda: 2)
     monkeypatch.setattr(loop, "per_rank_batches", lambda cfg, n: (1, 1))
+    # a cycle of several processes refuses it before its fast round, not in its ranks after it
+    import fastslow.fast
+    from fastslow.cycle import run_cycle as cycle_job
+    from fastslow.experiments import RunSpec
+    from fastslow.tasks.base import Problem
+    from fastslow.tasks.data import write_problems
+
+    monkeypatch.setattr(fastslow.fast, "run_round", lambda *a, **k: pytest.fail("the fast round ran"))
+    monkeypatch.setenv("FASTSLOW_TRAIN_PROCESSES", "2")
+    train = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(8)],
+                           tmp_path / "train.parquet")
+    smoke = load_config("config/config.yaml", "config/smoke.yaml")
+    smoke["slow"]["steps_per_generation"] = 2
+    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    with pytest.raises(ValueError, match=r"^slow.steps_per_generation: 2 samples ahead in one process; this "
+                                         r"cycle runs on 2: set it to 1$"):
+        cycle_job(spec, smoke, 0, tiny_model_dir, None, train, tmp_path / "job")
     task = LengthTask()
     with pytest.raises(ValueError, match=r"^slow.steps_per_generation: 2 samples ahead in one process; this "
                                          r"cycle runs on 2: set it to 1$"):

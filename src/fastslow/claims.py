@@ -526,10 +526,14 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                                        _final_problems(eff, eval_task=task, method="fst"))
             rows.append(_row("asymptote_gap", task, gap, runs, note=why,
                              noise=_noise_note(final, bound) or _sign_note(gap, final)))
-            kl = float("nan") if onset else kl_at_matched_reward(  # RL earned none: no reward to match
+            unmeasured = [m.upper() for m, c in (("rl", rl), ("fst", fst))
+                          if c.filter(pl.col("step") > 0)["kl_to_base"].is_nan().all()]
+            kl = float("nan") if onset or unmeasured else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
-            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=onset,
+            why = onset or (f"KL not measured for {' or '.join(unmeasured)} (evaluation.divergence: false)"
+                            if unmeasured else "")
+            rows.append(_row("kl_reduction_at_matched_reward", task, kl, runs, note=why,
                              noise=_kl_noise(eff, task, rl, fst, kl)))
     plasticity = tables.get("plasticity")
     for target in [] if plasticity is None else sorted(plasticity["eval_task"].unique().to_list()):

@@ -586,8 +586,10 @@ def _check_reuse_sampling(config: dict[str, Any], option: str, why: str) -> None
     for key, slow_value in (("max_new_tokens", slow["max_new_tokens"]), ("temperature", slow["temperature"]),
                             ("top_p", slow.get("top_p", 1.0))):
         if gen[key] != slow_value:
+            greedy = (f"; RL steps cannot sample greedily: turn fast.{option} off for a greedy round"
+                      if key == "temperature" and gen[key] == 0 else "")
             raise ConfigError(f"config error: fast.{option}: generation.{key}={gen[key]!r} must equal "
-                              f"the slow loop's {key} {slow_value!r} ({why})")
+                              f"the slow loop's {key} {slow_value!r} ({why}){greedy}")
 
 
 def _check_reuse_in_slow(config: dict[str, Any]) -> None:

@@ -223,9 +223,9 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
         strategy: dict[str, Any] = {}
         if processes > 1:  # P*G must split over the ranks, and a strategy the loops run: refused
             from fastslow.launch import check_training_strategy, strategy_settings
-            from fastslow.slow.trainer import per_rank_batches
+            from fastslow.slow.loop import check_ranks
 
-            per_rank_batches(slow_cfg, processes)  # now, not after the fast round
+            check_ranks(slow_cfg, processes)  # now, not after the fast round
             strategy = strategy_settings(check_training_strategy())
         if spec.method == "fst_distill":  # a model too large for its GPUs is refused now, too
             from fastslow.slow.distill import device_memory_check

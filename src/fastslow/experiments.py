@@ -155,7 +155,8 @@ class RunSpec:
         deep_update(cfg, self.overrides)
         if self.method == "rl":
             cfg["fast"]["pool_size"] = 1  # RL-only: the seed context alone
-            # ...so its G rollouts of a problem are one group whichever baseline is asked for
+        if cfg["fast"]["pool_size"] == 1:
+            # one context: a problem's G rollouts are one group whichever baseline is asked for
             # (per problem across K = 1 context, or per prompt: G // 1): one setting, one run
             cfg["slow"]["baseline"] = "problem"
         return cfg

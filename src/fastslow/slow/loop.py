@@ -173,6 +173,16 @@ def cycle_prompt_tokens(tokenizer: Any, problems: Sequence[Problem], contexts: S
                                  cfg.chat_template_kwargs)
 
 
+def check_ranks(cfg: SlowConfig, num_processes: int) -> None:
+    """What steps in `num_processes` ranks refuse: P*G that does not split over them
+    (`per_rank_batches`), and sampling ahead (`slow.steps_per_generation`), which one process
+    does. A cycle checks it before its fast round, and the ranks again."""
+    per_rank_batches(cfg, num_processes)
+    if num_processes > 1 and cfg.steps_per_generation > 1:
+        raise ValueError(f"slow.steps_per_generation: {cfg.steps_per_generation} samples ahead in one process; "
+                         f"this cycle runs on {num_processes}: set it to 1")
+
+
 def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], list[Mapping[str, Any]]],
                hashes: Mapping[str, str], part: slice = slice(None), sampled_at: dict[int, int] | None = None,
                ) -> dict[int, tuple[Sequence[int], Sequence[int], Sequence[float] | None]]:
@@ -810,11 +820,8 @@ def run_cycle(
     check_device(cfg)
     cfg.check_pool(len(contexts))
     num_processes = world_size()
-    per_rank_batches(cfg, num_processes)  # P*G must split over the ranks: fail before any work
+    check_ranks(cfg, num_processes)  # before any work
     distributed = num_processes > 1
-    if distributed and cfg.steps_per_generation > 1:
-        raise ValueError(f"slow.steps_per_generation: {cfg.steps_per_generation} samples ahead in one process; "
-                         f"this cycle runs on {num_processes}: set it to 1")
     ids = [c for c, _ in contexts]
     if len(set(ids)) != len(ids):
         raise ValueError(f"context ids must be unique, got {ids}")
