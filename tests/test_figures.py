@@ -100,6 +100,10 @@ def test_the_kl_claim_without_kl_measured_says_so(efficiency):
         (row,) = [r for r in build_claims({"efficiency": table}) if r["claim"] == "kl_reduction_at_matched_reward"]
         assert row["verdict"] == "undetermined" and np.isnan(row["measured"])
         assert row["note"] == f"KL not measured for {who} (evaluation.divergence: false)"
+    # RL evaluated at step 0 alone (KL measured there): no trained point lacks its KL
+    early = efficiency.filter((pl.col("method") == "fst") | (pl.col("step") == 0))
+    (row,) = [r for r in build_claims({"efficiency": early}) if r["claim"] == "kl_reduction_at_matched_reward"]
+    assert "KL not measured" not in row["note"]
 
 
 def test_claims_without_any_reward_are_undetermined(tmp_path):

@@ -526,8 +526,11 @@ def _claim_rows(tables: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
                                        _final_problems(eff, eval_task=task, method="fst"))
             rows.append(_row("asymptote_gap", task, gap, runs, note=why,
                              noise=_noise_note(final, bound) or _sign_note(gap, final)))
+            # trained points (step 0 may be the base model's evaluation, with KL on) without a KL,
+            # as Fig 4 and 11 tell them; a curve of its step-0 point alone is not one
             unmeasured = [m.upper() for m, c in (("rl", rl), ("fst", fst))
-                          if c.filter(pl.col("step") > 0)["kl_to_base"].is_nan().all()]
+                          if (kls := c.filter(pl.col("step") > 0)["kl_to_base"]).len()
+                          and not kls.fill_nan(None).drop_nulls().len()]
             kl = float("nan") if onset or unmeasured else kl_at_matched_reward(  # RL earned none: no reward to match
                 fst["kl_to_base"].to_numpy(), fst["mean_at_k"].to_numpy(),
                 rl["kl_to_base"].to_numpy(), rl["mean_at_k"].to_numpy())
