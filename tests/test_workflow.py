@@ -135,18 +135,28 @@ def test_a_gepa_cycle_lists_the_evaluations_it_reads(tmp_path):
         f"{run}/cycle0/fast_cache.json", f"{run}/cycle1/fast_cache.json"]
 
 
+def planning_stops(work: Path, target: str, *args: str, expected: str, unplanned: tuple[str, ...] = ()) -> str:
+    """`snakemake -n target` with `args` in `work` stops while it plans: a nonzero exit and one line
+    (no traceback) holding `expected`, and no job of the `unplanned` rules ("rule curves") planned.
+    Returns what it printed."""
+    out = snakemake("-n", target, *args, "--directory", str(work), "--snakefile", str(ROOT / "Snakefile"))
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert expected in text, text[-2000:]
+    for rule in unplanned:
+        assert rule not in out.stdout
+    assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+    return text
+
+
 def test_a_figure_without_its_experiment_stops_before_any_job(tmp_path):
     """An overlay that drops Fig 7's experiment (`stargraph: null`, as own_task.yaml drops the
     paper's): asking for fig7 stops while Snakemake plans, naming the experiment. It planned the
     figure job, which failed with a KeyError traceback and deleted the fig7 built before."""
-    out = snakemake("-n", "results/figures/fig7.pdf", "--configfile", "config/config.yaml",
-                    "--config", "experiments={stargraph: null}",
-                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
-    assert out.returncode != 0
-    text = out.stdout + out.stderr
-    assert "fig7 plots experiment 'stargraph', which the config does not define" in text, text[-2000:]
-    assert "rule figure:" not in out.stdout
-    assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+    planning_stops(tmp_path, "results/figures/fig7.pdf", "--configfile", "config/config.yaml",
+                   "--config", "experiments={stargraph: null}",
+                   expected="fig7 plots experiment 'stargraph', which the config does not define",
+                   unplanned=("rule figure:",))
 
 
 def test_a_curves_table_of_no_runs_stops_before_any_job(tmp_path):
@@ -159,13 +169,8 @@ def test_a_curves_table_of_no_runs_stops_before_any_job(tmp_path):
             ("results/tables/curves/subsets/efficiency.stargraph.parquet",
              "curves/subsets/efficiency.stargraph.parquet: no run of experiment 'efficiency' is evaluated on stargraph "
              "(its runs' tasks: codeio, hover, hover_hard, math, physics)")):
-        out = snakemake("-n", target, "--configfile", "config/config.yaml",
-                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
-        assert out.returncode != 0
-        text = out.stdout + out.stderr
-        assert expected in text, text[-2000:]
-        assert "rule curves" not in out.stdout and "rule init_tracking" not in out.stdout
-        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+        planning_stops(tmp_path, target, "--configfile", "config/config.yaml", expected=expected,
+                       unplanned=("rule curves", "rule init_tracking"))
 
 
 def test_a_pool_page_of_an_experiment_without_a_fast_loop_stops_before_any_job(tmp_path):
@@ -173,40 +178,29 @@ def test_a_pool_page_of_an_experiment_without_a_fast_loop_stops_before_any_job(t
     of no pools and an MLflow parent run for the experiment. It now stops while Snakemake plans,
     naming the page and the experiments that have one."""
     for experiment in ("efficency", "plasticity"):  # plasticity: RL runs only, in the smoke config
-        out = snakemake("-n", f"results/reports/pools/{experiment}.html", *SMOKE,
-                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
-        assert out.returncode != 0
-        text = out.stdout + out.stderr
-        assert (f"reports/pools/{experiment}.html: experiment {experiment!r} has no FST or GEPA runs in the config "
-                "(pool pages: ablations, ceiling, continual, efficiency, radar, reuse, stargraph)") in text, text[-2000:]
-        assert "rule pool_evolution" not in out.stdout and "rule init_tracking" not in out.stdout
-        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+        planning_stops(tmp_path, f"results/reports/pools/{experiment}.html", *SMOKE,
+                       expected=(f"reports/pools/{experiment}.html: experiment {experiment!r} has no FST or GEPA "
+                                 "runs in the config (pool pages: ablations, ceiling, continual, efficiency, radar, "
+                                 "reuse, stargraph)"),
+                       unplanned=("rule pool_evolution", "rule init_tracking"))
 
 
 def test_a_channels_table_without_fst_runs_stops_before_any_job(tmp_path):
     """The channels table of a config whose efficiency experiment has no FST run was planned: an
     empty file, no header, which polars cannot read. It now stops while Snakemake plans."""
-    out = snakemake("-n", "results/tables/channels.csv", "--configfile", "config/config.yaml",
-                    "--config", "experiments={efficiency: {tasks: [math], methods: [rl], cycles: 1}}",
-                    "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
-    assert out.returncode != 0
-    text = out.stdout + out.stderr
-    assert "tables/channels.csv: experiment 'efficiency' has no FST run in the config" in text, text[-2000:]
-    assert "rule channels" not in out.stdout and "rule init_tracking" not in out.stdout
-    assert "Traceback" not in text and "InputFunctionException" not in text  # one line
+    planning_stops(tmp_path, "results/tables/channels.csv", "--configfile", "config/config.yaml",
+                   "--config", "experiments={efficiency: {tasks: [math], methods: [rl], cycles: 1}}",
+                   expected="tables/channels.csv: experiment 'efficiency' has no FST run in the config",
+                   unplanned=("rule channels", "rule init_tracking"))
 
 
 def test_a_target_of_an_unknown_task_stops_in_one_line(tmp_path):
     """`results/data/parity/train.parquet` without the own-task overlay: a traceback from the
     task registry whose list of names left out the config's own file tasks."""
     for target in ("results/data/parity/train.parquet", "results/eval/base/parity.json"):
-        out = snakemake("-n", target, "--configfile", "config/config.yaml",
-                        "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile"))
-        assert out.returncode != 0
-        text = out.stdout + out.stderr
-        assert "a target's task: unknown task 'parity'; expected one of codeio, " in text, text[-2000:]
+        text = planning_stops(tmp_path, target, "--configfile", "config/config.yaml",
+                              expected="a target's task: unknown task 'parity'; expected one of codeio, ")
         assert "a task of your own: data.files" in text
-        assert "Traceback" not in text and "InputFunctionException" not in text  # one line
 
 
 def test_a_target_of_an_unknown_run_stops_in_one_line_with_the_closest_runs(tmp_path):
