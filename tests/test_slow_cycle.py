@@ -634,9 +634,9 @@ def _sampling_spy(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     real = loop.sample_ahead
 
-    def spy(model, tokenizer, block, left, hashes, chats, cfg, seed):
+    def spy(model, tokenizer, block, left, hashes, chats, cfg, seed, *, sampled_at):
         before = {key: len(queue) for key, queue in left.items()}
-        out = real(model, tokenizer, block, left, hashes, chats, cfg, seed)
+        out = real(model, tokenizer, block, left, hashes, chats, cfg, seed, sampled_at=sampled_at)
         added = {key: queue[before.get(key, 0):] for key, queue in left.items() if len(queue) > before.get(key, 0)}
         calls.append({"seed": seed, "steps": len(block), "added": added, "returned": out})
         return out

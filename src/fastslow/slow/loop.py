@@ -213,14 +213,15 @@ def reuse_plan(rows: Sequence[Mapping[str, Any]], left: dict[tuple[str, str], li
 def sample_ahead(model: Any, tokenizer: Any, block: Sequence[Sequence[Mapping[str, Any]]],
                  left: dict[tuple[str, str], list[Mapping[str, Any]]], hashes: Mapping[str, str],
                  chats: Mapping[tuple[str, str], tuple[Problem, str]], cfg: SlowConfig, seed: int,
-                 ) -> tuple[float, int, int]:
+                 *, sampled_at: int) -> tuple[float, int, int]:
     """Sample, in one generate call with `model`'s current weights, every rollout the steps of
     `block` (each step's rows, `expand_rows`) will need beyond those `left` already holds (the
     fast round's), and append them to `left`'s queues: `reuse_plan` then deals them to the block's
     steps, which train on them as on the round's (`slow.steps_per_generation`). Sampled as the
     step's own rollouts are (the slow loop's length, temperature and top-p; bf16 autocast under
     `cfg.bf16`), with each token's sampling log-prob for CISPO's importance weight in the later
-    steps. Returns (seconds, completion tokens, rollouts sampled)."""
+    steps. Each rollout carries `sampled_at`, the global step of `model`'s weights (its
+    `policy_lag` where a step trains on it). Returns (seconds, completion tokens, rollouts sampled)."""
     import torch
 
     from fastslow.model.generation import HFGenerator, SamplingParams
@@ -255,7 +256,7 @@ def sample_ahead(model: Any, tokenizer: Any, block: Sequence[Sequence[Mapping[st
         model.config.use_cache = use_cache
     for key, g in zip(owners, out, strict=True):
         left.setdefault(key, []).append({"prompt_ids": list(g.prompt_ids), "completion_ids": list(g.completion_ids),
-                                         "logprobs": list(g.token_logprobs)})
+                                         "logprobs": list(g.token_logprobs), "sampled_at": sampled_at})
     return time.perf_counter() - start, sum(g.completion_tokens for g in out), len(out)
 
 
@@ -887,10 +888,7 @@ def run_cycle(
                     len(problems), cfg.seed, cursor + j * cfg.problems_per_step, cfg.problems_per_step)],
                     contexts, cfg.num_generations) for j in range(steps)]  # step t + j's rows, as below
                 ahead = sample_ahead(trainer.model, tokenizer, rows_ahead, unserved, hashes, chats, cfg,
-                                     seed=derive_seed(cfg.seed, global_step))
-                for queue in unserved.values():  # what it added: sampled by this step's weights
-                    for r in queue:
-                        r.setdefault("sampled_at", global_step)
+                                     seed=derive_seed(cfg.seed, global_step), sampled_at=global_step)
                 if is_main and ahead[2]:
                     log.info("slow %s cycle %d step %d/%d: sampled %d rollouts for %d steps in one call, %.1fs",
                              run_id, cycle, t + 1, cfg.steps_per_cycle, ahead[2], steps, ahead[0])
