@@ -53,7 +53,7 @@ from fastslow.io import (
     write_json,
     write_parquet,
 )
-from fastslow.records import METRIC_COLUMNS, complete_metrics, polars_schema
+from fastslow.records import metrics_frame
 from fastslow.tasks.data import load_problems
 
 log = logging.getLogger("fastslow.cycle")
@@ -392,9 +392,9 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
             slow_metrics = result.metrics
     else:
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows = [complete_metrics({"run": spec.key, "cycle": cycle, "step": (cycle + 1) * steps - 1,
-                                  "fast_seconds": fast_summary.get("seconds", 0.0)})]
-        write_parquet(rows, out_dir / "metrics.parquet", schema=polars_schema(METRIC_COLUMNS))
+        rows = [{"run": spec.key, "cycle": cycle, "step": (cycle + 1) * steps - 1,
+                 "fast_seconds": fast_summary.get("seconds", 0.0)}]
+        write_parquet(metrics_frame(rows), out_dir / "metrics.parquet")
         if frozen and cache is not None:
             # this round's new evaluations only: a file holding every earlier round's too grew by a
             # round every cycle, and every cycle's was kept (quadratic in a run's cycles)

@@ -92,6 +92,13 @@ def complete_metrics(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k, math.nan if kind == "float64" else None) for k, kind in METRIC_COLUMNS.items()}
 
 
+def metrics_frame(rows: list[dict[str, Any]]) -> Any:
+    """A metrics.parquet's table: `rows` completed (`complete_metrics`), in METRIC_COLUMNS' types."""
+    import polars as pl
+
+    return pl.DataFrame([complete_metrics(r) for r in rows], schema=polars_schema(METRIC_COLUMNS))
+
+
 def context_hash(text: str) -> str:
     """A short, stable content hash of a context's text."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

@@ -51,11 +51,10 @@ import numpy as np
 from fastslow.hardware import native_bf16_available
 from fastslow.model.generation import derive_seed
 from fastslow.records import (
-    METRIC_COLUMNS,
     ROLLOUT_COLUMNS,
     check_metrics,
-    complete_metrics,
     context_hash,
+    metrics_frame,
     polars_schema,
 )
 from fastslow.slow.config import SlowConfig
@@ -965,7 +964,7 @@ def run_cycle(
                 {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
                  "base": str(ref_dir)}, indent=2, sort_keys=True) + "\n")
             _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
-            _write_table(metrics_rows, tmp / "metrics.parquet", METRIC_COLUMNS)
+            metrics_frame(metrics_rows).write_parquet(tmp / "metrics.parquet")
             shutil.rmtree(tmp / "_work", ignore_errors=True)
         if distributed:
             trainer.accelerator.wait_for_everyone()
@@ -1018,11 +1017,9 @@ def _rank_digests(trainer: Any) -> list[str]:
 
 
 def _write_table(rows: list[dict[str, Any]], path: Path, columns: dict[str, str]) -> None:
-    """`rows` as Parquet with exactly `columns` (ROLLOUT_COLUMNS, METRIC_COLUMNS)."""
+    """`rows` as Parquet with exactly `columns` (ROLLOUT_COLUMNS)."""
     import polars as pl
 
-    if columns is METRIC_COLUMNS:
-        rows = [complete_metrics(r) for r in rows]
     pl.DataFrame([{k: r[k] for k in columns} for r in rows], schema=polars_schema(columns)).write_parquet(path)
 
 
