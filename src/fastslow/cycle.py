@@ -8,10 +8,11 @@ seed context alone; `gepa` skips the slow steps (frozen θ); `fst_distill` repla
 steps by reverse-KL distillation of the pool's best context into the weights.
 
 Everything a cycle writes lands in its own directory `out_dir` (the previous cycle's directory is
-only read): `model/` and `trainer_state/` (slow), `rollouts.parquet`, `metrics.parquet`,
-`pool.json`, `fast.json` (the round's summary), `fast_cache.json` (gepa: the round's new evaluations of
-the frozen weights, which later cycles' rounds on the same task serve free) and `cycle.json` (what
-happened, written last).
+only read). Every method writes `metrics.parquet`, `pool.json`, `fast.json` (the round's summary)
+and `cycle.json` (what happened, written last); a trained one (rl, fst, fst_distill) also
+`model/`, `trainer_state/` and `rollouts.parquet`; `gepa` also `fast_cache.json` (the round's new
+evaluations of the frozen weights, which later cycles' rounds on the same task serve free); a
+method with a fast round also `fast/` (gepa's run directory and `proposals.json`).
 
 Where the slow steps run: in this process when the job has at most one GPU; with more
 (`gpus`, from `fastslow.launch.gpus_requested(snakemake.resources)`) in N ranks started by
@@ -109,9 +110,9 @@ def run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pat
     `config` is the validated config (`fastslow.config.load_config`), which `spec.settings` applies
     the run's overrides to; `init_model` the run's starting weights (an HF directory, e.g. from
     `prepare_base_model`); `train_file` the cycle's training task's train split (`write_splits`).
-    A method with a fast round (fst, gepa, fst_distill) writes the pool and rollouts to `out_dir`,
-    a trained one (rl, fst, fst_distill) its weights and trainer state; `cycle.json` is the summary
-    it returns. (`fastslow.slow.run_cycle` is the slow steps alone.)
+    Every method writes its pool, `fast.json` and `metrics.parquet` to `out_dir`, a trained one
+    (rl, fst, fst_distill) also its weights, trainer state and rollouts (module docstring);
+    `cycle.json` is the summary it returns. (`fastslow.slow.run_cycle` is the slow steps alone.)
 
     `job` (the Snakemake job's params: code, settings) lets a rerun of an FST cycle that failed
     or was killed during its slow steps take the fast round it finished (`round_key`) instead of

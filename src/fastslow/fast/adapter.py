@@ -64,7 +64,8 @@ def clip_middle(text: str, max_chars: int | None = MAX_RECORD_COMPLETION_CHARS,
 
 
 class BudgetExceeded(RuntimeError):
-    """The adapter was asked to generate beyond its hard cap (a budgeting bug, never expected)."""
+    """The adapter was asked to generate, on request, rollouts past its cap (a budgeting bug, never
+    expected)."""
 
 
 @dataclass
@@ -102,7 +103,7 @@ class RolloutCache:
     def to_json(self, path: str | Path, weights_id: str, skip: Collection[tuple[str, str, str]] = (),
                 earlier: Sequence[str | Path] = ()) -> int:
         """Write the entries of `weights_id` to `path` as plain evaluations (score and trajectory;
-        no token ids, no reuse/prefetch/slow-loop flags), so that the next round on the same frozen
+        no token ids, the reuse/prefetch/slow-loop flags cleared), so that the next round on the same frozen
         weights, in another job (a GEPA-only run's next cycle), serves them as free cache hits
         (`from_chain`) instead of re-generating its carried-over contexts. `skip`: keys not to
         write, those read from the `earlier` files, which the file names (relative to its own
@@ -119,7 +120,7 @@ class RolloutCache:
 
     def carried(self, weights_id: str) -> RolloutCache:
         """The entries of `weights_id` as the next round on the same frozen weights takes them:
-        plain evaluations (no token ids, no reuse/prefetch/slow-loop flags), free cache hits.
+        plain evaluations (no token ids, the reuse/prefetch/slow-loop flags cleared), free cache hits.
         A flag left on charged a metric call again when the next round first served the entry.
         Entries no round has charged (generated ahead, or for the slow loop, and never served to
         the search) are left out: carried free, the next round's search would get evaluations
@@ -189,8 +190,10 @@ class FastAdapter:
     sequences) are pairs sampled for the slow loop's next step (`feed_slow`). `metric_calls`
     is what the round's budget bounds: rollouts generated on request, plus rollouts served for
     the first time from the slow loop (rollout reuse), from the ones generated ahead or from
-    those sampled for the slow loop. `max_metric_calls` is a hard cap (BudgetExceeded past
-    it), a second line of defence behind the round's stopper.
+    those sampled for the slow loop. `max_metric_calls` caps the rollouts generated on request
+    (BudgetExceeded past it), a second line of defence behind the round's stopper; the first
+    uses of reused, prefetched or slow-loop rollouts are charged without this check (the
+    round's `BudgetGuard` and its final count bound those).
     """
 
     propose_new_texts = None  # proposals come through gepa's custom_candidate_proposer hook

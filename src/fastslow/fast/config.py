@@ -82,14 +82,15 @@ class FastConfig:
     max_rules: int = 4
     #: feedback_editor: problems longer than this are not used as demonstrations.
     max_demo_chars: int = 600
-    #: Problems per generate() call (bounds memory on CPU).
+    #: Sequences per generate() call (bounds memory on CPU); a pair sampled for the slow
+    #: loop's next step adds its samples, not one.
     eval_batch_size: int = 16
     #: GEPA's search score is (1 - c) * reward + c * [an answer could be read]; 0 (default)
     #: searches on the reward alone. A small c gives GEPA a gradient where the base model
     #: scores 0 everywhere. Pool val scores are these search scores.
     format_credit: float = 0.0
-    #: End the round after this many GEPA iterations in a row that generated nothing (all
-    #: cached, nothing new proposed): free iterations never exhaust the budget.
+    #: End the round after this many GEPA iterations in a row that charged no metric call
+    #: (free cache hits, nothing new proposed): free iterations never exhaust the budget.
     max_stalled_iterations: int = 12
 
     def __post_init__(self) -> None:

@@ -85,7 +85,9 @@ def _as_int(d: Mapping[str, Any], key: str, default: int | None = None) -> int:
 
 @dataclass
 class Pool:
-    """K contexts, best first. `round` is the fast round that produced it (-1: the seed pool)."""
+    """K contexts: the best by mean score first, then those covering the validation problems it
+    misses (Pareto cover), then by mean score. `round` is the fast round that produced it (-1:
+    the seed pool)."""
 
     entries: list[PoolEntry]
     k: int

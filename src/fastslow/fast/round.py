@@ -19,14 +19,15 @@ Budget accounting. The budget (`FastConfig.budget()`) bounds the round's metric 
 generated in the round, seed evaluations included, plus the slow loop's rollouts served instead
 of generating them when rollout reuse is on (each counted once; so reuse keeps the search the
 same and generates fewer rollouts). gepa checks its stoppers only between iterations, and one
-iteration can cost up to 2 x minibatch (parent and child on the minibatch) + |val| (the
-accepted child on the validation set). `BudgetGuard` stops the engine when the calls so far
-plus that worst case would pass the budget, so the total never exceeds it; the adapter also
-enforces the budget as a hard cap. A budget too small for the seed evaluations plus one
-iteration is a configuration error. gepa's own counter is reported next to the real count, but nothing stops
-on it: it also charges the adapter's cache hits on the validation set (an accepted child whose
-text a seed, or an earlier round on frozen weights, already evaluated), which cost nothing, and
-a round that stopped on it left that much of its budget unspent.
+iteration can cost up to 2 x minibatch (parent and child on the minibatch) + |val| (the accepted
+child on the validation set). `BudgetGuard` stops the engine when the calls so far plus that
+worst case would pass the budget, so the total never exceeds it; the adapter also refuses to
+generate rollouts on request past the budget, and the round checks the final count. A budget too
+small for the seed evaluations plus one iteration is a configuration error. gepa's own counter
+is reported next to the real count, but nothing stops on it: it also charges the adapter's cache
+hits on the validation set (an accepted child whose text a seed, or an earlier round on frozen
+weights, already evaluated), which cost nothing, and a round that stopped on it left that much
+of its budget unspent.
 
 Minibatch prefetch. Each iteration scores the parent on a fresh minibatch before the proposer
 can run, and at toy scale a generate call is latency-bound (a decoding step of 3 sequences
@@ -93,10 +94,10 @@ Log = Callable[[str], None]
 
 
 class BudgetGuard:
-    """gepa stopper: stop before an iteration that could push generations past the budget, or
-    after `patience` iterations in a row that generated nothing (every evaluation was cached
-    and the proposer had nothing new to offer; gepa's own counter would never reach the
-    budget then, since free evaluations do not count)."""
+    """gepa stopper: stop before an iteration that could push the metric calls past the
+    budget, or after `patience` iterations in a row that charged no metric call (every
+    evaluation was a free cache hit and the proposer had nothing new to offer; the count this
+    guard reads, `generated`, would never reach the budget then)."""
 
     def __init__(self, budget: int, worst_iteration: int, generated: Callable[[], int],
                  patience: int = 12, log: Log | None = None) -> None:

@@ -580,7 +580,8 @@ def run_distill_cycle(
         cfg: P, G, max_new_tokens, temperature, top_p, lr, warm-up, AdamW, micro-batch, seed.
         run_id, cycle: written into every row and into the state.
         tracker: `log_metrics(dict, step)` once per step, keys prefixed "slow/".
-        progress: log one line per step to stderr.
+        progress: make the per-step INFO line visible on stderr when no logging is
+            configured; the line is logged either way.
         ref_model_dir: the run's base weights, recorded as provenance (default `model_dir`).
         new_data: restart the data stream at cursor 0 on `train_problems` (a continual run
             switched task); weights, optimiser, scheduler and step carry over.

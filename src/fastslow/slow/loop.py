@@ -798,7 +798,8 @@ def run_cycle(
         train_problems: the training set; its order must be the same in every cycle of a run.
         run_id, cycle: written into every rollout row and into the state.
         tracker: anything with `log_metrics(dict, step)`, called once per step.
-        progress: log one line per step (step, reward, tokens/s, seconds) to stderr.
+        progress: make the per-step INFO line (step, reward, tokens/s, seconds) visible on
+            stderr when no logging is configured; the line is logged either way.
         ref_model_dir: the KL reference, if not `model_dir`.
         new_data: `train_problems` is a new training set (a continual run switching task):
             start its data stream at position 0; weights, optimiser, scheduler and RNG carry on.

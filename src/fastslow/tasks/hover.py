@@ -10,7 +10,7 @@ and the neighbouring chain's documents are shown for half the claims of either l
 count carries no label signal.
 
 `hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, only near-miss
-perturbations (years off by one or two), and the neighbouring chain shown for every claim.
+perturbations (years off by one or two), and the neighbouring chain shown wherever one exists.
 """
 
 from __future__ import annotations
