@@ -163,3 +163,67 @@ def test_evaluation_progress_says_how_long_is_left(caplog) -> None:
     assert [line.split(": ")[1].split(",")[0] for line in lines] == ["4/10 samples", "8/10 samples", "10/10 samples"]
     assert all(re.search(r", sampling ~\d+s left$", line) for line in lines[:-1]), lines
     assert "left" not in lines[-1] and "reward so far" not in lines[-1] and "10/10 samples, reward " in lines[-1]
+
+
+def test_vllm_generator_asks_and_reads_the_engine_as_the_hf_path_does(tiny_model_dir: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """VLLMGenerator itself, with vLLM and CUDA faked (vLLM's RequestOutput shapes: a
+    CompletionOutput with token_ids, cumulative_logprob, per-step {token id: Logprob} dicts and
+    a finish reason): the engine's settings, one seeded request per prompt, greedy as
+    temperature 0 with top-p 1, and completions read back into `Generation`s as HFGenerator
+    returns them (prompt ids as `encode_prompts` makes them, per-token log-probs, "length" for a
+    completion cut at the budget, the sum taken from the per-token log-probs when vLLM gives no
+    cumulative one)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    made: dict[str, Any] = {}
+    asked: list[tuple[list[Any], list[dict[str, Any]]]] = []
+
+    class LLM:
+        def __init__(self, **kwargs: Any) -> None:
+            made.update(kwargs)
+
+        def generate(self, prompts: list[Any], sampling: list[dict[str, Any]], use_tqdm: bool) -> list[Any]:
+            asked.append((prompts, sampling))
+            outs = []
+            for i, _ in enumerate(prompts):
+                ids = [5, 6, 7][: 3 - i]
+                steps = [{t: SimpleNamespace(logprob=-0.25 * (k + 1))} for k, t in enumerate(ids)]
+                outs.append(SimpleNamespace(outputs=[SimpleNamespace(
+                    text=f"answer {i}", token_ids=ids, logprobs=steps,
+                    cumulative_logprob=None if i else -1.5, finish_reason="stop" if i else "length")]))
+            return outs
+
+    fake = ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, lambda **kwargs: kwargs
+    inputs = ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    fake.inputs = inputs
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    gen = generation.VLLMGenerator(tiny_model_dir, dtype="bfloat16", gpu_memory_utilization=0.4,
+                                   max_model_len=512, seed=3)
+    assert made["model"] == str(tiny_model_dir) and made["dtype"] == "bfloat16" and made["seed"] == 3
+    assert (made["gpu_memory_utilization"], made["max_model_len"]) == (0.4, 512)
+    assert made["logprobs_mode"] == "processed_logprobs" and made["enable_prefix_caching"] is True
+    task = LengthTask()
+    chats = [build_messages("Be brief.", p) for p in task.problems("val", 2, 0)]
+    out = gen.generate(chats, SamplingParams(3, 0.7, 0.9, seed=11))
+    [(prompts, sampling)] = asked
+    expected_ids = encode_prompts(gen.tokenizer, chats)
+    assert [p["prompt_token_ids"] for p in prompts] == expected_ids
+    assert [s["seed"] for s in sampling] == [generation.derive_seed(11, 0), generation.derive_seed(11, 1)]
+    assert all((s["n"], s["temperature"], s["top_p"], s["max_tokens"], s["logprobs"]) == (1, 0.7, 0.9, 3, 0)
+               for s in sampling)
+    assert [(g.text, g.completion_ids, g.completion_tokens, g.finish_reason) for g in out] == [
+        ("answer 0", (5, 6, 7), 3, "length"), ("answer 1", (5, 6), 2, "stop")]
+    assert [g.prompt_ids for g in out] == [tuple(ids) for ids in expected_ids]
+    assert [g.prompt_tokens for g in out] == [len(ids) for ids in expected_ids]
+    assert out[0].token_logprobs == (-0.25, -0.5, -0.75) and out[0].logprob_sum == -1.5  # vLLM's sum
+    assert out[1].token_logprobs == (-0.25, -0.5) and out[1].logprob_sum == pytest.approx(-0.75)  # ours
+    asked.clear()
+    gen.generate(chats[:1], SamplingParams(3, 0.0, 0.9, seed=11))  # greedy: no nucleus either
+    assert (asked[0][1][0]["temperature"], asked[0][1][0]["top_p"]) == (0.0, 1.0)

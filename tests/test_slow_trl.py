@@ -629,6 +629,26 @@ class _FakeVLLMGeneration:
         self.syncs += 1
 
 
+def test_the_vllm_batch_carries_the_samplers_log_probs(tiny_model_dir, tokenizer, tmp_path, monkeypatch) -> None:
+    """On the vLLM path the step's clip fraction and the rollouts' logprob_sum read TRL's
+    `sampling_per_token_logps` (loop.py); a TRL that renamed the key would leave them describing
+    the trainer's own forward with no error. TRL's real batch, vLLM's sampling faked."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    trainer.use_vllm = True
+    trainer.vllm_generation, trainer._last_loaded_step = _FakeVLLMGeneration(), -1
+    trainer._generate_rows = lambda ids, *_, **__: ([[5, 6] for _ in ids], [[-0.5, -0.7] for _ in ids])
+    rows = expand_rows(PROBLEMS, CONTEXTS, 4)
+    batch = trainer._generate_and_score_completions(rows)
+    assert batch["sampling_per_token_logps"][:, :2].flatten().tolist() == pytest.approx([-0.5, -0.7] * len(rows))
+    from trl import GRPOTrainer
+
+    trl_batch = GRPOTrainer._generate_and_score_completions  # a TRL that renamed the key:
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", lambda self, inputs: {
+        k: v for k, v in trl_batch(self, inputs).items() if k != "sampling_per_token_logps"})
+    with pytest.raises(RuntimeError, match=r"^TRL \S+'s vLLM batch has no 'sampling_per_token_logps'"):
+        trainer._generate_and_score_completions(rows)
+
+
 @pytest.mark.parametrize("all_reused", [True, False])
 def test_vllm_weights_are_synced_whatever_rows_are_reused(tiny_model_dir, tokenizer, tmp_path,
                                                            all_reused: bool) -> None:

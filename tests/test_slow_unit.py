@@ -113,6 +113,15 @@ def test_data_stream_is_a_seeded_permutation_per_epoch() -> None:
     assert take_problems(5, seed=4, cursor=0, count=5) != first
 
 
+def test_data_stream_is_the_one_earlier_cycles_drew() -> None:
+    """A resumed or continued run reads the stream at its saved cursor, so the stream must not
+    change under it. numpy does not promise `Generator` streams across versions (and numpy is
+    not pinned): these orders are numpy 2.x's PCG64 draws, and a numpy that changed them fails
+    here instead of silently training a resumed cycle on other problems."""
+    assert take_problems(10, seed=0, cursor=0, count=10) == [4, 6, 2, 7, 3, 5, 9, 0, 8, 1]
+    assert take_problems(10, seed=7, cursor=13, count=5) == [6, 7, 1, 3, 4]
+
+
 def _policy_and_base(model_dir, seed: int) -> tuple:
     """The tiny model twice, the first with its weights moved by seeded noise (a nonzero KL)."""
     import torch
@@ -416,6 +425,22 @@ def test_checkpointing_is_set_by_the_name_this_transformers_has(on, monkeypatch,
     monkeypatch.setattr(trl, "GRPOConfig", lambda **kwargs: kwargs)
     kwargs = grpo_args(cfg, 2, tmp_path)
     assert kwargs["gradient_checkpointing"] is on and "activation_checkpointing" not in kwargs
+
+
+def test_the_loss_settings_are_stated_not_left_to_trls_defaults(tmp_path) -> None:
+    """The GRPOConfig fields that change what a step trains on, as the paper's CISPO step needs
+    them, whatever a TRL release makes their defaults (GRPO's loss_type default already moved)."""
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, micro_batch_size=2)
+    args = grpo_args(cfg, 2, tmp_path)
+    assert (args.loss_type, args.importance_sampling_level, args.num_iterations) == ("cispo", "token", 1)
+    assert args.steps_per_generation == args.gradient_accumulation_steps == 4  # one generation a step
+    assert args.mask_truncated_completions is False  # a truncated completion stays in the loss
+    assert (args.top_entropy_quantile, args.entropy_coef, args.use_adaptive_entropy) == (1.0, 0.0, False)
+    assert (args.delta, args.off_policy_mask_threshold, args.reward_weights) == (None, None, None)
+    assert (args.min_p, args.repetition_penalty, args.top_k) == (None, 1.0, 0)
+    assert args.use_bias_correction_kl is True
 
 
 def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path) -> None:

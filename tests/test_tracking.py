@@ -871,6 +871,34 @@ def test_the_libraries_versions_a_job_is_tagged_with():
     assert "vllm" not in tagged or tagged["vllm"] == version("vllm")  # only what is installed
 
 
+def test_a_lock_is_known_by_sqlites_error_in_the_chain_not_only_by_the_wrappers_text(monkeypatch):
+    """MLflow 3.17 raises MlflowException over SQLAlchemy's OperationalError over sqlite3's, each
+    quoting 'database is locked' (seen with a real lock, which MLflow waits 20 s on); a wrapper
+    that stops quoting it is still retried, as long as sqlite3's error is in the chain."""
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    import fastslow.tracking as tracking
+
+    monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
+    calls: list[int] = []
+
+    def reworded() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            try:
+                raise sqlite3.OperationalError("database is locked")
+            except sqlite3.OperationalError as exc:
+                raise MlflowException("the tracking store could not write the run") from exc
+        return "ok"
+
+    assert tracking._retry(reworded) == "ok" and len(calls) == 2
+    other = MlflowException("the tracking store could not write the run")
+    other.__cause__ = sqlite3.OperationalError("no such table: runs")
+    assert not tracking._locked(other)
+
+
 def test_a_locked_database_is_retried_with_backoff_and_other_errors_are_not(monkeypatch):
     """Local jobs on several cores share one SQLite file, which takes one writer at a time:
     'database is locked' is waited out (0.2 s, doubling) up to 8 attempts; any other error, or

@@ -70,13 +70,31 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
+def _locked(exc: BaseException) -> bool:
+    """SQLite's 'database is locked', however MLflow wraps it: MLflow 3.17 raises an
+    MlflowException over SQLAlchemy's OperationalError over sqlite3's, each repeating the text;
+    the chain's sqlite3 error still says so if a wrapper's message stops quoting it."""
+    import sqlite3
+
+    if "locked" in str(exc).lower():
+        return True
+    seen: set[int] = set()
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause).lower():
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _retry(fn, *args, attempts: int = 8, **kwargs):
     """SQLite allows one writer: concurrent local jobs may briefly see 'database is locked'."""
     for i in range(attempts):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - mlflow wraps sqlite errors in several types
-            if "locked" not in str(exc).lower() or i == attempts - 1:
+            if not _locked(exc) or i == attempts - 1:
                 raise
             time.sleep(0.2 * 2**i)
     return None

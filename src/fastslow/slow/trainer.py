@@ -334,6 +334,13 @@ def _grpo_trainer_class() -> type:
             import torch
 
             out = super()._generate_and_score_completions(inputs)
+            if self.use_vllm and "sampling_per_token_logps" not in out:
+                # the step's clip fraction and the rollouts' logprob_sum read vLLM's own log-probs;
+                # without them they would quietly describe the trainer's forward instead
+                import trl
+
+                raise RuntimeError(f"TRL {trl.__version__}'s vLLM batch has no 'sampling_per_token_logps' "
+                                   f"(fastslow.slow.trainer expects TRL 1.16's keys)")
             behaviour, self.behaviour = self.behaviour, {}
             if behaviour:
                 ids = out["completion_ids"]
@@ -640,7 +647,23 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         # the whole step's token count.
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,
+        num_iterations=1,
         max_completion_length=cfg.max_new_tokens,
+        # The rest of the loss and the sampling as the paper's, stated rather than left to TRL's
+        # defaults (a TRL release that moves one would otherwise train another loss silently): a
+        # truncated completion stays in the loss; every token, each token's own ratio, no entropy
+        # term or mask, no two-sided clip, no off-policy mask, one reward, no extra warpers.
+        mask_truncated_completions=False,
+        top_entropy_quantile=1.0,
+        importance_sampling_level="token",
+        off_policy_mask_threshold=None,
+        entropy_coef=0.0,
+        use_adaptive_entropy=False,
+        delta=None,
+        reward_weights=None,
+        min_p=None,
+        repetition_penalty=1.0,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         top_k=0,
