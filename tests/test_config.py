@@ -1883,3 +1883,28 @@ def test_every_top_level_entry_of_the_repository_is_in_the_readmes_layout():
              for entry in re.split(r"\s{2,}", line)[0].split(", ")}  # the first column: "ci/slurm/, .ci/run"
     top = {path.split("/")[0] for path in listed.stdout.splitlines()}
     assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore"} == set(), sorted(top - named)
+
+
+@pytest.mark.parametrize("experiment, expected", [
+    ({"my-exp": {"tasks": ["math"], "methods": ["rl"]}},
+     "config error: experiments.my-exp: experiment names use letters, digits and '_' only"),
+    ({"e": {"sequence": [], "methods": ["fst"]}},
+     "config error: experiments.e.sequence: expected a non-empty list of tasks, got []"),
+    ({"e": {"methods": ["rl"]}},
+     "config error: experiments.e.tasks: expected a non-empty list of tasks (or a 'sequence'), got None"),
+    ({"e": {"tasks": [], "methods": ["rl"]}},
+     "config error: experiments.e.tasks: expected a non-empty list of tasks (or a 'sequence'), got []"),
+    ({"e": {"tasks": ["math"], "methods": ["fst"], "variants": {"k-4": {"fast": {"pool_size": 4}}}}},
+     "config error: experiments.e.variants.k-4: variant names use letters, digits and '_' only"),
+])
+def test_an_experiment_the_schema_admits_but_no_run_can_come_from_stops_in_one_line(experiment, expected):
+    """Names that become directory names, and experiments with no task: the schema lets them
+    through (names and list lengths are checked when the runs are made), `expand` refuses them
+    naming the key."""
+    from fastslow.experiments import expand
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    cfg["experiments"] = experiment
+    with pytest.raises(ConfigError) as err:
+        expand(validate_config(cfg))
+    assert str(err.value) == expected

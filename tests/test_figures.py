@@ -14,7 +14,7 @@ import pytest
 
 from fastslow import figures
 from fastslow.analysis import fit_sigmoid
-from fastslow.claims import CLAIM_TEXT, build_claims, claims_frame, figure_claims
+from fastslow.claims import CLAIM_TEXT, build_claims, claims_frame, figure_claims, no_reward_note
 from fastslow.curves import CURVE_COLUMNS
 from fastslow.figures import FIGURES, fig2, fig6, fig9, normalised_continual
 
@@ -340,6 +340,12 @@ def test_a_ratio_rl_never_improving_on_or_fst_never_reaching():
     ratio = claims["sample_efficiency_ratio"]
     assert np.isnan(ratio["measured"]) and ratio["verdict"] == "not reproduced"
     assert ratio["note"] == "FST never reaches RL's peak (0.500, step 20) by step 50"
+    # an FST run that ends before RL's peak step has not had the chance to miss it
+    rows = _rows("efficiency", "rl", "math", rl, problems=even(rl))
+    rows += _rows("efficiency", "fst", "math", fst[:2], problems=even(fst[:2]))
+    ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
+    assert ratio["verdict"] == "undetermined" and np.isnan(ratio["measured"])
+    assert ratio["note"].endswith("; FST's run ends before RL's peak step"), ratio["note"]
     # without per-problem means, or when RL's peak is one lucky sample, that is no refutation
     rows = _rows("efficiency", "rl", "math", rl) + _rows("efficiency", "fst", "math", fst)
     ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
@@ -2201,3 +2207,16 @@ def test_a_seed_curve_averages_every_column_it_keeps_over_seeds():
     assert curve["best_at_k"].to_list() == pytest.approx([(0.4 + 0.9) / 2, (0.6 + 0.9) / 2])
     assert curve["kl_to_base"].to_list() == pytest.approx([0.0, 0.03])
     assert curve["entropy"].to_list() == pytest.approx([1.0, 1.0])  # 0.5 and 1.5
+
+
+def test_fig8s_claim_without_any_reward_is_no_verdict():
+    """Neither FST nor GEPA-only earning any reward at any evaluation (the CPU default's usual
+    outcome on hover) is no gap to measure: no value, "undetermined", the no-reward note with
+    the share of samples that gave an answer (the curves rows say half did)."""
+    gepa = _rows("ceiling", "gepa", "hover", [0.0, 0.0, 0.0])
+    fst = _rows("efficiency", "fst", "hover", [0.0, 0.0, 0.0]) + _rows("efficiency", "rl", "hover", [0.0] * 3)
+    tables = {"ceiling": pl.DataFrame(gepa).select(CURVE_COLUMNS), "efficiency": pl.DataFrame(fst).select(CURVE_COLUMNS)}
+    (row,) = [r for r in build_claims(tables) if r["claim"] == "ceiling_exceeded"]
+    assert np.isnan(row["measured"]) and row["verdict"] == "undetermined"
+    assert row["note"] == no_reward_note(pl.DataFrame(fst[:3]), pl.DataFrame(gepa))
+    assert "; 50% of their samples gave an answer in <answer> tags)" in row["note"], row["note"]

@@ -199,6 +199,12 @@ def test_math_numeric_forms() -> None:
         assert task.reward(p, f"<answer>{bad}</answer>") == 0.0, bad
     assert "sign is wrong" in task.feedback(p, "<answer>-42</answer>")
     assert "6*7" in task.feedback(p, "<answer>41</answer>")
+    # the diagnosis of a wrong number: a rounding, a place-value slip, or neither
+    big = Problem("m2", "math", "What is 12345*1?", "12345", {"source": "basic_arithmetic"})
+    assert "close, but the answer must be exact (no rounding)." in task.feedback(big, "<answer>12340</answer>")
+    assert "a factor-of-ten (place value or unit) slip." in task.feedback(big, "<answer>1234.5</answer>")
+    plain = task.feedback(big, "<answer>999</answer>")
+    assert "Your 999 is not 12345 (off by -11346)." in plain and "slip" not in plain and "rounding" not in plain
 
 
 @pytest.mark.parametrize("gold, answer", [("16", "16\\pi"), ("2", "\\sqrt{2}"), ("3", "\\frac{\\pi}{3}"), ("5", "x^5"),

@@ -142,6 +142,11 @@ def test_unit_table_parses_to_itself_and_conversions_are_consistent() -> None:
     assert parse_unit("N·s") == parse_unit("kg·m/s") == parse_unit("kg m s^-1")
     assert parse_unit("mW").scale == pytest.approx(1e-3) and parse_unit("MW").scale == pytest.approx(1e6)
     assert convert(1.0, "m/s", "kg") is None and parse_unit("meters per") is None
+    # powers spelled before the unit, as people write areas and volumes, or after it
+    assert parse_unit("square meters") == parse_unit("sq m") == parse_unit("meters squared") == parse_unit("m^2")
+    assert convert(2.0, "cubic centimeters", "m^3") == pytest.approx(2e-6) == convert(2.0, "cm cubed", "m^3")
+    assert parse_unit("kg per square meter") == parse_unit("kg/m^2")
+    assert [parse_unit(t) for t in ("square", "cubic", "squared", "per squared m")] == [None] * 4
 
 
 def test_every_generated_physics_answer_reads_in_si_and_spelled_forms() -> None:
@@ -818,3 +823,25 @@ def test_an_answer_with_a_huge_number_scores_zero_without_an_error(tmp_path: Pat
     deep.write_text(json.dumps(row)[:-1] + ', "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     with pytest.raises(TaskDataError, match=r"deep\.jsonl: row 1: not valid JSON$"):
         load_task_file(deep).rows()
+
+
+def test_codeio_feedback_names_where_two_json_values_differ() -> None:
+    """`json_diff`, the codeio feedback's list of differences: keys missing or unexpected, a
+    list of another length, a value, each at its path; at most `limit` of them; a value too
+    deeply nested to walk is said to be so, not a crash."""
+    from fastslow.tasks.scoring import json_diff
+
+    assert json_diff({"a": [1, 2, 3], "b": {"c": 1}, "d": 2}, {"a": [1, 2], "b": {"c": 2, "e": 0}}) == [
+        "$: missing key 'd'", "$.a: expected a list of 3 items, got 2", "$.b: unexpected key 'e'",
+        "$.b.c: expected 1, got 2"]
+    assert json_diff([1, [2, 3]], [1, [2, 4]]) == ["$[1][1]: expected 3, got 4"]
+    assert json_diff(1.0, 1) == [] and len(json_diff(list(range(20)), list(range(1, 21)))) == 6
+    deep, other = [], []
+    for root, leaf in ((deep, None), (other, 1)):
+        node = root
+        for _ in range(5000):
+            node.append([])
+            node = node[0]
+        if leaf is not None:
+            node.append(leaf)
+    assert json_diff(deep, other) == ["$: too deeply nested to compare"]
