@@ -813,12 +813,27 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: rows[:4] + [{**rows[4], "metadata": {"split": "validation"}}] + rows[5:],
      "row 5: metadata key 'split' ('validation') is reserved; give the row's split in the split column"),
     (lambda rows: rows[:4] + [{**rows[4], "metadata": {"split": "test"}}] + rows[5:], "row 5: metadata key 'split'"),
+    (lambda rows: rows[:2] + [{**rows[2], "id": " "}] + rows[3:], "row 3: empty id"),
+    (lambda rows: rows[:1] + [{**rows[1], "metadata": "{not json"}] + rows[2:], "row 2: metadata is not valid JSON"),
+    (lambda rows: rows[:1] + [{**rows[1], "prompt": "half a pair \ud800"}] + rows[2:],
+     "row 2: text is not valid UTF-8 (lone surrogate)"),
+    (lambda rows: rows[:3] + [{k: v for k, v in rows[3].items() if k != "answer"}] + rows[4:], "row 4: missing answer"),
+    (lambda rows: rows[:3] + [[rows[3]["prompt"]]] + rows[4:], "row 4: expected a JSON object"),
 ])
 def test_bad_user_files_fail_with_one_line(tmp_path: Path, mutate, reason: str) -> None:
     path = _jsonl(tmp_path / "bad.jsonl", mutate(_rows(8)))
     with pytest.raises(ValueError) as err:
         load_task_file(path)
     assert str(path) in str(err.value) and reason in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_parquet_file_that_is_not_one_fails_with_one_line(tmp_path: Path) -> None:
+    """A truncated or mislabelled .parquet (pyarrow raises several types) is a TaskDataError
+    naming the file, not pyarrow's traceback."""
+    path = tmp_path / "mine.parquet"
+    path.write_bytes(b"id,prompt,answer\nq0,What is 1+1?,2\n")  # a CSV under a Parquet name
+    with pytest.raises(TaskDataError, match=r"mine\.parquet: not a readable Parquet file \(\w+\)$"):
+        load_task_file(path)
 
 
 def test_a_file_task_reads_numbers_a_bom_and_its_split_column_beside_a_metadata_split(tmp_path: Path) -> None:
