@@ -170,7 +170,8 @@ def test_profile_passes_node_constraints_as_the_plugins_resource(monkeypatch):
     """sbatch -C goes through the plugin's `constraint` resource: the plugin refuses it (and every
     flag it sets itself) in `slurm_extra`, so the documented FASTSLOW_SLURM_EXTRA examples must be
     flags it leaves alone."""
-    validation = pytest.importorskip("snakemake_executor_plugin_slurm.validation")
+    pytest.importorskip("snakemake_executor_plugin_slurm")  # the plugin absent: a skip; a module of it renamed: a failure
+    from snakemake_executor_plugin_slurm import validation
     from snakemake_interface_common.exceptions import WorkflowError
 
     prof = render_profile(monkeypatch, FASTSLOW_SLURM_CONSTRAINT="ib", FASTSLOW_SLURM_EXTRA="--exclusive")
@@ -199,7 +200,8 @@ def test_a_gpu_job_is_one_task_holding_all_its_gpus(monkeypatch):
     unless `tasks_per_gpu` (or `tasks`) is set, and skips it for 0: 8 tasks of 64 CPUs, 512 CPUs no
     node has. So every GPU rule sets `tasks_per_gpu: 0`; the installed plugin (2.7+, which adds the
     flag only when asked) builds the submit command from it as below."""
-    submit = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    from snakemake_executor_plugin_slurm import submit_string as submit
     from snakemake_executor_plugin_slurm.utils import set_gres_string
     prof = render_profile(monkeypatch, FASTSLOW_TRAIN_GPUS="8", FASTSLOW_EVAL_GPUS="2",
                           FASTSLOW_SLURM_GPU_MODEL="h100")
