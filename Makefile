@@ -56,7 +56,7 @@ gguf: | $(BIN)/snakemake
 
 # ruff alone: the test extra would build llama-cpp-python (a C/C++ compiler, ~15 min)
 $(BIN)/ruff: | $(BIN)/python
-	$(BIN)/pip install --quiet 'ruff>=0.5'
+	$(BIN)/pip install --quiet 'ruff==0.17.*'  # as the test extra
 
 # snakemake --lint asks for a conda environment or container per rule (the workflow runs in one
 # environment: pyproject.toml on a CPU, environment.yml on a GPU cluster) and for input functions

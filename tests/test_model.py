@@ -21,6 +21,7 @@ from decoding_probes import decoded_rows, decoding_masks
 from fastslow.model import convert
 from fastslow.model.convert import (
     PROVENANCE_FILE,
+    bf16_half_steps,
     convert_gguf,
     find_smollm2_gguf,
     load_gguf_model,
@@ -127,7 +128,7 @@ def test_the_main_jobs_install_builds_only_what_the_readme_says() -> None:
     tests run llama.cpp. And the only compiled packages in this environment are the ones the
     README names (reasoning-gym's `pycosat`, and the test extra's llama-cpp-python): the README had
     said nothing was compiled, while pip had built pycosat, which needs a C compiler and Python's
-    headers. A dependency that starts to need a compiler fails here."""
+    headers. A dependency of fastslow[test] that starts to need a compiler fails here."""
     import tomllib
     from importlib.metadata import distributions
 
@@ -145,12 +146,29 @@ def test_the_main_jobs_install_builds_only_what_the_readme_says() -> None:
     makefile = (root / "Makefile").read_text()
     setup = makefile[makefile.index("\nsetup:"):].split("\n\n")[0]
     assert install.search(setup), setup
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    installed = {norm(d.metadata["Name"]): d for d in distributions()}
+    todo, seen = [("fastslow", {"test"})], set()  # what installing fastslow[test] brought, and no more
+    while todo:
+        name, extras = todo.pop()
+        if name in seen or name not in installed:
+            continue
+        seen.add(name)
+        for line in installed[name].requires or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in extras | {""}):
+                todo.append((norm(req.name), set(req.extras)))
     built_here = set()  # a wheel tagged for no platform family: pip built it on this machine
-    for dist in distributions():
-        wheel = dist.read_text("WHEEL") or ""
+    for name in seen:
+        wheel = installed[name].read_text("WHEEL") or ""
         tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
         if tags and not any(t.endswith("-any") or re.search(r"manylinux|musllinux|macosx|win", t) for t in tags):
-            built_here.add(dist.metadata["Name"].lower().replace("_", "-"))
+            built_here.add(name)
+    assert "pycosat" in seen and "torch" in seen and len(seen) > 50, sorted(seen)
     assert built_here <= {"pycosat", "llama-cpp-python"}, built_here
     quick_start = readme[readme.index("## Quick start"):readme.index("Set up a virtual")]
     assert "`pycosat`, a C extension" in quick_start and "python3-dev build-essential" in quick_start
@@ -936,25 +954,44 @@ def test_converted_logits_match_gguf(smollm2: tuple[Path, Any]) -> None:
     model = load_model(out, dtype="float32")
     with torch.inference_mode():
         ours, theirs = model(ids).logits, ref(ids).logits
-    # the GGUF's weights, each moved within its bf16 rounding interval (dither_within_bf16) and
-    # no further; tied weights tied; the logits as close as a bf16 forward's are to float32's
+    # the GGUF's weights, each moved by at most half a bf16 step (dither_within_bf16; below a
+    # power of two the step is half the one above), and moved; the logits as close as a bf16
+    # forward's are to float32's
     gguf = dict(ref.named_parameters())
     for name, w in model.named_parameters():
-        ulp = torch.exp2(torch.floor(torch.log2(gguf[name].abs().clamp(min=1e-30))) - 7)
-        assert bool(((w - gguf[name]).abs() <= ulp / 2).all()), name
-    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+        up, down = bf16_half_steps(gguf[name])
+        away = (w - gguf[name]) * gguf[name].sign()  # > 0: away from zero
+        assert bool(((away <= up) & (-away <= down)).all()), name
+        assert float((w != gguf[name]).float().mean()) > 0.9, name
     assert json.loads((out / "fastslow_source.json").read_text())["bf16_dither_seed"] == 0
     kl = (theirs.log_softmax(-1).exp() * (theirs.log_softmax(-1) - ours.log_softmax(-1))).sum(-1).mean()
     assert float(kl) < 1e-3 and bool((ours.argmax(-1) == theirs.argmax(-1)).all())
 
 
+def test_bf16_half_steps_are_half_the_distances_to_the_neighbouring_bf16_values() -> None:
+    """Against bf16 itself: for bf16 values of every sign and binade (powers of two among them,
+    where the spacing below is half the one above), the next bf16 value away from zero and the
+    one toward it, read off the bit pattern."""
+    torch.manual_seed(0)
+    # positive bf16 patterns above the smallest normal binade (below it, subnormals keep the spacing)
+    bits = torch.randint(0x0100, 0x7F00, (20000,), dtype=torch.int32)
+    bits[:200] = bits[:200] & ~0x7F  # mantissa 0: powers of two
+    values = (bits << 16).view(torch.float32)
+    away = ((bits + 1) << 16).view(torch.float32) - values
+    toward = values - ((bits - 1) << 16).view(torch.float32)
+    for sign in (1.0, -1.0):
+        up, down = bf16_half_steps(sign * values)
+        assert torch.equal(up, away / 2) and torch.equal(down, toward / 2)
+    assert bf16_half_steps(torch.tensor([0.0])) == (torch.tensor([0.0]), torch.tensor([0.0]))
+
+
 def test_a_bf16_forward_of_the_converted_weights_follows_their_updates(smollm2: tuple[Path, Any]) -> None:
     """bf16 autocast (training, the fast round's and evaluation's sampling on a CPU with native
     bf16) reads the float32 weights through round-to-nearest. The GGUF's dequantised weights sat
-    on bf16's lattice (8% on its midpoints): one step of lr 5e-6 raised a text's log-likelihood
-    by ~38 under bf16 and ~12 in float32, the same ~38 at lr 1e-6 or 1e-5. Dithered within their
-    intervals, the bf16 view follows the float32 one. The step here is Adam's first: lr times the
-    sign of the gradient of the text's log-likelihood."""
+    on bf16's lattice (8% on its midpoints): one step of lr 5e-6 raised this text's
+    log-likelihood by 20.8 under bf16 and 6.6 in float32 (HISTORY's longer text: 38.6 and 12.2).
+    Dithered, the bf16 view follows the float32 one (6.7 and 6.6). The step here is Adam's
+    first: lr times the sign of the gradient of the text's log-likelihood."""
     out, ref = smollm2
     model = load_model(out, dtype="float32")
     on_midpoints = sum(int(((p.data.view(torch.int32) & 0xFFFF) == 0x8000).sum()) for p in model.parameters())
@@ -974,7 +1011,7 @@ def test_a_bf16_forward_of_the_converted_weights_follows_their_updates(smollm2: 
         for p in model.parameters():
             p.add_(5e-6 * torch.sign(p.grad))
     gain = {bf16: float(loglik(bf16)) - before[bf16] for bf16 in (False, True)}
-    assert gain[False] > 5 and 0.7 < gain[True] / gain[False] < 1.4, gain
+    assert gain[False] > 3 and 0.7 < gain[True] / gain[False] < 1.4, gain
 
 
 def test_converted_tokenizer_splits_text_as_llama_cpp_does_on_the_same_gguf(smollm2: tuple[Path, Any]) -> None:

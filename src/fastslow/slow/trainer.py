@@ -664,6 +664,9 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         reward_weights=None,
         min_p=None,
         repetition_penalty=1.0,
+        generation_kwargs=None,
+        sync_ref_model=False,  # the KL reference stays the run's initial weights
+        cast_lm_head_to_fp32=False,
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         top_k=0,
@@ -694,6 +697,7 @@ def grpo_args(cfg: SlowConfig, num_contexts: int, output_dir: str | Path,
         vllm_importance_sampling_correction=True,
         vllm_importance_sampling_mode="token_truncate",
         vllm_importance_sampling_clip_max=cfg.epsilon_high,
+        vllm_importance_sampling_clip_min=None,  # no floor under the weight: CISPO caps it above only
         seed=cfg.seed,
         report_to="none",  # our tracker logs; TRL's MLflow callback would open a second run
         logging_steps=1,
