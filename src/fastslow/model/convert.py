@@ -277,17 +277,16 @@ def dither_within_bf16(model: Any, seed: int = BF16_DITHER_SEED) -> None:
     bf16 view follows its float32 updates in expectation (2.4, 12.5 and 23.5). The dithered
     model's logits differ from the GGUF's by less (KL 2.0e-4 a token) than the GGUF model's own
     bf16 forward does (4.2e-4)."""
-    import hashlib
-
     import torch
+
+    from fastslow.model.generation import derive_seed
 
     with torch.no_grad():
         for name, param in model.named_parameters():  # a tied embedding once
             w = param.data
             if w.dtype != torch.float32:
                 raise ValueError(f"dither_within_bf16: expected float32 parameters, got {w.dtype} ({name})")
-            digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-            generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
+            generator = torch.Generator().manual_seed(derive_seed(seed, name))
             noise = torch.rand(w.shape, generator=generator) * 2 - 1  # [-1, 1)
             up, down = bf16_half_steps(w)
             toward_zero = (noise < 0) == (w > 0)
@@ -328,7 +327,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
         raise RuntimeError(f"GGUF state dict mismatch: missing={missing} unexpected={unexpected}")
     model.tie_weights()
     del gguf_model
-    if torch_dtype == torch.float32:
+    dithered = torch_dtype == torch.float32
+    if dithered:
         dither_within_bf16(model)
     model = model.to(torch_dtype)
     tokenizer = load_gguf_tokenizer(gguf_path)
@@ -337,7 +337,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _write_provenance(tmp, kind="gguf", source=str(gguf_path), dtype=dtype,
-                          **({"bf16_dither_seed": BF16_DITHER_SEED} if torch_dtype == torch.float32 else {}))
+                          **({"bf16_dither_seed": BF16_DITHER_SEED} if dithered else {}))
     return Path(out_dir)
 
 

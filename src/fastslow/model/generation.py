@@ -166,8 +166,8 @@ def check_context(model: Any, prompt_tokens: int, max_new_tokens: int,
         log.warning("%s: beyond the lengths the model was trained on", text)
 
 
-def derive_seed(seed: int, index: int) -> int:
-    """A 63-bit seed for sub-stream `index` of `seed` (batches, requests)."""
+def derive_seed(seed: int, index: int | str) -> int:
+    """A 63-bit seed for sub-stream `index` of `seed` (batches, requests, named tensors)."""
     digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
