@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastslow.io import atomic_path, umask, write_json
+from fastslow.io import atomic_path, exception_chain, umask, write_json
 
 
 @pytest.fixture(params=[0o022, 0o027])
@@ -200,3 +200,14 @@ def test_link_tree_links_every_file_but_snakemakes_timestamp(tmp_path):
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert files == [".hidden", "config.json", "model.safetensors", "sub/tokenizer.json"]
     assert all((out / f).stat().st_ino == (src / f).stat().st_ino for f in files)  # links, not copies
+
+
+def test_an_exception_chain_is_each_error_once_cause_before_context() -> None:
+    """What `jobs.disk_full` and the MLflow lock retry walk: the error, then what it was raised
+    from (else what it was raised while handling); a chain that loops ends instead of spinning."""
+    root, cause, context = RuntimeError("top"), OSError("cause"), ValueError("context")
+    root.__cause__, root.__context__, cause.__context__ = cause, context, context
+    assert list(exception_chain(root)) == [root, cause, context]
+    loop = KeyError("a")
+    loop.__context__ = loop
+    assert list(exception_chain(loop)) == [loop]

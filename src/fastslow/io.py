@@ -385,6 +385,17 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def exception_chain(err: BaseException) -> Iterator[BaseException]:
+    """`err`, then each error it was raised from or while handling (`__cause__`, else
+    `__context__`), each once."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
 def dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested settings as dotted keys, values kept: {'slow': {'lr': 1e-5}} -> {'slow.lr': 1e-5}.
     An empty mapping is a value of its own. (MLflow's params, `tracking.flatten`, are these as

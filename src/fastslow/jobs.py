@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fastslow.io import LockedError, exclusive_lock
+from fastslow.io import LockedError, exception_chain, exclusive_lock
 from fastslow.tracking import JobTracker, job_run
 
 RUN_WILDCARDS = ("experiment", "method", "run")
@@ -166,8 +166,7 @@ def disk_full(err: BaseException, where: str | Path) -> str | None:
 
     if re.search(r"\bfree (some )?space\b", str(err)):  # our own one line already says where (convert, cycle)
         return None
-    seen: BaseException | None = err
-    while seen is not None:
+    for seen in exception_chain(err):
         if (isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT)) or \
                 any(marker in str(seen) for marker in _DISK_FULL):
             probe = Path(where)  # the directory may not exist yet (or no more): its file system's
@@ -181,7 +180,6 @@ def disk_full(err: BaseException, where: str | Path) -> str | None:
             return (f"the disk is full (or a quota reached) under {where} ({free}): free some space or move "
                     f"results/ to a larger file system, then rerun; the write failed with {type(err).__name__}: "
                     f"{detail}")
-        seen = seen.__cause__ or seen.__context__
     return None
 
 

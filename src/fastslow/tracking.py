@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fastslow.io import dotted, write_json
+from fastslow.io import dotted, exception_chain, write_json
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +76,8 @@ def _locked(exc: BaseException) -> bool:
     the chain's sqlite3 error still says so if a wrapper's message stops quoting it."""
     import sqlite3
 
-    if "locked" in str(exc).lower():
-        return True
-    seen: set[int] = set()
-    cause = exc.__cause__ or exc.__context__
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause).lower():
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
+    return "locked" in str(exc).lower() or any(
+        isinstance(e, sqlite3.OperationalError) and "locked" in str(e).lower() for e in exception_chain(exc))
 
 
 def _retry(fn, *args, attempts: int = 8, **kwargs):
