@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -1882,7 +1883,21 @@ def test_every_top_level_entry_of_the_repository_is_in_the_readmes_layout():
     named = {entry.split("/")[0] for line in block.splitlines() if line.strip() and not line.startswith(" ")
              for entry in re.split(r"\s{2,}", line)[0].split(", ")}  # the first column: "ci/slurm/, .ci/run"
     top = {path.split("/")[0] for path in listed.stdout.splitlines()}
-    assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore"} == set(), sorted(top - named)
+    assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore", "LICENSE"} == set(), sorted(top - named)
+
+
+def test_pyproject_builds_without_setuptools_deprecations():
+    """setuptools reads pyproject.toml's metadata without a deprecation warning. A `license` TOML
+    table (`{ text = ... }`) warned on every install from setuptools 77 on, with builds to fail
+    from 2027-02-18; the license is an SPDX string, and its text the LICENSE file it names."""
+    setuptools_config = pytest.importorskip("setuptools.config.pyprojecttoml")
+    from setuptools.dist import Distribution
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = setuptools_config.apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert dist.metadata.license_expression == "Apache-2.0"
+    assert dist.metadata.license_files == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
 
 
 @pytest.mark.parametrize("experiment, expected", [
