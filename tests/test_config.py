@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
@@ -22,19 +23,17 @@ def _default() -> dict:
     return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
-def test_the_schema_is_found_without_an_editable_install(tmp_path, monkeypatch):
-    """The schema sat only beside the package's source (an editable install): a `pip install .`
-    failed every validation with a traceback. Now the workflow directory's serves, and with none
-    the error is one line naming where it looked."""
+def test_the_schema_is_package_data_and_a_lost_one_is_named_in_one_line(tmp_path, monkeypatch):
+    """The schema sits beside fastslow.config (package data, in every wheel: the packaging test
+    below), so it is found from any directory; an install that lost it says where it looked."""
     import fastslow.config as config
 
-    monkeypatch.setattr(config, "SCHEMA_PATH", tmp_path / "site-packages" / config.SCHEMA_FILE)
-    monkeypatch.chdir(ROOT)  # snakemake runs in the workflow directory
-    assert config.schema_path() == ROOT / config.SCHEMA_FILE
+    monkeypatch.chdir(tmp_path)  # not a checkout
+    assert config.schema_path() == Path(config.__file__).resolve().with_name("config.schema.yaml")
     validate_config(load_config(ROOT / "config" / "config.yaml"))
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r"^no config schema workflow/schemas/config\.schema\.yaml in "
-                                                 rf"{tmp_path} \(nor in {tmp_path / 'site-packages'}\): run in"):
+    monkeypatch.setattr(config, "SCHEMA_PATH", tmp_path / "site-packages" / "fastslow" / "config.schema.yaml")
+    with pytest.raises(FileNotFoundError, match=r"^no config schema at .*site-packages/fastslow/config\.schema\.yaml: "
+                                                 r"this fastslow install lacks its package data; reinstall it"):
         config.schema_path()
 
 
@@ -137,6 +136,9 @@ BAD = [
      "slow.baseline: 'prompt' with G=4, K=4 (fast.pool_size) gives groups of one rollout"),
     ({"model": {"name": ".."}}, "model.name: expected a directory name under results/models/, not '.' or '..', got '..'"),
     ({"model": {"name": "."}}, "model.name: expected a directory name under results/models/, not '.' or '..', got '.'"),
+    # a brace in the name a local model.base gives broke planning (a WildcardError's traceback)
+    ({"model": {"base": "/tmp/m{x}"}}, "model.base: the directory name it gives, 'm{x}', has characters other than "
+     "letters, digits, '.', '_' and '-': set model.name, got '/tmp/m{x}'"),
     ({"seed_context": ""}, "seed_context: must be a non-empty string, got ''"),
     ({"seed_context": "  "}, "seed_context: must be a non-empty string, got '  '"),
     ({"data": {"options": {"codeio": {"max_prompt_chars": 2500.5}}}},
@@ -1883,7 +1885,7 @@ def test_every_top_level_entry_of_the_repository_is_in_the_readmes_layout():
     named = {entry.split("/")[0] for line in block.splitlines() if line.strip() and not line.startswith(" ")
              for entry in re.split(r"\s{2,}", line)[0].split(", ")}  # the first column: "ci/slurm/, .ci/run"
     top = {path.split("/")[0] for path in listed.stdout.splitlines()}
-    assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore", "LICENSE"} == set(), sorted(top - named)
+    assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore", "LICENSE", "MANIFEST.in"} == set(), sorted(top - named)
 
 
 def test_pyproject_builds_without_setuptools_deprecations():
@@ -1898,6 +1900,64 @@ def test_pyproject_builds_without_setuptools_deprecations():
     assert dist.metadata.license_expression == "Apache-2.0"
     assert dist.metadata.license_files == ["LICENSE"]
     assert (ROOT / "LICENSE").read_text().split()[:3] == ["Apache", "License", "Version"]
+
+
+@pytest.mark.slow
+def test_the_sdist_is_the_repository_and_its_wheel_validates_configs_anywhere(tmp_path):
+    """Packaging as pip does it from a source archive: the sdist built from the tracked files holds
+    every one of them (it held the library and the test files alone, without the Snakefile,
+    workflow/, config/ or the tests' helpers), and the wheel built from the unpacked sdist carries
+    the config schema, so the library validates a config outside any checkout (the schema sat in
+    workflow/schemas/ and every wheel install failed with a FileNotFoundError)."""
+    import tarfile
+    import zipfile
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    # the tracked files and the new ones git would add (a change not yet committed is packaged too)
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0 or not listed.stdout:
+        pytest.skip(f"not a git checkout git can read: {listed.stderr.strip()[:200]}")
+    tracked = {p for p in listed.stdout.splitlines() if (ROOT / p).is_file()}
+    checkout = tmp_path / "checkout"
+    for path in tracked:
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, checkout / path)
+
+    def build(kind: str, source: Path) -> Path:
+        out = tmp_path / kind
+        code = f"from setuptools import build_meta; print(build_meta.build_{kind}({str(out)!r}))"
+        done = subprocess.run([sys.executable, "-c", code], cwd=source, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return out / done.stdout.strip().splitlines()[-1]
+
+    sdist = build("sdist", checkout)
+    with tarfile.open(sdist) as archive:
+        root = archive.getnames()[0].split("/")[0]
+        members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name
+                   and archive.getmember(name).isfile()}
+        archive.extractall(tmp_path / "unpacked", filter="data")
+    assert tracked - {".gitignore"} <= members, sorted(tracked - {".gitignore"} - members)[:10]
+    assert not {m for m in members if "__pycache__" in m or m.endswith(".pyc")}
+
+    wheel = build("wheel", tmp_path / "unpacked" / root)
+    with zipfile.ZipFile(wheel) as archive:
+        assert {"fastslow/config.schema.yaml", "fastslow/py.typed"} <= set(archive.namelist())
+        archive.extractall(tmp_path / "site")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = (f"import fastslow, fastslow.config as c; cfg = c.load_config({str(ROOT / 'config' / 'config.yaml')!r}); "
+            "print(fastslow.__file__, c.schema_path(), cfg['fast']['pool_size'])")
+    ran = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    module, schema, pool_size = ran.stdout.split()
+    assert Path(module).is_relative_to(tmp_path / "site") and Path(schema).is_relative_to(tmp_path / "site")
+    assert int(pool_size) == load_config(ROOT / "config" / "config.yaml")["fast"]["pool_size"]
+    version = subprocess.run([sys.executable, "-c", "import fastslow; print(fastslow.__version__)"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert f"fastslow-{version.stdout.strip()}-" in wheel.name  # the one version: pyproject reads it
 
 
 @pytest.mark.parametrize("experiment, expected", [

@@ -1,6 +1,6 @@
 """Configuration: JSON-schema validation with defaults, cross-field checks, one-line errors.
 
-The schema (workflow/schemas/config.schema.yaml) is the single source of truth for keys, types
+The schema (`config.schema.yaml`, beside this module) is the single source of truth for keys, types
 and defaults. `validate_config` fills defaults in place and raises `ConfigError` whose message is
 one line naming the key and what is expected, e.g.::
 
@@ -27,19 +27,17 @@ from typing import Any
 
 import yaml
 
-SCHEMA_FILE = Path("workflow") / "schemas" / "config.schema.yaml"
-#: The schema of the checkout this package was installed from in place (`pip install -e .`).
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / SCHEMA_FILE
+#: The config schema, package data beside this module: found wherever fastslow is installed
+#: (in place, from a wheel, or imported from the checkout's src/).
+SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
 
 
 def schema_path() -> Path:
-    """The config schema: the checkout's beside this package (an editable install), else the one
-    of the workflow directory snakemake runs in (a copied install: `pip install .`)."""
-    for path in (SCHEMA_PATH, Path.cwd() / SCHEMA_FILE):
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"no config schema {SCHEMA_FILE} in {Path.cwd()} (nor in {SCHEMA_PATH.parents[2]}): "
-                            f"run in the fastslow checkout, or install it in place (pip install -e .)")
+    """The config schema's file (`SCHEMA_PATH`); a one-line error when an install lost it."""
+    if not SCHEMA_PATH.is_file():
+        raise FileNotFoundError(f"no config schema at {SCHEMA_PATH}: this fastslow install lacks its package "
+                                f"data; reinstall it (pip install -e . in the checkout)")
+    return SCHEMA_PATH
 
 
 class ConfigError(ValueError):
@@ -50,6 +48,10 @@ class ConfigError(ValueError):
 #: near 1e-38 the logits divided by it overflow: every token's probability is NaN, the same token is
 #: drawn each time and every reward is silently 0.
 MIN_TEMPERATURE = 1e-3
+
+#: A directory name under results/models/: model.name's pattern in the schema, and the name
+#: model.base gives when model.name is not set.
+MODEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def is_number(value: Any) -> bool:
@@ -557,9 +559,15 @@ def _check_model_name(config: Mapping[str, Any]) -> None:
     if given in (".", ".."):
         raise ConfigError(f"config error: model.name: expected a directory name under results/models/, "
                           f"not '.' or '..', got {given!r}")
-    if model_name(config) in ("", ".", ".."):
+    derived = model_name(config)
+    if derived in ("", ".", ".."):
         raise ConfigError(f"config error: model.base: names no directory under results/models/ "
                           f"(set model.name), got {config['model']['base']!r}")
+    if not given and not MODEL_NAME.fullmatch(derived):
+        # model.name's own pattern (the schema's); a brace in a path broke planning with a traceback
+        raise ConfigError(f"config error: model.base: the directory name it gives, {derived!r}, has characters "
+                          f"other than letters, digits, '.', '_' and '-': set model.name, got "
+                          f"{config['model']['base']!r}")
 
 
 def _check_hf_datasets(entries: Mapping[str, Any]) -> None:

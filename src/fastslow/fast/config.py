@@ -1,7 +1,7 @@
 """Configuration of the fast loop (one GEPA round over the pool of contexts).
 
 `FastConfig.from_dict` accepts the `fast:` section of the workflow config (see
-workflow/schemas/config.schema.yaml) plus the sampling keys the caller merges in, and fails
+fastslow/config.schema.yaml) plus the sampling keys the caller merges in, and fails
 with a one-line error that names the offending field.
 """
 
