@@ -6,7 +6,8 @@ import inspect
 
 from snakemake.utils import min_version
 
-min_version("9.0")
+# the pinned minor (pyproject, environment.yml); early 9.x read a profile's config.yaml only, not profile.yaml
+min_version("9.27")
 
 # Planning allocates millions of objects (~2100 jobs at paper scale) that all live until the plan
 # is done, and CPython's cyclic GC re-walked them, and Snakemake's own modules, every 700

@@ -278,6 +278,27 @@ def test_a_cluster_run_on_the_embedded_sqlite_store_stops_before_any_job(tmp_pat
     assert cluster_store_error("slurm", "http://login01:5000") is None
 
 
+def test_a_cluster_run_with_the_local_profiles_cores_stops_before_any_job(tmp_path):
+    """Without `--workflow-profile none`, profiles/default's `cores: all` wins over the SLURM
+    profile's and caps every job's threads (and --cpus-per-task) at the submit host's cores: a dry
+    run showed an 8-GPU cycle with 2 threads. The run stops before any job, naming the flag."""
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="pip install snakemake-executor-plugin-slurm")
+    from snakemake.utils import available_cpu_count
+
+    from fastslow.hardware import cluster_cores_error
+
+    out = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/base_eval.parquet", "--profile",
+                          str(PROFILE.parent), "--configfile", "config/config.yaml", "config/smoke.yaml",
+                          "--directory", str(tmp_path), "--snakefile", str(ROOT / "Snakefile")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == cluster_cores_error("slurm", available_cpu_count(),
+                                                                        available_cpu_count())
+    assert "add --workflow-profile none" in out.stderr
+    assert not (tmp_path / "results" / "mlflow").exists()
+    assert cluster_cores_error("slurm", 512, 2) is None and cluster_cores_error("slurm", None, 2) is None
+
+
 def test_one_node_may_share_the_sqlite_store(monkeypatch):
     from fastslow.tracking import cluster_store_error
 

@@ -1001,3 +1001,17 @@ def test_an_hf_reflection_model_saved_again_reruns_the_reflective_cycles(tmp_pat
     weights = refl / "model.safetensors"
     weights.write_bytes(weights.read_bytes())  # saved again in place
     assert planned() == {f"{fst}/cycle0/cycle.json"}
+
+
+def test_every_rule_that_loads_a_model_reserves_memory():
+    """A rule whose job loads a model (its threads are `heavy_threads()`) declares `mem_mb`, so
+    `--resources mem_mb=N` bounds how many run side by side; channel_eval declared none and ran
+    outside that bound. The SLURM profile sizes each of them itself (test_slurm)."""
+    rules = {}
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        for block in re.split(r"^(?=rule |use rule )", smk.read_text(), flags=re.M)[1:]:
+            words = block.split(":", 1)[0].split()  # `rule cycle`, `use rule cycle as cycle_distill with`
+            rules[words[words.index("as") + 1] if words[0] == "use" else words[1]] = block
+    heavy = {name for name, block in rules.items() if "threads: heavy_threads()" in block}
+    assert {"cycle", "evaluate_point", "evaluate_base", "channel_eval"} <= heavy, sorted(heavy)
+    assert not {name for name in heavy if not re.search(r"^\s+mem_mb=\d+,$", rules[name], flags=re.M)}

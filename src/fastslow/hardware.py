@@ -17,6 +17,18 @@ def unsupported_platform(platform: str = sys.platform) -> str | None:
     return None
 
 
+def cluster_cores_error(executor: str, cores: int | None, host_cores: int) -> str | None:
+    """One line if a run on a cluster's executor has `cores` equal to this host's: Snakemake loads
+    profiles/default as the workflow profile, over `--profile profiles/slurm`, and its `cores: all`
+    then caps every job's threads (so `--cpus-per-task`) at the submit host's cores. A cycle asking
+    for 64 threads on 8 GPUs got 2 and ran, slowly; None otherwise."""
+    if cores is None or cores != host_cores:
+        return None
+    return (f"the {executor} executor with --cores {cores}, this host's cores (profiles/default's `cores: all`, "
+            f"which wins over --profile's): every job's threads and --cpus-per-task would be capped at {cores}; "
+            f"add --workflow-profile none (profiles/slurm/README.md), or give --cores another number")
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 matmuls natively (else bf16 autocast is emulated, slow)."""
     try:

@@ -46,7 +46,8 @@ MLFLOW_EXPERIMENT = f"{RESULTS}/mlflow/experiment.json"
 # Made for another store or experiment (MLFLOW_TRACKING_URI, mlflow_experiment): a run stops before
 # any job, in one line naming the command that remakes the files for it (a dry run logs nothing,
 # so it is not stopped); every job checks it again (fastslow.tracking.check_store). So does a run
-# on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store. And
+# on a cluster's nodes (the SLURM profile) whose jobs would share the embedded SQLite store, or
+# whose jobs' threads profiles/default's `cores: all` would cap at this host's cores. And
 # one Snakemake at a time builds a results/: Snakemake's own lock lets two run whose outputs do
 # not overlap, and each deletes the temp() weights its own jobs are done with, which the other's
 # cycles and evaluations may still need (a dry run is not stopped). The lock is released when the
@@ -60,9 +61,13 @@ onstart:
         if problem:
             sys.exit(problem)
     if workflow.non_local_exec:
+        from snakemake.utils import available_cpu_count
+
+        from fastslow.hardware import cluster_cores_error
         from fastslow.tracking import cluster_store_error, tracking_uri
 
-        problem = cluster_store_error(workflow.executor_plugin.name, tracking_uri(RESULTS))
+        problem = (cluster_cores_error(workflow.executor_plugin.name, workflow.cores, available_cpu_count())
+                   or cluster_store_error(workflow.executor_plugin.name, tracking_uri(RESULTS)))
         if problem:
             sys.exit(problem)
     if Path(MLFLOW_EXPERIMENT).exists():

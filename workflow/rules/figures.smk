@@ -139,6 +139,8 @@ rule channel_eval:
     wildcard_constraints:
         combo="base_weights_fst_context|fst_weights_seed_context",
     threads: heavy_threads()
+    resources:
+        mem_mb=6000,
     script:
         "../scripts/channel_eval.py"
 
