@@ -540,3 +540,33 @@ def test_the_other_benchmarks_reject_bad_arguments_before_they_start(tmp_path: P
     proc = run_script(script, [*args, "--out", str(tmp_path / "out.json")], tmp_path)
     assert named in error_line(proc, script)
     assert not (tmp_path / "out.json").exists()
+
+
+def test_the_suite_benchmark_reads_counts_and_slowest_tests_from_junit() -> None:
+    suite = load("bench_suite")
+    xml = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
+    <testcase classname="tests.test_a" name="test_ok" time="1.5"/>
+    <testcase classname="tests.test_a" name="test_slow" time="30.25"/>
+    <testcase classname="tests.test_b" name="test_bad" time="2.0"><failure message="x">assert 0</failure></testcase>
+    <testcase classname="tests.test_b" name="test_gpu" time="0.0"><skipped message="no GPU"/></testcase>
+    <testcase classname="tests.test_c" name="test_setup" time="0.1"><error message="fixture">E</error></testcase>
+    </testsuite></testsuites>"""
+    outcome = suite.junit_outcome(xml, slowest=2)
+    assert {k: outcome[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == \
+        {"tests": 5, "passed": 2, "failed": 1, "errors": 1, "skipped": 1}
+    assert outcome["slowest"] == [["tests.test_a::test_slow", 30.25], ["tests.test_b::test_bad", 2.0]]
+
+
+def test_the_suite_benchmark_reports_a_run_of_part_of_the_suite(tmp_path: Path) -> None:
+    """A real run of one small test through the script: the report names the machine, the exit code
+    and the counts pytest's JUnit file gave (a failing selection's exit code is kept, not hidden)."""
+    out = tmp_path / "suite.json"
+    ran = subprocess.run([sys.executable, str(BENCH / "bench_suite.py"), "--out", str(out), "--", "-n", "0",
+                          "-p", "no:cacheprovider", "tests/test_bench_cli.py", "-k", "peak_memory_is_in_mib"],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:] + ran.stdout[-2000:]
+    report = json.loads(out.read_text())
+    assert (report["exit_code"], report["tests"], report["passed"], report["failed"]) == (0, 1, 1, 0)
+    assert report["slowest"][0][0].endswith("test_peak_memory_is_in_mib_on_linux_and_on_macos")
+    assert report["cpu_seconds"] > 0 and report["wall_seconds"] > 0 and "cpu" in report["environment"]
+    assert ran.stdout.rstrip().splitlines()[-1].startswith("suite: exit 0, ")
