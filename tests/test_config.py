@@ -1888,6 +1888,28 @@ def test_every_top_level_entry_of_the_repository_is_in_the_readmes_layout():
     assert top - named - {"README.md", "pyproject.toml", "Makefile", ".gitignore", "LICENSE", "MANIFEST.in"} == set(), sorted(top - named)
 
 
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation but '-' and '_' dropped,
+    spaces as '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "config/README.md", "profiles/slurm/README.md", "bench/measured/README.md"])
+def test_every_link_to_a_section_finds_its_heading(doc):
+    """A `[text](#anchor)` link in a document names one of its headings (the README's contents line
+    links every section; a heading reworded, as the Quick start's was, would leave it dead), and the
+    README's contents name every top-level section."""
+    text = (ROOT / doc).read_text()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    headings = [line.lstrip("#").strip() for line in prose.splitlines() if re.match(r"#{1,6} ", line)]
+    anchors = {github_anchor(h) for h in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", prose)
+    assert not sorted(set(links) - anchors), sorted(set(links) - anchors)
+    if doc == "README.md":
+        sections = {github_anchor(line[3:]) for line in prose.splitlines() if line.startswith("## ")}
+        assert sections <= set(links), sorted(sections - set(links))
+
+
 def test_pyproject_builds_without_setuptools_deprecations():
     """setuptools reads pyproject.toml's metadata without a deprecation warning. A `license` TOML
     table (`{ text = ... }`) warned on every install from setuptools 77 on, with builds to fail
