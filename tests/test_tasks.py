@@ -9,6 +9,7 @@ import random
 import re
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -1276,3 +1277,64 @@ def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:
     lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.tasks.generated"]
     assert lines[0].startswith("physics val: 0/3 problems after 0 tries")
     assert re.fullmatch(r"physics val: 2/3 problems after \d+ tries, ~\d+s left", lines[-1]), lines[-1]
+
+
+def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path) -> None:
+    """Polaris' golds are LaTeX as often as numbers. Its preset's `numeric` scorer fell back to an
+    exact match for them, so `2\\sqrt3` against `2\\sqrt{3}`, `45` against `45^\\circ` and `B`
+    against `\\text{(B)}` scored 0. The preset's `math` scorer reads both sides with math-verify:
+    equivalent answers score 1, different ones 0, and a number still compares by value. Rows in
+    Polaris' own schema (problem, answer, difficulty), through the preset, from a local Parquet file."""
+    datasets = pytest.importorskip("datasets")
+    from fastslow.tasks.loaders import HF_PRESETS
+
+    golds = {"a": "2\\sqrt{3}", "b": "45^\\circ", "c": "\\text{(B)}", "d": "e^2", "e": "\\frac{\\pi}{2}",
+             "f": "9375", "g": "\\frac{1}{2}", "h": "x+1"}
+    datasets.Dataset.from_dict({"problem": [f"Problem {k}: find it." for k in golds], "answer": list(golds.values()),
+                                "difficulty": ["7/8"] * len(golds)}).to_parquet(str(tmp_path / "polaris.parquet"))
+    options = {**HF_PRESETS["polaris"], "dataset": "parquet", "data_files": {"train": str(tmp_path / "polaris.parquet")},
+               "cache_dir": str(tmp_path / "cache"), "name": "polaris_local"}
+    assert HF_PRESETS["polaris"]["scorer"] == "math"
+    task = get_task("hf", **options)
+    problems = {p.answer: p for ps in task.rows().values() for p in ps}
+    assert set(problems) == set(golds.values())
+
+    def reward(gold: str, answer: str, scorer: str = "math") -> float:
+        problem = problems[gold]
+        problem = problem if scorer == "math" else replace(problem, metadata={**problem.metadata, "scorer": scorer})
+        return task.reward(problem, f"So <answer>{answer}</answer>")
+
+    same = [("2\\sqrt{3}", "2\\sqrt3"), ("45^\\circ", "45"), ("45^\\circ", "45^{\\circ}"), ("\\text{(B)}", "B"),
+            ("e^2", "e^{2}"), ("\\frac{\\pi}{2}", "\\pi/2"), ("9375", "9375.0"), ("\\frac{1}{2}", "0.5"),
+            ("x+1", "1+x"), ("2\\sqrt{3}", "$2\\sqrt{3}$")]
+    different = [("2\\sqrt{3}", "3\\sqrt{2}"), ("45^\\circ", "46"), ("\\text{(B)}", "C"), ("9375", "9376"),
+                 ("\\frac{\\pi}{2}", "\\pi"), ("x+1", "x-1"), ("e^2", "two")]
+    assert [reward(g, a) for g, a in same] == [1.0] * len(same)
+    assert [reward(g, a) for g, a in different] == [0.0] * len(different)
+    # what the numeric scorer made of the same answers: a number by value, LaTeX only verbatim
+    assert [reward(g, a, "numeric") for g, a in same[:5]] == [0.0] * 5
+    assert reward("9375", "9375.0", "numeric") == 1.0
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_a_hub_datasets_unusable_rows_are_dropped_with_a_count_and_a_files_stop_the_task(tmp_path: Path) -> None:
+    """A Hub row without an answer (a Polaris source lists six) or with a tag in it stopped the
+    task_data job of a 50000-row dataset, naming a row no user can fix: the loader drops such rows
+    and says how many. A file of one's own is still refused at the row, where it can be fixed."""
+    datasets = pytest.importorskip("datasets")
+
+    rows = [(f"What is {i} + 1?", str(i + 1)) for i in range(30)]
+    bad = [("What is 40 + 1?", ""), ("What is 41 + 1?", None), ("   ", "3"), ("What is 43 + 1?", "<answer>44</answer>")]
+    table = rows[:10] + bad + rows[10:]
+    datasets.Dataset.from_dict({"problem": [q for q, _ in table], "answer": [a for _, a in table]}).to_parquet(
+        str(tmp_path / "math.parquet"))
+    task = HFDatasetTask("parquet", data_files={"train": str(tmp_path / "math.parquet")}, cache_dir=str(tmp_path / "c"),
+                         columns={"prompt": "problem", "answer": "answer"}, name="polaris_local")
+    with pytest.warns(UserWarning, match=r"^polaris_local: 4 rows of parquet have an empty prompt or answer, or an "
+                                         r"<answer> tag in the answer; dropped"):
+        kept = task.rows()
+    assert sorted(p.answer for ps in kept.values() for p in ps) == sorted(a for _, a in rows)
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps({"id": i, "prompt": q or "", "answer": a or ""}) + "\n"
+                                                 for i, (q, a) in enumerate(rows[:3] + bad[:1])))
+    with pytest.raises(TaskDataError, match=r"mine\.jsonl: row 4: empty answer$"):
+        load_task_file(tmp_path / "mine.jsonl").rows()

@@ -12,7 +12,9 @@ serves several of ours — a hash partition of the row ids (stable, disjoint, no
 `problems(split, n, seed)` returns a seeded shuffle of the split, cut to `n`.
 
 Scoring (`scorer`): "exact" (whitespace/case-insensitive string match), "numeric" (value match
-as in the math task, falling back to exact for non-numeric answers such as "\\frac{\\pi}{2}"), or
+as in the math task, falling back to exact for non-numeric answers such as "\\frac{\\pi}{2}"),
+"math" (numeric's value match for a number, else the exact match or math-verify's symbolic
+equivalence: `2\\sqrt3` is `2\\sqrt{3}`, `45` is `45^\\circ`, `\\pi/2` is `\\frac{\\pi}{2}`), or
 "label" (one of `labels`, e.g. SUPPORTED / NOT_SUPPORTED).
 """
 
@@ -53,7 +55,10 @@ from fastslow.tasks.scoring import (
     parse_number,
 )
 
-SCORERS = ("exact", "numeric", "label")
+SCORERS = ("exact", "numeric", "math", "label")
+#: Seconds math-verify may take to read or compare one answer (its SIGALRM timeout: only in the
+#: main thread; in another thread it runs without one).
+MATH_VERIFY_TIMEOUT_S = 5
 #: The file types `LocalFileTask` reads, and their names in messages.
 FILE_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
 FILE_TYPES = ".parquet, .jsonl or .ndjson"
@@ -68,7 +73,9 @@ IGNORED_COLUMNS = ("task",)
 #: reaches them as `data.hf_datasets.<task>: {preset: <name>}` (fastslow.config.task_spec).
 HF_PRESETS: dict[str, dict[str, Any]] = {
     # Polaris ships one split (problem, answer, difficulty): partition it into train/val/test.
-    "polaris": {"dataset": "POLARIS-Project/Polaris-Dataset-53K", "scorer": "numeric",
+    # Its answers are LaTeX as often as numbers (`2\\sqrt{3}`, `45^\\circ`): scored by value, else
+    # symbolically (math-verify), where `numeric` marked `2\\sqrt3` against `2\\sqrt{3}` wrong.
+    "polaris": {"dataset": "POLARIS-Project/Polaris-Dataset-53K", "scorer": "math",
                 "columns": {"prompt": "problem", "answer": "answer"}},
     # HoVer's test labels are hidden: train/val share its train split, test is its validation.
     # Closed-book (our choice): the prompt is the claim alone, without HoVer's evidence documents
@@ -149,13 +156,39 @@ class TableTask(TaskBase):
             got = normalize_label(raw, labels)
             note = [] if got else [f"The answer must be one of: {', '.join(labels)}."]
             return Judgement(float(got == label_form(expected)), expected, raw, note)
-        if scorer == "numeric" and parse_number(expected) is not None:
+        if scorer in ("numeric", "math") and parse_number(expected) is not None:
             got, how = extract_number(raw)
-            if got is None:
-                return Judgement(0.0, expected, raw, [f"Could not read one number ({how})."])
-            return Judgement(float(numbers_close(got, parse_number(expected) or 0.0)), expected, raw, [])
-        same = _loose(raw) == _loose(expected)
+            if got is not None and numbers_close(got, parse_number(expected) or 0.0):
+                return Judgement(1.0, expected, raw, [])
+            if scorer == "math" and math_equivalent(raw, expected):  # `\\frac{1}{2}` for 0.5
+                return Judgement(1.0, expected, raw, [])
+            return Judgement(0.0, expected, raw, [] if got is not None else [f"Could not read one number ({how})."])
+        same = _loose(raw) == _loose(expected) or (scorer == "math" and math_equivalent(raw, expected))
         return Judgement(float(same), expected, raw, [] if same else ["The answer does not match."])
+
+
+def math_equivalent(answer: str, gold: str) -> bool:
+    """Whether `answer` is `gold` as mathematics, by math-verify (Hugging Face's answer checker, the
+    one TRL's and open-r1's math rewards use): each read as LaTeX or a plain expression (wrapped in
+    `$…$` unless it has delimiters or a `\\boxed{}`), then compared symbolically. False when
+    either cannot be read, or the comparison times out or fails."""
+    import threading
+
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    config = [LatexExtractionConfig(), ExprExtractionConfig()]
+
+    def read(text: str) -> list:
+        text = text.strip()
+        return parse(text if "$" in text or "\\boxed" in text else f"${text}$", extraction_config=config,
+                     parsing_timeout=timeout)
+
+    try:
+        expected, got = read(gold), read(answer)
+        return bool(expected and got and verify(expected, got, timeout_seconds=timeout))
+    except Exception:  # math-verify raises on what it cannot handle (and on a timeout): not a match
+        return False
 
 
 def _loose(text: str) -> str:
@@ -354,6 +387,7 @@ class HFDatasetTask(TableTask):
         groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
         seen: set[str] = set()  # a Hub dataset's repeated prompts: the first kept (the splits' check refuses them)
         dropped = 0
+        self._unusable = 0  # rows `_mapped` skips: no prompt or answer, or a tag in the answer
         for hf_split in sorted(set(self.split_map.values())):
             ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
             try:
@@ -381,6 +415,10 @@ class HFDatasetTask(TableTask):
                 key = p.id.removeprefix(f"{self.name}-") if group is None else f"{self.group_column}={group}"
                 split = ours[0] if len(ours) == 1 else _share(key, ours)
                 groups[split].append(p)
+        if self._unusable:
+            warnings.warn(f"{self.name}: {self._unusable} rows of {self.dataset} have an empty prompt or answer, or "
+                          f"an <answer> tag in the answer; dropped (a Hub dataset's rows cannot be fixed here; a "
+                          f"file of your own with one stops, naming the row)", stacklevel=2)
         if dropped:
             warnings.warn(f"{self.name}: {dropped} rows of {self.dataset} repeat an earlier row's prompt (up to "
                           f"whitespace); dropped (each problem is trained and evaluated on once)", stacklevel=2)
@@ -407,10 +445,19 @@ class HFDatasetTask(TableTask):
             # and row 7 of test are two problems (they had one id, and the splits' check stopped the job)
             pid = row[self.id_column] if self.id_column else f"{hf_split}-{i:07d}"
             prompt = row[self.columns["prompt"]]
+            if _blank(prompt) or _blank(answer) or _TAG_RE.search(str(answer)):
+                # one such row among a Hub dataset's 50000 stopped the task_data job (validate_rows)
+                self._unusable = getattr(self, "_unusable", 0) + 1
+                continue
             meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"])
                     and isinstance(v, (str, int, float, bool))}
             yield {"id": f"{self.name}-{pid}", "answer": answer, "metadata": meta, "_row": i,
                    "prompt": self.prompt_template.format(prompt=prompt) if isinstance(prompt, str) else prompt}
+
+
+def _blank(value: Any) -> bool:
+    """None or text of spaces alone (what validate_rows calls an empty prompt or answer)."""
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def _share(pid: str, splits: Sequence[str]) -> str:
