@@ -1280,7 +1280,7 @@ def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:
 
 
 def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path) -> None:
-    """Polaris' golds are LaTeX as often as numbers. Its preset's `numeric` scorer fell back to an
+    """Polaris' golds are numbers or LaTeX. Its preset's `numeric` scorer fell back to an
     exact match for them, so `2\\sqrt3` against `2\\sqrt{3}`, `45` against `45^\\circ` and `B`
     against `\\text{(B)}` scored 0. The preset's `math` scorer reads both sides with math-verify:
     equivalent answers score 1, different ones 0, and a number still compares by value. Rows in

@@ -70,7 +70,10 @@ def slurm_build(tmp_path_factory):
             # 1 h), and no account is set (the plugin would validate it with sacctmgr). The repo's
             # venv: sbatch jobs reuse this python.
             log = remote.parent / "slurm.log"
-            proc = start_logged([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", *SLURM_SMOKE,
+            # --workflow-profile none, as profiles/slurm/README says: without it profiles/default's
+            # `cores: all` caps every job's threads at this host's (the run stops, in one line)
+            proc = start_logged([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                                 "--workflow-profile", "none", *SLURM_SMOKE,
                                  "--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks",
                                  "2"], remote, env, log)
             # SIGTERM (snakemake then scancels its SLURM jobs), SIGKILL after 30 s: a timeout or

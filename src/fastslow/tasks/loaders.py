@@ -73,7 +73,7 @@ IGNORED_COLUMNS = ("task",)
 #: reaches them as `data.hf_datasets.<task>: {preset: <name>}` (fastslow.config.task_spec).
 HF_PRESETS: dict[str, dict[str, Any]] = {
     # Polaris ships one split (problem, answer, difficulty): partition it into train/val/test.
-    # Its answers are LaTeX as often as numbers (`2\\sqrt{3}`, `45^\\circ`): scored by value, else
+    # Its answers are numbers or LaTeX (`2\\sqrt{3}`, `45^\\circ`): scored by value, else
     # symbolically (math-verify), where `numeric` marked `2\\sqrt3` against `2\\sqrt{3}` wrong.
     "polaris": {"dataset": "POLARIS-Project/Polaris-Dataset-53K", "scorer": "math",
                 "columns": {"prompt": "problem", "answer": "answer"}},
