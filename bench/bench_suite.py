@@ -9,7 +9,8 @@ this script they were read off `time` by hand and kept nowhere. This runs the su
                                counts of passed / failed / skipped / errors and the slowest tests
 
 CPU seconds are the suite's processes' user + system time (`getrusage` of the children, which
-counts every process pytest and its workers waited for: the workflow DAGs' jobs included).
+counts every process pytest and its workers waited for: the local workflow DAGs' jobs included,
+not the SLURM test's jobs, which slurmd starts).
 Run it with nothing else on the machine: the suite is bound by the CPU, and a shared machine's
 minutes are the other load's too (the load average at the start is in the report).
 
@@ -42,11 +43,12 @@ def junit_outcome(xml_text: str, slowest: int = SLOWEST) -> dict[str, Any]:
     root = ET.fromstring(xml_text)
     cases = [(case, case.find("failure"), case.find("error"), case.find("skipped"))
              for case in root.iter("testcase")]
+    # a test may carry a failure and a teardown error both: it counts under each, and is not passed
     counts = {"tests": len(cases),
               "failed": sum(failure is not None for _, failure, _, _ in cases),
               "errors": sum(error is not None for _, _, error, _ in cases),
-              "skipped": sum(skipped is not None for _, _, _, skipped in cases)}
-    counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
+              "skipped": sum(skipped is not None for _, _, _, skipped in cases),
+              "passed": sum(all(x is None for x in marks) for _, *marks in cases)}
     timed = sorted(((f"{c.get('classname', '')}::{c.get('name', '')}", float(c.get("time") or 0.0))
                     for c, *_ in cases), key=lambda item: -item[1])
     return {**counts, "slowest": [[name, round(seconds, 2)] for name, seconds in timed[:slowest]]}

@@ -286,6 +286,7 @@ def test_a_cluster_run_with_the_local_profiles_cores_stops_before_any_job(tmp_pa
     from snakemake.utils import available_cpu_count
 
     from fastslow.hardware import cluster_cores_error
+    from fastslow.tracking import cluster_store_error
 
     out = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/base_eval.parquet", "--profile",
                           str(PROFILE.parent), "--configfile", "config/config.yaml", "config/smoke.yaml",
@@ -296,7 +297,20 @@ def test_a_cluster_run_with_the_local_profiles_cores_stops_before_any_job(tmp_pa
                                                                         available_cpu_count())
     assert "add --workflow-profile none" in out.stderr
     assert not (tmp_path / "results" / "mlflow").exists()
+    # not stopped for cores: a cluster run given no cores number (Snakemake leaves it unset, and
+    # reading it raised), nor one naming a workflow profile with --cores this host's; each goes on
+    # to the next check, the SQLite store's
+    for flags in (["--executor", "slurm", "--jobs", "2", "--workflow-profile", "none"],
+                  ["--profile", str(PROFILE.parent), "--workflow-profile", "none", "--cores", str(available_cpu_count())]):
+        out = subprocess.run([sys.executable, "-m", "snakemake", "results/tables/base_eval.parquet", *flags,
+                              "--configfile", "config/config.yaml", "config/smoke.yaml", "--directory", str(tmp_path),
+                              "--snakefile", str(ROOT / "Snakefile")],
+                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=clean_env())
+        assert out.returncode == 1, out.stderr[-2000:]
+        assert out.stderr.strip().splitlines()[-1] == cluster_store_error(
+            "slurm", f"sqlite:///{tmp_path}/results/mlflow.db"), (flags, out.stderr[-2000:])
     assert cluster_cores_error("slurm", 512, 2) is None and cluster_cores_error("slurm", None, 2) is None
+    assert cluster_cores_error("slurm", 2, 2, ["--workflow-profile=mine"]) is None
 
 
 def test_one_node_may_share_the_sqlite_store(monkeypatch):

@@ -1289,7 +1289,7 @@ def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path
     from fastslow.tasks.loaders import HF_PRESETS
 
     golds = {"a": "2\\sqrt{3}", "b": "45^\\circ", "c": "\\text{(B)}", "d": "e^2", "e": "\\frac{\\pi}{2}",
-             "f": "9375", "g": "\\frac{1}{2}", "h": "x+1"}
+             "f": "9375", "g": "\\frac{1}{2}", "h": "x+1", "i": "0.3", "j": "2"}
     datasets.Dataset.from_dict({"problem": [f"Problem {k}: find it." for k in golds], "answer": list(golds.values()),
                                 "difficulty": ["7/8"] * len(golds)}).to_parquet(str(tmp_path / "polaris.parquet"))
     options = {**HF_PRESETS["polaris"], "dataset": "parquet", "data_files": {"train": str(tmp_path / "polaris.parquet")},
@@ -1308,7 +1308,10 @@ def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path
             ("e^2", "e^{2}"), ("\\frac{\\pi}{2}", "\\pi/2"), ("9375", "9375.0"), ("\\frac{1}{2}", "0.5"),
             ("x+1", "1+x"), ("2\\sqrt{3}", "$2\\sqrt{3}$")]
     different = [("2\\sqrt{3}", "3\\sqrt{2}"), ("45^\\circ", "46"), ("\\text{(B)}", "C"), ("9375", "9376"),
-                 ("\\frac{\\pi}{2}", "\\pi"), ("x+1", "x-1"), ("e^2", "two")]
+                 ("\\frac{\\pi}{2}", "\\pi"), ("x+1", "x-1"), ("e^2", "two"),
+                 # math-verify rounds to 6 decimals, and read `$2**10$` as LaTeX: 2; the numeric rules
+                 # judge a number they read, and Python's power is read as one
+                 ("0.3", "0.3000004"), ("2", "2**10"), ("2", "2*10**6")]
     assert [reward(g, a) for g, a in same] == [1.0] * len(same)
     assert [reward(g, a) for g, a in different] == [0.0] * len(different)
     # what the numeric scorer made of the same answers: a number by value, LaTeX only verbatim

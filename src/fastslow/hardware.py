@@ -6,6 +6,7 @@ Kept apart from `fastslow.slow` so that `fastslow.config` reads it without reach
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -17,16 +18,18 @@ def unsupported_platform(platform: str = sys.platform) -> str | None:
     return None
 
 
-def cluster_cores_error(executor: str, cores: int | None, host_cores: int) -> str | None:
-    """One line if a run on a cluster's executor has `cores` equal to this host's: Snakemake loads
-    profiles/default as the workflow profile, over `--profile profiles/slurm`, and its `cores: all`
-    then caps every job's threads (so `--cpus-per-task`) at the submit host's cores. A cycle asking
-    for 64 threads on 8 GPUs got 2 and ran, slowly; None otherwise."""
-    if cores is None or cores != host_cores:
+def cluster_cores_error(executor: str, cores: int | None, host_cores: int, argv: Sequence[str] = ()) -> str | None:
+    """One line if a run on a cluster's executor has `cores` equal to this host's and its command
+    line (`argv`) names no workflow profile: Snakemake loads profiles/default as the workflow
+    profile, over `--profile profiles/slurm`, and its `cores: all` then caps every job's threads
+    (so `--cpus-per-task`) at the submit host's cores (a dry run showed an 8-GPU cycle with 2
+    threads). None otherwise: no cores number (a cluster run without one), other cores, or a
+    `--workflow-profile` given (`none`, or one of the user's own)."""
+    if cores is None or cores != host_cores or any(a.startswith("--workflow-profile") for a in argv):
         return None
     return (f"the {executor} executor with --cores {cores}, this host's cores (profiles/default's `cores: all`, "
             f"which wins over --profile's): every job's threads and --cpus-per-task would be capped at {cores}; "
-            f"add --workflow-profile none (profiles/slurm/README.md), or give --cores another number")
+            f"add --workflow-profile none (profiles/slurm/README.md)")
 
 
 def cpu_has_native_bf16() -> bool:

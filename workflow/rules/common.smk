@@ -66,7 +66,11 @@ onstart:
         from fastslow.hardware import cluster_cores_error
         from fastslow.tracking import cluster_store_error, tracking_uri
 
-        problem = (cluster_cores_error(workflow.executor_plugin.name, workflow.cores, available_cpu_count())
+        try:
+            _cores = workflow.cores
+        except WorkflowError:  # a cluster run given no cores number (Snakemake leaves it unset there)
+            _cores = None
+        problem = (cluster_cores_error(workflow.executor_plugin.name, _cores, available_cpu_count(), sys.argv)
                    or cluster_store_error(workflow.executor_plugin.name, tracking_uri(RESULTS)))
         if problem:
             sys.exit(problem)

@@ -20,6 +20,7 @@ equivalence: `2\\sqrt3` is `2\\sqrt{3}`, `45` is `45^\\circ`, `\\pi/2` is `\\fra
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -56,8 +57,8 @@ from fastslow.tasks.scoring import (
 )
 
 SCORERS = ("exact", "numeric", "math", "label")
-#: Seconds math-verify may take to read or compare one answer (its SIGALRM timeout: only in the
-#: main thread; in another thread it runs without one).
+#: Seconds math-verify may take for each of its three calls on an answer (read the gold, read the
+#: answer, compare): its SIGALRM timeout, in the main thread only (another thread runs without one).
 MATH_VERIFY_TIMEOUT_S = 5
 #: The file types `LocalFileTask` reads, and their names in messages.
 FILE_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
@@ -160,18 +161,28 @@ class TableTask(TaskBase):
             got, how = extract_number(raw)
             if got is not None and numbers_close(got, parse_number(expected) or 0.0):
                 return Judgement(1.0, expected, raw, [])
-            if scorer == "math" and math_equivalent(raw, expected):  # `\\frac{1}{2}` for 0.5
+            # a number the numeric rules read and refused stays refused (math-verify rounds to 6
+            # decimals: 0.3000004 would be 0.3); one they cannot read may be LaTeX (`\\frac{1}{2}`)
+            if scorer == "math" and got is None and math_equivalent(raw, expected):
                 return Judgement(1.0, expected, raw, [])
             return Judgement(0.0, expected, raw, [] if got is not None else [f"Could not read one number ({how})."])
         same = _loose(raw) == _loose(expected) or (scorer == "math" and math_equivalent(raw, expected))
         return Judgement(float(same), expected, raw, [] if same else ["The answer does not match."])
 
 
+@functools.lru_cache(maxsize=4096)
 def math_equivalent(answer: str, gold: str) -> bool:
     """Whether `answer` is `gold` as mathematics, by math-verify (Hugging Face's answer checker, the
-    one TRL's and open-r1's math rewards use): each read as LaTeX or a plain expression (wrapped in
-    `$…$` unless it has delimiters or a `\\boxed{}`), then compared symbolically. False when
-    either cannot be read, or the comparison times out or fails."""
+    one TRL's and open-r1's math rewards use): each read as LaTeX (wrapped in `$…$` unless it has
+    delimiters or a `\\boxed{}`) or, holding Python's `**`, as a plain expression, then compared
+    symbolically. False when either cannot be read, or the comparison fails or times out
+    (`MATH_VERIFY_TIMEOUT_S` a call, in the main thread only: in another thread a pathological
+    answer such as a tower of powers runs unbounded; every caller today is a job's main thread).
+
+    math-verify reads leniently, as those rewards accept: a relation or a hedge counts by one of
+    its sides (`3 \\approx 4`, `3 \\text{ or 4}` read 3), a bare comma list is a set (`1,2` is
+    `2,1`), units are ignored (`3 cm` is `3 m`), and a decimal to 6 places equals a closed form
+    (`3.1415927` is `\\pi`). A number the numeric rules read is judged by them before this."""
     import threading
 
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -181,8 +192,8 @@ def math_equivalent(answer: str, gold: str) -> bool:
 
     def read(text: str) -> list:
         text = text.strip()
-        return parse(text if "$" in text or "\\boxed" in text else f"${text}$", extraction_config=config,
-                     parsing_timeout=timeout)
+        plain = "$" in text or "\\boxed" in text or "**" in text  # `$2**10$` read as LaTeX is 2
+        return parse(text if plain else f"${text}$", extraction_config=config, parsing_timeout=timeout)
 
     try:
         expected, got = read(gold), read(answer)
