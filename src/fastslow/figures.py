@@ -833,12 +833,13 @@ def fig6(tables: Mapping[str, pl.DataFrame], out: str | Path) -> pl.DataFrame:
         sub = (begun.filter(pl.col("method") == method)
                .with_columns(pl.col("train_task").replace_strict(rank, return_dtype=pl.Int64).alias("_stage"))
                .sort(["_stage", "step"]))
-        ax.plot(*stage_segments(sub, "normalised"), color=COLORS[method], ls="-" if method == "fst" else "--",
-                marker=LINES[method][1], ms=4, label=LABELS[method])
+        style, marker = LINES.get(method, ("-", "o"))
+        ax.plot(*stage_segments(sub, "normalised"), color=COLORS[method], ls=style,
+                marker=marker, ms=4, label=LABELS[method])
         for i, task in enumerate(stages):  # the task by colour and marker, the method by line style
             all_t = mean.filter((pl.col("method") == method) & (pl.col("eval_task") == task)).sort("step")
             ax2.plot(all_t["step"], all_t["mean_at_k"], color=STAGE_COLORS[i % len(STAGE_COLORS)],
-                     ls="-" if method == "fst" else "--", marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=5,
+                     ls=style, marker=STAGE_MARKERS[i % len(STAGE_MARKERS)], ms=5,
                      label=f"{LABELS[method]}: {task_label(task)}")
     for a in (ax, ax2):
         a.set_xlim(left=0)  # the first stage starts at step 0, before its first point

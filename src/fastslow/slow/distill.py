@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from fastslow.records import ROLLOUT_COLUMNS, check_metrics, context_hash, metrics_frame
+from fastslow.records import check_metrics, context_hash, metrics_frame
 from fastslow.slow.config import SlowConfig
 from fastslow.slow.divergence import _hidden_at, _log_probs
 from fastslow.slow.loop import (
@@ -674,7 +674,7 @@ def run_distill_cycle(
             (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
                 {"kind": "distill-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
                  "base": str(ref_dir), "teacher_context_id": teacher_id}, indent=2, sort_keys=True) + "\n")
-            _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
+            _write_table(rollout_rows, tmp / "rollouts.parquet")
             metrics_frame(metrics_rows).write_parquet(tmp / "metrics.parquet")
         if distributed:
             trainee.accelerator.wait_for_everyone()

@@ -964,7 +964,7 @@ def run_cycle(
             (tmp / "model" / PROVENANCE_FILE).write_text(json.dumps(
                 {"kind": "slow-cycle", "run": run_id, "cycle": cycle, "global_step": global_step,
                  "base": str(ref_dir)}, indent=2, sort_keys=True) + "\n")
-            _write_table(rollout_rows, tmp / "rollouts.parquet", ROLLOUT_COLUMNS)
+            _write_table(rollout_rows, tmp / "rollouts.parquet")
             metrics_frame(metrics_rows).write_parquet(tmp / "metrics.parquet")
             shutil.rmtree(tmp / "_work", ignore_errors=True)
         if distributed:
@@ -1017,11 +1017,12 @@ def _rank_digests(trainer: Any) -> list[str]:
     return gather_object([weights_digest(unwrapped)])
 
 
-def _write_table(rows: list[dict[str, Any]], path: Path, columns: dict[str, str]) -> None:
-    """`rows` as Parquet with exactly `columns` (ROLLOUT_COLUMNS)."""
+def _write_table(rows: list[dict[str, Any]], path: Path) -> None:
+    """Rollout `rows` as Parquet with exactly ROLLOUT_COLUMNS."""
     import polars as pl
 
-    pl.DataFrame([{k: r[k] for k in columns} for r in rows], schema=polars_schema(columns)).write_parquet(path)
+    pl.DataFrame([{k: r[k] for k in ROLLOUT_COLUMNS} for r in rows],
+                 schema=polars_schema(ROLLOUT_COLUMNS)).write_parquet(path)
 
 
 def _ensure_progress_handler() -> None:
