@@ -1317,6 +1317,10 @@ def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path
     # what the numeric scorer made of the same answers: a number by value, LaTeX only verbatim
     assert [reward(g, a, "numeric") for g, a in same[:5]] == [0.0] * 5
     assert reward("9375", "9375.0", "numeric") == 1.0
+    from fastslow.tasks.loaders import MATH_VERIFY_MAX_CHARS, math_equivalent
+
+    padded = "x+1" + " " * MATH_VERIFY_MAX_CHARS  # a derivation's length: not read, not a match
+    assert math_equivalent("x+1 ", "x+1") and not math_equivalent(padded, "x+1")
 
 
 @pytest.mark.filterwarnings("ignore:.*only .* exist")

@@ -60,6 +60,9 @@ SCORERS = ("exact", "numeric", "math", "label")
 #: Seconds math-verify may take for each of its three calls on an answer (read the gold, read the
 #: answer, compare): its SIGALRM timeout, in the main thread only (another thread runs without one).
 MATH_VERIFY_TIMEOUT_S = 5
+#: Longer answers are not read by math-verify (not a match): its parse grows with the text, and a
+#: final answer of 1000 characters is a derivation, not a value.
+MATH_VERIFY_MAX_CHARS = 1000
 #: The file types `LocalFileTask` reads, and their names in messages.
 FILE_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
 FILE_TYPES = ".parquet, .jsonl or .ndjson"
@@ -175,7 +178,8 @@ def math_equivalent(answer: str, gold: str) -> bool:
     """Whether `answer` is `gold` as mathematics, by math-verify (Hugging Face's answer checker, the
     one TRL's and open-r1's math rewards use): each read as LaTeX (wrapped in `$…$` unless it has
     delimiters or a `\\boxed{}`) or, holding Python's `**`, as a plain expression, then compared
-    symbolically. False when either cannot be read, or the comparison fails or times out
+    symbolically. False when either cannot be read, the answer is longer than
+    `MATH_VERIFY_MAX_CHARS`, or the comparison fails or times out
     (`MATH_VERIFY_TIMEOUT_S` a call, in the main thread only: in another thread a pathological
     answer such as a tower of powers runs unbounded; every caller today is a job's main thread).
 
@@ -187,6 +191,8 @@ def math_equivalent(answer: str, gold: str) -> bool:
 
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+    if len(answer) > MATH_VERIFY_MAX_CHARS:
+        return False
     timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     config = [LatexExtractionConfig(), ExprExtractionConfig()]
 
