@@ -1093,6 +1093,13 @@ def test_an_hf_entry_names_a_preset_whose_keys_it_can_override():
     assert hard["filters"] == {"num_hops": [3, 4]} and hard["name"] == "hover_hard"
     assert hard["revision"] == "main" and hard["split_map"] == {"train": "train"}  # the entry's keys win
     assert hard["dataset"] == "hover-nlp/hover" and hard["scorer"] == "label"
+    # filters (GEPA's and DSPy's HoVer-hard reading: 3-hop claims only) replace the preset's; a
+    # column merges into its mapping (an answer column alone lost the preset's prompt column)
+    cfg = _hf({"hover_hard": {"preset": "hover_hard_real", "filters": {"num_hops": [3]}, "columns": {"answer": "gold"}}})
+    _, hard = task_spec(cfg, "hover_hard")
+    assert hard["filters"] == {"num_hops": [3]} and hard["columns"] == {"prompt": "claim", "answer": "gold"}
+    with pytest.raises(ConfigError, match=r"^config error: data\.hf_datasets\.hover_hard\.filters\.num_hops: "):
+        _hf({"hover_hard": {"preset": "hover_hard_real", "filters": {"num_hops": []}}})
 
 
 def test_paper_scale_hover_asks_whether_the_claim_is_supported():

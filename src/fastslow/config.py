@@ -771,7 +771,8 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
     `name`. Offline: the registered generator itself. `data.source: hf`: the task's Hugging Face
     dataset (data.hf_datasets.<name>) through the generic loader, starting from the options of its
     `preset` (loaders.HF_PRESETS: prompt, labels, filters, revision) if it names one, each key the
-    entry sets replacing the preset's; a task without an entry there falls back to its offline
+    entry sets replacing the preset's (`columns` merged into the preset's, column by column); a
+    task without an entry there falls back to its offline
     generator (e.g. physics and stargraph have no paper dataset id).
     """
     own = config["data"].get("files", {}).get(name)
@@ -787,10 +788,12 @@ def task_spec(config: Mapping[str, Any], name: str) -> tuple[str, dict[str, Any]
 
         opts.update(copy.deepcopy(HF_PRESETS[hf["preset"]]))
     opts["name"] = name
-    for ours, theirs in (("path", "dataset"), ("name", "config"), ("splits", "split_map"), ("columns", "columns"),
-                         ("scorer", "scorer"), ("revision", "revision")):
+    for ours, theirs in (("path", "dataset"), ("name", "config"), ("splits", "split_map"), ("scorer", "scorer"),
+                         ("revision", "revision"), ("filters", "filters")):
         if ours in hf:
             opts[theirs] = copy.deepcopy(hf[ours])
+    if "columns" in hf:  # merged: `columns: {answer: x}` on a preset kept none of its prompt column
+        opts["columns"] = {**opts.get("columns", {}), **hf["columns"]}
     return "hf", opts
 
 
