@@ -192,16 +192,38 @@ class HoverTask(GeneratedTask):
         shown = list(dict.fromkeys(ents[:-1]))  # gold documents: e0 .. e_{k-1}
         if show_decoy:
             shown += [e for e in decoy[1][:-1] if e not in shown]
-        pool = [e for e in world.documented() if e not in shown]
         n_distract = {"easy": 2, "default": rng.randint(3, 5), "hard": rng.randint(6, 9)}[self.difficulty]
-        shown += rng.sample(pool, min(n_distract, len(pool)))
-        rng.shuffle(shown)
-        docs = [(e.name, _document(world, e)) for e in shown]
+        # The subject stating a false value is one another document mentions, as the true value's
+        # (the chain's e_{k-1}, named by e_{k-2}'s document) always is: stated by a subject no
+        # document mentioned, the value gave the label away without the chain ("nobody refers to
+        # the document stating it, so NOT_SUPPORTED" read 92% of hover_easy's labels right, 80%
+        # of hover's, 64% of hover_hard's). So a distractor may be a document that mentions it:
+        # the decoy's subject's first, then a subject stating `swapped`'s; whatever the label.
+        linking: list[Entity] = []
+        if show_decoy and decoy is not None and not _mentioned(world, decoy[1][-2], shown):
+            parents = _parents(world, decoy[1][-2], shown)
+            if not parents:
+                return None
+            linking.append(rng.choice(parents))
+        pool = [e for e in world.documented() if e not in shown and e not in linking]
+        shown += linking
+        fixed = len(shown)  # gold, decoy and linking documents; the random distractors follow
+        shown += rng.sample(pool, max(0, min(n_distract - len(linking), len(pool))))
         # A false value the documents mention, so "never mentioned" is no shortcut to the label;
         # drawn, and required, whatever the label, so the documents of either label are alike.
         swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
-        if swapped is None:
-            return None
+        if swapped is None:  # link one stating subject: a mentioning document for a random distractor
+            links = [(e, d) for e in _stating_subjects(world, truth, shown, ents, rels[-1])
+                     for d in _parents(world, e, shown)]
+            if not links or fixed >= len(shown):
+                return None
+            e, parent = rng.choice(links)
+            shown[rng.randrange(fixed, len(shown))] = parent
+            swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
+            if swapped is None or (show_decoy and decoy is not None and not _mentioned(world, decoy[1][-2], shown)):
+                return None
+        rng.shuffle(shown)
+        docs = [(e.name, _document(world, e)) for e in shown]
         claimed, perturbed, how = truth, None, ""
         if use_decoy and decoy is not None:
             claimed, perturbed = decoy[1][-1], decoy[0]
@@ -301,19 +323,47 @@ def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool, sho
     relation (1920 as a birth year for a claimed founding year: "no document states it so, so
     NOT_SUPPORTED" read 55-66% right), and a chain entity as the value ("The university Mira
     Vellwick attended was founded by Mira Vellwick"). Stated so, it is told from the truth only
-    by following the chain to its subject."""
-    subject = ents[-2]
-    stated = {world.get(e, rel).name: world.get(e, rel) for e in shown
-              if e is not subject and e.type == subject.type and rel in _RELATIONS[e.type]
-              and (e.type != "work" or e.kind == subject.kind)}
-    chain = {e.name for e in ents}
-    options = [v for name, v in sorted(stated.items()) if name != truth.name and name not in chain
-               and (truth.type != "org" or v.kind == truth.kind)]
+    by following the chain to its subject. Its subject is one another shown document mentions
+    (`_mentioned`), as the truth's is."""
+    stated = {world.get(e, rel).name: world.get(e, rel)
+              for e in _stating_subjects(world, truth, shown, ents, rel) if _mentioned(world, e, shown)}
+    options = [v for _, v in sorted(stated.items())]
     if not options:
         return None
     if near and truth.type == "year":
         return min(options, key=lambda v: (abs(int(v.name) - int(truth.name)), v.name))
     return rng.choice(options)
+
+
+def _stating_subjects(world: World, truth: Entity, shown: list[Entity], ents: list[Entity],
+                      rel: str) -> list[Entity]:
+    """The shown subjects like the claim's (`ents[-2]`; a work of the same kind) whose value in
+    `rel` could stand for `truth`: not it, none of the chain's entities, an org of its kind."""
+    subject, chain = ents[-2], {e.name for e in ents}
+    out = []
+    for e in shown:
+        if e is subject or e.type != subject.type or rel not in _RELATIONS[e.type] \
+                or (e.type == "work" and e.kind != subject.kind):
+            continue
+        v = world.get(e, rel)
+        if v.name != truth.name and v.name not in chain and (truth.type != "org" or v.kind == truth.kind):
+            out.append(e)
+    return out
+
+
+def _mentions(world: World, d: Entity, e: Entity) -> bool:
+    """Whether `d`'s document states a fact whose value is `e`."""
+    return d is not e and any(world.get(d, r) is e for r in _RELATIONS[d.type])
+
+
+def _mentioned(world: World, e: Entity, shown: list[Entity]) -> bool:
+    """Whether another of the `shown` documents mentions `e`."""
+    return any(_mentions(world, d, e) for d in shown)
+
+
+def _parents(world: World, e: Entity, shown: list[Entity]) -> list[Entity]:
+    """The documented entities, not shown, whose documents mention `e`."""
+    return [d for d in world.documented() if d not in shown and _mentions(world, d, e)]
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:
