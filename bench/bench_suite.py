@@ -54,6 +54,12 @@ def junit_outcome(xml_text: str, slowest: int = SLOWEST) -> dict[str, Any]:
     return {**counts, "slowest": [[name, round(seconds, 2)] for name, seconds in timed[:slowest]]}
 
 
+def minutes_seconds(seconds: float) -> str:
+    """`887.4` -> "14 min 47 s" (whole seconds, rounded once)."""
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60} s"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "suite.json")
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
               "load_avg_1m_end": os.getloadavg()[0], **outcome}
     environment.write_report(args.out, report, machine)
     counts = ", ".join(f"{report[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if report.get(k))
-    print(f"suite: exit {code}, {wall / 60:.0f} min {wall % 60:.0f} s wall, {cpu:.0f} CPU-seconds; "
+    print(f"suite: exit {code}, {minutes_seconds(wall)} wall, {cpu:.0f} CPU-seconds; "
           f"{counts or 'no JUnit report'}; wrote {args.out}")
     return code
 

@@ -558,6 +558,9 @@ def test_the_suite_benchmark_reads_counts_and_slowest_tests_from_junit() -> None
     assert {k: outcome[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == \
         {"tests": 6, "passed": 2, "failed": 2, "errors": 2, "skipped": 1}
     assert outcome["slowest"] == [["tests.test_a::test_slow", 30.25], ["tests.test_b::test_bad", 2.0]]
+    # 887 s printed as "15 min 47 s": the minutes were rounded, not floored
+    assert [suite.minutes_seconds(s) for s in (887.4, 902.0, 59.6, 0.2)] == \
+        ["14 min 47 s", "15 min 2 s", "1 min 0 s", "0 min 0 s"]
 
 
 def test_the_suite_benchmark_reports_a_run_of_part_of_the_suite(tmp_path: Path) -> None:
