@@ -647,7 +647,8 @@ def test_whether_another_document_mentions_the_value_stating_one_says_nothing_ab
     neighbouring chain's sibling), while the true value's subject is always named by the chain's
     previous document: "nobody refers to the document stating the value, so NOT_SUPPORTED" read
     92% of hover_easy's labels right, 80% of hover's and 64% of hover_hard's without following
-    the chain. Now a document mentions the subject whatever the label, and the rule reads a coin."""
+    the chain. Now a document mentions the subject whatever the label, and the rule reads a coin
+    (the same signal one level further out is the next test's)."""
     problems = get_task(name).problems("train", 600, seed=0)
     right = 0
     for p in problems:
@@ -660,6 +661,35 @@ def test_whether_another_document_mentions_the_value_stating_one_says_nothing_ab
         assert stating, p.id
         referred = any(subject in text for subject in stating for title, text in docs if title != subject)
         right += ("SUPPORTED" if referred else "NOT_SUPPORTED") == p.answer
+    assert right / len(problems) < 0.56, (name, right / len(problems))
+
+
+@pytest.mark.parametrize("name", [
+    "hover_easy",
+    pytest.param("hover", marks=pytest.mark.xfail(strict=True, reason="known shortcut, not yet removed: 69%")),
+    pytest.param("hover_hard", marks=pytest.mark.xfail(strict=True, reason="known shortcut, not yet removed: 72%")),
+])
+def test_whether_the_value_stating_subjects_mentioner_is_mentioned_says_nothing_about_the_label(name):
+    """One level further out than the test above, a shortcut remains: a false value's subject is
+    named by a document nobody names (a neighbouring chain's sibling, or the document linked in
+    to name it), while the true value's is named by the chain's previous document, which the one
+    before names in turn. "A document naming the stating subject is itself named, so SUPPORTED"
+    reads 69% of hover's labels and 72% of hover_hard's (48% of hover_easy's, whose 2-hop chain
+    starts at the claim's own entity) without looking at the claim's entity at all. Removing it
+    needs a false value with the true one's ancestry (a parallel chain along the same relations
+    from another start, all of it shown); strict xfail, so the fix turns these into passes."""
+    problems = get_task(name).problems("train", 600, seed=0)
+    right = 0
+    for p in problems:
+        docs = [(m.group(1), m.group(2)) for m in re.finditer(
+            r"^\[\d+\] ([^:]+): (.*)$", p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0], re.M)]
+        last = p.metadata["chain"][-1]
+        template = last["fact"].replace(docs[last["doc"] - 1][0], "\x01").replace(p.metadata["true_value"], "\x02")
+        stating = [title for title, text in docs
+                   if template.replace("\x01", title).replace("\x02", p.metadata["claimed_value"]) in text]
+        mentioners = [title for title, text in docs for subject in stating if title != subject and subject in text]
+        named = any(m in text for m in mentioners for title, text in docs if title != m)
+        right += ("SUPPORTED" if named else "NOT_SUPPORTED") == p.answer
     assert right / len(problems) < 0.56, (name, right / len(problems))
 
 
