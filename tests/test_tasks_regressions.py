@@ -641,6 +641,17 @@ def test_a_hover_claims_value_is_stated_in_its_relation_whatever_the_label(name)
         assert claim.count(value) == 1, (p.id, claim)
 
 
+def _value_stating_documents(p) -> tuple[list[tuple[str, str]], list[str]]:
+    """A hover problem's documents (title, text) and the titles of those stating the claimed value
+    in the claim's last relation."""
+    docs = [(m.group(1), m.group(2)) for m in re.finditer(
+        r"^\[\d+\] ([^:]+): (.*)$", p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0], re.M)]
+    last = p.metadata["chain"][-1]
+    template = last["fact"].replace(docs[last["doc"] - 1][0], "\x01").replace(p.metadata["true_value"], "\x02")
+    return docs, [title for title, text in docs
+                  if template.replace("\x01", title).replace("\x02", p.metadata["claimed_value"]) in text]
+
+
 @pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
 def test_whether_another_document_mentions_the_value_stating_one_says_nothing_about_the_label(name):
     """A false value was stated by a subject no other document mentioned (a distractor, or a
@@ -652,12 +663,7 @@ def test_whether_another_document_mentions_the_value_stating_one_says_nothing_ab
     problems = get_task(name).problems("train", 600, seed=0)
     right = 0
     for p in problems:
-        docs = [(m.group(1), m.group(2)) for m in re.finditer(
-            r"^\[\d+\] ([^:]+): (.*)$", p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0], re.M)]
-        last = p.metadata["chain"][-1]
-        template = last["fact"].replace(docs[last["doc"] - 1][0], "\x01").replace(p.metadata["true_value"], "\x02")
-        stating = [title for title, text in docs
-                   if template.replace("\x01", title).replace("\x02", p.metadata["claimed_value"]) in text]
+        docs, stating = _value_stating_documents(p)
         assert stating, p.id
         referred = any(subject in text for subject in stating for title, text in docs if title != subject)
         right += ("SUPPORTED" if referred else "NOT_SUPPORTED") == p.answer
@@ -681,12 +687,7 @@ def test_whether_the_value_stating_subjects_mentioner_is_mentioned_says_nothing_
     problems = get_task(name).problems("train", 600, seed=0)
     right = 0
     for p in problems:
-        docs = [(m.group(1), m.group(2)) for m in re.finditer(
-            r"^\[\d+\] ([^:]+): (.*)$", p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0], re.M)]
-        last = p.metadata["chain"][-1]
-        template = last["fact"].replace(docs[last["doc"] - 1][0], "\x01").replace(p.metadata["true_value"], "\x02")
-        stating = [title for title, text in docs
-                   if template.replace("\x01", title).replace("\x02", p.metadata["claimed_value"]) in text]
+        docs, stating = _value_stating_documents(p)
         mentioners = [title for title, text in docs for subject in stating if title != subject and subject in text]
         named = any(m in text for m in mentioners for title, text in docs if title != m)
         right += ("SUPPORTED" if named else "NOT_SUPPORTED") == p.answer
