@@ -39,7 +39,8 @@ SLOWEST = 25
 
 def junit_outcome(xml_text: str, slowest: int = SLOWEST) -> dict[str, Any]:
     """Counts and the slowest tests from pytest's JUnit XML: `passed`, `failed` (failures),
-    `errors`, `skipped`, `tests` (all of them) and `slowest` [(test id, seconds)], longest first."""
+    `errors`, `skipped`, `xfailed` (an expected failure, which JUnit writes as a skip of type
+    pytest.xfail), `tests` (all of them) and `slowest` [(test id, seconds)], longest first."""
     root = ET.fromstring(xml_text)
     cases = [(case, case.find("failure"), case.find("error"), case.find("skipped"))
              for case in root.iter("testcase")]
@@ -47,7 +48,8 @@ def junit_outcome(xml_text: str, slowest: int = SLOWEST) -> dict[str, Any]:
     counts = {"tests": len(cases),
               "failed": sum(failure is not None for _, failure, _, _ in cases),
               "errors": sum(error is not None for _, _, error, _ in cases),
-              "skipped": sum(skipped is not None for _, _, _, skipped in cases),
+              "skipped": sum(skipped is not None and skipped.get("type") != "pytest.xfail" for *_, skipped in cases),
+              "xfailed": sum(skipped is not None and skipped.get("type") == "pytest.xfail" for *_, skipped in cases),
               "passed": sum(all(x is None for x in marks) for _, *marks in cases)}
     timed = sorted(((f"{c.get('classname', '')}::{c.get('name', '')}", float(c.get("time") or 0.0))
                     for c, *_ in cases), key=lambda item: -item[1])
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
               "cpu_seconds": round(cpu, 1), "peak_rss_mb_one_process": round(environment.peak_rss_mb(after.ru_maxrss), 1),
               "load_avg_1m_end": os.getloadavg()[0], **outcome}
     environment.write_report(args.out, report, machine)
-    counts = ", ".join(f"{report[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if report.get(k))
+    counts = ", ".join(f"{report[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed") if report.get(k))
     print(f"suite: exit {code}, {minutes_seconds(wall)} wall, {cpu:.0f} CPU-seconds; "
           f"{counts or 'no JUnit report'}; wrote {args.out}")
     return code

@@ -553,10 +553,11 @@ def test_the_suite_benchmark_reads_counts_and_slowest_tests_from_junit() -> None
     <testcase classname="tests.test_b" name="test_gpu" time="0.0"><skipped message="no GPU"/></testcase>
     <testcase classname="tests.test_c" name="test_setup" time="0.1"><error message="fixture">E</error></testcase>
     <testcase classname="tests.test_c" name="test_both" time="0.2"><failure message="x"/><error message="teardown"/></testcase>
+    <testcase classname="tests.test_d" name="test_known" time="0.3"><skipped type="pytest.xfail" message="known"/></testcase>
     </testsuite></testsuites>"""
     outcome = suite.junit_outcome(xml, slowest=2)
-    assert {k: outcome[k] for k in ("tests", "passed", "failed", "errors", "skipped")} == \
-        {"tests": 6, "passed": 2, "failed": 2, "errors": 2, "skipped": 1}
+    assert {k: outcome[k] for k in ("tests", "passed", "failed", "errors", "skipped", "xfailed")} == \
+        {"tests": 7, "passed": 2, "failed": 2, "errors": 2, "skipped": 1, "xfailed": 1}
     assert outcome["slowest"] == [["tests.test_a::test_slow", 30.25], ["tests.test_b::test_bad", 2.0]]
     # 887 s printed as "15 min 47 s": the minutes were rounded, not floored
     assert [suite.minutes_seconds(s) for s in (887.4, 902.0, 59.6, 0.2)] == \
