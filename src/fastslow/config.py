@@ -49,10 +49,6 @@ class ConfigError(ValueError):
 #: drawn each time and every reward is silently 0.
 MIN_TEMPERATURE = 1e-3
 
-#: A directory name under results/models/: model.name's pattern in the schema, and the name
-#: model.base gives when model.name is not set.
-MODEL_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
 
 def is_number(value: Any) -> bool:
     """An int or float, not a bool (and not text: YAML 1.1 reads `1e-6` as a string)."""
@@ -563,8 +559,9 @@ def _check_model_name(config: Mapping[str, Any]) -> None:
     if derived in ("", ".", ".."):
         raise ConfigError(f"config error: model.base: names no directory under results/models/ "
                           f"(set model.name), got {config['model']['base']!r}")
-    if not given and not MODEL_NAME.fullmatch(derived):
-        # model.name's own pattern (the schema's); a brace in a path broke planning with a traceback
+    name_pattern = _parsed_schema(str(schema_path()))["properties"]["model"]["properties"]["name"]["pattern"]
+    if not given and not re.fullmatch(name_pattern, derived):
+        # model.name's own pattern, from the schema; a brace in a path broke planning with a traceback
         raise ConfigError(f"config error: model.base: the directory name it gives, {derived!r}, has characters "
                           f"other than letters, digits, '.', '_' and '-': set model.name, got "
                           f"{config['model']['base']!r}")

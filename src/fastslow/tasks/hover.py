@@ -226,8 +226,9 @@ class HoverTask(GeneratedTask):
             if not slots:
                 return None
             shown[rng.choice(slots)] = parent
+            # (the decoy's subject stays mentioned: its mentioner sits below `fixed`, never replaced)
             swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
-            if swapped is None or (show_decoy and decoy is not None and not _mentioned(world, decoy[1][-2], shown)):
+            if swapped is None:
                 return None
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]

@@ -395,6 +395,7 @@ class HFDatasetTask(TableTask):
         given = dict(split_map or {})
         self.split_map = {s: given.get(s, given.get("train", "train")) for s in SPLITS}
         self.prompt_template = prompt_template
+        self._unusable = 0  # rows `_mapped` skipped in the last `load_rows`: no prompt or answer, or a tag in the answer
         if "{prompt}" not in prompt_template:
             raise ValueError(f"{self.name}: prompt_template must contain '{{prompt}}'")
 
@@ -404,7 +405,7 @@ class HFDatasetTask(TableTask):
         groups: dict[str, list[Problem]] = {s: [] for s in SPLITS}
         seen: set[str] = set()  # a Hub dataset's repeated prompts: the first kept (the splits' check refuses them)
         dropped = 0
-        self._unusable = 0  # rows `_mapped` skips: no prompt or answer, or a tag in the answer
+        self._unusable = 0
         for hf_split in sorted(set(self.split_map.values())):
             ours = [s for s in SPLITS if self.split_map.get(s) == hf_split]
             try:
@@ -464,7 +465,7 @@ class HFDatasetTask(TableTask):
             prompt = row[self.columns["prompt"]]
             if _blank(prompt) or _blank(answer) or _TAG_RE.search(str(answer)):
                 # one such row among a Hub dataset's 50000 stopped the task_data job (validate_rows)
-                self._unusable = getattr(self, "_unusable", 0) + 1
+                self._unusable += 1
                 continue
             meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"])
                     and isinstance(v, (str, int, float, bool))}
