@@ -328,6 +328,11 @@ def test_hover_labels_balanced_and_claims_sound() -> None:
             for fact in m["chain"]:  # every deciding fact is in the shown documents
                 assert fact["fact"] in p.prompt
             assert (m["claimed_value"] == m["true_value"]) == (p.answer == "SUPPORTED")
+            assert f"] {m['twin_start']}: " in p.prompt  # the twin chain's start is shown, whatever the label
+            if p.answer == "NOT_SUPPORTED":  # the false value is the twin's, its chain in the documents
+                assert all(f["fact"] in p.prompt for f in m["decoy_chain"])
+                assert m["decoy_chain"][-1]["fact"].endswith(f"{m['claimed_value']}.") or \
+                    f"the {m['claimed_value']} region" in m["decoy_chain"][-1]["fact"]
     hard = get_task("hover_hard").problems("val", 20, seed=3)
     easy = get_task("hover_easy").problems("val", 20, seed=3)
     assert min(p.metadata["n_docs"] for p in hard) > max(p.metadata["n_docs"] for p in easy)
@@ -337,6 +342,7 @@ def test_hover_labels_balanced_and_claims_sound() -> None:
         assert task.reward(p, f"<answer>{form}</answer>") == 1.0
     fb = task.feedback(p, "<answer>SUPPORTED</answer>")
     assert "Deciding facts" in fb and p.metadata["true_value"] in fb
+    assert "Near miss: [" in fb and "reached from" in fb and p.metadata["twin_start"] in fb.split("Near miss:")[1]
 
 
 def test_stargraph_lenient_separators_and_arm_feedback(generated: dict[str, list[Problem]]) -> None:

@@ -3,14 +3,16 @@
 Each problem draws a small consistent world (people, towns, regions, organisations, works and
 years, linked by functional relations), writes one short evidence document per entity, and
 states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
-Records lies in the Arvale region."). NOT_SUPPORTED claims perturb one hop: either the final
-value is swapped, or the chain is diverted at an intermediate entity so the claimed value is true
-of a *neighbouring* chain whose documents are also shown (a near miss). Labels are balanced,
-and the neighbouring chain's documents are shown for half the claims of either label, so their
-count carries no label signal.
+Records lies in the Arvale region."). Beside the claim's chain, the documents always hold a
+*twin*: the same relations followed from another start of the claim's entity's kind ("the
+birthplace of the founder of Lumen Press" and its region), ending on another value. A
+NOT_SUPPORTED claim names the twin's value, so a false value is stated in the claim's relation
+by a subject with the true one's ancestry, and only the chain that starts at the claim's entity
+tells them apart. Labels are balanced; the documents of either label are drawn alike, with
+random distractors beside the two chains.
 
-`hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, only near-miss
-perturbations (years off by one or two), and the neighbouring chain shown wherever one exists.
+`hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and a year-valued
+claim's twin is the one whose year is nearest the truth.
 """
 
 from __future__ import annotations
@@ -183,63 +185,19 @@ class HoverTask(GeneratedTask):
             return None
         ents, rels = chain
         truth = ents[-1]
-        decoy = _divert(world, rng, ents, rels)  # a neighbouring chain and the value it ends on
-        # The neighbouring chain's documents are shown as often for either label (always on hard),
-        # so their count says nothing: shown for NOT_SUPPORTED claims only, a claim with more
-        # documents was NOT_SUPPORTED (75% right on easy from the count alone, 62% on default).
-        show_decoy = decoy is not None and (hard or rng.random() < 0.5)
-        use_decoy = label == "NOT_SUPPORTED" and show_decoy
-        shown = list(dict.fromkeys(ents[:-1]))  # gold documents: e0 .. e_{k-1}
-        if show_decoy:
-            for e in decoy[1][:-1]:  # one by one: a neighbouring chain may pass one entity twice
-                if e not in shown:
-                    shown.append(e)
+        # The twin chain: the claim's relations followed from another start. Shown whatever the
+        # label, it gives the false value the true one's ancestry, so only the claim's entity
+        # tells the two apart (see `_twin` for the shortcuts a false value without it left).
+        twin = _twin(world, rng, ents, rels, near=hard)
+        if twin is None:
+            return None
+        shown = ents[:-1] + twin[:-1]  # gold documents e0 .. e_{k-1}, the twin's x0 .. x_{k-1}
+        pool = [e for e in world.documented() if e not in shown]
         n_distract = {"easy": 2, "default": rng.randint(3, 5), "hard": rng.randint(6, 9)}[self.difficulty]
-        # The subject stating a false value is one another document mentions, as the true value's
-        # (the chain's e_{k-1}, named by e_{k-2}'s document) always is: stated by a subject no
-        # document mentioned, the value gave the label away without the chain ("nobody refers to
-        # the document stating it, so NOT_SUPPORTED" read 92% of hover_easy's labels right, 80%
-        # of hover's, 64% of hover_hard's). So a distractor may be a document that mentions it:
-        # the decoy's subject's first, then a subject stating `swapped`'s; whatever the label. One
-        # level further out the signal remains (that mentioning document is itself named by
-        # nobody, the chain's is): tests/test_tasks_regressions.py's strict xfail names it.
-        linking: list[Entity] = []
-        if show_decoy and decoy is not None and not _mentioned(world, decoy[1][-2], shown):
-            parents = _parents(world, decoy[1][-2], shown)
-            if not parents:
-                return None
-            linking.append(rng.choice(parents))
-        pool = [e for e in world.documented() if e not in shown and e not in linking]
-        shown += linking
-        fixed = len(shown)  # gold, decoy and linking documents; the random distractors follow
-        shown += rng.sample(pool, max(0, min(n_distract - len(linking), len(pool))))
-        # A false value the documents mention, so "never mentioned" is no shortcut to the label;
-        # drawn, and required, whatever the label, so the documents of either label are alike.
-        swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
-        if swapped is None:  # link one stating subject: a mentioning document for a random distractor
-            links = [(e, d) for e in _stating_subjects(world, truth, shown, ents, rels[-1])
-                     for d in _parents(world, e, shown)]
-            if not links or fixed >= len(shown):
-                return None
-            e, parent = rng.choice(links)
-            slots = [i for i in range(fixed, len(shown)) if shown[i] is not e]  # not the document it links
-            if not slots:
-                return None
-            shown[rng.choice(slots)] = parent
-            # (the decoy's subject stays mentioned: its mentioner sits below `fixed`, never replaced)
-            swapped = _swap_value(world, rng, truth, near=hard, shown=shown, ents=ents, rel=rels[-1])
-            if swapped is None:
-                return None
+        shown += rng.sample(pool, min(n_distract, len(pool)))
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]
-        claimed, perturbed, how = truth, None, ""
-        if use_decoy and decoy is not None:
-            claimed, perturbed = decoy[1][-1], decoy[0]
-            how = f"the claimed value belongs to a neighbouring chain that diverges at hop {decoy[0]}"
-        elif label == "NOT_SUPPORTED":
-            claimed, perturbed, how = swapped, hops, "the last hop's value was changed"
-        if label == "NOT_SUPPORTED" and claimed.name == truth.name:
-            return None
+        claimed = truth if label == "SUPPORTED" else twin[-1]
         claim = _claim(ents, rels, claimed)
         doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
         facts = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
@@ -253,11 +211,13 @@ class HoverTask(GeneratedTask):
         meta: dict[str, Any] = {
             "claim": claim, "hops": hops, "label": label, "chain": facts,
             "true_statement": _claim(ents, rels, truth), "true_value": truth.name, "claimed_value": claimed.name,
-            "perturbed_hop": perturbed, "perturbation": how, "n_docs": len(docs),
+            "twin_start": twin[0].name, "n_docs": len(docs),
         }
-        if label == "NOT_SUPPORTED" and perturbed != hops and decoy is not None:
-            meta["decoy_chain"] = [{"doc": doc_no.get(s.name), "fact": _fact(s, r, o)}
-                                   for s, r, o in zip(decoy[1][:-1], rels[decoy[0]:], decoy[1][1:], strict=True)]
+        if label == "NOT_SUPPORTED":
+            meta["decoy_chain"] = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
+                                   for s, r, o in zip(twin[:-1], rels, twin[1:], strict=True)]
+            meta["perturbation"] = (f"the claimed value is reached from {_title(twin[0])}, "
+                                    f"not from {_title(ents[0])}")
         return Candidate(prompt=prompt, answer=label, metadata=meta)
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -298,80 +258,34 @@ def _chain(world: World, rng: random.Random, hops: int) -> tuple[list[Entity], l
     return None
 
 
-def _divert(world: World, rng: random.Random, ents: list[Entity],
-            rels: list[str]) -> tuple[int, list[Entity]] | None:
-    """(hop j, chain) of a neighbouring chain: e_j replaced by a sibling, the rest followed."""
-    for _ in range(12):
-        j = rng.randint(1, len(rels) - 1)  # divert an intermediate entity (never the named e0)
-        alt = [e for e in world.entities(ents[j].type) if e is not ents[j]]
-        if ents[j].type == "org":
-            alt = [e for e in alt if e.kind == ents[j].kind]
-        if not alt:
+def _twin(world: World, rng: random.Random, ents: list[Entity], rels: list[str],
+          near: bool) -> list[Entity] | None:
+    """A chain x0 -r1-> x1 ... -rk-> xk along the claim's relations from another start x0 like
+    e0 (of its type and kind), sharing no entity with the claim's chain and ending on another
+    value, none of the chain's names (`near`: for a year, the one nearest the truth); or None.
+
+    False values drawn any other way were told from the true one without the claim's entity:
+    a value never mentioned, or mentioned only in another relation, or stated by a subject no
+    document mentions, or by one whose mentioner nobody mentions, each read the label above a
+    coin (57-92% on hover_easy, hover and hover_hard), and so did following the claim's relations
+    from any start (85-91%). With its whole chain shown whatever the label, the false value has
+    the true one's ancestry: deciding needs the chain that starts at the claim's entity."""
+    start, truth = ents[0], ents[-1]
+    ids, names = {id(e) for e in ents}, {e.name for e in ents}
+    options = []
+    for x in world.entities(start.type):
+        if x is start or x.kind != start.kind:
             continue
-        cur, side = rng.choice(alt), []
-        side.append(cur)
-        for r in rels[j:]:
-            cur = world.get(cur, r)
-            side.append(cur)
-        # its value none of the chain's entities either: "The mayor of Tarnfell was born in
-        # Tarnfell" was NOT_SUPPORTED whenever a claim named one entity twice
-        if side[-1].name not in {e.name for e in ents} and not (set(map(id, side[:-1])) & set(map(id, ents))):
-            return j, side
-    return None
-
-
-def _swap_value(world: World, rng: random.Random, truth: Entity, near: bool, shown: list[Entity],
-                ents: list[Entity], rel: str) -> Entity | None:
-    """Another value the documents state *in the claim's relation* `rel`, of another shown subject
-    like the claim's (`ents[-2]`; a work of the same kind, whose facts are worded alike), and
-    none of the chain's entities (`near`: for a year, the one nearest the truth), or None.
-
-    A value the documents never mention gave the label away ("never mentioned, so
-    NOT_SUPPORTED" read 57% of hover_easy's claims right); so did one mentioned only in another
-    relation (1920 as a birth year for a claimed founding year: "no document states it so, so
-    NOT_SUPPORTED" read 55-66% right), and a chain entity as the value ("The university Mira
-    Vellwick attended was founded by Mira Vellwick"). Stated so, it is told from the truth only
-    by following the chain to its subject. Its subject is one another shown document mentions
-    (`_mentioned`), as the truth's is."""
-    stated = {world.get(e, rel).name: world.get(e, rel)
-              for e in _stating_subjects(world, truth, shown, ents, rel) if _mentioned(world, e, shown)}
-    options = [v for _, v in sorted(stated.items())]
+        xs = [x]
+        for r in rels:
+            xs.append(world.get(xs[-1], r))
+        if len({id(e) for e in xs}) == len(xs) and not ids & {id(e) for e in xs} and xs[-1].name not in names:
+            options.append(xs)
     if not options:
         return None
     if near and truth.type == "year":
-        return min(options, key=lambda v: (abs(int(v.name) - int(truth.name)), v.name))
+        return min(options, key=lambda xs: (abs(int(xs[-1].name) - int(truth.name)), xs[0].name))
     return rng.choice(options)
-
-
-def _stating_subjects(world: World, truth: Entity, shown: list[Entity], ents: list[Entity],
-                      rel: str) -> list[Entity]:
-    """The shown subjects like the claim's (`ents[-2]`; a work of the same kind) whose value in
-    `rel` could stand for `truth`: not it, none of the chain's entities, an org of its kind."""
-    subject, chain = ents[-2], {e.name for e in ents}
-    out = []
-    for e in shown:
-        if e is subject or e.type != subject.type or rel not in _RELATIONS[e.type] \
-                or (e.type == "work" and e.kind != subject.kind):
-            continue
-        v = world.get(e, rel)
-        if v.name != truth.name and v.name not in chain and (truth.type != "org" or v.kind == truth.kind):
-            out.append(e)
-    return out
-
-
-def _mentions(world: World, d: Entity, e: Entity) -> bool:
-    """Whether `d`'s document states a fact whose value is `e`."""
-    return d is not e and any(world.get(d, r) is e for r in _RELATIONS[d.type])
-
-
-def _mentioned(world: World, e: Entity, shown: list[Entity]) -> bool:
-    """Whether another of the `shown` documents mentions `e`."""
-    return any(_mentions(world, d, e) for d in shown)
-
-
-def _parents(world: World, e: Entity, shown: list[Entity]) -> list[Entity]:
-    """The documented entities, not shown, whose documents mention `e`."""
-    return [d for d in world.documented() if d not in shown and _mentions(world, d, e)]
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:
