@@ -57,7 +57,7 @@ PARTITION = "fastslow"
 # Every variable the profile reads: cleared so the developer's own settings never leak in.
 PROFILE_ENV = ("FASTSLOW_SLURM_", "FASTSLOW_TRAIN_GPUS", "FASTSLOW_EVAL_GPUS", "SBATCH_ACCOUNT",
                "SBATCH_PARTITION")
-# The smoke DAG's SLURM jobs (init_mlflow and init_tracking are localrules; `all` has nothing to run).
+# The smoke DAG's SLURM jobs (init_mlflow and init_tracking are localrules, as final_weights; `all` has nothing to run).
 EXPECTED_JOBS = {("base_model", ""), ("task_data", "stargraph"), ("evaluate_base", "stargraph"),
                  ("base_eval_table", "")}
 # Fig 7's own jobs, by rule (their wildcards are run paths): RL and FST cycle 0, each evaluated.

@@ -1003,6 +1003,19 @@ def test_an_hf_reflection_model_saved_again_reruns_the_reflective_cycles(tmp_pat
     assert planned() == {f"{fst}/cycle0/cycle.json"}
 
 
+def test_a_runs_final_weights_are_linked_on_the_submit_host():
+    """final_weights (hard links and an MLflow tag, seconds) waited in a cluster's queue as an
+    sbatch job of its own, once per run another experiment starts from; it is a localrule now,
+    beside the store's set-up."""
+    text = "".join(smk.read_text() for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
+    blocks = re.findall(r"^localrules:\n((?:    \w+,\n)+)", text, flags=re.M)
+    assert len(blocks) == 1, "one localrules block"
+    local = set(re.findall(r"\w+", blocks[0]))
+    assert local == {"init_mlflow", "init_tracking", "final_weights"}, local
+    defined = set(re.findall(r"^rule (\w+):", text, flags=re.M))
+    assert local <= defined
+
+
 def test_every_rule_that_loads_a_model_reserves_memory():
     """A rule whose job loads a model (its threads are `heavy_threads()`) declares `mem_mb`, so
     `--resources mem_mb=N` bounds how many run side by side; channel_eval declared none and ran

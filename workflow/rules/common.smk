@@ -329,9 +329,12 @@ def default_targets():
     return targets
 
 
+# Jobs of seconds that write beside their inputs run on the submit host, not through a cluster's
+# queue: the store's set-up, and a run's final weights (hard links, an MLflow tag).
 localrules:
     init_mlflow,
     init_tracking,
+    final_weights,
 
 
 rule init_mlflow:

@@ -19,6 +19,7 @@ rule cycle:
         rollouts=f"{RUN}/cycle{{cycle}}/rollouts.parquet",
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
         pool=f"{RUN}/cycle{{cycle}}/pool.json",
+        fast=f"{RUN}/cycle{{cycle}}/fast.json",  # the round's summary ({} where a method has no round)
         summary=f"{RUN}/cycle{{cycle}}/cycle.json",
     log:
         f"{RESULTS}/logs/runs/{{experiment}}/{{method}}/{{run}}/cycle{{cycle}}.log",
@@ -51,6 +52,7 @@ rule cycle_frozen:
     output:
         metrics=f"{RUN}/cycle{{cycle}}/metrics.parquet",
         pool=f"{RUN}/cycle{{cycle}}/pool.json",
+        fast=f"{RUN}/cycle{{cycle}}/fast.json",  # the round's summary ({} where a method has no round)
         summary=f"{RUN}/cycle{{cycle}}/cycle.json",
         cache=f"{RUN}/cycle{{cycle}}/fast_cache.json",  # its round's new evaluations, free for later cycles' rounds
     log:
