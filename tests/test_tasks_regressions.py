@@ -715,8 +715,9 @@ def test_only_the_chain_from_the_claims_entity_decides_a_hover_label(name):
     """Following the claim's relations from any shown document, not only from the claim's entity,
     read 73% / 85% / 91% of hover_easy's / hover's / hover_hard's labels (a false value had no
     chain of the claim's relations above it). Every problem now shows a twin chain along the
-    same relations from another start, ending on the false value whatever the label: that rule
-    reads a coin, and the same walk from the claim's entity reads every label."""
+    same relations from another start, ending on the false value whatever the label (and one
+    along the swapped relations, ending on the truth): that rule reads a coin, and the same
+    walk from the claim's entity reads every label."""
     problems = get_task(name).problems("train", 400, seed=0)
     any_start = from_entity = 0
     for p in problems:
@@ -727,6 +728,27 @@ def test_only_the_chain_from_the_claims_entity_decides_a_hover_label(name):
         from_entity += ("SUPPORTED" if _reaches(p, entity) == value else "NOT_SUPPORTED") == p.answer
     assert from_entity == len(problems), name
     assert any_start / len(problems) < 0.56, (name, any_start / len(problems))
+
+
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_following_any_links_from_the_claims_entity_says_nothing_about_the_label(name):
+    """With a twin chain from another start, a false value was never reachable from the claim's
+    entity: "walk k-1 links (a document naming another's title) from the claim's entity and look
+    for the value" read 99.8% / 99.7% / 99.4% of hover_easy's / hover's / hover_hard's labels
+    without reading one relation. The false value is now also reached from the claim's entity,
+    with one hop's relation swapped for its sibling (lives in for born in, led by for founded
+    by, ...), and the rule reads a coin: only the relations tell the paths apart."""
+    problems = get_task(name).problems("train", 400, seed=0)
+    right = 0
+    for p in problems:
+        body = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
+        docs = dict(re.findall(r"^\[\d+\] ([^:]+): (.*)$", body, re.M))
+        value = p.metadata["claimed_value"]
+        reached = {list(docs)[p.metadata["chain"][0]["doc"] - 1]}
+        for _ in range(p.metadata["hops"] - 1):
+            reached = {t for d in reached for t in docs if t != d and t in docs[d]}
+        right += ("SUPPORTED" if any(value in docs[d] for d in reached) else "NOT_SUPPORTED") == p.answer
+    assert right / len(problems) < 0.56, (name, right / len(problems))
 
 
 def test_physics_feedback_names_a_tolerance_under_half_a_percent():

@@ -3,16 +3,18 @@
 Each problem draws a small consistent world (people, towns, regions, organisations, works and
 years, linked by functional relations), writes one short evidence document per entity, and
 states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
-Records lies in the Arvale region."). Beside the claim's chain, the documents always hold a
-*twin*: the same relations followed from another start of the claim's entity's kind ("the
-birthplace of the founder of Lumen Press" and its region), ending on another value. A
-NOT_SUPPORTED claim names the twin's value, so a false value is stated in the claim's relation
-by a subject with the true one's ancestry, and only the chain that starts at the claim's entity
-tells them apart. Labels are balanced; the documents of either label are drawn alike, with
-random distractors beside the two chains.
+Records lies in the Arvale region."). Some relations have a sibling of the same types (born in /
+lives in, founded by / led by, mayor / deputy mayor, created by / dedicated to). The false value
+is reached from the claim's entity with one hop's relation swapped for its sibling ("the
+birthplace of the *head* of Kestrel Records"), and along the claim's own relations from a *twin*
+start of the claim's entity's kind ("... of the founder of Lumen Press"), whose path along the
+swapped relations ends on the true value: the four paths are shown whatever the label (see
+`_square`), so only the claim's entity and its relations together decide it. A NOT_SUPPORTED
+claim names the false value. Labels are balanced; the documents of either label are drawn
+alike, with random distractors beside the four paths.
 
-`hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and a year-valued
-claim's twin is the one whose year is nearest the truth.
+`hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and for a year-valued
+claim the swap whose false year is nearest the truth.
 """
 
 from __future__ import annotations
@@ -94,18 +96,22 @@ class World:
             self._set(p, "born_in", rng.choice(self.towns))
             self._set(p, "birth_year", Entity(str(years[p.name]), "year"))
             self._set(p, "studied_at", rng.choice([o for o in self.orgs if o.kind == "university"]))
+            self._set(p, "lives_in", rng.choice(self.towns))
         leaders = rng.sample(self.people, len(self.towns) + len(self.orgs))
         for town, mayor in zip(self.towns, leaders, strict=False):  # leaders: mayors, then founders
             self._set(town, "region", rng.choice(self.regions))
             self._set(town, "mayor", mayor)
+            self._set(town, "deputy_mayor", rng.choice(self.people))
         for org, founder in zip(self.orgs, leaders[len(self.towns):], strict=True):
             self._set(org, "founded_by", founder)
+            self._set(org, "led_by", rng.choice(self.people))
             self._set(org, "based_in", rng.choice(self.towns))
             self._set(org, "founded_year", Entity(str(years[founder.name] + rng.randint(24, 60)), "year"))
         for work in self.works:
             creator = rng.choice(self.people)
             pub_kind = _WORK_KINDS[work.kind][2]
             self._set(work, "creator", creator)
+            self._set(work, "dedicated_to", rng.choice(self.people))
             self._set(work, "publisher", rng.choice([o for o in self.orgs if o.kind == pub_kind]))
             self._set(work, "year", Entity(str(years[creator.name] + rng.randint(20, 55)), "year"))
 
@@ -131,21 +137,33 @@ def _rel_text(s: Entity, r: str) -> tuple[str, str | None, str]:
         article = "an" if s.kind[0] in "aeiou" else "a"
         return {"creator": (f"{{s}} is {article} {s.kind} {by} {{o}}.", f"{noun} {{s}}", f"{{s}} was {by} {{o}}."),
                 "publisher": (f"{{s}} was {pub} {{o}}.", f"{pub_noun} {{s}}", f"{{s}} was {pub} {{o}}."),
+                "dedicated_to": ("{s} is dedicated to {o}.", "the dedicatee of {s}", "{s} is dedicated to {o}."),
                 "year": (f"{{s}} was {year} {{o}}.", None, f"{{s}} was {year} {{o}}.")}[r]
     return {
         "born_in": ("{s} was born in {o}.", "the birthplace of {s}", "{s} was born in {o}."),
         "birth_year": ("{s} was born in the year {o}.", None, "{s} was born in {o}."),
         "studied_at": ("{s} studied at {o}.", "the university {s} attended", "{s} studied at {o}."),
+        "lives_in": ("{s} lives in {o}.", "the town where {s} lives", "{s} lives in {o}."),
         "region": ("{s} is a town in the {o} region.", None, "{s} lies in the {o} region."),
         "mayor": ("The mayor of {s} is {o}.", "the mayor of {s}", "{o} is the mayor of {s}."),
+        "deputy_mayor": ("The deputy mayor of {s} is {o}.", "the deputy mayor of {s}", "{o} is the deputy mayor of {s}."),
         "founded_by": ("{s} was founded by {o}.", "the founder of {s}", "{s} was founded by {o}."),
+        "led_by": ("{s} is led by {o}.", "the head of {s}", "{s} is led by {o}."),
         "based_in": ("{s} is based in {o}.", "the town where {s} is based", "{s} is based in {o}."),
         "founded_year": ("{s} was founded in {o}.", None, "{s} was founded in {o}."),
     }[r]
 
 
-_RELATIONS = {"person": ("born_in", "birth_year", "studied_at"), "place": ("region", "mayor"),
-              "org": ("founded_by", "based_in", "founded_year"), "work": ("creator", "publisher", "year")}
+_RELATIONS = {"person": ("born_in", "lives_in", "birth_year", "studied_at"), "place": ("region", "mayor", "deputy_mayor"),
+              "org": ("founded_by", "led_by", "based_in", "founded_year"),
+              "work": ("creator", "dedicated_to", "publisher", "year")}
+# Sibling relations: of one subject type, to one object type; a false value is reached from the
+# claim's entity with one hop's relation swapped for its sibling.
+_SIBLINGS = {"born_in": "lives_in", "lives_in": "born_in", "founded_by": "led_by", "led_by": "founded_by",
+             "creator": "dedicated_to", "dedicated_to": "creator", "mayor": "deputy_mayor",
+             "deputy_mayor": "mayor"}
+# Year relations and the span (years after the person's birth) the world draws them in.
+_YEAR_SPANS = {"founded_year": ("founded_by", 24, 60), "year": ("creator", 20, 55)}
 
 
 def _fact(s: Entity, r: str, o: Entity) -> str:
@@ -185,19 +203,19 @@ class HoverTask(GeneratedTask):
             return None
         ents, rels = chain
         truth = ents[-1]
-        # The twin chain: the claim's relations followed from another start. Shown whatever the
-        # label, it gives the false value the true one's ancestry, so only the claim's entity
-        # tells the two apart (see `_twin` for the shortcuts a false value without it left).
-        twin = _twin(world, rng, ents, rels, near=hard)
-        if twin is None:
+        # The false value is reached from the claim's entity along the claim's relations with one
+        # swapped for its sibling, and from a twin start along the claim's relations; the truth
+        # from the twin along the swapped ones too. All four paths are shown whatever the label.
+        square = _square(world, rng, ents, rels, near=hard)
+        if square is None:
             return None
-        shown = ents[:-1] + twin[:-1]  # gold documents e0 .. e_{k-1}, the twin's x0 .. x_{k-1}
+        shown = square.documents()
         pool = [e for e in world.documented() if e not in shown]
-        n_distract = {"easy": 2, "default": rng.randint(3, 5), "hard": rng.randint(6, 9)}[self.difficulty]
+        n_distract = {"easy": 1, "default": rng.randint(1, 3), "hard": rng.randint(3, 5)}[self.difficulty]
         shown += rng.sample(pool, min(n_distract, len(pool)))
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]
-        claimed = truth if label == "SUPPORTED" else twin[-1]
+        claimed = truth if label == "SUPPORTED" else square.swapped[-1]
         claim = _claim(ents, rels, claimed)
         doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
         facts = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
@@ -211,13 +229,18 @@ class HoverTask(GeneratedTask):
         meta: dict[str, Any] = {
             "claim": claim, "hops": hops, "label": label, "chain": facts,
             "true_statement": _claim(ents, rels, truth), "true_value": truth.name, "claimed_value": claimed.name,
-            "twin_start": twin[0].name, "n_docs": len(docs),
+            "twin_start": square.twin[0].name, "swapped_hop": square.swap, "n_docs": len(docs),
         }
         if label == "NOT_SUPPORTED":
-            meta["decoy_chain"] = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
-                                   for s, r, o in zip(twin[:-1], rels, twin[1:], strict=True)]
-            meta["perturbation"] = (f"the claimed value is reached from {_title(twin[0])}, "
-                                    f"not from {_title(ents[0])}")
+            i = square.swap
+            swapped_rels = rels[:i - 1] + [_SIBLINGS[rels[i - 1]]] + rels[i:]
+            meta["decoy_chain"] = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)} for s, r, o in
+                                   zip(square.swapped[:-1], swapped_rels, square.swapped[1:], strict=True)][i - 1:]
+            meta["perturbation"] = (f"the claimed value is reached from {_title(ents[0])} with hop {i}'s "
+                                    f"'{_rel_text(ents[i - 1], swapped_rels[i - 1])[0].format(s='', o='').strip(' .')}' "
+                                    f"in place of the claim's "
+                                    f"'{_rel_text(ents[i - 1], rels[i - 1])[0].format(s='', o='').strip(' .')}', "
+                                    f"and along the claim's relations from {_title(square.twin[0])}")
         return Candidate(prompt=prompt, answer=label, metadata=meta)
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -258,34 +281,120 @@ def _chain(world: World, rng: random.Random, hops: int) -> tuple[list[Entity], l
     return None
 
 
-def _twin(world: World, rng: random.Random, ents: list[Entity], rels: list[str],
-          near: bool) -> list[Entity] | None:
-    """A chain x0 -r1-> x1 ... -rk-> xk along the claim's relations from another start x0 like
-    e0 (of its type and kind), sharing no entity with the claim's chain and ending on another
-    value, none of the chain's names (`near`: for a year, the one nearest the truth); or None.
+@dataclass
+class _Square:
+    """Four paths of k hops whose ends cross: from the claim's entity e0 and from a twin start x0
+    of its kind, each along the claim's relations and along them with hop `swap`'s relation
+    replaced by its sibling. e0's claim path ends on the truth, its swapped path on the false
+    value; x0's claim path ends on the false value, its swapped path on the truth. Each path is
+    its entities e0 .. ek; the swapped ones share their start's first `swap` entities."""
 
-    False values drawn any other way were told from the true one without the claim's entity:
+    claim: list[Entity]
+    swapped: list[Entity]
+    twin: list[Entity]
+    twin_swapped: list[Entity]
+    swap: int  # the hop (1 .. k) whose relation the swapped paths replace
+
+    def documents(self) -> list[Entity]:
+        """The entities whose documents state the four paths' facts, each once."""
+        i = self.swap
+        return self.claim[:-1] + self.swapped[i:-1] + self.twin[:-1] + self.twin_swapped[i:-1]
+
+
+def _walk(world: World, start: Entity, rels: list[str]) -> list[Entity]:
+    path = [start]
+    for r in rels:
+        path.append(world.get(path[-1], r))
+    return path
+
+
+def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
+    """Whether `subject`'s `rel` may be set to `value` and keep the world's years as it draws them
+    (an organisation founded 24-60 years after its founder's birth, a work made 20-55 after its
+    creator's)."""
+    def within(year: Entity, person: Entity, lo: int, hi: int) -> bool:
+        return lo <= int(year.name) - int(world.get(person, "birth_year").name) <= hi
+    if rel in ("founded_by", "creator"):
+        year_rel = {"founded_by": "founded_year", "creator": "year"}[rel]
+        _, lo, hi = _YEAR_SPANS[year_rel]
+        return within(world.get(subject, year_rel), value, lo, hi)
+    if rel in _YEAR_SPANS:
+        person_rel, lo, hi = _YEAR_SPANS[rel]
+        return within(value, world.get(subject, person_rel), lo, hi)
+    if rel == "birth_year":
+        saved = world.get(subject, rel)
+        world._set(subject, rel, value)
+        try:
+            return all(within(world.get(d, year_rel), subject, lo, hi)
+                       for year_rel, (person_rel, lo, hi) in _YEAR_SPANS.items()
+                       for d in world.documented() if (d.name, person_rel) in world.rel and world.get(d, person_rel) is subject)
+        finally:
+            world._set(subject, rel, saved)
+    return True
+
+
+def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str], near: bool) -> _Square | None:
+    """The claim's chain completed to a `_Square`, setting the twin paths' last facts so that their
+    ends cross (each set fact is one the world could have drawn); or None.
+
+    A false value drawn any other way was told from the true one without reading the claim whole:
     a value never mentioned, or mentioned only in another relation, or stated by a subject no
-    document mentions, or by one whose mentioner nobody mentions, each read the label above a
-    coin (57-92% on hover_easy, hover and hover_hard), and so did following the claim's relations
-    from any start (85-91%). With its whole chain shown whatever the label, the false value has
-    the true one's ancestry: deciding needs the chain that starts at the claim's entity."""
-    start, truth = ents[0], ents[-1]
-    ids, names = {id(e) for e in ents}, {e.name for e in ents}
+    document mentions, or by one whose mentioner nobody mentions (57-92% of hover_easy's,
+    hover's and hover_hard's labels read right); following the claim's relations from any
+    start (73-91%); following any k links from the claim's entity (99%, once a twin chain from
+    another start was shown). In the square the truth and the false value are each reached
+    along the claim's relations from one start and along the swapped ones from the other:
+    only the claim's entity and its relations together tell them apart."""
+    k, truth = len(rels), ents[-1]
+    inner = {id(e) for e in ents[:-1]}
+    names = {e.name for e in ents}
+    hops = [i for i in range(1, k + 1) if rels[i - 1] in _SIBLINGS]
+    rng.shuffle(hops)
     options = []
-    for x in world.entities(start.type):
-        if x is start or x.kind != start.kind:
-            continue
-        xs = [x]
-        for r in rels:
-            xs.append(world.get(xs[-1], r))
-        if len({id(e) for e in xs}) == len(xs) and not ids & {id(e) for e in xs} and xs[-1].name not in names:
-            options.append(xs)
+    for i in hops:
+        swapped_rels = rels[:i - 1] + [_SIBLINGS[rels[i - 1]]] + rels[i:]
+        swapped = _walk(world, ents[0], swapped_rels)
+        value = swapped[-1]
+        new = swapped[i:-1]
+        if value.name in names or len({id(e) for e in new}) < len(new) or inner & {id(e) for e in new} \
+                or value.name in {e.name for e in new} or not _fits(world, ents[-2], rels[-1], value):
+            continue  # (a false value the claim's subject could not hold, by the world's years, read as false)
+        options.append((i, swapped_rels, swapped))
     if not options:
         return None
     if near and truth.type == "year":
-        return min(options, key=lambda xs: (abs(int(xs[-1].name) - int(truth.name)), xs[0].name))
-    return rng.choice(options)
+        options.sort(key=lambda o: abs(int(o[2][-1].name) - int(truth.name)))
+        options = options[:1]
+    i, swapped_rels, swapped = options[0]
+    value = swapped[-1]
+    taken = inner | {id(e) for e in swapped[i:-1]}
+    starts = [x for x in world.entities(ents[0].type) if x is not ents[0] and x.kind == ents[0].kind]
+    rng.shuffle(starts)
+    for x0 in starts:
+        twin = _walk(world, x0, rels)
+        twin_swapped = twin[:i] + _walk(world, world.get(twin[i - 1], swapped_rels[i - 1]), rels[i:])
+        docs = twin[:-1] + twin_swapped[i:-1]
+        ids = {id(e) for e in docs}
+        ends = {truth.name, value.name}
+        if len(ids) < len(docs) or ids & taken or ends & {e.name for e in docs + swapped[i:-1] + ents[:-1]}:
+            continue
+        last = twin[-2]
+        if i == k:  # the swapped hop is the last: the twin's last subject states both values
+            if not (_fits(world, last, rels[-1], value) and _fits(world, last, swapped_rels[-1], truth)):
+                continue
+            world._set(last, rels[-1], value)
+            world._set(last, swapped_rels[-1], truth)
+        else:
+            other = twin_swapped[-2]
+            if not (_fits(world, last, rels[-1], value) and _fits(world, other, rels[-1], truth)):
+                continue
+            world._set(last, rels[-1], value)
+            world._set(other, rels[-1], truth)
+        twin = _walk(world, x0, rels)  # its ends as set
+        twin_swapped = twin[:i] + _walk(world, world.get(twin[i - 1], swapped_rels[i - 1]), rels[i:])
+        assert twin[-1] is value and twin_swapped[-1] is truth
+        return _Square(ents, swapped, twin, twin_swapped, i)
+    return None
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:
