@@ -736,8 +736,8 @@ def test_following_any_links_from_the_claims_entity_says_nothing_about_the_label
     entity: "walk k-1 links (a document naming another's title) from the claim's entity and look
     for the value" read 99.8% / 99.7% / 99.4% of hover_easy's / hover's / hover_hard's labels
     without reading one relation. The false value is now also reached from the claim's entity,
-    with one hop's relation swapped for its sibling (lives in for born in, led by for founded
-    by, ...), and the rule reads a coin: only the relations tell the paths apart."""
+    through each sibling-bearing hop swapped for its sibling (lives in for born in, led by for
+    founded by, ...), and the rule reads a coin: only the relations tell the paths apart."""
     problems = get_task(name).problems("train", 400, seed=0)
     right = 0
     for p in problems:
@@ -749,6 +749,64 @@ def test_following_any_links_from_the_claims_entity_says_nothing_about_the_label
             reached = {t for d in reached for t in docs if t != d and t in docs[d]}
         right += ("SUPPORTED" if any(value in docs[d] for d in reached) else "NOT_SUPPORTED") == p.answer
     assert right / len(problems) < 0.56, (name, right / len(problems))
+
+
+def _walk_with_one_hop_free(p, free: int) -> bool:
+    """Whether the claimed value is reached from the claim's entity along the claim's relations,
+    read from the documents' text, but for hop `free` (1 .. k), where any document a title of
+    names is followed (the last hop: any mention of the value)."""
+    body = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
+    docs = dict(re.findall(r"^\[\d+\] ([^:]+): (.*)$", body, re.M))
+    titles, chain, value = list(docs), p.metadata["chain"], p.metadata["claimed_value"]
+    names = [titles[f["doc"] - 1] for f in chain] + [p.metadata["true_value"]]
+    reached = {names[0]}
+    for hop, (f, subject, obj) in enumerate(zip(chain, names[:-1], names[1:], strict=True), start=1):
+        if hop == free:
+            if hop == len(chain):
+                return any(value in docs.get(d, "") for d in reached)
+            reached = {t for d in reached for t in titles if t != d and t in docs.get(d, "")}
+            continue
+        pattern = re.escape(f["fact"].replace(subject, "\x01").replace(obj, "\x02"))
+        reached = {m.group(1).strip('"') for d in reached if d in docs
+                   for m in [re.search(pattern.replace("\x01", re.escape(d)).replace("\x02", r"([^.]+?)"), docs[d])] if m}
+    return value in reached
+
+
+SIBLING_FACTS = ("was born in ", "lives in", "was founded by", "is led by", "The mayor of", "The deputy mayor of",
+                 "is dedicated to", "written by", "recorded by", "directed by")
+
+
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label(name):
+    """The false value was reached from the claim's entity through one swapped hop, chosen among
+    those with a sibling relation: reading the claim's relations but one such hop's read 71-89%
+    of the labels ("the chain's last document names the value": 75-81%). Every sibling-bearing
+    hop now has its swapped path to the false value, and each rule reads a coin, while reading
+    every relation reads every label. (A hop without a sibling is read right by its type alone.)"""
+    problems = get_task(name).problems("train", 600, seed=0)
+    for hop in range(1, 5):
+        cases = [p for p in problems if p.metadata["hops"] >= hop and "born in the year" not in p.metadata["chain"][hop - 1]["fact"]
+                 and any(w in p.metadata["chain"][hop - 1]["fact"] for w in SIBLING_FACTS)]
+        if len(cases) < 100:
+            continue
+        right = sum(("SUPPORTED" if _walk_with_one_hop_free(p, hop) else "NOT_SUPPORTED") == p.answer for p in cases)
+        assert right / len(cases) < 0.58, (name, hop, right / len(cases), len(cases))
+    assert all(_walk_with_one_hop_free(p, 0) == (p.answer == "SUPPORTED") for p in problems)
+
+
+@pytest.mark.parametrize("name", ["hover", "hover_hard"])
+def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label(name):
+    """A draft of the square whose paths could meet (never committed) stated the false value and
+    the truth by unequal numbers of documents: a rule on that count read 56-58% of hover_hard's
+    labels. Paths that meet are refused, and each value is stated by as many documents."""
+    import collections
+
+    problems = get_task(name).problems("train", 1000, seed=0)
+    cells = collections.defaultdict(collections.Counter)
+    for p in problems:
+        docs, stating = _value_stating_documents(p)
+        cells[p.metadata["hops"], len(stating)][p.answer] += 1
+    assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56
 
 
 def test_physics_feedback_names_a_tolerance_under_half_a_percent():

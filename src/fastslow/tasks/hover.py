@@ -5,16 +5,16 @@ years, linked by functional relations), writes one short evidence document per e
 states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
 Records lies in the Arvale region."). Some relations have a sibling of the same types (born in /
 lives in, founded by / led by, mayor / deputy mayor, created by / dedicated to). The false value
-is reached from the claim's entity with one hop's relation swapped for its sibling ("the
-birthplace of the *head* of Kestrel Records"), and along the claim's own relations from a *twin*
-start of the claim's entity's kind ("... of the founder of Lumen Press"), whose path along the
-swapped relations ends on the true value: the four paths are shown whatever the label (see
-`_square`), so only the claim's entity and its relations together decide it. A NOT_SUPPORTED
-claim names the false value. Labels are balanced; the documents of either label are drawn
-alike, with random distractors beside the four paths.
+is reached from the claim's entity through each sibling-bearing hop swapped for its sibling
+("the birthplace of the *head* of Kestrel Records"), and along the claim's own relations from a
+*twin* start of the claim's entity's kind ("... of the founder of Lumen Press"), whose swapped
+paths end on the true value. All these paths, which never meet, are shown whatever the label
+(see `_square`), so only the claim's entity and every one of its relations together decide it.
+A NOT_SUPPORTED claim names the false value. Labels are balanced; the documents of either label
+are drawn alike, with a few random distractors beside the paths.
 
 `hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and for a year-valued
-claim the swap whose false year is nearest the truth.
+claim the swapped path whose own year is nearest the truth names the false value.
 """
 
 from __future__ import annotations
@@ -44,13 +44,9 @@ _WORK_ADJ = "Glass Silent Hollow Crimson Last Paper Winter Sunken Iron Velvet Di
 _WORK_NOUN = "Orchard Lantern Harbor Atlas Choir Garden Ledger Tide Signal Archive Compass Meadow".split()
 # Name pools, built once: worlds sample from them without replacement.
 _PERSON_NAMES = tuple(f"{f} {a}{b}" for f in _FIRST for a in _SUR_A for b in _SUR_B)
-_TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B)
+# not a surname too ("The mayor of Corford is Tobin Corford" named the town twice)
+_TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B if a + b not in {x + y for x in _SUR_A for y in _SUR_B})
 _WORK_TITLES = tuple(f"The {a} {b}" for a in _WORK_ADJ for b in _WORK_NOUN)
-_ORG_INTRO = {"university": "a university", "press": "a publishing house", "label": "a record label",
-              "studio": "a film studio"}
-_OCCUPATIONS = ("a cartographer", "a violinist", "a chemist", "an architect", "a novelist", "an engineer",
-                "a botanist", "a photographer", "a historian", "a sculptor")
-
 # Organisation kinds: (name suffix, the kind of works they publish or None).
 _ORG_KINDS = {"university": "University", "press": "Press", "label": "Records", "studio": "Studios"}
 # Work kinds: (creator verb, creator noun phrase, publisher kind, publisher verb/noun, year verb).
@@ -67,7 +63,6 @@ class Entity:
     name: str
     type: str  # person | place | region | org | work | year
     kind: str = ""  # org kind or work kind
-    occupation: str = ""
 
 
 def _title(e: Entity) -> str:
@@ -79,15 +74,14 @@ class World:
 
     def __init__(self, rng: random.Random, size: int) -> None:
         self.rel: dict[tuple[str, str], Entity] = {}  # (subject name, relation) -> object
-        # Enough people for a distinct mayor of every town and founder of every organisation.
         names = rng.sample(_PERSON_NAMES, 12 + size)
-        self.people = [Entity(n, "person", occupation=rng.choice(_OCCUPATIONS)) for n in names]
+        self.people = [Entity(n, "person") for n in names]
         self.towns = [Entity(n, "place") for n in rng.sample(_TOWN_NAMES, 2 + size)]
         self.regions = [Entity(n, "region") for n in rng.sample(_REGIONS, 3 + size // 3)]
-        words = rng.sample(_ORG_WORDS, 8)
+        kinds = ["university", "university", "press", "label", "studio", rng.choice(["university", "press"]),
+                 "label", "studio"] + [rng.choice(list(_ORG_KINDS)) for _ in range(min(size // 2, len(_ORG_WORDS) - 8))]
         self.orgs = [Entity(f"{w} {_ORG_KINDS[k]}", "org", kind=k)
-                     for w, k in zip(words, ["university", "university", "press", "label", "studio",
-                                             rng.choice(["university", "press"]), "label", "studio"], strict=True)]
+                     for w, k in zip(rng.sample(_ORG_WORDS, len(kinds)), kinds, strict=True)]
         titles = rng.sample(_WORK_TITLES, 2 + size // 2)
         self.works = [Entity(t, "work", kind=rng.choice(list(_WORK_KINDS))) for t in titles]
         years: dict[str, int] = {}
@@ -97,7 +91,9 @@ class World:
             self._set(p, "birth_year", Entity(str(years[p.name]), "year"))
             self._set(p, "studied_at", rng.choice([o for o in self.orgs if o.kind == "university"]))
             self._set(p, "lives_in", rng.choice(self.towns))
-        leaders = rng.sample(self.people, len(self.towns) + len(self.orgs))
+        # drawn with replacement, as every other person-valued fact: one person may be mayor of two
+        # towns, or found two organisations (distinct leaders told a fact `_square` had set apart)
+        leaders = [rng.choice(self.people) for _ in range(len(self.towns) + len(self.orgs))]
         for town, mayor in zip(self.towns, leaders, strict=False):  # leaders: mayors, then founders
             self._set(town, "region", rng.choice(self.regions))
             self._set(town, "mayor", mayor)
@@ -171,10 +167,7 @@ def _fact(s: Entity, r: str, o: Entity) -> str:
 
 
 def _document(world: World, e: Entity) -> str:
-    intro = (f"{e.name} is {e.occupation}." if e.type == "person"
-             else f"{e.name} is {_ORG_INTRO[e.kind]}." if e.type == "org" else "")
-    facts = [_fact(e, r, world.get(e, r)) for r in _RELATIONS[e.type]]
-    return " ".join(x for x in [intro, *facts] if x)
+    return " ".join(_fact(e, r, world.get(e, r)) for r in _RELATIONS[e.type])
 
 
 class HoverTask(GeneratedTask):
@@ -197,25 +190,30 @@ class HoverTask(GeneratedTask):
         # Exactly balanced labels: each consecutive pair holds one of each, in a seeded order.
         flip = stable_int("hover-label", seed, split, index // 2) % 2
         label = LABELS[(index + flip) % 2]
-        world = World(rng, size={"easy": 4, "default": 6, "hard": 9}[self.difficulty])
-        chain = _chain(world, rng, hops)
-        if chain is None:
-            return None
-        ents, rels = chain
-        truth = ents[-1]
-        # The false value is reached from the claim's entity along the claim's relations with one
-        # swapped for its sibling, and from a twin start along the claim's relations; the truth
-        # from the twin along the swapped ones too. All four paths are shown whatever the label.
-        square = _square(world, rng, ents, rels, near=hard)
-        if square is None:
+        # New worlds for the drawn hops until one holds a square: a rejected candidate drew its
+        # hops again, and long chains, whose paths meet more often, grew rare (8% of hover's 4 hops)
+        for _ in range(12):
+            world = World(rng, size={"easy": 5, "default": 20, "hard": 28}[self.difficulty])
+            chain = _chain(world, rng, hops)
+            if chain is None:
+                continue
+            ents, rels = chain
+            truth = ents[-1]
+            # The false value is reached from the claim's entity along the claim's relations with
+            # a sibling-bearing hop swapped, and from a twin start along the claim's relations;
+            # the truth from the twin along the swapped ones too. All paths shown whatever the label.
+            square = _square(world, rng, ents, rels, near=hard)
+            if square is not None:
+                break
+        else:
             return None
         shown = square.documents()
         pool = [e for e in world.documented() if e not in shown]
-        n_distract = {"easy": 1, "default": rng.randint(1, 3), "hard": rng.randint(3, 5)}[self.difficulty]
+        n_distract = {"easy": 1, "default": rng.randint(0, 2), "hard": rng.randint(1, 3)}[self.difficulty]
         shown += rng.sample(pool, min(n_distract, len(pool)))
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]
-        claimed = truth if label == "SUPPORTED" else square.swapped[-1]
+        claimed = truth if label == "SUPPORTED" else square.swapped[square.swap][-1]
         claim = _claim(ents, rels, claimed)
         doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
         facts = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
@@ -232,15 +230,13 @@ class HoverTask(GeneratedTask):
             "twin_start": square.twin[0].name, "swapped_hop": square.swap, "n_docs": len(docs),
         }
         if label == "NOT_SUPPORTED":
-            i = square.swap
-            swapped_rels = rels[:i - 1] + [_SIBLINGS[rels[i - 1]]] + rels[i:]
+            i, path = square.swap, square.swapped[square.swap]
             meta["decoy_chain"] = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)} for s, r, o in
-                                   zip(square.swapped[:-1], swapped_rels, square.swapped[1:], strict=True)][i - 1:]
-            meta["perturbation"] = (f"the claimed value is reached from {_title(ents[0])} with hop {i}'s "
-                                    f"'{_rel_text(ents[i - 1], swapped_rels[i - 1])[0].format(s='', o='').strip(' .')}' "
-                                    f"in place of the claim's "
-                                    f"'{_rel_text(ents[i - 1], rels[i - 1])[0].format(s='', o='').strip(' .')}', "
-                                    f"and along the claim's relations from {_title(square.twin[0])}")
+                                   zip(path[:-1], _swap(rels, i), path[1:], strict=True)][i - 1:]
+            meta["perturbation"] = (f"the claimed value is reached from {_title(ents[0])} with "
+                                    f"'{_noun(ents[i - 1], _swap(rels, i)[i - 1])}' at hop {i} in place of the claim's "
+                                    f"'{_noun(ents[i - 1], rels[i - 1])}', and along the claim's relations from "
+                                    f"{_title(square.twin[0])}")
         return Candidate(prompt=prompt, answer=label, metadata=meta)
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
@@ -283,22 +279,25 @@ def _chain(world: World, rng: random.Random, hops: int) -> tuple[list[Entity], l
 
 @dataclass
 class _Square:
-    """Four paths of k hops whose ends cross: from the claim's entity e0 and from a twin start x0
-    of its kind, each along the claim's relations and along them with hop `swap`'s relation
-    replaced by its sibling. e0's claim path ends on the truth, its swapped path on the false
-    value; x0's claim path ends on the false value, its swapped path on the truth. Each path is
-    its entities e0 .. ek; the swapped ones share their start's first `swap` entities."""
+    """The paths a problem shows: from the claim's entity e0 and from a twin start x0 of its kind,
+    each along the claim's relations and along them with one sibling-bearing hop's relation
+    swapped for its sibling, one path per such hop. e0's claim path ends on the truth and its
+    swapped paths on the false value; x0's claim path ends on the false value and its swapped
+    paths on the truth. A path is its entities e0 .. ek; a path swapped at hop j shares its
+    start's first j entities."""
 
     claim: list[Entity]
-    swapped: list[Entity]
+    swapped: dict[int, list[Entity]]  # hop j (1 .. k) -> e0's path with hop j's relation swapped
     twin: list[Entity]
-    twin_swapped: list[Entity]
-    swap: int  # the hop (1 .. k) whose relation the swapped paths replace
+    twin_swapped: dict[int, list[Entity]]
+    swap: int  # the hop of the swapped path shown as the near miss (its false value is its own)
 
     def documents(self) -> list[Entity]:
-        """The entities whose documents state the four paths' facts, each once."""
-        i = self.swap
-        return self.claim[:-1] + self.swapped[i:-1] + self.twin[:-1] + self.twin_swapped[i:-1]
+        """The entities whose documents state the paths' facts, each once."""
+        out = self.claim[:-1] + self.twin[:-1]
+        for j in sorted(self.swapped):
+            out += self.swapped[j][j:-1] + self.twin_swapped[j][j:-1]
+        return out
 
 
 def _walk(world: World, start: Entity, rels: list[str]) -> list[Entity]:
@@ -333,68 +332,100 @@ def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
     return True
 
 
+def _swap(rels: list[str], j: int) -> list[str]:
+    """`rels` with hop j's (1 .. k) relation replaced by its sibling."""
+    return rels[:j - 1] + [_SIBLINGS[rels[j - 1]]] + rels[j:]
+
+
+def _end(path: list[Entity], j: int, rels: list[str]) -> tuple[Entity, str]:
+    """The subject and relation of the fact that ends a path swapped at hop j (the last one's
+    sibling when j is the last hop)."""
+    return path[-2], (_swap(rels, j) if j == len(rels) else rels)[-1]
+
+
+def _paths(world: World, start: Entity, rels: list[str], hops: list[int]) -> tuple[list[Entity], dict[int, list[Entity]]] | None:
+    """The path from `start` along `rels` and, for each hop j of `hops`, along them with hop j
+    swapped; None unless their documented entities (all but the ends) are distinct: a swapped
+    path that rejoined another (a person born and living in one town; a university many people
+    attended) would end on its value whatever its hop's relation."""
+    path = _walk(world, start, rels)
+    swapped = {j: _walk(world, start, _swap(rels, j)) for j in hops}
+    inner = path[:-1] + [e for j, p in swapped.items() for e in p[j:-1]]
+    return (path, swapped) if len({id(e) for e in inner}) == len(inner) else None
+
+
 def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str], near: bool) -> _Square | None:
-    """The claim's chain completed to a `_Square`, setting the twin paths' last facts so that their
-    ends cross (each set fact is one the world could have drawn); or None.
+    """The claim's chain completed to a `_Square`, setting the last fact of every path but the
+    claim's and the near miss's so that the ends cross as it says (each set fact one the world
+    could have drawn: a year within the spans it draws years in); or None.
 
     A false value drawn any other way was told from the true one without reading the claim whole:
     a value never mentioned, or mentioned only in another relation, or stated by a subject no
     document mentions, or by one whose mentioner nobody mentions (57-92% of hover_easy's,
     hover's and hover_hard's labels read right); following the claim's relations from any
-    start (73-91%); following any k links from the claim's entity (99%, once a twin chain from
-    another start was shown). In the square the truth and the false value are each reached
-    along the claim's relations from one start and along the swapped ones from the other:
-    only the claim's entity and its relations together tell them apart."""
+    start (73-91%); following any k links from the claim's entity (99%, with a twin chain from
+    another start shown); ignoring one sibling-bearing hop's relation, with the false value
+    reached through one swapped hop only (71-89%; "the chain's last document names the value",
+    75-81%); how many documents state the value (56-58% on hover_hard, while paths could merge).
+    Here the truth and the false value are each reached along the claim's relations from one
+    start and, through every sibling-bearing hop swapped, from the other, by paths that never
+    meet: each value is stated by as many documents, in each relation, and only the claim's
+    entity and every one of its relations together tell them apart."""
     k, truth = len(rels), ents[-1]
-    inner = {id(e) for e in ents[:-1]}
+    hops = [j for j in range(1, k + 1) if rels[j - 1] in _SIBLINGS]
+    found = _paths(world, ents[0], rels, hops) if hops else None
+    if found is None:
+        return None
+    swapped = found[1]
     names = {e.name for e in ents}
-    hops = [i for i in range(1, k + 1) if rels[i - 1] in _SIBLINGS]
-    rng.shuffle(hops)
-    options = []
-    for i in hops:
-        swapped_rels = rels[:i - 1] + [_SIBLINGS[rels[i - 1]]] + rels[i:]
-        swapped = _walk(world, ents[0], swapped_rels)
-        value = swapped[-1]
-        new = swapped[i:-1]
-        if value.name in names or len({id(e) for e in new}) < len(new) or inner & {id(e) for e in new} \
-                or value.name in {e.name for e in new} or not _fits(world, ents[-2], rels[-1], value):
-            continue  # (a false value the claim's subject could not hold, by the world's years, read as false)
-        options.append((i, swapped_rels, swapped))
+    options = [j for j, p in swapped.items() if p[-1].name not in names]
     if not options:
         return None
+    rng.shuffle(options)
     if near and truth.type == "year":
-        options.sort(key=lambda o: abs(int(o[2][-1].name) - int(truth.name)))
-        options = options[:1]
-    i, swapped_rels, swapped = options[0]
-    value = swapped[-1]
-    taken = inner | {id(e) for e in swapped[i:-1]}
+        options.sort(key=lambda j: abs(int(swapped[j][-1].name) - int(truth.name)))
+    miss = options[0]
+    value = swapped[miss][-1]
+    ends = {truth.name, value.name}
+    inner = ents[:-1] + [e for j, p in swapped.items() for e in p[j:-1]]
+    if ends & {e.name for e in inner}:
+        return None
     starts = [x for x in world.entities(ents[0].type) if x is not ents[0] and x.kind == ents[0].kind]
     rng.shuffle(starts)
     for x0 in starts:
-        twin = _walk(world, x0, rels)
-        twin_swapped = twin[:i] + _walk(world, world.get(twin[i - 1], swapped_rels[i - 1]), rels[i:])
-        docs = twin[:-1] + twin_swapped[i:-1]
-        ids = {id(e) for e in docs}
-        ends = {truth.name, value.name}
-        if len(ids) < len(docs) or ids & taken or ends & {e.name for e in docs + swapped[i:-1] + ents[:-1]}:
+        twin_found = _paths(world, x0, rels, hops)
+        if twin_found is None:
             continue
-        last = twin[-2]
-        if i == k:  # the swapped hop is the last: the twin's last subject states both values
-            if not (_fits(world, last, rels[-1], value) and _fits(world, last, swapped_rels[-1], truth)):
-                continue
-            world._set(last, rels[-1], value)
-            world._set(last, swapped_rels[-1], truth)
-        else:
-            other = twin_swapped[-2]
-            if not (_fits(world, last, rels[-1], value) and _fits(world, other, rels[-1], truth)):
-                continue
-            world._set(last, rels[-1], value)
-            world._set(other, rels[-1], truth)
-        twin = _walk(world, x0, rels)  # its ends as set
-        twin_swapped = twin[:i] + _walk(world, world.get(twin[i - 1], swapped_rels[i - 1]), rels[i:])
-        assert twin[-1] is value and twin_swapped[-1] is truth
-        return _Square(ents, swapped, twin, twin_swapped, i)
+        twin, twin_swapped = twin_found
+        docs = twin[:-1] + [e for j, p in twin_swapped.items() for e in p[j:-1]]
+        if {id(e) for e in docs} & {id(e) for e in inner} or ends & {e.name for e in docs}:
+            continue
+        sets = ([(*_end(p, j, rels), value) for j, p in swapped.items() if j != miss] + [(twin[-2], rels[-1], value)]
+                + [(*_end(p, j, rels), truth) for j, p in twin_swapped.items()])
+        if not all(_fits(world, *fact) for fact in sets):
+            continue
+        saved = [(subject, rel, world.get(subject, rel)) for subject, rel, _ in sets]
+        for subject, rel, v in sets:
+            world._set(subject, rel, v)
+        square = _Square(ents, _walk_all(world, ents[0], rels, hops), _walk(world, x0, rels),
+                         _walk_all(world, x0, rels, hops), miss)
+        if (_walk(world, ents[0], rels) == ents and square.twin[:-1] == twin[:-1] and square.twin[-1] is value
+                and all(square.swapped[j][:-1] == p[:-1] and square.swapped[j][-1] is value for j, p in swapped.items())
+                and all(square.twin_swapped[j][:-1] == p[:-1] and square.twin_swapped[j][-1] is truth
+                        for j, p in twin_swapped.items())):
+            return square
+        for subject, rel, v in saved:  # a set fact moved another path (a relation used twice): undone
+            world._set(subject, rel, v)
     return None
+
+
+def _walk_all(world: World, start: Entity, rels: list[str], hops: list[int]) -> dict[int, list[Entity]]:
+    return {j: _walk(world, start, _swap(rels, j)) for j in hops}
+
+
+def _noun(s: Entity, r: str) -> str:
+    """Relation r of s as a noun phrase around its subject: 'the deputy mayor of …'."""
+    return (_rel_text(s, r)[1] or "{s}").replace("{s}", "…")
 
 
 def _phrase(ents: list[Entity], rels: list[str]) -> str:
