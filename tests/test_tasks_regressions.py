@@ -4,6 +4,7 @@ contradict their own expression, and splits that leaked the same problem reworde
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -591,6 +592,17 @@ def test_a_latex_percent_and_an_escaped_underscore_are_read():
     assert normalize_label(r"\boxed{\text{SUPPORTED}}", LABELS) == "SUPPORTED"
 
 
+@functools.cache
+def _hover_train(name: str) -> tuple:
+    return tuple(get_task(name).problems("train", 1200, seed=0))
+
+
+def _hover_problems(name: str, n: int) -> list:
+    """The first n of a hover task's train problems (seed 0), generated once for the module's
+    tests: a task's first n problems are the same whatever n asks for."""
+    return list(_hover_train(name)[:n])
+
+
 @pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
 def test_the_number_of_hover_documents_says_nothing_about_the_label(name):
     """The neighbouring chain's documents were shown only for NOT_SUPPORTED claims (but on hard),
@@ -598,7 +610,7 @@ def test_the_number_of_hover_documents_says_nothing_about_the_label(name):
     majority label of each (hops, documents) cell is right about as often as a coin."""
     import collections
 
-    problems = get_task(name).problems("train", 1200, seed=0)
+    problems = _hover_problems(name, 1200)
     cells = collections.defaultdict(collections.Counter)
     for p in problems:
         cells[p.metadata["hops"], p.metadata["n_docs"]][p.answer] += 1
@@ -610,7 +622,7 @@ def test_every_hover_claim_names_a_value_the_documents_mention(name):
     """A NOT_SUPPORTED claim fell back to a value no document mentions when none of its type was
     shown (74 of 500 on hover_easy, 44 on hover): "never mentioned, so NOT_SUPPORTED" was a
     shortcut to the label. Now every claim's value is in the documents, whatever its label."""
-    for p in get_task(name).problems("train", 1000, seed=0):
+    for p in _hover_problems(name, 1000):
         docs = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
         assert p.metadata["claimed_value"] in docs, (p.id, p.answer, p.metadata["claimed_value"])
 
@@ -634,7 +646,7 @@ def test_a_hover_claims_value_is_stated_in_its_relation_whatever_the_label(name)
     value that was one of the chain's entities ("The mayor of Tarnfell was born in Tarnfell")
     was always NOT_SUPPORTED. Now every claim's value is stated in its relation by some document,
     so that rule reads a coin's 50%, and no claim names an entity twice."""
-    problems = get_task(name).problems("train", 400, seed=0)
+    problems = _hover_problems(name, 400)
     assert all(_stated_in_the_claims_relation(p) for p in problems), name
     for p in problems:
         claim, value = p.metadata["claim"], p.metadata["claimed_value"]
@@ -660,7 +672,7 @@ def test_whether_another_document_mentions_the_value_stating_one_says_nothing_ab
     92% of hover_easy's labels right, 80% of hover's and 64% of hover_hard's without following
     the chain. Now a document mentions the subject whatever the label, and the rule reads a coin
     (the same signal one level further out is the next test's)."""
-    problems = get_task(name).problems("train", 600, seed=0)
+    problems = _hover_problems(name, 600)
     right = 0
     for p in problems:
         docs, stating = _value_stating_documents(p)
@@ -678,7 +690,7 @@ def test_whether_the_value_stating_subjects_mentioner_is_mentioned_says_nothing_
     turn. "A document naming the stating subject is itself named, so SUPPORTED" read 69% of
     hover's labels and 72% of hover_hard's without looking at the claim's entity. A false value
     is now a twin chain's, with the true one's ancestry, and the rule reads a coin."""
-    problems = get_task(name).problems("train", 600, seed=0)
+    problems = _hover_problems(name, 600)
     right = 0
     for p in problems:
         docs, stating = _value_stating_documents(p)
@@ -718,7 +730,7 @@ def test_only_the_chain_from_the_claims_entity_decides_a_hover_label(name):
     same relations from another start, ending on the false value whatever the label (and one
     along the swapped relations, ending on the truth): that rule reads a coin, and the same
     walk from the claim's entity reads every label."""
-    problems = get_task(name).problems("train", 400, seed=0)
+    problems = _hover_problems(name, 400)
     any_start = from_entity = 0
     for p in problems:
         value = p.metadata["claimed_value"]
@@ -738,7 +750,7 @@ def test_following_any_links_from_the_claims_entity_says_nothing_about_the_label
     without reading one relation. The false value is now also reached from the claim's entity,
     through each sibling-bearing hop swapped for its sibling (lives in for born in, led by for
     founded by, ...), and the rule reads a coin: only the relations tell the paths apart."""
-    problems = get_task(name).problems("train", 400, seed=0)
+    problems = _hover_problems(name, 400)
     right = 0
     for p in problems:
         body = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
@@ -780,10 +792,11 @@ SIBLING_FACTS = ("was born in ", "lives in", "was founded by", "is led by", "The
 def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label(name):
     """The false value was reached from the claim's entity through one swapped hop, chosen among
     those with a sibling relation: reading the claim's relations but one such hop's read 71-89%
-    of the labels ("the chain's last document names the value": 75-81%). Every sibling-bearing
-    hop now has its swapped path to the false value, and each rule reads a coin, while reading
-    every relation reads every label. (A hop without a sibling is read right by its type alone.)"""
-    problems = get_task(name).problems("train", 600, seed=0)
+    of the labels ("the chain's last document names the value": 75-81%). Swapping any
+    sibling-bearing hop now flips a path's end between the two values, so each rule reads a
+    coin, while reading every relation reads every label. (A hop without a sibling is read right
+    by its type alone.)"""
+    problems = _hover_problems(name, 600)
     for hop in range(1, 5):
         cases = [p for p in problems if p.metadata["hops"] >= hop and "born in the year" not in p.metadata["chain"][hop - 1]["fact"]
                  and any(w in p.metadata["chain"][hop - 1]["fact"] for w in SIBLING_FACTS)]
@@ -794,6 +807,27 @@ def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label
     assert all(_walk_with_one_hop_free(p, 0) == (p.answer == "SUPPORTED") for p in problems)
 
 
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_counting_the_documents_that_name_the_value_says_nothing_about_the_label(name):
+    """With every one-swap path from the claim's entity ending on the false value, the false value
+    was reached by as many paths as the claim has sibling-bearing hops, the truth by one: "walk
+    k-1 links of any kind from the claim's entity; two or more documents reached name the value,
+    so NOT_SUPPORTED" read 74% / 80% / 87% of the labels. A swap now flips a path's end (an even
+    number of swaps from the claim's entity ends on the truth, an odd one on the false value), so
+    each value is reached by as many paths, and the rule reads a coin."""
+    problems = _hover_problems(name, 600)
+    right = 0
+    for p in problems:
+        body = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
+        docs = dict(re.findall(r"^\[\d+\] ([^:]+): (.*)$", body, re.M))
+        reached = {list(docs)[p.metadata["chain"][0]["doc"] - 1]}
+        for _ in range(p.metadata["hops"] - 1):
+            reached = {t for d in reached for t in docs if t != d and t in docs[d]}
+        naming = sum(p.metadata["claimed_value"] in docs[d] for d in reached)
+        right += ("NOT_SUPPORTED" if naming >= 2 else "SUPPORTED") == p.answer
+    assert right / len(problems) < 0.56, (name, right / len(problems))
+
+
 @pytest.mark.parametrize("name", ["hover", "hover_hard"])
 def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label(name):
     """A draft of the square whose paths could meet (never committed) stated the false value and
@@ -801,7 +835,7 @@ def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label
     labels. Paths that meet are refused, and each value is stated by as many documents."""
     import collections
 
-    problems = get_task(name).problems("train", 1000, seed=0)
+    problems = _hover_problems(name, 1000)
     cells = collections.defaultdict(collections.Counter)
     for p in problems:
         docs, stating = _value_stating_documents(p)

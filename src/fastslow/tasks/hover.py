@@ -4,21 +4,23 @@ Each problem draws a small consistent world (people, towns, regions, organisatio
 years, linked by functional relations), writes one short evidence document per entity, and
 states a claim along a chain of 2–4 relations ("The birthplace of the founder of Kestrel
 Records lies in the Arvale region."). Some relations have a sibling of the same types (born in /
-lives in, founded by / led by, mayor / deputy mayor, created by / dedicated to). The false value
-is reached from the claim's entity through each sibling-bearing hop swapped for its sibling
-("the birthplace of the *head* of Kestrel Records"), and along the claim's own relations from a
-*twin* start of the claim's entity's kind ("... of the founder of Lumen Press"), whose swapped
-paths end on the true value. All these paths, which never meet, are shown whatever the label
-(see `_square`), so only the claim's entity and every one of its relations together decide it.
-A NOT_SUPPORTED claim names the false value. Labels are balanced; the documents of either label
-are drawn alike, with a few random distractors beside the paths.
+lives in, founded by / led by, mayor / deputy mayor, created by / dedicated to); a claim has one
+or two hops whose relation has one. The documents show a path along every variant of the
+claim's relations (each such hop as claimed or swapped for its sibling) from the claim's entity
+and from a *twin* start of its kind ("... of the founder of Lumen Press"): from the claim's
+entity an even number of swaps ends on the true value and an odd number on the false one, from
+the twin the reverse, and no two paths meet (see `_square`). So each value is reached as often
+from either start, and only the claim's entity and every one of its relations together decide
+the label. A NOT_SUPPORTED claim names the false value. Labels are balanced; the documents of
+either label are drawn alike, with a few random distractors beside the paths.
 
 `hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and for a year-valued
-claim the swapped path whose own year is nearest the truth names the false value.
+claim the false year is the one-swap path's nearest the truth.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -192,7 +194,7 @@ class HoverTask(GeneratedTask):
         label = LABELS[(index + flip) % 2]
         # New worlds for the drawn hops until one holds a square: a rejected candidate drew its
         # hops again, and long chains, whose paths meet more often, grew rare (8% of hover's 4 hops)
-        for _ in range(12):
+        for _ in range(40):
             world = World(rng, size={"easy": 5, "default": 20, "hard": 28}[self.difficulty])
             chain = _chain(world, rng, hops)
             if chain is None:
@@ -207,13 +209,13 @@ class HoverTask(GeneratedTask):
                 break
         else:
             return None
-        shown = square.documents()
+        shown = list(square.docs)
         pool = [e for e in world.documented() if e not in shown]
         n_distract = {"easy": 1, "default": rng.randint(0, 2), "hard": rng.randint(1, 3)}[self.difficulty]
         shown += rng.sample(pool, min(n_distract, len(pool)))
         rng.shuffle(shown)
         docs = [(e.name, _document(world, e)) for e in shown]
-        claimed = truth if label == "SUPPORTED" else square.swapped[square.swap][-1]
+        claimed = truth if label == "SUPPORTED" else square.near_miss[-1]
         claim = _claim(ents, rels, claimed)
         doc_no = {e.name: i + 1 for i, e in enumerate(shown)}
         facts = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)}
@@ -230,11 +232,11 @@ class HoverTask(GeneratedTask):
             "twin_start": square.twin[0].name, "swapped_hop": square.swap, "n_docs": len(docs),
         }
         if label == "NOT_SUPPORTED":
-            i, path = square.swap, square.swapped[square.swap]
+            i, path = square.swap, square.near_miss
             meta["decoy_chain"] = [{"doc": doc_no[s.name], "fact": _fact(s, r, o)} for s, r, o in
-                                   zip(path[:-1], _swap(rels, i), path[1:], strict=True)][i - 1:]
+                                   zip(path[:-1], _variant(rels, frozenset([i])), path[1:], strict=True)][i - 1:]
             meta["perturbation"] = (f"the claimed value is reached from {_title(ents[0])} with "
-                                    f"'{_noun(ents[i - 1], _swap(rels, i)[i - 1])}' at hop {i} in place of the claim's "
+                                    f"'{_noun(ents[i - 1], _SIBLINGS[rels[i - 1]])}' at hop {i} in place of the claim's "
                                     f"'{_noun(ents[i - 1], rels[i - 1])}', and along the claim's relations from "
                                     f"{_title(square.twin[0])}")
         return Candidate(prompt=prompt, answer=label, metadata=meta)
@@ -279,25 +281,24 @@ def _chain(world: World, rng: random.Random, hops: int) -> tuple[list[Entity], l
 
 @dataclass
 class _Square:
-    """The paths a problem shows: from the claim's entity e0 and from a twin start x0 of its kind,
-    each along the claim's relations and along them with one sibling-bearing hop's relation
-    swapped for its sibling, one path per such hop. e0's claim path ends on the truth and its
-    swapped paths on the false value; x0's claim path ends on the false value and its swapped
-    paths on the truth. A path is its entities e0 .. ek; a path swapped at hop j shares its
-    start's first j entities."""
+    """The paths a problem shows, from the claim's entity e0 and from a twin start x0 of its kind:
+    one along each variant of the claim's relations, a variant being the set of sibling-bearing
+    hops whose relation it swaps for the sibling. From e0 a variant swapping an even number of
+    hops ends on the truth (the claim's own relations, none swapped, among them), an odd number
+    on the false value; from x0 the reverse. A path is its entities e0 .. ek."""
 
-    claim: list[Entity]
-    swapped: dict[int, list[Entity]]  # hop j (1 .. k) -> e0's path with hop j's relation swapped
-    twin: list[Entity]
-    twin_swapped: dict[int, list[Entity]]
-    swap: int  # the hop of the swapped path shown as the near miss (its false value is its own)
+    paths: dict[frozenset[int], list[Entity]]
+    twin_paths: dict[frozenset[int], list[Entity]]
+    swap: int  # the hop whose one-swap variant from e0 is shown as the near miss
+    docs: list[Entity]  # every path's documented entities (all but its end), each once
 
-    def documents(self) -> list[Entity]:
-        """The entities whose documents state the paths' facts, each once."""
-        out = self.claim[:-1] + self.twin[:-1]
-        for j in sorted(self.swapped):
-            out += self.swapped[j][j:-1] + self.twin_swapped[j][j:-1]
-        return out
+    @property
+    def twin(self) -> list[Entity]:
+        return self.twin_paths[frozenset()]
+
+    @property
+    def near_miss(self) -> list[Entity]:
+        return self.paths[frozenset([self.swap])]
 
 
 def _walk(world: World, start: Entity, rels: list[str]) -> list[Entity]:
@@ -305,6 +306,11 @@ def _walk(world: World, start: Entity, rels: list[str]) -> list[Entity]:
     for r in rels:
         path.append(world.get(path[-1], r))
     return path
+
+
+def _variant(rels: list[str], swapped: frozenset[int]) -> list[str]:
+    """`rels` with the relation of each hop in `swapped` (1 .. k) replaced by its sibling."""
+    return [_SIBLINGS[r] if j in swapped else r for j, r in enumerate(rels, start=1)]
 
 
 def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
@@ -332,95 +338,90 @@ def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
     return True
 
 
-def _swap(rels: list[str], j: int) -> list[str]:
-    """`rels` with hop j's (1 .. k) relation replaced by its sibling."""
-    return rels[:j - 1] + [_SIBLINGS[rels[j - 1]]] + rels[j:]
+#: At most this many of a claim's hops have a sibling: each doubles the paths shown (a claim with
+#: two shows 8 paths, 15-23 documents on hover_hard's 4 hops; three would show 16).
+MAX_SIBLING_HOPS = 2
 
 
-def _end(path: list[Entity], j: int, rels: list[str]) -> tuple[Entity, str]:
-    """The subject and relation of the fact that ends a path swapped at hop j (the last one's
-    sibling when j is the last hop)."""
-    return path[-2], (_swap(rels, j) if j == len(rels) else rels)[-1]
-
-
-def _paths(world: World, start: Entity, rels: list[str], hops: list[int]) -> tuple[list[Entity], dict[int, list[Entity]]] | None:
-    """The path from `start` along `rels` and, for each hop j of `hops`, along them with hop j
-    swapped; None unless their documented entities (all but the ends) are distinct: a swapped
-    path that rejoined another (a person born and living in one town; a university many people
-    attended) would end on its value whatever its hop's relation."""
-    path = _walk(world, start, rels)
-    swapped = {j: _walk(world, start, _swap(rels, j)) for j in hops}
-    inner = path[:-1] + [e for j, p in swapped.items() for e in p[j:-1]]
-    return (path, swapped) if len({id(e) for e in inner}) == len(inner) else None
+def _tree(world: World, start: Entity, rels: list[str],
+          hops: list[int]) -> tuple[dict[frozenset[int], list[Entity]], list[Entity]] | None:
+    """The paths from `start` along every variant of `rels` over `hops`, and their documented
+    entities, each once; None if two paths meet (a person born and living in one town, a
+    university many people attended): the variants of the hops before the meeting would end alike."""
+    variants = [frozenset(c) for n in range(len(hops) + 1) for c in itertools.combinations(hops, n)]
+    paths = {v: _walk(world, start, _variant(rels, v)) for v in variants}
+    nodes: dict[tuple[frozenset[int], int], Entity] = {}
+    for v, path in paths.items():
+        for depth in range(len(rels)):  # entity `depth` follows hops 1 .. depth
+            nodes[frozenset(j for j in v if j <= depth), depth] = path[depth]
+    inner = list(nodes.values())
+    return (paths, inner) if len({id(e) for e in inner}) == len(inner) else None
 
 
 def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str], near: bool) -> _Square | None:
-    """The claim's chain completed to a `_Square`, setting the last fact of every path but the
-    claim's and the near miss's so that the ends cross as it says (each set fact one the world
-    could have drawn: a year within the spans it draws years in); or None.
+    """The claim's chain completed to a `_Square`, setting the last fact of every path whose end
+    the world did not already make the square's (each set fact one the world could have drawn:
+    a year within the spans it draws years in); or None.
 
-    A false value drawn any other way was told from the true one without reading the claim whole:
-    a value never mentioned, or mentioned only in another relation, or stated by a subject no
-    document mentions, or by one whose mentioner nobody mentions (57-92% of hover_easy's,
-    hover's and hover_hard's labels read right); following the claim's relations from any
-    start (73-91%); following any k links from the claim's entity (99%, with a twin chain from
-    another start shown); ignoring one sibling-bearing hop's relation, with the false value
-    reached through one swapped hop only (71-89%; "the chain's last document names the value",
-    75-81%); how many documents state the value (56-58% on hover_hard, while paths could merge).
-    Here the truth and the false value are each reached along the claim's relations from one
-    start and, through every sibling-bearing hop swapped, from the other, by paths that never
-    meet: each value is stated by as many documents, in each relation, and only the claim's
-    entity and every one of its relations together tell them apart."""
+    A false value drawn any other way was told from the true one without reading the claim whole
+    (each rule below read the labels of hover_easy, hover and hover_hard above a coin): a value
+    never mentioned, or mentioned only in another relation, or stated by a subject no document
+    mentions, or by one whose mentioner nobody mentions (57-92%); following the claim's relations
+    from any start (73-91%); following any k links from the claim's entity (99%, with a twin
+    chain from another start shown); ignoring one sibling-bearing hop's relation (71-89%, with the
+    false value reached through one swapped hop); counting the documents, reached by any links
+    from the claim's entity, that name the value (74-87%, with every one-swap path ending on the
+    false value). In the square every hop's swap flips the end, each value is reached by as many
+    paths from either start, and the paths never meet: only the claim's entity and every one of
+    its relations together tell the truth from the false value."""
     k, truth = len(rels), ents[-1]
     hops = [j for j in range(1, k + 1) if rels[j - 1] in _SIBLINGS]
-    found = _paths(world, ents[0], rels, hops) if hops else None
+    if not hops or len(hops) > MAX_SIBLING_HOPS:
+        return None
+    found = _tree(world, ents[0], rels, hops)
     if found is None:
         return None
-    swapped = found[1]
+    paths, inner = found
     names = {e.name for e in ents}
-    options = [j for j, p in swapped.items() if p[-1].name not in names]
+    options = [j for j in hops if paths[frozenset([j])][-1].name not in names]
     if not options:
         return None
     rng.shuffle(options)
     if near and truth.type == "year":
-        options.sort(key=lambda j: abs(int(swapped[j][-1].name) - int(truth.name)))
+        options.sort(key=lambda j: abs(int(paths[frozenset([j])][-1].name) - int(truth.name)))
     miss = options[0]
-    value = swapped[miss][-1]
-    ends = {truth.name, value.name}
-    inner = ents[:-1] + [e for j, p in swapped.items() for e in p[j:-1]]
-    if ends & {e.name for e in inner}:
+    value = paths[frozenset([miss])][-1]
+    if {truth.name, value.name} & {e.name for e in inner}:
         return None
+
+    def end(v: frozenset[int], twin: bool) -> Entity:
+        return (value if twin else truth) if len(v) % 2 == 0 else (truth if twin else value)
+
     starts = [x for x in world.entities(ents[0].type) if x is not ents[0] and x.kind == ents[0].kind]
     rng.shuffle(starts)
     for x0 in starts:
-        twin_found = _paths(world, x0, rels, hops)
+        twin_found = _tree(world, x0, rels, hops)
         if twin_found is None:
             continue
-        twin, twin_swapped = twin_found
-        docs = twin[:-1] + [e for j, p in twin_swapped.items() for e in p[j:-1]]
-        if {id(e) for e in docs} & {id(e) for e in inner} or ends & {e.name for e in docs}:
+        twin_paths, twin_inner = twin_found
+        if {id(e) for e in twin_inner} & {id(e) for e in inner} or {truth.name, value.name} & {e.name for e in twin_inner}:
             continue
-        sets = ([(*_end(p, j, rels), value) for j, p in swapped.items() if j != miss] + [(twin[-2], rels[-1], value)]
-                + [(*_end(p, j, rels), truth) for j, p in twin_swapped.items()])
+        sets = [(p[-2], _variant(rels, v)[-1], end(v, twin)) for twin, ps in ((False, paths), (True, twin_paths))
+                for v, p in ps.items() if p[-1] is not end(v, twin)]
         if not all(_fits(world, *fact) for fact in sets):
             continue
         saved = [(subject, rel, world.get(subject, rel)) for subject, rel, _ in sets]
         for subject, rel, v in sets:
             world._set(subject, rel, v)
-        square = _Square(ents, _walk_all(world, ents[0], rels, hops), _walk(world, x0, rels),
-                         _walk_all(world, x0, rels, hops), miss)
-        if (_walk(world, ents[0], rels) == ents and square.twin[:-1] == twin[:-1] and square.twin[-1] is value
-                and all(square.swapped[j][:-1] == p[:-1] and square.swapped[j][-1] is value for j, p in swapped.items())
-                and all(square.twin_swapped[j][:-1] == p[:-1] and square.twin_swapped[j][-1] is truth
-                        for j, p in twin_swapped.items())):
+        square = _Square({v: _walk(world, ents[0], _variant(rels, v)) for v in paths},
+                         {v: _walk(world, x0, _variant(rels, v)) for v in twin_paths}, miss, inner + twin_inner)
+        if all(square.paths[v][:-1] == p[:-1] and square.paths[v][-1] is end(v, False) for v, p in paths.items()) \
+                and all(square.twin_paths[v][:-1] == p[:-1] and square.twin_paths[v][-1] is end(v, True)
+                        for v, p in twin_paths.items()):
             return square
         for subject, rel, v in saved:  # a set fact moved another path (a relation used twice): undone
             world._set(subject, rel, v)
     return None
-
-
-def _walk_all(world: World, start: Entity, rels: list[str], hops: list[int]) -> dict[int, list[Entity]]:
-    return {j: _walk(world, start, _swap(rels, j)) for j in hops}
 
 
 def _noun(s: Entity, r: str) -> str:
