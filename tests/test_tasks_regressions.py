@@ -828,6 +828,32 @@ def test_counting_the_documents_that_name_the_value_says_nothing_about_the_label
     assert right / len(problems) < 0.56, (name, right / len(problems))
 
 
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_a_claimed_birth_year_fits_the_organisation_or_work_whatever_the_label(name):
+    """The world draws an organisation's founding 24-60 years after its founder's birth and a
+    work 20-55 years after its creator's, but a head's or a dedicatee's birth year anywhere: in
+    "The head of X was born in Y" the false value was the founder's year or the true one the
+    head's, and "does Y fit X's founding year" read 73% / 87% / 84% of such claims. Every path's
+    year now fits, so every claimed year does, whatever the label."""
+    spans = {"was founded by": 24, "is led by": 24, "written by": 20, "recorded by": 20, "directed by": 20,
+             "is dedicated to": 20}
+    cases = 0
+    for p in _hover_problems(name, 1200):
+        chain = p.metadata["chain"]
+        if len(chain) < 2 or "born in the year" not in chain[-1]["fact"]:
+            continue
+        words = [w for w in spans if w in chain[-2]["fact"]]
+        if not words:
+            continue
+        body = p.prompt.split("Documents:\n")[1].split("\n\nClaim:")[0]
+        document = re.findall(r"^\[\d+\] [^:]+: (.*)$", body, re.M)[chain[-2]["doc"] - 1]
+        year = int(re.search(r"(?:founded|published|released) in (\d{4})\.", document).group(1))
+        lo, hi = (24, 60) if spans[words[0]] == 24 else (20, 55)
+        assert lo <= year - int(p.metadata["claimed_value"]) <= hi, (p.id, p.answer, chain, document)
+        cases += 1
+    assert cases >= 3, cases  # such claims are rare now (about 0.5%): the rest of a square rarely fits too
+
+
 @pytest.mark.parametrize("name", ["hover", "hover_hard"])
 def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label(name):
     """A draft of the square whose paths could meet (never committed) stated the false value and

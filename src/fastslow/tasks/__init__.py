@@ -3,7 +3,7 @@
 Offline tasks (no network): codeio, math, stargraph, hover, physics. Difficulty is one
 constructor option, `difficulty` in {"easy", "default", "hard"}; variants are registered on top
 of it as `<task>_easy` / `<task>_hard` (e.g. `hover_hard` = HoVer-hard: 3–4 hops, more
-distractors, near-miss perturbations). A task built with options reports the canonical name
+distractors, near-miss years). A task built with options reports the canonical name
 (`get_task("hover", difficulty="hard").name == "hover_hard"`), and every problem carries it, so
 `get_task(problem.task)` can score a stored problem.
 
