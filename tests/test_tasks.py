@@ -329,7 +329,7 @@ def test_hover_labels_balanced_and_claims_sound() -> None:
                 assert fact["fact"] in p.prompt
             assert (m["claimed_value"] == m["true_value"]) == (p.answer == "SUPPORTED")
             assert f"] {m['twin_start']}: " in p.prompt  # the twin chain's start is shown, whatever the label
-            if p.answer == "NOT_SUPPORTED":  # the false value is the twin's, its chain in the documents
+            if p.answer == "NOT_SUPPORTED":  # the near miss (a one-swap path from the claim's entity) is shown
                 assert all(f["fact"] in p.prompt for f in m["decoy_chain"])
                 assert m["decoy_chain"][-1]["fact"].endswith(f"{m['claimed_value']}.") or \
                     f"the {m['claimed_value']} region" in m["decoy_chain"][-1]["fact"]

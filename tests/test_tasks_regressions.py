@@ -607,14 +607,19 @@ def _hover_problems(name: str, n: int) -> list:
 def test_the_number_of_hover_documents_says_nothing_about_the_label(name):
     """The neighbouring chain's documents were shown only for NOT_SUPPORTED claims (but on hard),
     so the document count alone told the label: 74% right on hover_easy, 62% on hover. Now the
-    majority label of each (hops, documents) cell is right about as often as a coin."""
+    majority label of each (hops, documents) cell, fitted on 600 problems, reads the next 600
+    about as well as a coin (read on the problems it was fitted on, the many small cells of
+    today's varied counts overfit: 57% on hover)."""
     import collections
 
     problems = _hover_problems(name, 1200)
     cells = collections.defaultdict(collections.Counter)
-    for p in problems:
+    for p in problems[:600]:
         cells[p.metadata["hops"], p.metadata["n_docs"]][p.answer] += 1
-    assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56
+    rule = {cell: c.most_common(1)[0][0] for cell, c in cells.items()}
+    held_out = problems[600:]
+    right = sum(rule.get((p.metadata["hops"], p.metadata["n_docs"]), "SUPPORTED") == p.answer for p in held_out)
+    assert right / len(held_out) < 0.56, (name, right / len(held_out))
 
 
 @pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
@@ -797,13 +802,16 @@ def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label
     coin, while reading every relation reads every label. (A hop without a sibling is read right
     by its type alone.)"""
     problems = _hover_problems(name, 600)
+    checked = 0
     for hop in range(1, 5):
         cases = [p for p in problems if p.metadata["hops"] >= hop and "born in the year" not in p.metadata["chain"][hop - 1]["fact"]
                  and any(w in p.metadata["chain"][hop - 1]["fact"] for w in SIBLING_FACTS)]
         if len(cases) < 100:
             continue
         right = sum(("SUPPORTED" if _walk_with_one_hop_free(p, hop) else "NOT_SUPPORTED") == p.answer for p in cases)
-        assert right / len(cases) < 0.58, (name, hop, right / len(cases), len(cases))
+        assert right / len(cases) < 0.56, (name, hop, right / len(cases), len(cases))
+        checked += 1
+    assert checked >= 2, (name, checked)
     assert all(_walk_with_one_hop_free(p, 0) == (p.answer == "SUPPORTED") for p in problems)
 
 
@@ -834,7 +842,8 @@ def test_a_claimed_birth_year_fits_the_organisation_or_work_whatever_the_label(n
     work 20-55 years after its creator's, but a head's or a dedicatee's birth year anywhere: in
     "The head of X was born in Y" the false value was the founder's year or the true one the
     head's, and "does Y fit X's founding year" read 73% / 87% / 84% of such claims. Every path's
-    year now fits, so every claimed year does, whatever the label."""
+    year now fits (`_square`), so the claimed year does whatever the label, and the rule reads
+    nothing."""
     spans = {"was founded by": 24, "is led by": 24, "written by": 20, "recorded by": 20, "directed by": 20,
              "is dedicated to": 20}
     cases = 0

@@ -10,8 +10,8 @@ claim's relations (each such hop as claimed or swapped for its sibling) from the
 and from a *twin* start of its kind ("... of the founder of Lumen Press"): from the claim's
 entity an even number of swaps ends on the true value and an odd number on the false one, from
 the twin the reverse, and no two paths meet (see `_square`). So each value is reached as often
-from either start, and only the claim's entity and every one of its relations together decide
-the label. A NOT_SUPPORTED claim names the false value. Labels are balanced; the documents of
+from either start, and only the claim's entity and every one of its sibling-bearing relations
+together decide the label (the other hops are settled by their types). A NOT_SUPPORTED claim names the false value. Labels are balanced; the documents of
 either label are drawn alike, with a few random distractors beside the paths.
 
 `hover_hard` (difficulty "hard"): 3–4 hops, more distractor documents, and for a year-valued
@@ -49,9 +49,10 @@ _PERSON_NAMES = tuple(f"{f} {a}{b}" for f in _FIRST for a in _SUR_A for b in _SU
 # not a surname too ("The mayor of Corford is Tobin Corford" named the town twice)
 _TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B if a + b not in {x + y for x in _SUR_A for y in _SUR_B})
 _WORK_TITLES = tuple(f"The {a} {b}" for a in _WORK_ADJ for b in _WORK_NOUN)
-# Organisation kinds: (name suffix, the kind of works they publish or None).
+# Organisation kinds: their names' suffix.
 _ORG_KINDS = {"university": "University", "press": "Press", "label": "Records", "studio": "Studios"}
-# Work kinds: (creator verb, creator noun phrase, publisher kind, publisher verb/noun, year verb).
+# Work kinds: (creator verb, creator noun phrase, publisher kind, publisher verb, publisher noun
+# phrase, year verb).
 _WORK_KINDS = {
     "novel": ("written by", "the author of", "press", "published by", "the publisher of", "published in"),
     "album": ("recorded by", "the artist who recorded", "label", "released by", "the label that released",
@@ -127,7 +128,6 @@ class World:
         return self.people + self.towns + self.orgs + self.works
 
 
-# relation -> (subject type, object type, fact, noun phrase for the object or None if terminal, claim)
 def _rel_text(s: Entity, r: str) -> tuple[str, str | None, str]:
     """(fact template, noun-phrase template or None, claim template) for relation r of s."""
     if s.type == "work":
@@ -155,8 +155,8 @@ def _rel_text(s: Entity, r: str) -> tuple[str, str | None, str]:
 _RELATIONS = {"person": ("born_in", "lives_in", "birth_year", "studied_at"), "place": ("region", "mayor", "deputy_mayor"),
               "org": ("founded_by", "led_by", "based_in", "founded_year"),
               "work": ("creator", "dedicated_to", "publisher", "year")}
-# Sibling relations: of one subject type, to one object type; a false value is reached from the
-# claim's entity with one hop's relation swapped for its sibling.
+# Sibling relations: of one subject type, to one object type. A claim's hop whose relation has one
+# is shown swapped too (`_square`).
 _SIBLINGS = {"born_in": "lives_in", "lives_in": "born_in", "founded_by": "led_by", "led_by": "founded_by",
              "creator": "dedicated_to", "dedicated_to": "creator", "mayor": "deputy_mayor",
              "deputy_mayor": "mayor"}
@@ -204,9 +204,8 @@ class HoverTask(GeneratedTask):
                 continue
             ents, rels = chain
             truth = ents[-1]
-            # The false value is reached from the claim's entity along the claim's relations with
-            # a sibling-bearing hop swapped, and from a twin start along the claim's relations;
-            # the truth from the twin along the swapped ones too. All paths shown whatever the label.
+            # Every variant of the claim's relations (its sibling-bearing hops as claimed or swapped)
+            # from the claim's entity and from a twin start, shown whatever the label (`_square`).
             square = _square(world, rng, ents, rels, near=hard)
             if square is not None:
                 break
@@ -232,7 +231,7 @@ class HoverTask(GeneratedTask):
         meta: dict[str, Any] = {
             "claim": claim, "hops": hops, "label": label, "chain": facts,
             "true_statement": _claim(ents, rels, truth), "true_value": truth.name, "claimed_value": claimed.name,
-            "twin_start": square.twin[0].name, "swapped_hop": square.swap, "n_docs": len(docs),
+            "twin_start": square.twin[0].name, "n_docs": len(docs),
         }
         if label == "NOT_SUPPORTED":
             i, path = square.swap, square.near_miss
@@ -341,8 +340,8 @@ def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
     return True
 
 
-#: At most this many of a claim's hops have a sibling: each doubles the paths shown (a claim with
-#: two shows 8 paths, 15-23 documents on hover_hard's 4 hops; three would show 16).
+#: At most this many of a claim's hops have a sibling: each doubles the paths shown (with two, 4
+#: from each start: up to 22 documents on 4 hops, before distractors; with three it would be 8).
 MAX_SIBLING_HOPS = 2
 
 
@@ -374,9 +373,10 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
     chain from another start shown); ignoring one sibling-bearing hop's relation (71-89%, with the
     false value reached through one swapped hop); counting the documents, reached by any links
     from the claim's entity, that name the value (74-87%, with every one-swap path ending on the
-    false value). In the square every hop's swap flips the end, each value is reached by as many
-    paths from either start, and the paths never meet: only the claim's entity and every one of
-    its relations together tell the truth from the false value."""
+    false value). In the square every sibling-bearing hop's swap flips the end, each value is
+    reached by as many paths from either start, and the paths never meet: only the claim's entity
+    and every one of its sibling-bearing relations together tell the truth from the false value
+    (a hop without a sibling is settled by the types alone: its subject has one fact of its kind)."""
     k, truth = len(rels), ents[-1]
     hops = [j for j in range(1, k + 1) if rels[j - 1] in _SIBLINGS]
     if not hops or len(hops) > MAX_SIBLING_HOPS:
@@ -386,7 +386,10 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
         return None
     paths, inner = found
     names = {e.name for e in ents}
-    options = [j for j in hops if paths[frozenset([j])][-1].name not in names]
+    # the near miss: a one-swap path whose own end is another value, one the claim's subject could
+    # hold by the world's years, and none of the documented entities' names
+    options = [j for j in hops if paths[frozenset([j])][-1].name not in names | {e.name for e in inner}
+               and _fits(world, ents[-2], rels[-1], paths[frozenset([j])][-1])]
     if not options:
         return None
     rng.shuffle(options)
@@ -394,7 +397,7 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
         options.sort(key=lambda j: abs(int(paths[frozenset([j])][-1].name) - int(truth.name)))
     miss = options[0]
     value = paths[frozenset([miss])][-1]
-    if {truth.name, value.name} & {e.name for e in inner}:
+    if truth.name in {e.name for e in inner}:
         return None
 
     def end(v: frozenset[int], twin: bool) -> Entity:
@@ -428,17 +431,14 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
                 for v, p in ps.items() if p[-1] is not end(v, twin)]
         if not all(_fits(world, *fact) for fact in sets):
             continue
-        saved = [(subject, rel, world.get(subject, rel)) for subject, rel, _ in sets]
-        for subject, rel, v in sets:
+        for subject, rel, v in sets:  # each read by its own path alone: `_tree` keeps the paths apart
             world._set(subject, rel, v)
         square = _Square({v: _walk(world, ents[0], _variant(rels, v)) for v in paths},
                          {v: _walk(world, x0, _variant(rels, v)) for v in twin_paths}, miss, inner + twin_inner)
-        if all(square.paths[v][:-1] == p[:-1] and square.paths[v][-1] is end(v, False) for v, p in paths.items()) \
-                and all(square.twin_paths[v][:-1] == p[:-1] and square.twin_paths[v][-1] is end(v, True)
-                        for v, p in twin_paths.items()):
-            return square
-        for subject, rel, v in saved:  # a set fact moved another path (a relation used twice): undone
-            world._set(subject, rel, v)
+        assert all(square.paths[v][:-1] == p[:-1] and square.paths[v][-1] is end(v, False) for v, p in paths.items())
+        assert all(square.twin_paths[v][:-1] == p[:-1] and square.twin_paths[v][-1] is end(v, True)
+                   for v, p in twin_paths.items())
+        return square
     return None
 
 
