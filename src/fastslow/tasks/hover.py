@@ -45,9 +45,10 @@ _ORG_WORDS = ("Kestrel Lumen Obsidian Harbor Juniper Copperleaf Silverline North
 _WORK_ADJ = "Glass Silent Hollow Crimson Last Paper Winter Sunken Iron Velvet Distant Burning".split()
 _WORK_NOUN = "Orchard Lantern Harbor Atlas Choir Garden Ledger Tide Signal Archive Compass Meadow".split()
 # Name pools, built once: worlds sample from them without replacement.
-_PERSON_NAMES = tuple(f"{f} {a}{b}" for f in _FIRST for a in _SUR_A for b in _SUR_B)
+_SURNAMES = tuple(a + b for a in _SUR_A for b in _SUR_B)
+_PERSON_NAMES = tuple(f"{f} {s}" for f in _FIRST for s in _SURNAMES)
 # not a surname too ("The mayor of Corford is Tobin Corford" named the town twice)
-_TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B if a + b not in {x + y for x in _SUR_A for y in _SUR_B})
+_TOWN_NAMES = tuple(a + b for a in _TOWN_A for b in _TOWN_B if a + b not in _SURNAMES)
 _WORK_TITLES = tuple(f"The {a} {b}" for a in _WORK_ADJ for b in _WORK_NOUN)
 # Organisation kinds: their names' suffix.
 _ORG_KINDS = {"university": "University", "press": "Press", "label": "Records", "studio": "Studios"}
@@ -315,28 +316,25 @@ def _variant(rels: list[str], swapped: frozenset[int]) -> list[str]:
     return [_SIBLINGS[r] if j in swapped else r for j, r in enumerate(rels, start=1)]
 
 
+def _within(year: Entity, birth_year: Entity, lo: int, hi: int) -> bool:
+    """Whether `year` falls `lo`-`hi` years after `birth_year` (a span `_YEAR_SPANS` names)."""
+    return lo <= int(year.name) - int(birth_year.name) <= hi
+
+
 def _fits(world: World, subject: Entity, rel: str, value: Entity) -> bool:
     """Whether `subject`'s `rel` may be set to `value` and keep the world's years as it draws them
     (an organisation founded 24-60 years after its founder's birth, a work made 20-55 after its
     creator's)."""
-    def within(year: Entity, person: Entity, lo: int, hi: int) -> bool:
-        return lo <= int(year.name) - int(world.get(person, "birth_year").name) <= hi
     if rel in ("founded_by", "creator"):
-        year_rel = {"founded_by": "founded_year", "creator": "year"}[rel]
-        _, lo, hi = _YEAR_SPANS[year_rel]
-        return within(world.get(subject, year_rel), value, lo, hi)
+        year_rel, lo, hi = _BIRTH_SPANS[rel]
+        return _within(world.get(subject, year_rel), world.get(value, "birth_year"), lo, hi)
     if rel in _YEAR_SPANS:
         person_rel, lo, hi = _YEAR_SPANS[rel]
-        return within(value, world.get(subject, person_rel), lo, hi)
-    if rel == "birth_year":
-        saved = world.get(subject, rel)
-        world._set(subject, rel, value)
-        try:
-            return all(within(world.get(d, year_rel), subject, lo, hi)
-                       for year_rel, (person_rel, lo, hi) in _YEAR_SPANS.items()
-                       for d in world.documented() if (d.name, person_rel) in world.rel and world.get(d, person_rel) is subject)
-        finally:
-            world._set(subject, rel, saved)
+        return _within(value, world.get(world.get(subject, person_rel), "birth_year"), lo, hi)
+    if rel == "birth_year":  # the organisations `subject` founded and the works it made
+        return all(_within(world.get(d, year_rel), value, lo, hi)
+                   for year_rel, (person_rel, lo, hi) in _YEAR_SPANS.items()
+                   for d in world.documented() if (d.name, person_rel) in world.rel and world.get(d, person_rel) is subject)
     return True
 
 
@@ -385,10 +383,10 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
     if found is None:
         return None
     paths, inner = found
-    names = {e.name for e in ents}
+    inner_names = {e.name for e in inner}
     # the near miss: a one-swap path whose own end is another value, one the claim's subject could
     # hold by the world's years, and none of the documented entities' names
-    options = [j for j in hops if paths[frozenset([j])][-1].name not in names | {e.name for e in inner}
+    options = [j for j in hops if paths[frozenset([j])][-1].name not in {e.name for e in ents} | inner_names
                and _fits(world, ents[-2], rels[-1], paths[frozenset([j])][-1])]
     if not options:
         return None
@@ -397,7 +395,7 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
         options.sort(key=lambda j: abs(int(paths[frozenset([j])][-1].name) - int(truth.name)))
     miss = options[0]
     value = paths[frozenset([miss])][-1]
-    if truth.name in {e.name for e in inner}:
+    if truth.name in inner_names:
         return None
 
     def end(v: frozenset[int], twin: bool) -> Entity:
@@ -411,7 +409,7 @@ def _square(world: World, rng: random.Random, ents: list[Entity], rels: list[str
         if rels[-1] != "birth_year" or k < 2 or rels[-2] not in _BIRTH_SPANS:
             return True
         year_rel, lo, hi = _BIRTH_SPANS[rels[-2]]
-        return all(lo <= int(world.get(p[-3], year_rel).name) - int(end(v, twin).name) <= hi for v, p in paths.items())
+        return all(_within(world.get(p[-3], year_rel), end(v, twin), lo, hi) for v, p in paths.items())
 
     if not plausible(paths, twin=False):
         return None
