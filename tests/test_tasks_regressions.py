@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -170,6 +171,8 @@ def test_integer_golds_compare_exactly_and_decimals_with_a_tolerance() -> None:
     assert numbers_close(0.1 + 0.2, 0.3) and numbers_close(0.333333333, 1 / 3)
     assert numbers_close(2.3500001, 2.35) and not numbers_close(2.36, 2.35)
     assert not numbers_close(float("nan"), 1.0) and not numbers_close(1.0, float("inf"))
+    # a tiny non-integer gold is matched relatively too: 0 (or 1e-10) is not 5e-10
+    assert not numbers_close(0.0, 5e-10) and not numbers_close(1e-10, 5e-10) and numbers_close(5.0000001e-10, 5e-10)
 
 
 def test_math_and_the_numeric_file_scorer_are_exact_on_integers(tmp_path: Path) -> None:
@@ -1052,8 +1055,15 @@ def test_an_answer_with_a_huge_number_scores_zero_without_an_error(tmp_path: Pat
     assert not json_equal(10**400, 1.5) and not json_equal(1.5, 10**400)
     assert json_equal(2399813805, 2399813805.0) and json_equal(10**300, 1e300)
     assert json_equal(6.02e23, 602000000000000000000000)  # the float gold written out
+    # a program's float("inf") is JSON's Infinity: it can be answered (it matched nothing before)
+    assert json_equal(float("inf"), json.loads("Infinity")) and json_equal([float("-inf")], [-math.inf])
+    assert not json_equal(math.inf, -math.inf) and not json_equal(math.inf, 1e308) and not json_equal(1e308, math.inf)
+    assert not json_equal(math.inf, 10**400) and not json_equal(math.inf, math.nan)
     codeio = get_task("codeio")
     p = Problem("c", "codeio", "...", json.dumps({"x": 1.5}), {})
+    inf = Problem("i", "codeio", "...", json.dumps({"x": math.inf}), {})
+    assert codeio.judge(inf, '<answer>{"x": Infinity}</answer>').reward == 1.0
+    assert codeio.judge(inf, '<answer>{"x": 1e308}</answer>').reward == 0.0
     assert codeio.judge(p, "<answer>{\"x\": " + "9" * 400 + "}</answer>").reward == 0.0
     stargraph = get_task("stargraph")
     (q,) = stargraph.problems("val", 1, seed=0)

@@ -158,14 +158,16 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     return None, f"the answer holds {len(numbers)} numbers; give exactly one"
 
 
-def numbers_close(got: float, expected: float, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
+def numbers_close(got: float, expected: float, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> bool:
     """Whether `got` is the number `expected`; the rule of the numeric answers (math task, the
     loaders' "numeric" scorer):
 
     - an integer-valued `expected` (42, -3, 176204232, 1e6) must be matched exactly — no relative
       tolerance, so 176204233 is wrong for 176204232 however large the gold;
-    - a non-integer `expected` (2.35, 1/3) is matched within `rel_tol` (or `abs_tol`), which only
-      absorbs decimal/float rounding ("0.333333" for 1/3, 0.1 + 0.2 for 0.3).
+    - a non-integer `expected` (2.35, 1/3) is matched within `rel_tol` (or `abs_tol`, none by
+      default), which only absorbs decimal/float rounding ("0.333333" for 1/3, 0.1 + 0.2 for 0.3).
+      A non-integer gold is never 0, so the relative tolerance is enough; an absolute one would
+      let 0 pass for any gold under it (5e-10).
 
     Integers beyond 2**53 compare as the floats they parse to. False (not an error) for
     non-finite inputs.
@@ -314,6 +316,8 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True
         x, y = float(a), float(b)  # CodeIO compares every number with a relative tolerance
+        if math.isinf(x) or math.isinf(y):  # a program's float('inf'), JSON's Infinity: the same infinity
+            return x == y
         return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rel_tol, abs_tol=1e-12)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k], rel_tol) for k in a)
