@@ -575,7 +575,12 @@ def test_a_runs_jobs_log_its_own_settings(tracking, monkeypatch):
     assert run.data.params["fast.pool_size"] == "4" and run.data.params["run.variant"] == "k4"
     assert not [k for k in run.data.params if k.startswith("experiments.")]
     assert (run.data.tags["fastslow.run"], run.data.tags["fastslow.variant"]) == ("ablations/fst/math-k4-s0", "k4")
-    assert run.data.tags["fastslow.versions"].startswith("torch==")  # every job: its libraries' versions
+    assert run.data.tags["fastslow.versions"].startswith("fastslow==")  # every job: its libraries' versions
+    # ...and whether its checkout was its commit (this one's: the test's working tree, clean or not)
+    from fastslow.tracking import git_modified
+
+    modified = git_modified()
+    assert run.data.tags["fastslow.git_dirty"] == ("unknown" if modified is None else str(bool(modified)).lower())
     assert run.data.tags["fastslow.threads"] == "2"  # ...and its threads
     with pytest.raises(ValueError, match="snakemake_job of run 'ablations/fst/math-k4-s0' was given run "
                                          "'ablations/fst/math-k1-s0'"), \
@@ -869,6 +874,40 @@ def test_the_libraries_versions_a_job_is_tagged_with():
     assert tagged["torch"] == version("torch") and tagged["trl"] == version("trl")
     assert {"transformers", "gepa", "reasoning-gym"} <= set(tagged)
     assert "vllm" not in tagged or tagged["vllm"] == version("vllm")  # only what is installed
+
+
+def test_a_jobs_source_tags_say_whether_its_checkout_was_its_commit(tmp_path, monkeypatch):
+    """`mlflow.source.git.commit` alone cannot give back a job run from an edited checkout: the
+    job is also tagged `fastslow.git_dirty` and, when dirty, the files that differ (tracked ones:
+    results/ and other untracked files do not count); outside a checkout, unknown."""
+    import subprocess
+
+    from fastslow.tracking import GIT_MODIFIED_SHOWN, git_tags
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # tmp_path is in no other checkout
+    assert git_tags(tmp_path) == {"mlflow.source.git.commit": "unknown", "fastslow.git_dirty": "unknown"}
+    git("init", "-q")
+    names = [f"f{i:02d}.py" for i in range(GIT_MODIFIED_SHOWN + 2)]
+    for name in names:
+        (tmp_path / name).write_text("x = 1\n")
+    git("add", *names)
+    git("commit", "-q", "-m", "one")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "new.json").write_text("{}")  # untracked: still the commit's code
+    assert git_tags(tmp_path) == {"mlflow.source.git.commit": commit, "fastslow.git_dirty": "false"}
+    (tmp_path / "f00.py").write_text("x = 2\n")
+    git("rm", "-q", "f01.py")  # staged changes count too
+    assert git_tags(tmp_path) == {"mlflow.source.git.commit": commit, "fastslow.git_dirty": "true",
+                                  "fastslow.git_modified": "f00.py, f01.py"}
+    for name in names[2:]:
+        (tmp_path / name).write_text("x = 3\n")
+    shown = git_tags(tmp_path)["fastslow.git_modified"]
+    assert shown.startswith("f00.py, f01.py, f02.py") and shown.endswith(f"{names[GIT_MODIFIED_SHOWN - 1]} and 2 more")
 
 
 def test_a_lock_is_known_by_sqlites_error_in_the_chain_not_only_by_the_wrappers_text(monkeypatch):

@@ -25,8 +25,9 @@ from fastslow.tracking import JobTracker, job_run
 
 RUN_WILDCARDS = ("experiment", "method", "run")
 
-#: The libraries whose versions decide a job's numbers, tagged on its MLflow run (`fastslow.versions`).
-VERSIONED_LIBRARIES = ("torch", "transformers", "trl", "gepa", "vllm", "reasoning-gym")
+#: The libraries whose versions decide a job's numbers, tagged on its MLflow run (`fastslow.versions`),
+#: fastslow's own first (its code digests say which code ran; its version names the release).
+VERSIONED_LIBRARIES = ("fastslow", "torch", "transformers", "trl", "gepa", "vllm", "reasoning-gym")
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

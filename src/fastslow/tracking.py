@@ -100,6 +100,39 @@ def git_commit(cwd: str | Path | None = None) -> str:
         return "unknown"
 
 
+#: The modified paths a job's `fastslow.git_modified` tag names; past these, how many more.
+GIT_MODIFIED_SHOWN = 20
+
+
+def git_modified(cwd: str | Path | None = None) -> list[str] | None:
+    """The checkout's tracked files that differ from its commit (staged or not), or None outside
+    a git checkout (an installed package, a copied tree). Untracked files (results/) are not read,
+    and git takes no lock (`--no-optional-locks`: many jobs may ask at once)."""
+    try:
+        out = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                             cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return [line[3:] for line in out.stdout.splitlines() if len(line) > 3]
+
+
+def git_tags(cwd: str | Path | None = None) -> dict[str, str]:
+    """A job's source tags: its commit (`mlflow.source.git.commit`) and whether the checkout
+    differed from it (`fastslow.git_dirty`: true, false or unknown; when true,
+    `fastslow.git_modified` names the files). The code digests (`fastslow.code`) say which
+    library code a job ran; these say whether the commit alone can give it back."""
+    tags = {"mlflow.source.git.commit": git_commit(cwd)}
+    modified = git_modified(cwd)
+    tags["fastslow.git_dirty"] = "unknown" if modified is None else str(bool(modified)).lower()
+    if modified:
+        shown = ", ".join(modified[:GIT_MODIFIED_SHOWN])
+        more = len(modified) - GIT_MODIFIED_SHOWN
+        tags["fastslow.git_modified"] = shown + (f" and {more} more" if more > 0 else "")
+    return tags
+
+
 def init_experiment(experiment: str, out_json: str | Path | None = None,
                     results_dir: str | Path = "results") -> dict[str, Any]:
     """Create (or find) the database and the experiment; write its URI and id to `out_json`, with
@@ -460,7 +493,7 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     client = _client(info["tracking_uri"])
     exp_id = info["experiment_id"]
     job_key = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))
-    tags = {TAG_JOB: job_key, "fastslow.rule": rule, "mlflow.source.git.commit": git_commit(),
+    tags = {TAG_JOB: job_key, "fastslow.rule": rule, **git_tags(),
             **{f"wildcard.{k}": str(v) for k, v in wildcards.items()}, **(extra_tags or {})}
     if info.get("project"):
         tags[TAG_PROJECT] = info["project"]
