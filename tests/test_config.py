@@ -237,7 +237,7 @@ def test_task_options_reach_the_generator_and_are_checked() -> None:
     config = ROOT / "config" / "config.yaml"
     cfg = load_config(config)
     assert make_task(cfg, "codeio").max_prompt_chars == 2500
-    assert make_task(cfg, "physics").rel_tol == 0.02
+    assert make_task(cfg, "physics").rel_tol == 0.0075
     for bad, key in (({"codeio": {"max_promt_chars": 1}}, "data.options.codeio.max_promt_chars"),
                      ({"codex": {}}, "data.options.codex")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as err:

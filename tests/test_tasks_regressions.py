@@ -126,14 +126,47 @@ def test_an_unreadable_unit_is_reported_never_given_a_wrong_dimension() -> None:
     fb = task.feedback(p, "<answer>12.5 meters per secnd</answer>")
     assert "'meters per secnd' was not recognised" in fb and "Wrong kind" not in fb
     q = physics_problem(4.5, "kJ")
-    fb = task.feedback(q, "<answer>4.5 mj</answer>")  # mJ or MJ? not guessed
-    assert "not recognised" in fb and "case-sensitive" in fb and "MJ and mJ" in fb
+    fb = task.feedback(q, "<answer>4.5 mj</answer>")  # mJ or MJ? not guessed, and neither is kJ
+    assert task.reward(q, "<answer>4.5 mj</answer>") == 0.0  # (it was read as kJ: 1.0)
+    assert "could be MJ or mJ, and neither is the kJ asked for" in fb and "case-sensitive" in fb
+    for value, unit, written in ((14020, "J", "mj"), (637, "W", "mw"), (2.722, "kN", "mn"), (4.5, "kJ", "Mj")):
+        assert task.reward(physics_problem(value, unit), f"<answer>{value} {written}</answer>") == 0.0, written
+    # a case-ambiguous unit one of whose readings is the one asked for is read as it
+    assert task.reward(physics_problem(4.5, "mA"), "<answer>4.5 ma</answer>") == 1.0
     # ...but either is an energy: for a current it is the wrong kind of unit, not amperes
     a = physics_problem(0.068, "A")
     assert task.reward(a, "<answer>0.068 mj</answer>") == 0.0
     assert "Wrong kind of unit: MJ or mJ measures energy" in task.feedback(a, "<answer>0.068 mj</answer>")
     assert parse_quantity("12.5 m/s approx") == (12.5, "m/s", "m/s approx")
     assert parse_quantity("250 m or 300 m")[0] is None
+
+
+def test_physics_answers_to_3_figures_pass_and_g_10_for_the_stated_9_8_does_not(monkeypatch) -> None:
+    """The prompt asks for 3 significant figures and states g = 9.8 m/s². At 2% the judge took
+    g = 10 on every free-fall problem (sqrt(10/9.8): 1.0% off) and on a fifth to a third of the
+    linear ones, rounding included. The same problems generated with g = 10 (`physics.G`: their
+    givens and identities are the same) give that answer, to 3 figures."""
+    import fastslow.tasks.physics as physics
+
+    problems = {}
+    for difficulty in ("easy", "default", "hard"):
+        problems[difficulty] = get_task("physics", difficulty=difficulty).problems("train", 400, seed=3)
+        for p in problems[difficulty]:  # every right answer to the figures asked for passes
+            answer = f"<answer>{p.metadata['value']:.3g} {p.metadata['unit']}</answer>"
+            assert get_task("physics").reward(p, answer) == 1.0, (p.answer, answer)
+    monkeypatch.setattr(physics, "G", 10.0)
+    passed, tried = 0, 0
+    for difficulty, ps in problems.items():
+        with_10 = {q.metadata["generator"] + repr(q.metadata["values"]): q
+                   for q in get_task("physics", difficulty=difficulty).problems("train", 400, seed=3)}
+        for p in ps:
+            q = with_10.get(p.metadata["generator"] + repr(p.metadata["values"]))
+            if "Use g = 9.8" not in p.prompt or q is None or q.metadata["unit"] != p.metadata["unit"]:
+                continue
+            assert q.metadata["value"] != p.metadata["value"]
+            tried += 1
+            passed += get_task("physics").reward(p, f"<answer>{q.metadata['value']:.3g} {q.metadata['unit']}</answer>")
+    assert tried >= 150 and passed / tried < 0.03, (passed, tried)
 
 
 def test_unit_table_parses_to_itself_and_conversions_are_consistent() -> None:

@@ -4,7 +4,9 @@ Topics: kinematics, free fall, energy and power, Ohm's law and simple circuits, 
 collisions, forces. Given quantities may be stated in non-SI units (km/h, g, kΩ, min…), and hard
 problems chain two or three formulas and may ask for the answer in a non-SI unit (kJ, mA, km/h).
 
-Scoring: the answer's number is compared with relative tolerance (2% by default). A unit is
+Scoring: the answer's number is compared with relative tolerance (0.75% by default: an answer to
+the 3 significant figures asked for is within 0.5%, and g = 10 for the stated 9.8 m/s² is 1-2% off,
+which 2% let through on every free-fall problem and on a fifth to a third of the others). A unit is
 optional; when given and readable (`units`: symbols with SI prefixes, names, "per", products and
 exponents, so "0.25 km", "250 metres" and "12.5 m s^-1" all read) it is converted to the requested
 unit (so "0.25 km" is right for "250 m"), and a unit of the wrong dimension scores 0. Feedback
@@ -306,7 +308,7 @@ class PhysicsTask(GeneratedTask):
     key_names_one_problem = True  # its key is the problem's identity (`problem_identity`)
 
     def __init__(self, name: str | None = None, difficulty: str = "default",
-                 rel_tol: float = 0.02) -> None:
+                 rel_tol: float = 0.0075) -> None:
         super().__init__(name, difficulty)
         if not 0 < rel_tol < 1:
             raise ValueError(f"physics: rel_tol: expected a number in (0, 1), got {rel_tol!r}")
@@ -326,8 +328,8 @@ class PhysicsTask(GeneratedTask):
         if value is None or not math.isfinite(value) or value <= 0:
             return None
         g_note = f" Use g = {G} m/s²." if spec.uses_g else ""
-        # the precision it is judged at (rel_tol, 2%): rounded to two figures, as two-figure givens
-        # suggest, 10% of right answers missed it (1100 N for 1125 N)
+        # the precision it is judged at (rel_tol, 0.75%): rounded to two figures, as two-figure
+        # givens suggest, 10% of right answers missed even 2% (1100 N for 1125 N)
         prompt = (f"{spec.text}{g_note}\n\nGive the answer in {unit}, to at least 3 significant figures, "
                   f"as a number followed by its unit (e.g. <answer>12.5 {unit}</answer>). {ANSWER_FORMAT}")
         meta = {"topic": spec.topic, "generator": topic.__name__.strip("_"), "value": value,
@@ -371,6 +373,11 @@ class PhysicsTask(GeneratedTask):
                 notes.insert(0, f"Wrong kind of unit: {' or '.join(readings)} measures "
                              f"{dimension_name(readings[0])}, but the question asks for "
                              f"{m.get('dimension', 'another quantity')} in {unit}." + case_hint(raw_unit))
+                return Judgement(0.0, problem.answer, raw, notes)
+            if readings and unit not in readings:
+                # "65.19 mj" for 65.19 kJ: mJ or MJ, each 10^6 or 10^3 away from kJ, was read as kJ
+                notes.insert(0, f"Unit {raw_unit[:30]!r} could be {' or '.join(readings)}, and neither is "
+                             f"the {unit} asked for." + case_hint(raw_unit))
                 return Judgement(0.0, problem.answer, raw, notes)
             notes.insert(0, f"Unit {raw_unit[:30]!r} was not recognised; the number was read as {unit}."
                          + case_hint(raw_unit))
