@@ -10,7 +10,10 @@ is matched within a relative 1e-6, see `scoring.numbers_close`. (Paper scale use
 
 Checked golds: reasoning-gym's `basic_arithmetic` without parentheses computes its answer left to
 right and may swap a divisor without showing it ("Calculate 5 / 9." with answer 10), so an item
-whose answer is not the exact value of its own expression is dropped.
+whose answer is not the exact value of its own expression is dropped. Four `gsm_symbolic`
+templates truncate a step's fraction ("half as many as 9 tubes" is 4, 38% of 40 students is 15, 108
+muffins fill 4 pans of 24, €899.5 buys 666 crackers at €1.35); an item of theirs whose steps are
+not exact (`GSM_EXACT`, from the item's own variables) is dropped (about 1% of word problems).
 
 Splits: a problem's identity is its expression (basic_arithmetic and chain_sum word the same
 "7 - 5" differently), its equation up to the variable's name, or a word problem's template, numbers
@@ -69,6 +72,8 @@ class MathTask(ReasoningGymTask):
         expression = str(rg_meta.get("expression", ""))
         if expression and not _gold_matches(expression, cand.answer):
             return None  # a wrong reference answer (see the module docstring)
+        if not gsm_exact(rg_meta.get("variables")):
+            return None  # a word problem whose reference solution truncates a step
         cand.metadata = {"source": source.dataset, "solution": str(rg_meta.get("answer_cot", "")),
                          "expression": expression}
         cand.key = problem_identity(expression, str(rg_meta.get("equation", "")),
@@ -160,6 +165,50 @@ def _gold_matches(expression: str, answer: str) -> bool:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
     return value == gold
+
+
+def _q(value: Any) -> Fraction:
+    """A template variable's exact value (0.5 as 1/2: floats through their decimal text)."""
+    return Fraction(str(value))
+
+
+#: gsm_symbolic's templates that truncate a step (int() of a fraction), by their variables' names,
+#: and whether an item's steps are exact (its gold then the exact answer).
+GSM_EXACT: dict[frozenset[str], Any] = {
+    # "James has 9 tubes of yellow paint ... Joseph has half as many": 9 * 0.5 taken as 4
+    frozenset({"name1", "name2", "color1", "color2", "n1", "n2", "frac1", "mult1", "n1_result", "n2_result"}):
+        lambda v: _q(v["n1"]) * _q(v["frac1"]) == _q(v["n1_result"])
+        and _q(v["n2"]) * _q(v["mult1"]) == _q(v["n2_result"]),
+    # "In Mrs. Garcia's class of 100 students ... 38% of the remaining 40": 15.2 taken as 15
+    frozenset({"teacher", "total_students", "percent_group1", "percent_group23", "group1", "group2", "group3",
+               "event", "group1_count", "group23_count"}):
+        lambda v: _q(v["total_students"]) * _q(v["percent_group1"]) / 100 == _q(v["group1_count"])
+        and (_q(v["total_students"]) - _q(v["group1_count"])) * _q(v["percent_group23"]) / 100
+        == _q(v["group23_count"]),
+    # "9 jars ... 12 muffins each ... each pan holds 24": 4.5 pans taken as 4
+    frozenset({"name", "items", "food", "location", "container", "num_jars", "per_jar", "per_pan", "total_items"}):
+        lambda v: _q(v["num_jars"]) * _q(v["per_jar"]) == _q(v["total_items"])
+        and (_q(v["total_items"]) / _q(v["per_pan"])).denominator == 1,
+    # "The vending machines sell crackers for 135 cents ... €1000 ... 10% left": 666.3 taken as 666
+    frozenset({"name", "item1", "item2", "price1", "price2", "total_spent", "num_item1", "num_item2",
+               "percent_change", "currency"}):
+        lambda v: (_q(v["total_spent"]) * (100 - _q(v["percent_change"])) / 100
+                   - _q(v["num_item1"]) * _q(v["price1"]) / 100) / (_q(v["price2"]) / 100) == _q(v["num_item2"]),
+}
+
+
+def gsm_exact(variables: Any) -> bool:
+    """Whether a gsm_symbolic item's steps are exact (True for a template not in `GSM_EXACT`,
+    and for an item of no template); False when its variables cannot be read."""
+    if not isinstance(variables, Mapping):
+        return True
+    check = GSM_EXACT.get(frozenset(map(str, variables)))
+    if check is None:
+        return True
+    try:
+        return bool(check(variables))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return False
 
 
 def _miss(got: float, expected: float) -> str:

@@ -147,6 +147,8 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     if value is not None:
         return value, "read the value after the last '='"
     tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
+    if re.search(r"[+\-−]\s*[+\-−]\s*\.?\d", tail):  # "--5", "- -5": not -5
+        return None, "a number has two signs"
     numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
     if len(numbers) == 1:
         symbolic = _SYMBOLIC_RE.search(tail)

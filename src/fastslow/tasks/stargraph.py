@@ -51,7 +51,8 @@ class StarGraphTask(ReasoningGymTask):
         # Node labels only: separators (spaces, commas, "->") are a matter of form, not of search.
         # A run of more than 18 digits names no node: -1 (no label), not int()'s ValueError past
         # 4300 digits, and not dropped (the rest could then read as the right path).
-        got = [int(x) if len(x) <= 18 else -1 for x in re.findall(r"\d+", raw[:5000])]
+        # All of it: `extract_answer` bounds it, and a label past a cut would be left unread.
+        got = [int(x) if len(x) <= 18 else -1 for x in re.findall(r"\d+", raw)]
         if not got:
             return Judgement(0.0, problem.answer, raw, ["No node labels could be read.", *notes])
         reward = rg_score("path_star", " ".join(map(str, got)), {"answer": problem.answer})
