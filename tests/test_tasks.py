@@ -437,6 +437,35 @@ def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch:
         codeio.CodeIOTask(isolate=False).problems("val", 1, seed=0)
 
 
+def test_codeio_keeps_no_item_whose_gold_is_one_order_of_a_set_of_strings() -> None:
+    """A program returning `list(set(names))` (or `max` over a set with ties) gives its gold in
+    the order of the worker's string hashes (PYTHONHASHSEED=0), which no model can read from the
+    program: 3 of 474 items a review ran again, kept when the re-runs ran in the worker's own
+    process. They run in helper processes under other hash seeds now."""
+    import os
+    import subprocess
+    import sys
+
+    from fastslow.tasks import codeio
+
+    names = {"names": ["Alice", "Bob", "Frank", "Hank", "Grace", "Ivy"]}
+    as_set = "def main_solution(names):\n    return list(set(names))\n"
+    ordered = "def main_solution(names):\n    return sorted(set(names))\n"
+    # as the worker asks it: in a process under PYTHONHASHSEED=0, of a gold that process made
+    check = (f"import json\nfrom fastslow.tasks import codeio\n{as_set}gold = json.dumps(main_solution(**{names!r}))\n"
+             f"print(json.dumps([gold, codeio._reproducible({as_set!r}, {names!r}, gold, 7, 2.0), "
+             f"codeio._reproducible({ordered!r}, {names!r}, json.dumps(sorted({names['names']!r})), 7, 2.0)]))")
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", check], env=env, check=True,
+                         capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    gold, kept_as_set, kept_ordered = json.loads(out)
+    assert json.loads(gold) != sorted(names["names"])  # (the worker's order is not the sorted one)
+    assert not kept_as_set and kept_ordered
+    # a program that ends its helper fails its item; the helper is started again for the next
+    assert not codeio._reproducible("import os\ndef main_solution(names):\n    os._exit(3)\n", names, "1", 7, 2.0)
+    assert codeio._reproducible(ordered, names, json.dumps(sorted(names["names"])), 7, 2.0)
+
+
 def test_a_codeio_programs_time_limit_is_cpu_time_not_the_machines_load() -> None:
     """A reference program's limit was wall-clock time: with other jobs on the cores a program of
     about a second passed 2 s, its item was dropped and every later item of the split shifted, so

@@ -1127,11 +1127,20 @@ def test_an_answer_with_a_huge_number_scores_zero_without_an_error(tmp_path: Pat
     assert json_equal(float("inf"), json.loads("Infinity")) and json_equal([float("-inf")], [-math.inf])
     assert not json_equal(math.inf, -math.inf) and not json_equal(math.inf, 1e308) and not json_equal(1e308, math.inf)
     assert not json_equal(math.inf, 10**400) and not json_equal(math.inf, math.nan)
+    # the gold first: a float gold is matched relatively, an integer answer too, and never by an
+    # absolute 1e-12 (0.0 scored 1 for a photon's energy of 1.5e-20 J; 274736 scored 0 for 274736.1056)
+    assert not json_equal(1.548507282554281e-20, 0.0) and not json_equal(1.5e-20, 1e-13)
+    assert json_equal(1.5e-20, 1.5000001e-20) and json_equal(0.0, 0.0) and json_equal(0.0, 0)
+    assert json_equal(274736.10559530533, 274736) and json_equal(274736.10559530533, 274736.0)
+    assert not json_equal(5, 5.0000001) and not json_equal(2399813805.0, 2399813806)  # integer golds: exact
     codeio = get_task("codeio")
     p = Problem("c", "codeio", "...", json.dumps({"x": 1.5}), {})
     inf = Problem("i", "codeio", "...", json.dumps({"x": math.inf}), {})
     assert codeio.judge(inf, '<answer>{"x": Infinity}</answer>').reward == 1.0
     assert codeio.judge(inf, '<answer>{"x": 1e308}</answer>').reward == 0.0
+    tiny = Problem("t", "codeio", "...", json.dumps({"energy": 1.548507282554281e-20}), {})
+    assert codeio.judge(tiny, '<answer>{"energy": 0.0}</answer>').reward == 0.0
+    assert codeio.judge(tiny, '<answer>{"energy": 1.5485073e-20}</answer>').reward == 1.0
     assert codeio.judge(p, "<answer>{\"x\": " + "9" * 400 + "}</answer>").reward == 0.0
     stargraph = get_task("stargraph")
     (q,) = stargraph.problems("val", 1, seed=0)

@@ -7,8 +7,10 @@ program, and scoring never executes code — answers are parsed as JSON (or Pyth
 Generating a problem does run the shipped reference program (reasoning-gym computes the output
 by `exec`). That happens only while building splits, in a child process (`isolate=True`) with
 PYTHONHASHSEED=0 (set iteration order, hence outputs, reproducible), a per-item time limit and the
-global RNGs seeded per item. Splits are disjoint by *program*: no program of the test split
-appears in training with other inputs.
+global RNGs seeded per item. An item is kept only if its program gives the gold again with other
+seeds of the global RNGs and under other string hash seeds (`HASH_SEEDS`, in helper processes):
+a gold that is one ordering of a set of strings cannot be read from the program. Splits are
+disjoint by *program*: no program of the test split appears in training with other inputs.
 """
 
 from __future__ import annotations
@@ -450,32 +452,122 @@ def _run_item(ds: Any, idx: int, global_seed: int, timeout: float) -> dict[str, 
         return None
 
 
-def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, timeout: float) -> bool:
-    """Whether the reference program gives the gold output again on the input its prompt shows,
-    run twice more on copies of it with other seeds of the global RNGs. Of 164 programs a
-    review ran again, 8 drew from unseeded `random`/`np.random` (their output a draw no model
-    can predict) and 1 changed its input in place, which reasoning-gym then put in the prompt
-    (the input shown is not the one the output came from): no model could answer either."""
+def _rerun(code: str, shown_input: dict[str, Any], global_seed: int, timeout: float) -> Any:
+    """The program's output on a copy of `shown_input`, as JSON values, in a `_seeded_run`
+    (raises what the program raises, TimeoutError past its limit)."""
     import copy
 
+    namespace: dict[str, Any] = {"Random": random.Random}
+    with _seeded_run(global_seed, timeout), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the programs' own (np.matrix's deprecation)
+        exec(code, namespace, namespace)  # noqa: S102 - reasoning-gym's own reference program
+        out = namespace["main_solution"](**copy.deepcopy(shown_input))
+    return json.loads(json.dumps(out))
+
+
+#: The string hash seeds (PYTHONHASHSEED) an item's program runs under again (`_reproducible`),
+#: each in a helper process of the worker's (the worker's own is 0). Of 474 items a review ran
+#: under other seeds, 3 gave other golds: a list made from a set of names, `max` over a set with
+#: ties. Each seed more catches a set of two strings in the gold's order half as often.
+HASH_SEEDS = (1, 2)
+
+
+class _HashSeedRunner:
+    """A helper process under PYTHONHASHSEED=`seed` that runs programs (`_rerun`) on request,
+    started on first use and again after a program killed it (that item then fails)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed, self.proc, self.conn = seed, None, None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")  # a new interpreter: the hash seed is read at start
+        parent, child = ctx.Pipe()
+        before = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = str(self.seed)
+        try:
+            self.proc = ctx.Process(target=_hash_seed_server, args=(child,), daemon=True)
+            self.proc.start()
+        finally:
+            if before is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = before
+        child.close()
+        self.conn = parent
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join()
+        self.proc = self.conn = None
+
+    def submit(self, code: str, shown_input: dict[str, Any], global_seed: int, timeout: float) -> bool:
+        """Send a program to run (`result` takes its output); False when the helper cannot take it."""
+        if self.proc is None or not self.proc.is_alive():
+            self.stop()
+            self._start()
+        try:
+            self.conn.send((code, shown_input, global_seed, timeout))
+            return True
+        except OSError:
+            self.stop()
+            return False
+
+    def result(self, timeout: float) -> tuple[bool, Any]:
+        """(True, the output) of the program submitted, or (False, None) when it failed, ran out
+        of time or ended the helper."""
+        try:
+            # its own limits stop a program (`_seeded_run`); this one a process that stopped answering
+            if self.conn.poll(timeout * WALL_FACTOR + 30):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        self.stop()
+        return False, None
+
+
+def _hash_seed_server(conn: Any) -> None:
+    """`_HashSeedRunner`'s process: run each program sent, answer (ok, output)."""
+    limit_memory()
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ[name] = "1"
+    while True:
+        try:
+            code, shown_input, global_seed, timeout = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send((True, _rerun(code, shown_input, global_seed, timeout)))
+        except (Exception, SystemExit):
+            conn.send((False, None))
+
+
+_RUNNERS: dict[int, _HashSeedRunner] = {}
+
+
+def _reproducible(code: str, shown_input: Any, answer: str, global_seed: int, timeout: float) -> bool:
+    """Whether the reference program gives the gold output again on the input its prompt shows,
+    run twice more on copies of it, with other seeds of the global RNGs and under other string
+    hash seeds (`HASH_SEEDS`, the k-th with RNG seed `global_seed` + k, in helper processes that
+    run at once). Of 164 programs a review ran again, 8 drew from unseeded `random`/`np.random`
+    (their output a draw no model can predict) and 1 changed its input in place, which
+    reasoning-gym then put in the prompt (the input shown is not the one the output came from);
+    of 474 items another review ran under other hash seeds, 3 gave their gold in the order of a
+    set of strings. No model could answer any of them."""
     if not isinstance(shown_input, dict):
         return False
     try:
         gold = json.loads(answer)
     except ValueError:
         return False
-    try:
-        for k in (1, 2):
-            namespace: dict[str, Any] = {"Random": random.Random}
-            with _seeded_run(global_seed + k, timeout), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the programs' own (np.matrix's deprecation)
-                exec(code, namespace, namespace)  # noqa: S102 - reasoning-gym's own reference program
-                out = namespace["main_solution"](**copy.deepcopy(shown_input))
-            if json.loads(json.dumps(out)) != gold:
-                return False
-        return True
-    except (Exception, SystemExit):
-        return False
+    # twice the limit: the worker's own run kept to it, and a helper imports a program's modules
+    # afresh (on the CPU-time clock, a first import of scipy is most of it). The helpers run at once.
+    runners = [_RUNNERS.setdefault(seed, _HashSeedRunner(seed)) for seed in HASH_SEEDS]
+    sent = [runner.submit(code, shown_input, global_seed + k, 2 * timeout) for k, runner in enumerate(runners, 1)]
+    results = [runner.result(2 * timeout) if ok else (False, None) for runner, ok in zip(runners, sent, strict=True)]
+    return all(ok and out == gold for ok, out in results)
 
 
 def _take_pending(signals: tuple[int, ...]) -> None:

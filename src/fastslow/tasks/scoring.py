@@ -304,12 +304,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
-    """Structural equality of JSON values; numbers compare with `rel_tol` (1 == 1.0)."""
+    """Structural equality of JSON values, `a` the gold and `b` the answer; numbers compare with
+    `rel_tol` (1 == 1.0), but an integer gold exactly, and with no absolute tolerance (0.0 is
+    not a gold of 1.5e-20)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b if isinstance(a, bool) and isinstance(b, bool) else False
     if isinstance(a, int) and isinstance(b, int):
         return a == b  # integers are exact: 2399815805 is not 2399813805
-    if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and isinstance(b, int):
+    if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and a.is_integer() and isinstance(b, int):
         try:  # and so is an integer written as a float: 2399813805.0 too (6.02e23 as 602000000000000000000000)
             return float(a) == float(b)
         except OverflowError:  # an integer past float's range (a 400-digit answer) equals no float
@@ -317,10 +319,13 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
             return True
-        x, y = float(a), float(b)  # CodeIO compares every number with a relative tolerance
+        try:  # a float gold: the answer within rel_tol, an integer answer too (274736 for 274736.1056)
+            x, y = float(a), float(b)  # CodeIO compares every number with a relative tolerance
+        except OverflowError:
+            return False
         if math.isinf(x) or math.isinf(y):  # a program's float('inf'), JSON's Infinity: the same infinity
             return x == y
-        return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rel_tol, abs_tol=1e-12)
+        return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rel_tol)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(json_equal(a[k], b[k], rel_tol) for k in a)
     if isinstance(a, list) and isinstance(b, list):
