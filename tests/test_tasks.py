@@ -461,6 +461,19 @@ def test_codeio_keeps_no_item_whose_gold_is_one_order_of_a_set_of_strings() -> N
     gold, kept_as_set, kept_ordered = json.loads(out)
     assert json.loads(gold) != sorted(names["names"])  # (the worker's order is not the sorted one)
     assert not kept_as_set and kept_ordered
+    # a helper that cannot start stops the build in one line (it dropped every item, silently)
+    import multiprocessing.spawn
+
+    runner = codeio._HashSeedRunner(5)
+    executable = multiprocessing.spawn.get_executable()
+    multiprocessing.spawn.set_executable("/bin/false")
+    try:
+        with pytest.raises(RuntimeError, match=r"^codeio: the helper process that re-runs programs under "
+                                               r"PYTHONHASHSEED=5 did not start \(it said None\)"):
+            runner.submit(ordered, names, 7, 2.0)
+    finally:
+        multiprocessing.spawn.set_executable(executable)
+    assert runner.proc is None and runner.conn is None
     # a program that ends its helper fails its item; the helper is started again for the next
     assert not codeio._reproducible("import os\ndef main_solution(names):\n    os._exit(3)\n", names, "1", 7, 2.0)
     assert codeio._reproducible(ordered, names, json.dumps(sorted(names["names"])), 7, 2.0)

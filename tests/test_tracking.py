@@ -908,6 +908,14 @@ def test_a_jobs_source_tags_say_whether_its_checkout_was_its_commit(tmp_path, mo
         (tmp_path / name).write_text("x = 3\n")
     shown = git_tags(tmp_path)["fastslow.git_modified"]
     assert shown.startswith("f00.py, f01.py, f02.py") and shown.endswith(f"{names[GIT_MODIFIED_SHOWN - 1]} and 2 more")
+    git("commit", "-q", "-am", "two")
+    (tmp_path / "a b.py").write_text("y = 1\n")
+    git("add", "a b.py")
+    git("commit", "-q", "-m", "three")
+    assert git_tags(tmp_path)["fastslow.git_dirty"] == "false"
+    (tmp_path / "a b.py").write_text("y = 2\n")  # unquoted, as written (porcelain quoted it)
+    git("mv", "f02.py", "g 02.py")  # a rename: its new path
+    assert git_tags(tmp_path)["fastslow.git_modified"] == "a b.py, g 02.py"
 
 
 def test_a_lock_is_known_by_sqlites_error_in_the_chain_not_only_by_the_wrappers_text(monkeypatch):

@@ -109,13 +109,23 @@ def git_modified(cwd: str | Path | None = None) -> list[str] | None:
     a git checkout (an installed package, a copied tree). Untracked files (results/) are not read,
     and git takes no lock (`--no-optional-locks`: many jobs may ask at once)."""
     try:
-        out = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+        out = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "-z", "--untracked-files=no"],
                              cwd=cwd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
         return None
-    return [line[3:] for line in out.stdout.splitlines() if len(line) > 3]
+    # -z: paths unquoted ("a b.py", not '"a b.py"'); a rename is "R  new" then its old path alone
+    entries = out.stdout.split("\0")
+    paths, i = [], 0
+    while i < len(entries):
+        entry = entries[i]
+        if len(entry) > 3:
+            paths.append(entry[3:])
+            if entry[0] in "RC" or entry[1] in "RC":
+                i += 1  # the old path of a rename or copy
+        i += 1
+    return paths
 
 
 def git_tags(cwd: str | Path | None = None) -> dict[str, str]:

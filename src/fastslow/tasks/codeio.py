@@ -368,7 +368,7 @@ class CodeIOTask(ReasoningGymTask):
             return Judgement(self._partial(raw, problem), problem.answer, raw, notes)
         if json_equal(expected, got, self.rel_tol):
             return Judgement(1.0, problem.answer, raw, notes)
-        diffs = json_diff(expected, got)
+        diffs = json_diff(expected, got, rel_tol=self.rel_tol)
         notes.insert(0, "Differences: " + "; ".join(diffs) if diffs else "The value differs.")
         return Judgement(self._partial(raw, problem), problem.answer, raw, notes)
 
@@ -487,8 +487,9 @@ class _HashSeedRunner:
         before = os.environ.get("PYTHONHASHSEED")
         os.environ["PYTHONHASHSEED"] = str(self.seed)
         try:
-            self.proc = ctx.Process(target=_hash_seed_server, args=(child,), daemon=True)
-            self.proc.start()
+            proc = ctx.Process(target=_hash_seed_server, args=(child,), daemon=True)
+            proc.start()
+            self.proc = proc
         finally:
             if before is None:
                 os.environ.pop("PYTHONHASHSEED", None)
@@ -496,11 +497,24 @@ class _HashSeedRunner:
                 os.environ["PYTHONHASHSEED"] = before
         child.close()
         self.conn = parent
+        # a helper that cannot start (a spawn that fails, a script without a __main__ guard) or
+        # that ignores the environment (python -E/-I: its hash seed then a random one) stops the
+        # build in one line, instead of dropping every item it was asked about
+        try:
+            ready = parent.recv() if parent.poll(120) else None
+        except (EOFError, OSError):  # it ended before a word
+            ready = None
+        if ready != ("ready", str(self.seed)):
+            self.stop()
+            raise RuntimeError(f"codeio: the helper process that re-runs programs under PYTHONHASHSEED={self.seed} "
+                               f"did not start (it said {ready!r}); generating codeio splits needs one")
 
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.kill()
             self.proc.join()
+        if self.conn is not None:
+            self.conn.close()
         self.proc = self.conn = None
 
     def submit(self, code: str, shown_input: dict[str, Any], global_seed: int, timeout: float) -> bool:
@@ -533,6 +547,8 @@ def _hash_seed_server(conn: Any) -> None:
     limit_memory()
     for name in BLAS_THREAD_VARIABLES:
         os.environ[name] = "1"
+    seed = os.environ.get("PYTHONHASHSEED") if not sys.flags.ignore_environment else "ignored (python -E or -I)"
+    conn.send(("ready", seed))
     while True:
         try:
             code, shown_input, global_seed, timeout = conn.recv()

@@ -10,10 +10,11 @@ is matched within a relative 1e-6, see `scoring.numbers_close`. (Paper scale use
 
 Checked golds: reasoning-gym's `basic_arithmetic` without parentheses computes its answer left to
 right and may swap a divisor without showing it ("Calculate 5 / 9." with answer 10), so an item
-whose answer is not the exact value of its own expression is dropped. Four `gsm_symbolic`
+whose answer is not the exact value of its own expression is dropped. Eight `gsm_symbolic`
 templates truncate a step's fraction ("half as many as 9 tubes" is 4, 38% of 40 students is 15, 108
-muffins fill 4 pans of 24, €899.5 buys 666 crackers at €1.35); an item of theirs whose steps are
-not exact (`GSM_EXACT`, from the item's own variables) is dropped (about 1% of word problems).
+muffins fill 4 pans of 24, €899.5 buys 666 crackers at €1.35, 4752 minutes are 79 hours); an item
+of theirs whose steps are not exact (`GSM_EXACT`, from the item's own variables) is dropped (about
+2% of word problems).
 
 Splits: a problem's identity is its expression (basic_arithmetic and chain_sum word the same
 "7 - 5" differently), its equation up to the variable's name, or a word problem's template, numbers
@@ -194,6 +195,22 @@ GSM_EXACT: dict[frozenset[str], Any] = {
                "percent_change", "currency"}):
         lambda v: (_q(v["total_spent"]) * (100 - _q(v["percent_change"])) / 100
                    - _q(v["num_item1"]) * _q(v["price1"]) / 100) / (_q(v["price2"]) / 100) == _q(v["num_item2"]),
+    # "... walks 10 km on the beach ... sidewalk ...": int() of the sidewalk time (55 + 32.5 as 87)
+    frozenset({"beach_distance", "beach_time", "name", "sidewalk_distance", "sidewalk_time", "speed_multiplier",
+               "total_distance", "unit"}):
+        lambda v: _q(v["sidewalk_distance"]) * _q(v["beach_time"]) / (_q(v["beach_distance"]) * _q(v["speed_multiplier"]))
+        == _q(v["sidewalk_time"]),
+    # "... €77.32 ... 39 items at €0.88 ... how many left": int(42.99999999999999) as 42
+    frozenset({"currency", "initial_amount", "item", "name", "quantity", "remaining", "store_type", "total_cost",
+               "unit_price"}):
+        lambda v: _q(v["remaining"]).denominator == 1,
+    # "... penpals ... how many hours": total_minutes // 60 (4752 minutes as 79 hours)
+    frozenset({"current_penpals", "initial_penpals", "letters_per_week", "lost_penpals", "minutes_per_page", "name",
+               "pages_per_letter", "total_minutes"}):
+        lambda v: _q(v["total_minutes"]) % 60 == 0,
+    # "... 58% more cards than 50": int(0.58 * 50) as 28
+    frozenset({"c1", "c2", "c3", "item", "more_cards", "n1", "p", "total"}):
+        lambda v: _q(v["p"]) * _q(v["n1"]) / 100 == _q(v["more_cards"]),
 }
 
 

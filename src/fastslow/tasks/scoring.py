@@ -147,7 +147,7 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     if value is not None:
         return value, "read the value after the last '='"
     tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
-    if re.search(r"[+\-−]\s*[+\-−]\s*\.?\d", tail):  # "--5", "- -5": not -5
+    if re.search(r"[+\-−][ \t]*[+\-−][ \t]*\.?\d", tail):  # "--5", "- -5": not -5 (a "---" rule's line ends)
         return None, "a number has two signs"
     numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
     if len(numbers) == 1:
@@ -305,13 +305,13 @@ def _jsonable(value: Any) -> Any:
 
 def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     """Structural equality of JSON values, `a` the gold and `b` the answer; numbers compare with
-    `rel_tol` (1 == 1.0), but an integer gold exactly, and with no absolute tolerance (0.0 is
-    not a gold of 1.5e-20)."""
+    `rel_tol` (1 == 1.0), but an integer gold (42, or 42.0) exactly, and with no absolute
+    tolerance (0.0 is not a gold of 1.5e-20)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b if isinstance(a, bool) and isinstance(b, bool) else False
     if isinstance(a, int) and isinstance(b, int):
         return a == b  # integers are exact: 2399815805 is not 2399813805
-    if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and a.is_integer() and isinstance(b, int):
+    if isinstance(a, int) and isinstance(b, float) or isinstance(a, float) and a.is_integer() and isinstance(b, (int, float)):
         try:  # and so is an integer written as a float: 2399813805.0 too (6.02e23 as 602000000000000000000000)
             return float(a) == float(b)
         except OverflowError:  # an integer past float's range (a 400-digit answer) equals no float
@@ -333,8 +333,9 @@ def json_equal(a: Any, b: Any, rel_tol: float = 1e-6) -> bool:
     return type(a) is type(b) and a == b
 
 
-def json_diff(expected: Any, got: Any, path: str = "$", limit: int = 6) -> list[str]:
-    """Up to `limit` human-readable differences between two JSON values (for feedback)."""
+def json_diff(expected: Any, got: Any, path: str = "$", limit: int = 6, rel_tol: float = 1e-6) -> list[str]:
+    """Up to `limit` human-readable differences between two JSON values (for feedback), numbers
+    compared as `json_equal` does with `rel_tol` (the task's)."""
     out: list[str] = []
 
     def short(v: Any) -> str:
@@ -342,7 +343,7 @@ def json_diff(expected: Any, got: Any, path: str = "$", limit: int = 6) -> list[
         return s if len(s) <= 80 else s[:70] + "…"
 
     def walk(e: Any, g: Any, p: str) -> None:
-        if len(out) >= limit or json_equal(e, g):
+        if len(out) >= limit or json_equal(e, g, rel_tol):
             return
         if isinstance(e, dict) and isinstance(g, dict):
             for k in sorted(set(e) - set(g))[:limit]:
