@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -90,24 +89,17 @@ def _read(path: str) -> str:
         return ""
 
 
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
 def describe() -> dict[str, Any]:
     """This machine and checkout, now: CPU (model, flags), cores the process may use, memory, the
     load average, Python and the libraries that change what a step computes
     (`fastslow.jobs.VERSIONED_LIBRARIES`), the git commit and whether tracked files differ from
     it, and the UTC time."""
     from fastslow.jobs import library_versions
+    from fastslow.tracking import git_commit, git_modified
 
     mem_kib = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
                     if line.startswith("MemTotal:")), None)
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit, modified = git_commit(ROOT), git_modified(ROOT)  # the jobs' own provenance tags read the same
     return {
         "cpu": cpu(_read("/proc/cpuinfo")),
         "cpu_count": os.cpu_count(),
@@ -116,8 +108,8 @@ def describe() -> dict[str, Any]:
         "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
         "libraries": dict(item.split("==", 1) for item in library_versions().split()),
-        "commit": _git("rev-parse", "HEAD"),
-        "tracked_files_modified": None if status is None else bool(status),
+        "commit": None if commit == "unknown" else commit,
+        "tracked_files_modified": None if modified is None else bool(modified),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

@@ -116,15 +116,12 @@ def git_modified(cwd: str | Path | None = None) -> list[str] | None:
     if out.returncode != 0:
         return None
     # -z: paths unquoted ("a b.py", not '"a b.py"'); a rename is "R  new" then its old path alone
-    entries = out.stdout.split("\0")
-    paths, i = [], 0
-    while i < len(entries):
-        entry = entries[i]
+    entries, paths = iter(out.stdout.split("\0")), []
+    for entry in entries:
         if len(entry) > 3:
             paths.append(entry[3:])
-            if entry[0] in "RC" or entry[1] in "RC":
-                i += 1  # the old path of a rename or copy
-        i += 1
+            if "R" in entry[:2] or "C" in entry[:2]:
+                next(entries, None)  # the old path of a rename or copy
     return paths
 
 
