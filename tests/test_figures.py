@@ -1231,21 +1231,45 @@ def test_the_ceiling_claim_without_an_fst_run_on_its_task_says_so():
     assert row["note"] == "no FST run of the efficiency experiment on hover to compare with"
 
 
-def test_less_forgetting_of_what_was_never_learned_is_no_evidence():
-    """RL learns hover (0.6 at the stage's end, 0.3 at the last evaluation); FST stays at 0.1:
-    its drop is smaller only because it had less to lose."""
+def _hover_forgetting_row(rl_hover: list[float], fst_hover: list[float]) -> dict:
+    """The forgetting claim's row of a hover → codeio run (2 cycles a stage, every problem of an
+    evaluation at its mean) with these hover curves."""
     seq = ["hover", "hover", "codeio", "codeio"]
-    point = lambda v: _problems([v] * 8)  # noqa: E731
     rows = []
-    for (method, task), values in {("rl", "hover"): [0.1, 0.4, 0.6, 0.4, 0.3], ("fst", "hover"): [0.1] * 5,
+    for (method, task), values in {("rl", "hover"): rl_hover, ("fst", "hover"): fst_hover,
                                    ("rl", "codeio"): [0.0, 0.0, 0.0, 0.1, 0.1],
                                    ("fst", "codeio"): [0.0, 0.0, 0.0, 0.2, 0.2]}.items():
         rows += _rows("continual", method, "hover.codeio", values, train_task=seq, eval_task=task,
-                      problems=[point(v) for v in values])
+                      problems=[_problems([v] * 8) for v in values])
     (row,) = [r for r in build_claims({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)})
               if r["claim"] == "continual_forgetting"]
+    return row
+
+
+def test_less_forgetting_of_what_was_never_learned_is_no_evidence():
+    """RL learns hover (0.6 at the stage's end, 0.3 at the last evaluation); FST stays at 0.1:
+    its drop is smaller only because it had less to lose."""
+    row = _hover_forgetting_row([0.1, 0.4, 0.6, 0.4, 0.3], [0.1] * 5)
     assert row["verdict"] == "undetermined" and np.isnan(row["measured"])
     assert "FST had learned less by the stage's end (0.100 against RL's 0.600)" in row["note"]
+
+
+@pytest.mark.parametrize(("fst_final", "measured"), [
+    (0.45, 0.35),  # FST learned 0.1 less, dropped 0.35 less, ends at 0.45 against RL's 0.2
+    (0.15, None),  # dropped 0.05 less: the gap in what it learned explains that, it ends lower
+])
+def test_less_forgetting_counts_when_it_is_more_than_what_fst_learned_less(fst_final, measured):
+    """FST ends hover's stage a little lower than RL (0.5 against 0.6). The row was withheld
+    whatever the drops (a gap of 0.1 was taken to explain a drop smaller by 0.35); it is withheld
+    only when FST does not end higher than RL, that is when the gap can explain the difference."""
+    row = _hover_forgetting_row([0.1, 0.4, 0.6, 0.3, 0.2], [0.1, 0.4, 0.5, 0.5, fst_final])
+    assert "FST had learned less by the stage's end (0.500 against RL's 0.600)" in row["note"]
+    if measured is None:
+        assert row["verdict"] == "undetermined" and np.isnan(row["measured"])
+        assert "so its smaller drop says nothing" in row["note"]
+    else:
+        assert row["verdict"] == "reproduced" and row["measured"] == pytest.approx(measured)
+        assert "but ends higher (0.450 against 0.200): its smaller drop is more than that gap" in row["note"]
 
 
 @pytest.mark.parametrize(("fst_final", "verdict"), [

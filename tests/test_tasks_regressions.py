@@ -289,6 +289,20 @@ def test_a_number_with_two_signs_is_not_read_as_one_with_one() -> None:
     assert extract_number("5 - 3")[0] is None and extract_number("The answer is -5.")[0] == -5.0
     assert extract_number("---\n42")[0] == 42.0  # a markdown rule above the number is no sign
 
+
+def test_a_sign_before_brackets_is_not_dropped() -> None:
+    """"-(-5)" is 5 and "-(5)" is -5; the reader dropped the sign before the brackets and scored
+    "-(-5)" 1 for -5 and "-(5)" 1 for 5. A signed bracket is an expression: read as no number."""
+    from fastslow.tasks.scoring import extract_number
+
+    math_task = get_task("math")
+    for gold, answer in (("-5", "-(-5)"), ("5", "-(5)"), ("-5", "+(-5)"), ("5", "-(+5)"), ("-5", "x = -[5]"),
+                         ("5", "− ( −5 )"), ("0.5", "-(.5)")):
+        assert extract_number(answer)[0] is None, answer
+        assert math_task.reward(Problem("m", "math", "...", gold, {}), f"<answer>{answer}</answer>") == 0.0, answer
+    assert extract_number("(-5)")[0] == -5.0 and extract_number("answer: (5)")[0] == 5.0
+    assert extract_number("- (a) 42")[0] == 42.0  # a list item's marker before a bracket is no sign
+
 # --- labels inside sentences ---------------------------------------------------------------
 @pytest.mark.parametrize("text, expected", [
     ("The claim is NOT_SUPPORTED", "NOT_SUPPORTED"),

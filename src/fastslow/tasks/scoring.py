@@ -149,6 +149,8 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
     if re.search(r"[+\-−][ \t]*[+\-−][ \t]*\.?\d", tail):  # "--5", "- -5": not -5 (a "---" rule's line ends)
         return None, "a number has two signs"
+    if re.search(r"[+\-−][ \t]*[(\[{][ \t]*[+\-−]?[ \t]*\.?\d", tail):  # "-(5)" is -5 and "-(-5)" 5: not read
+        return None, "a sign stands before brackets: the answer is an expression, not a number"
     numbers = find_numbers(tail[:_MAX_NUMBER_CHARS * 5])
     if len(numbers) == 1:
         symbolic = _SYMBOLIC_RE.search(tail)
