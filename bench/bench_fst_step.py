@@ -219,7 +219,7 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     tracking = work / "results" / "mlflow" / "parents" / "bench.json"
     if not tracking.exists():
-        init_tracking("fastslow-bench", ["bench"], tracking, results_dir=work / "results")
+        init_tracking(config.get("mlflow_experiment") or "fastslow", ["bench"], tracking, results_dir=work / "results")
     settings, tags = run_settings(spec, config)
     prev, rows = None, []
     todo = range(cycles) if only is None else [only]
