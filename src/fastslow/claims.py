@@ -342,6 +342,12 @@ def _reuse_row(df: pl.DataFrame, task: str) -> dict[str, Any]:
     return _row("reuse_speedup", task, speedup, _runs(df), threshold=1.0, note=note, noise=noise)
 
 
+def _above(difference: float, bound: float) -> bool:
+    """Whether `difference` is above a `paired_noise_bound` (above 0 when the bound is NaN: no
+    per-problem means, so no noise rule)."""
+    return difference > (0.0 if math.isnan(bound) else bound)
+
+
 def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
     """"Less catastrophic forgetting": for each stage but the last, how much each method's
     accuracy on that stage's task drops from the stage's end (its last cycle, always evaluated)
@@ -366,21 +372,19 @@ def _forgetting_rows(con: pl.DataFrame) -> list[dict[str, Any]]:
             per_problem[m] = {p: at_end[m][p] - after[m][p] for p in at_end[m].keys() & after[m].keys()}
         measured = drop["rl"] - drop["fst"]
         note = f"drop from step {end} to {last}: RL {drop['rl']:+.3f}, FST {drop['fst']:+.3f}"
-        level_bound = paired_noise_bound(at_end["fst"], at_end["rl"])
-        learned_less = level["rl"] - level["fst"] > (0.0 if math.isnan(level_bound) else level_bound)
+        learned_less = _above(level["rl"] - level["fst"], paired_noise_bound(at_end["fst"], at_end["rl"]))
         withheld = False
         if learned_less and measured > 0:
             # Less learned is less to forget, up to the gap in level: a smaller drop is evidence of
             # retention only when it is more than that gap, that is when FST ends higher than RL
             # (measured − gap is the final evaluations' difference), beyond their paired noise.
-            final_bound = paired_noise_bound(after["fst"], after["rl"])
-            ends_higher = measured - (level["rl"] - level["fst"]) > (0.0 if math.isnan(final_bound) else final_bound)
+            final = {m: level[m] - drop[m] for m in level}
+            ends_higher = _above(final["fst"] - final["rl"], paired_noise_bound(after["fst"], after["rl"]))
             withheld = not ends_higher
             note += (f"; FST had learned less by the stage's end ({level['fst']:.3f} against RL's "
                      f"{level['rl']:.3f}), " + (
-                         f"but ends higher ({level['fst'] - drop['fst']:.3f} against "
-                         f"{level['rl'] - drop['rl']:.3f}): its smaller drop is more than that gap" if ends_higher
-                         else "so its smaller drop says nothing"))
+                         f"but ends higher ({final['fst']:.3f} against {final['rl']:.3f}): its smaller drop "
+                         "is more than that gap" if ends_higher else "so its smaller drop says nothing"))
         rows.append(_row("continual_forgetting", task, float("nan") if withheld else measured,
                          runs, note=note,
                          noise=_noise_note(measured, paired_noise_bound(per_problem["fst"], per_problem["rl"]),
