@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 #: avx512_vp2intersect tells the AMD EPYCs with AVX512-BF16 apart: Zen 5 has it, Zen 4 does not (an
 #: RL-only step takes 26-29 s on the one and 32-37 s on the other).
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "avx512_vp2intersect")
+#: Environment variables that change what a benchmark measures: fastslow's knobs
+#: (`FASTSLOW_MMAP_THRESHOLD` trades step time for peak memory), the thread pools' and the
+#: allocator's. A report records those set (`variables`); without it, two runs of one command
+#: under different settings read as the same measurement.
+VARIABLE_PREFIXES = ("FASTSLOW_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_", "GLIBC_TUNABLES", "TORCH_", "ONEDNN_",
+                     "DNNL_", "LD_PRELOAD")
 
 
 def peak_rss_mb(maxrss: int | None = None, system: str | None = None) -> float:
@@ -93,7 +99,7 @@ def describe() -> dict[str, Any]:
     """This machine and checkout, now: CPU (model, flags), cores the process may use, memory, the
     load average, Python and the libraries that change what a step computes
     (`fastslow.jobs.VERSIONED_LIBRARIES`), the git commit and whether tracked files differ from
-    it, and the UTC time."""
+    it, the UTC time, and the environment variables that change a measurement (`variables`)."""
     from fastslow.jobs import library_versions
     from fastslow.tracking import git_commit, git_modified
 
@@ -111,7 +117,14 @@ def describe() -> dict[str, Any]:
         "commit": None if commit == "unknown" else commit,
         "tracked_files_modified": None if modified is None else bool(modified),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "variables": variables(),
     }
+
+
+def variables(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The set environment variables of `VARIABLE_PREFIXES`, by name."""
+    environ = dict(os.environ) if environ is None else environ
+    return {k: environ[k] for k in sorted(environ) if k.startswith(VARIABLE_PREFIXES)}
 
 
 def write_report(out: Path, report: dict[str, Any], environment: dict[str, Any] | None = None) -> dict[str, Any]:

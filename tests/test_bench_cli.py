@@ -197,6 +197,20 @@ def test_every_report_says_where_it_ran(environment: ModuleType, tmp_path: Path)
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["x.json"]  # no temporaries
 
 
+def test_a_report_names_the_settings_that_change_its_numbers(environment: ModuleType,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # three RL runs of one command on one seed, glibc's mmap threshold at 4 MiB, 16 MiB and left
+    # alone, peaked 5789, 5876 and 5880 MiB: without the variable their reports read alike
+    monkeypatch.setenv("FASTSLOW_MMAP_THRESHOLD", "4194304")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    machine = environment.describe()
+    assert machine["variables"]["FASTSLOW_MMAP_THRESHOLD"] == "4194304"
+    assert machine["variables"]["OMP_NUM_THREADS"] == "1" and "HF_HUB_OFFLINE" not in machine["variables"]
+    assert environment.variables({"MALLOC_ARENA_MAX": "2", "HOME": "/root", "LD_PRELOAD": "x.so",
+                                  "FASTSLOW": "no underscore"}) == {"LD_PRELOAD": "x.so", "MALLOC_ARENA_MAX": "2"}
+
+
 def test_peak_memory_is_in_mib_on_linux_and_on_macos(environment: ModuleType) -> None:
     """`ru_maxrss` is KiB on Linux and bytes on macOS: a Mac's report read it as KiB."""
     assert environment.peak_rss_mb(5 * 2**20, "Linux") == environment.peak_rss_mb(5 * 2**30, "Darwin") == 5 * 2**10
