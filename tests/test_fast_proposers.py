@@ -389,6 +389,30 @@ def test_reflective_proposer_good_reply(fake_server: Any) -> None:
         lm("hello")
 
 
+@pytest.mark.parametrize("reply", [
+    # GEPA's extraction cut from the first ``` (inside the trace) to the last
+    "<think>\nThe seed says ```Be brief.``` and it fails the format. I should add a rule.\n</think>\n\n"
+    "```\nSolve the problem step by step. End with <answer>N</answer>.\n```",
+    # and took a reply without fences whole, trace included
+    "<think>\nOkay, the model never used the tags, so I will ask for them.\n</think>\n\n"
+    "Solve the problem step by step. End with <answer>N</answer>.",
+])
+def test_a_thinking_reflection_models_trace_stays_out_of_the_context(reply: str) -> None:
+    """A local Qwen3 as reflection model (`fast.reflection.kind: hf`) thinks first: its trace
+    became part of the proposed context, the system prompt of every rollout after."""
+    prop = ReflectiveProposer(lambda prompt: reply)
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {
+        "context": "Solve the problem step by step. End with <answer>N</answer>."}
+
+
+def test_a_reflection_whose_thinking_is_cut_off_proposes_nothing() -> None:
+    lines: list[str] = []
+    prop = ReflectiveProposer(lambda prompt: "<think>\nFirst, the feedback says ```", logger=lines.append)
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {}
+    assert prop.raised_calls == prop.failed_calls == 1
+    assert "never ended with </think>" in prop.failures[0] and "fast.reflection.max_tokens" in prop.failures[0]
+
+
 def test_round_survives_a_failing_reflection_model(fake_server: Any, tmp_path: Path) -> None:
     """Junk, errors and timeouts from the reflection model: the round ends normally, nothing
     is proposed, and the pool comes back unchanged (same contexts, fresh scores)."""

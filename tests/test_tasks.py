@@ -17,6 +17,7 @@ import pytest
 
 from fastslow.tasks import LOADER_NAMES, TASK_NAMES, get_task
 from fastslow.tasks.base import (
+    ANSWER_FORMAT,
     MAX_PARSE_CHARS,
     SPLITS,
     Problem,
@@ -24,6 +25,7 @@ from fastslow.tasks.base import (
     TaskDataError,
     answered,
     extract_answer,
+    format_problems,
 )
 from fastslow.tasks.data import gold_completion, load_problems, write_problems, write_splits
 from fastslow.tasks.generated import split_of
@@ -106,6 +108,34 @@ def test_registry_errors_are_one_line_and_name_the_choices() -> None:
 ])
 def test_extract_answer(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    # Qwen3's thinking mode: only what follows the trace answers
+    ("<think>\nso it is 7. I must write <answer>7</answer>. Wait, let me double-check the", None),  # cut off
+    ("<think>\nMaybe <answer>7</answer>? Check again...\n</think>\n\nThe answer is 12345.", None),
+    ("<think>\nMaybe <answer>7</answer>?\n</think>\n\n<answer>12</answer>", "12"),
+    ("<think>a</think> <think>b <answer>3</answer></think><answer>4</answer>", "4"),
+    ("reasoning the template opened\n</think>\n\n<answer>5</answer>", "5"),  # "<think>" in the prompt
+    ("<think>\n\n</think>\n\n<answer>6</answer>", "6"),  # an empty trace
+])
+def test_an_answer_counts_only_after_the_thinking(text: str, expected: str | None) -> None:
+    assert extract_answer(text) == expected and answered(text) == (expected is not None)
+
+
+def test_a_draft_answer_in_the_thinking_earns_nothing_and_the_feedback_says_why() -> None:
+    """A tiny random Qwen3 with Qwen3's template (thinking on, the paper config's default) wrote
+    answers while thinking: the last <answer> block anywhere was read, so the math task scored a
+    trace cut off at the token budget 1.0, and GEPA's feedback called it answered."""
+    task = get_task("math")
+    problem = Problem("p", "math", "What is 3 + 4? " + ANSWER_FORMAT, "7")
+    cut = "<think>\nso it is 7. I must write <answer>7</answer>. Wait, let me double-check the"
+    drafted = "<think>\nMaybe <answer>7</answer>? Check again...\n</think>\n\nThe answer is 12345."
+    assert task.reward(problem, cut) == task.reward(problem, drafted) == 0.0
+    assert "never ends with </think>" in task.feedback(problem, cut)
+    assert "only inside the thinking" in task.feedback(problem, drafted)
+    assert task.reward(problem, drafted.replace("12345.", "<answer>7</answer>")) == 1.0
+    assert format_problems("<think>x</think><answer>7</answer>") == []
 
 
 def test_extract_answer_reads_only_the_tail() -> None:

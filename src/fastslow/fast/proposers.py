@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
-from fastslow.tasks.base import ANSWER_FORMAT, Problem, answered
+from fastslow.tasks.base import ANSWER_FORMAT, THINK_CLOSE, THINK_OPEN, Problem, answer_part, answered
 from fastslow.tasks.scoring import NO_SPACE_SCRIPTS, STANDALONE_BEFORE
 
 log = logging.getLogger(__name__)
@@ -615,6 +615,31 @@ def junk_reason(text: Any, parent: str, max_chars: int = MAX_CONTEXT_CHARS) -> s
     return None
 
 
+class ReflectionThinkingCutOff(RuntimeError):
+    """A reflection model's reasoning trace did not end within its token budget."""
+
+
+def without_thinking(lm: LanguageModel) -> LanguageModel:
+    """`lm` whose replies keep only what follows a reasoning trace (`answer_part`): a thinking
+    reflection model (a local Qwen3, `fast.reflection.kind: hf`, which thinks by default; an
+    OpenAI-compatible server run without a reasoning parser) replies "<think>…</think>" and then
+    the new context, and GEPA's extraction (from the first ``` to the last, or the whole reply)
+    made the trace part of the context every rollout is prompted with. A trace that never ends
+    raises `ReflectionThinkingCutOff`: the call proposes nothing (`ReflectiveProposer`)."""
+
+    def call(prompt: Any) -> str:
+        reply = lm(prompt)
+        if not isinstance(reply, str):
+            return reply
+        answer = answer_part(reply)
+        if answer is None:
+            raise ReflectionThinkingCutOff(f"the reply's thinking ({THINK_OPEN}) never ended with {THINK_CLOSE}: "
+                                           f"raise fast.reflection.max_tokens")
+        return answer
+
+    return call
+
+
 class ReflectiveProposer:
     """GEPA's LLM reflection (its default prompt and extraction, `StatelessReflectionLM`) with
     a guard: a reflection call that raises (HTTP error, timeout) or yields junk (`junk_reason`)
@@ -628,7 +653,7 @@ class ReflectiveProposer:
         from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionLM
 
         self.log = logger or log.info
-        self.reflector = StatelessReflectionLM(lm, prompt_template, None)
+        self.reflector = StatelessReflectionLM(without_thinking(lm), prompt_template, None)
         self.max_chars = max_chars
         self.failures: list[str] = []
         self.proposed = 0  # proposals that passed `junk_reason`, handed to GEPA to evaluate

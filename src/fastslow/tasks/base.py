@@ -18,6 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 ANSWER_FORMAT = "Give your final answer inside <answer></answer> tags."
 #: Completions longer than this are truncated before parsing (rewards stay cheap on 1 MB junk).
 MAX_PARSE_CHARS = 20_000
+#: A reasoning model's trace: Qwen3 (the paper's model, in its default thinking mode), DeepSeek-R1
+#: and SmolLM3 think inside these tags before they answer (`answer_part`).
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 log = logging.getLogger("fastslow.tasks")
 #: (task name, exception type) pairs whose scorer failure has been logged in this process.
@@ -109,15 +112,34 @@ def duplicate_ids(problems: Sequence[Problem], show: int = 5) -> str:
     return ", ".join(repr(pid) for pid in twice[:show]) + more
 
 
+def answer_part(completion: str) -> str | None:
+    """The part of a completion that answers: what follows the last `</think>` (a reasoning
+    model's trace, `THINK_OPEN`/`THINK_CLOSE`), the whole completion when it has neither tag, and
+    None when a `<think>` is never closed: the trace was cut off (at the token budget, say), so no
+    answer was given. An <answer> block written while thinking is a draft: Qwen3 writes "maybe
+    <answer>7</answer>? let me check" and goes on, and reading it would reward guesses the model
+    did not commit to. A template that opens the trace in the prompt itself (its completions hold
+    only the `</think>`) is read whole when cut off; Qwen3-8B's template does not do that.
+    """
+    close = completion.rfind(THINK_CLOSE)
+    if close >= 0:
+        return completion[close + len(THINK_CLOSE):]
+    return None if THINK_OPEN in completion else completion
+
+
 def extract_answer(completion: str) -> str | None:
-    """The content of the last <answer>…</answer> block, stripped; None if there is none.
+    """The content of the last <answer>…</answer> block of the completion's answering part
+    (`answer_part`: after a reasoning trace), stripped; None if there is none.
 
     Only the last `MAX_PARSE_CHARS` characters are read. Nested tags resolve to the innermost
     block: ``<answer><answer>42</answer></answer>`` gives ``42``.
     """
     if not isinstance(completion, str):
         return None
-    text = completion[-MAX_PARSE_CHARS:]
+    answering = answer_part(completion)
+    if answering is None:
+        return None
+    text = answering[-MAX_PARSE_CHARS:]
     last_open = last_block = None  # position after the latest "<answer>"; (start, end) of last block
     for m in _TAG_RE.finditer(text):
         if not m.group(1):
@@ -150,12 +172,20 @@ def format_problems(completion: str) -> list[str]:
     if len(completion) > MAX_PARSE_CHARS:
         notes.append(f"the completion is {len(completion):,} characters long; only the last "
                      f"{MAX_PARSE_CHARS:,} are read, so keep the final answer at the end")
-    tail = completion[-MAX_PARSE_CHARS:]
+    answering = answer_part(completion)
+    if answering is None:
+        notes.append(f"the thinking ({THINK_OPEN}) never ends with {THINK_CLOSE}, so no final answer "
+                     f"follows it (cut off at the token budget?); only an answer after {THINK_CLOSE} counts")
+        return notes
+    tail = answering[-MAX_PARSE_CHARS:]
     opens = len(re.findall(r"<answer>", tail, re.IGNORECASE))
     closes = len(re.findall(r"</answer>", tail, re.IGNORECASE))
     answer = extract_answer(completion)
     if answer is None:
-        if opens and not closes:
+        if answering is not completion and re.search(r"<answer>", completion, re.IGNORECASE):
+            notes.append(f"an <answer> block appears only inside the thinking; only an answer after "
+                         f"{THINK_CLOSE} counts")
+        elif opens and not closes:
             notes.append("an <answer> tag is opened but never closed with </answer>")
         elif closes and not opens:
             notes.append("a </answer> tag appears without an opening <answer>")
