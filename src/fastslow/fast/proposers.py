@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
-from fastslow.tasks.base import ANSWER_FORMAT, THINK_CLOSE, THINK_OPEN, Problem, answer_part, answered
+from fastslow.tasks.base import (
+    ANSWER_FORMAT,
+    THINK_CLOSE,
+    THINK_OPEN,
+    Problem,
+    answer_part,
+    answered,
+)
 from fastslow.tasks.scoring import NO_SPACE_SCRIPTS, STANDALONE_BEFORE
 
 log = logging.getLogger(__name__)
