@@ -626,16 +626,20 @@ class ReflectionThinkingCutOff(RuntimeError):
     """A reflection model's reasoning trace did not end within its token budget."""
 
 
-def without_thinking(lm: LanguageModel) -> LanguageModel:
-    """`lm` whose replies keep only what follows a reasoning trace (`answer_part`): a thinking
-    reflection model (a local Qwen3, `fast.reflection.kind: hf`, which thinks by default; an
-    OpenAI-compatible server run without a reasoning parser) replies "<think>…</think>" and then
-    the new context, and GEPA's extraction (from the first ``` to the last, or the whole reply)
-    made the trace part of the context every rollout is prompted with. A trace that never ends
-    raises `ReflectionThinkingCutOff`: the call proposes nothing (`ReflectiveProposer`)."""
+class WithoutThinking:
+    """A reflection model whose replies keep only what follows a reasoning trace (`answer_part`):
+    a thinking reflection model (a local Qwen3, `fast.reflection.kind: hf`, which thinks by
+    default; an OpenAI-compatible server run without a reasoning parser) replies
+    "<think>…</think>" and then the new context, and GEPA's extraction (from the first ``` to the
+    last, or the whole reply) made the trace part of the context every rollout is prompted with.
+    A trace that never ends raises `ReflectionThinkingCutOff`: the call proposes nothing
+    (`ReflectiveProposer`). The wrapped model's attributes read through (`.model`, `.max_tokens`)."""
 
-    def call(prompt: Any) -> str:
-        reply = lm(prompt)
+    def __init__(self, lm: LanguageModel) -> None:
+        self.lm = lm
+
+    def __call__(self, prompt: Any) -> str:
+        reply = self.lm(prompt)
         if not isinstance(reply, str):
             return reply
         answer = answer_part(reply)
@@ -644,7 +648,10 @@ def without_thinking(lm: LanguageModel) -> LanguageModel:
                                            f"raise fast.reflection.max_tokens")
         return answer
 
-    return call
+    def __getattr__(self, name: str) -> Any:
+        if name == "lm":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.lm, name)
 
 
 class ReflectiveProposer:
@@ -660,7 +667,7 @@ class ReflectiveProposer:
         from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionLM
 
         self.log = logger or log.info
-        self.reflector = StatelessReflectionLM(without_thinking(lm), prompt_template, None)
+        self.reflector = StatelessReflectionLM(WithoutThinking(lm), prompt_template, None)
         self.max_chars = max_chars
         self.failures: list[str] = []
         self.proposed = 0  # proposals that passed `junk_reason`, handed to GEPA to evaluate
