@@ -878,6 +878,34 @@ def test_rollout_reuse_does_not_cross_a_continual_task_switch(schedule: tuple[st
     assert handed == [prev / "rollouts.parquet" if schedule[1] == schedule[0] else None]
 
 
+def _fst_cycle_with_template(tiny_model_dir: Path, tmp_path: Path, template: str,
+                             chat_template_kwargs: dict[str, Any]) -> tuple[Path, Any, dict[str, Any], dict[str, Path]]:
+    """The tiny model under `template`, and one FST cycle (cycle 0 of an FST run on math, its
+    first RL step served by the round's rollouts) rendered with `chat_template_kwargs`, written to
+    tmp_path/c0. Returns the model's directory, its tokenizer, the config and the math splits."""
+    import shutil
+
+    from fastslow.config import load_config, task_spec
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+    from fastslow.model.convert import load_tokenizer
+    from fastslow.tasks.data import write_splits
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = load_tokenizer(model)
+    tokenizer.chat_template = template
+    tokenizer.save_pretrained(model)
+    config = load_config("config/config.yaml", "config/smoke.yaml", overrides={
+        "model": {"chat_template_kwargs": chat_template_kwargs},
+        "fast": {"reuse_in_slow": True, "reuse_steps": 1}})
+    registry, options = task_spec(config, "math")
+    splits = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)
+    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
+    run_cycle(spec, config, 0, model, None, splits["train"], tmp_path / "c0")
+    return model, tokenizer, config, splits
+
+
 NO_THINK_TEMPLATE = (
     "{%- if enable_thinking is defined and not enable_thinking %}[no-think]{% endif -%}"
     "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor -%}"
@@ -890,33 +918,17 @@ def test_chat_template_kwargs_reach_every_prompt_the_run_renders(tiny_model_dir:
     thinks), with no way to change it. Now every renderer gets them alike: the RL steps' prompts
     (TRL's tokens, our texts) and the round's, whose rollouts the RL step reuses only when their
     prompt ids equal TRL's, and the evaluation's. The template here marks the non-thinking mode."""
-    import shutil
-
     import polars as pl
 
-    from fastslow.config import evaluation_options, load_config, make_task, task_spec
-    from fastslow.cycle import run_cycle
+    from fastslow.config import evaluation_options, make_task
     from fastslow.evaluate import evaluate_weights
-    from fastslow.experiments import RunSpec
     from fastslow.fast import Pool
-    from fastslow.model.convert import load_tokenizer
     from fastslow.model.generation import SamplingParams, encode_prompts
     from fastslow.tasks.base import build_messages
-    from fastslow.tasks.data import load_problems, write_splits
+    from fastslow.tasks.data import load_problems
 
-    model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
-    tokenizer = load_tokenizer(model)
-    tokenizer.chat_template = NO_THINK_TEMPLATE
-    tokenizer.save_pretrained(model)
-    config = load_config("config/config.yaml", "config/smoke.yaml", overrides={
-        "model": {"chat_template_kwargs": {"enable_thinking": False}},
-        "fast": {"reuse_in_slow": True, "reuse_steps": 1}})
     kwargs = {"enable_thinking": False}
-    registry, options = task_spec(config, "math")
-    splits = write_splits(registry, tmp_path / "data", config["data"]["sizes"], config["data"]["seed"], **options)
-    spec = RunSpec(experiment="e", method="fst", name="math-default-s0", schedule=("math",), seed=0)
-    run_cycle(spec, config, 0, model, None, splits["train"], tmp_path / "c0")
+    model, tokenizer, config, splits = _fst_cycle_with_template(tiny_model_dir, tmp_path, NO_THINK_TEMPLATE, kwargs)
     rollouts = pl.read_parquet(tmp_path / "c0" / "rollouts.parquet")
     assert all(p.startswith("[no-think]<|im_start|>system\n") for p in rollouts["prompt"].to_list())
     problems = {p.id: p for p in load_problems(splits["train"])}
@@ -934,6 +946,44 @@ def test_chat_template_kwargs_reach_every_prompt_the_run_renders(tiny_model_dir:
     marked = encode_prompts(tokenizer, [build_messages(config["seed_context"], load_problems(splits["val"])[0])],
                             kwargs)[0]
     assert len(marked) > len(plain) and rows[0]["prompt_tokens"] == len(marked)
+
+
+#: DeepSeek-R1's distilled models' way: the generation prompt opens the reasoning trace
+OPEN_THINK_TEMPLATE = (
+    "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor -%}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif -%}")
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_a_trace_the_template_opens_is_in_front_of_every_completion_a_run_scores(
+        thinking: bool, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A template that ends the generation prompt with "<think>" leaves the completion only the
+    trace's "</think>": a trace cut off at the token budget read as an answer, a draft
+    "<answer>" in it included. The RL steps' completions (TRL's, scored by `TaskReward`), the
+    round's and the evaluation's (our generators') now all carry the opener, and the round's
+    rollouts still serve the first step (their prompt ids are TRL's). With the template's
+    thinking off nothing is added."""
+    import polars as pl
+
+    from fastslow.config import evaluation_options, make_task
+    from fastslow.evaluate import evaluate_weights
+    from fastslow.model.generation import SamplingParams
+    from fastslow.tasks.data import load_problems
+
+    model, _, config, splits = _fst_cycle_with_template(tiny_model_dir, tmp_path, OPEN_THINK_TEMPLATE,
+                                                        {"enable_thinking": thinking})
+    rollouts = pl.read_parquet(tmp_path / "c0" / "rollouts.parquet")
+    metrics = pl.read_parquet(tmp_path / "c0" / "metrics.parquet")
+    assert metrics["reused_rollouts"][0] == config["slow"]["num_generations"]  # the round's served step 1
+    assert rollouts["reused"].any() and not rollouts["reused"].all()  # round's and TRL's completions both
+    assert all(c.startswith("<think>") == thinking for c in rollouts["completion"].to_list())
+    assert all(p.rstrip().endswith("<think>") == thinking for p in rollouts["prompt"].to_list())
+    assert not rollouts["answered"].any() or not thinking  # 8 tokens never close a trace
+    _, rows = evaluate_weights(model, make_task(config, "math"), load_problems(splits["val"])[:2],
+                               config["seed_context"], 1, SamplingParams(4, 1.0, 1.0, 0),
+                               **{**evaluation_options(config), "divergence": False})
+    assert all(r["completion"].startswith("<think>") == thinking for r in rows)
 
 
 def test_the_readmes_library_example_runs(tmp_path: Path) -> None:

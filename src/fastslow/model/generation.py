@@ -58,6 +58,8 @@ class SamplingParams:
 class Generation:
     """One completion. Token counts include the EOS token when the model emitted one."""
 
+    #: the completion decoded, after the reasoning-trace opener its chat template wrote, if any
+    #: (`trace_opener`: "<think>" for a template that opens the trace in the prompt)
     text: str
     prompt_tokens: int
     completion_tokens: int
@@ -93,6 +95,24 @@ def render_prompts(
         )
         for conv in conversations
     ]
+
+
+def trace_opener(tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """`THINK_OPEN` when the chat template opens the assistant's reasoning trace itself (its
+    generation prompt ends with `<think>`: DeepSeek-R1's distilled models, Qwen3's Thinking-2507
+    models), else "". A completion then starts inside the trace and holds only its `</think>`, so
+    a trace cut off at the token budget would read as an answer. The generators put the opener in
+    front of each completion's `text`, and the RL reward in front of TRL's completions
+    (`TaskReward.opener`), so every scorer reads the trace whole (`fastslow.tasks.base.answer_part`).
+    Qwen3-8B's template opens none: the model writes `<think>` itself. A template that cannot
+    render a lone user turn opens none either."""
+    from fastslow.tasks.base import THINK_OPEN
+
+    try:
+        text = render_prompts(tokenizer, [[{"role": "user", "content": "?"}]], chat_template_kwargs)[0]
+    except Exception:  # noqa: BLE001 - a template's own error (Jinja, a role it refuses): no opener
+        return ""
+    return THINK_OPEN if isinstance(text, str) and text.rstrip().endswith(THINK_OPEN) else ""
 
 
 def encode_prompts(
@@ -868,10 +888,11 @@ class HFGenerator:
         generated = out[:, width:]
         step_logprobs = recorder.finish(generated[:, -1]).float().cpu()
         results = []
+        opener = trace_opener(self.tokenizer, self.chat_template_kwargs)
         for row, ids in enumerate(generated.tolist()):
             completion, reason = _split_completion(ids, self.eos)
             results.append(Generation(
-                text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                text=opener + self.tokenizer.decode(completion, skip_special_tokens=True),
                 prompt_tokens=len(prompts[row]),
                 completion_tokens=len(completion),
                 logprob_sum=float(step_logprobs[row, : len(completion)].sum()),
@@ -985,6 +1006,7 @@ class VLLMGenerator:
             [TokensPrompt(prompt_token_ids=ids) for ids in prompts], sampling, use_tqdm=False
         )
         results = []
+        opener = trace_opener(self.tokenizer, self.chat_template_kwargs)
         for ids, out in zip(prompts, outputs, strict=True):
             comp = out.outputs[0]
             token_ids = list(comp.token_ids)
@@ -995,7 +1017,7 @@ class VLLMGenerator:
             else:  # as before: without per-token log-probs there is nothing to sum (an error)
                 logprob = sum(step[t].logprob for step, t in zip(comp.logprobs, token_ids, strict=True))
             results.append(Generation(
-                text=comp.text,
+                text=opener + comp.text,
                 prompt_tokens=len(ids),
                 completion_tokens=len(token_ids),
                 logprob_sum=logprob,

@@ -816,7 +816,7 @@ def run_cycle(
     """
     from fastslow.io import atomic_path
     from fastslow.model.convert import PROVENANCE_FILE, load_model, load_tokenizer
-    from fastslow.model.generation import check_context, render_prompts
+    from fastslow.model.generation import check_context, render_prompts, trace_opener
 
     check_device(cfg)
     cfg.check_pool(len(contexts))
@@ -857,7 +857,8 @@ def run_cycle(
         # TRL builds the KL reference from config._name_or_path: the initial weights, not ours.
         model.config._name_or_path = str(ref_dir)
         use_cache = model.config.use_cache  # the HF Trainer turns it off; the saved model keeps it
-        reward = TaskReward(task, {p.id: p for p in problems})
+        reward = TaskReward(task, {p.id: p for p in problems},
+                            opener=trace_opener(tokenizer, cfg.chat_template_kwargs))
         trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, work_dir,
                                 num_processes=num_processes,
                                 max_prompt_tokens=prompt_tokens if cfg.use_vllm else None)

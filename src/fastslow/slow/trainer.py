@@ -91,21 +91,25 @@ class TaskReward:
     """A TRL reward function that calls `task.reward` and records what the rollout table needs.
 
     TRL passes the dataset columns of each row as keyword lists; we look the problem up by id.
-    Completions come as chat messages (conversational prompts); the text is the content.
+    Completions come as chat messages (conversational prompts); the text is the content, after
+    `opener`: the reasoning-trace opener the chat template wrote into the prompt, if any
+    (`fastslow.model.generation.trace_opener`), so a trace cut off reads as one, as our
+    generators' completions do.
     """
 
     __name__ = "task_reward"  # TRL names the reward's metrics after this
 
-    def __init__(self, task: Task, problems: dict[str, Problem]):
+    def __init__(self, task: Task, problems: dict[str, Problem], opener: str = ""):
         self.task = task
         self.problems = problems
+        self.opener = opener
         self.last_texts: list[str] = []
         self.last_rewards: list[float] = []
         self.last_feedback: list[str] = []
 
     def __call__(self, prompts: list[Any], completions: list[Any], problem_id: list[str],
                  **_: Any) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
+        texts = [self.opener + (c[-1]["content"] if isinstance(c, list) else str(c)) for c in completions]
         problems = [self.problems[pid] for pid in problem_id]
         rewards = [float(self.task.reward(p, t)) for p, t in zip(problems, texts, strict=True)]
         self.last_texts, self.last_rewards = texts, rewards

@@ -118,8 +118,9 @@ def answer_part(completion: str) -> str | None:
     None when a `<think>` is never closed: the trace was cut off (at the token budget, say), so no
     answer was given. An <answer> block written while thinking is a draft: Qwen3 writes "maybe
     <answer>7</answer>? let me check" and goes on, and reading it would reward guesses the model
-    did not commit to. A template that opens the trace in the prompt itself (its completions hold
-    only the `</think>`) is read whole when cut off; Qwen3-8B's template does not do that.
+    did not commit to. Where the chat template opens the trace in the prompt itself (DeepSeek-R1's
+    distilled models), the completions scored carry that `<think>` in front
+    (`fastslow.model.generation.trace_opener`), so a cut-off trace reads as one there too.
     """
     close = completion.rfind(THINK_CLOSE)
     if close >= 0:
