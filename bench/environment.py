@@ -30,8 +30,8 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "a
 #: (`FASTSLOW_MMAP_THRESHOLD` trades step time for peak memory), the thread pools' and the
 #: allocator's. A report records those set (`variables`); without it, two runs of one command
 #: under different settings read as the same measurement.
-VARIABLE_PREFIXES = ("FASTSLOW_", "OMP_", "MKL_", "OPENBLAS_", "MALLOC_", "GLIBC_TUNABLES", "TORCH_", "ONEDNN_",
-                     "DNNL_", "LD_PRELOAD")
+VARIABLE_PREFIXES = ("FASTSLOW_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MALLOC_", "GLIBC_TUNABLES",
+                     "TORCH_", "PYTORCH_", "ONEDNN_", "DNNL_", "LD_PRELOAD")
 
 
 def peak_rss_mb(maxrss: int | None = None, system: str | None = None) -> float:

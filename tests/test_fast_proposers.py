@@ -405,6 +405,36 @@ def test_a_thinking_reflection_models_trace_stays_out_of_the_context(reply: str)
         "context": "Solve the problem step by step. End with <answer>N</answer>."}
 
 
+@pytest.mark.parametrize("advice", [
+    "Reason step by step inside <think></think> tags, then give the final answer as <answer>N</answer>.",
+    "First write your reasoning between <think> and </think>. Then give <answer>N</answer>.",
+    "Do not write <think> tags; give the final answer as <answer>N</answer>.",
+])
+def test_a_proposal_that_mentions_the_think_tags_stays_whole(advice: str) -> None:
+    """Only a trace the reply begins with is dropped: advice about the tags (likely when the
+    rollouts reflected on are Qwen3's) was cut at its "</think>", or refused as a cut-off trace."""
+    prop = ReflectiveProposer(lambda prompt: f"```\n{advice}\n```")
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {"context": advice}
+
+
+def test_the_trace_filter_is_copied_as_itself() -> None:
+    import copy
+
+    from fastslow.fast.proposers import WithoutThinking
+
+    class Model:
+        model = "m"
+
+        def __call__(self, prompt: Any) -> str:
+            return "<think>x</think>reply"
+
+        def __deepcopy__(self, memo: dict) -> Model:
+            return Model()
+
+    wrapped = copy.deepcopy(WithoutThinking(Model()))
+    assert isinstance(wrapped, WithoutThinking) and wrapped("p") == "reply" and wrapped.model == "m"
+
+
 def test_a_reflection_whose_thinking_is_cut_off_proposes_nothing() -> None:
     lines: list[str] = []
     prop = ReflectiveProposer(lambda prompt: "<think>\nFirst, the feedback says ```", logger=lines.append)

@@ -637,3 +637,28 @@ def test_a_step_metric_outside_the_tables_schema_stops_at_its_step():
     row = complete_metrics({"run": "r", "cycle": 0, "step": 1, "fast_seconds": 2.5})
     assert list(row) == list(METRIC_COLUMNS) and row["fast_seconds"] == 2.5
     assert math.isnan(row["reward_mean"]) and row["completion_tokens"] is None
+
+
+def test_the_rl_reward_reads_the_completion_tokens_not_trls_parsed_message(tokenizer) -> None:
+    """TRL parses a completion into its message with the tokenizer's `response_template` when one
+    is set (some hub tokenizers ship one), which can move a reasoning trace out of `content`: the
+    reward then read the answer without its trace, and under a template that opens the trace
+    itself ("<think>" + content) never closed one. The reward decodes the token ids instead, as
+    our generators do; without a tokenizer it reads the message, as before."""
+    from fastslow.slow.trainer import TaskReward
+    from fastslow.tasks import get_task
+
+    task, problem = get_task("math"), Problem("p", "math", "What is 3 + 4?", "7")
+    ids = tokenizer("<think>maybe <answer>7</answer>? no.</think> <answer>8</answer>", add_special_tokens=False)
+    ids = ids["input_ids"] + [tokenizer.eos_token_id]
+    parsed = [[{"role": "assistant", "content": "<answer>7</answer>", "reasoning_content": "maybe 7? no."}]]
+    reward = TaskReward(task, {"p": problem}, tokenizer=tokenizer)
+    assert reward(prompts=[[]], completions=parsed, problem_id=["p"], completion_ids=[ids]) == [0.0]
+    assert reward.last_texts == [tokenizer.decode(ids, skip_special_tokens=True)] and "<think>" in reward.last_texts[0]
+    assert TaskReward(task, {"p": problem})(prompts=[[]], completions=parsed, problem_id=["p"],
+                                            completion_ids=[ids]) == [1.0]  # the message's content
+    cut = tokenizer("so 3 + 4 = 7, I write <answer>7</answer> and check", add_special_tokens=False)["input_ids"]
+    opened = TaskReward(task, {"p": problem}, opener="<think>", tokenizer=tokenizer)
+    assert opened(prompts=[[]], completions=[[{"role": "assistant", "content": ""}]], problem_id=["p"],
+                  completion_ids=[cut]) == [0.0]  # a trace the template opened, cut off
+    assert opened.last_texts[0].startswith("<think>so 3 + 4")

@@ -136,6 +136,7 @@ def test_a_draft_answer_in_the_thinking_earns_nothing_and_the_feedback_says_why(
     assert "only inside the thinking" in task.feedback(problem, drafted)
     assert task.reward(problem, drafted.replace("12345.", "<answer>7</answer>")) == 1.0
     assert format_problems("<think>x</think><answer>7</answer>") == []
+    assert format_problems("<think>x</think><answer>7") == ["an <answer> tag is opened but never closed with </answer>"]
 
 
 def test_extract_answer_reads_only_the_tail() -> None:

@@ -29,14 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fastslow.records import context_hash
-from fastslow.tasks.base import (
-    ANSWER_FORMAT,
-    THINK_CLOSE,
-    THINK_OPEN,
-    Problem,
-    answer_part,
-    answered,
-)
+from fastslow.tasks.base import ANSWER_FORMAT, THINK_CLOSE, THINK_OPEN, Problem, answered
 from fastslow.tasks.scoring import NO_SPACE_SCRIPTS, STANDALONE_BEFORE
 
 log = logging.getLogger(__name__)
@@ -627,12 +620,14 @@ class ReflectionThinkingCutOff(RuntimeError):
 
 
 class WithoutThinking:
-    """A reflection model whose replies keep only what follows a reasoning trace (`answer_part`):
-    a thinking reflection model (a local Qwen3, `fast.reflection.kind: hf`, which thinks by
-    default; an OpenAI-compatible server run without a reasoning parser) replies
-    "<think>…</think>" and then the new context, and GEPA's extraction (from the first ``` to the
-    last, or the whole reply) made the trace part of the context every rollout is prompted with.
-    A trace that never ends raises `ReflectionThinkingCutOff`: the call proposes nothing
+    """A reflection model whose replies lose the reasoning trace they begin with: a thinking
+    reflection model (a local Qwen3, `fast.reflection.kind: hf`, which thinks by default; an
+    OpenAI-compatible server run without a reasoning parser) replies "<think>…</think>" and then
+    the new context, and GEPA's extraction (from the first ``` to the last, or the whole reply)
+    made the trace part of the context every rollout is prompted with. Only a trace at the start
+    of the reply is a trace, up to its first `</think>`: a proposal that mentions the tags ("reason
+    inside <think></think>, then …", likely when the rollouts reflected on are Qwen3's) stays
+    whole. A trace that never ends raises `ReflectionThinkingCutOff`: the call proposes nothing
     (`ReflectiveProposer`). The wrapped model's attributes read through (`.model`, `.max_tokens`)."""
 
     def __init__(self, lm: LanguageModel) -> None:
@@ -640,16 +635,16 @@ class WithoutThinking:
 
     def __call__(self, prompt: Any) -> str:
         reply = self.lm(prompt)
-        if not isinstance(reply, str):
+        if not isinstance(reply, str) or not reply.lstrip().startswith(THINK_OPEN):
             return reply
-        answer = answer_part(reply)
-        if answer is None:
+        end = reply.find(THINK_CLOSE)
+        if end < 0:
             raise ReflectionThinkingCutOff(f"the reply's thinking ({THINK_OPEN}) never ended with {THINK_CLOSE}: "
                                            f"raise fast.reflection.max_tokens")
-        return answer
+        return reply[end + len(THINK_CLOSE):]
 
     def __getattr__(self, name: str) -> Any:
-        if name == "lm":  # not set yet (copy, unpickling): no recursion
+        if name == "lm" or name.startswith("__"):  # not set yet (copy, unpickling); copy's own protocol
             raise AttributeError(name)
         return getattr(self.lm, name)
 

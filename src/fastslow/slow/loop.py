@@ -858,7 +858,7 @@ def run_cycle(
         model.config._name_or_path = str(ref_dir)
         use_cache = model.config.use_cache  # the HF Trainer turns it off; the saved model keeps it
         reward = TaskReward(task, {p.id: p for p in problems},
-                            opener=trace_opener(tokenizer, cfg.chat_template_kwargs))
+                            opener=trace_opener(tokenizer, cfg.chat_template_kwargs), tokenizer=tokenizer)
         trainer = build_trainer(model, tokenizer, cfg, len(contexts), reward, work_dir,
                                 num_processes=num_processes,
                                 max_prompt_tokens=prompt_tokens if cfg.use_vllm else None)

@@ -91,25 +91,33 @@ class TaskReward:
     """A TRL reward function that calls `task.reward` and records what the rollout table needs.
 
     TRL passes the dataset columns of each row as keyword lists; we look the problem up by id.
-    Completions come as chat messages (conversational prompts); the text is the content, after
-    `opener`: the reasoning-trace opener the chat template wrote into the prompt, if any
+    With `tokenizer`, a completion's text is its token ids decoded (special tokens skipped), as
+    our generators decode theirs; without, the content of TRL's completion message. TRL parses a
+    completion into its message with the tokenizer's `response_template` when one is set, which
+    may move a reasoning trace out of the content (and the reward, the rollout tables and GEPA's
+    feedback would read the answer without its trace). Either way the text comes after `opener`:
+    the reasoning-trace opener the chat template wrote into the prompt, if any
     (`fastslow.model.generation.trace_opener`), so a trace cut off reads as one, as our
     generators' completions do.
     """
 
     __name__ = "task_reward"  # TRL names the reward's metrics after this
 
-    def __init__(self, task: Task, problems: dict[str, Problem], opener: str = ""):
+    def __init__(self, task: Task, problems: dict[str, Problem], opener: str = "", tokenizer: Any = None):
         self.task = task
         self.problems = problems
         self.opener = opener
+        self.tokenizer = tokenizer
         self.last_texts: list[str] = []
         self.last_rewards: list[float] = []
         self.last_feedback: list[str] = []
 
     def __call__(self, prompts: list[Any], completions: list[Any], problem_id: list[str],
-                 **_: Any) -> list[float]:
-        texts = [self.opener + (c[-1]["content"] if isinstance(c, list) else str(c)) for c in completions]
+                 completion_ids: list[list[int]] | None = None, **_: Any) -> list[float]:
+        if self.tokenizer is not None and completion_ids is not None:
+            texts = [self.opener + t for t in self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)]
+        else:
+            texts = [self.opener + (c[-1]["content"] if isinstance(c, list) else str(c)) for c in completions]
         problems = [self.problems[pid] for pid in problem_id]
         rewards = [float(self.task.reward(p, t)) for p, t in zip(problems, texts, strict=True)]
         self.last_texts, self.last_rewards = texts, rewards

@@ -183,7 +183,8 @@ def format_problems(completion: str) -> list[str]:
     closes = len(re.findall(r"</answer>", tail, re.IGNORECASE))
     answer = extract_answer(completion)
     if answer is None:
-        if answering is not completion and re.search(r"<answer>", completion, re.IGNORECASE):
+        if not opens and not closes and answering is not completion \
+                and re.search(r"<answer>", completion, re.IGNORECASE):
             notes.append(f"an <answer> block appears only inside the thinking; only an answer after "
                          f"{THINK_CLOSE} counts")
         elif opens and not closes:
