@@ -41,6 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from fastslow.model.convert import SMOLLM2_SPEC, load_model, load_tokenizer, prepare_base_model  # noqa: E402
+from fastslow.model.generation import trace_opener  # noqa: E402
 from fastslow.slow import SlowConfig, expand_rows, run_cycle  # noqa: E402
 from fastslow.slow.trainer import TaskReward, build_trainer  # noqa: E402
 from fastslow.tasks import get_task  # noqa: E402
@@ -119,9 +120,12 @@ def main() -> None:
     # Part 2: rollout path vs bare generate, same batch, same seed.
     tokenizer = load_tokenizer(MODEL_DIR)
     model = load_model(MODEL_DIR, dtype="float32")
+    # the reward as the cycle builds it (slow/loop.py): reads the completion's tokens, trace included
+    reward = TaskReward(task, {p.id: p for p in problems},
+                        opener=trace_opener(tokenizer, cfg.chat_template_kwargs), tokenizer=tokenizer)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = build_trainer(model, tokenizer, cfg.__class__(**{**cfg.to_dict(), "beta": 0.0}),
-                                len(CONTEXTS), TaskReward(task, {p.id: p for p in problems}), tmp)
+                                len(CONTEXTS), reward, tmp)
         conversations = [r["prompt"] for r in expand_rows(problems[: args.problems], CONTEXTS,
                                                           args.generations)]
         autocast = cfg.bf16 if args.autocast is None else args.autocast

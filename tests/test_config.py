@@ -86,6 +86,10 @@ BAD = [
      "fast.reflection.base_url: 'http://h:8000/v1' is not read by reflection kind 'hf' (openai and litellm only); remove it"),
     ({"fast": {"proposer": "reflective", "reflection": {"kind": "litellm", "model": "openai/m", "path": "/models/m"}}},
      "fast.reflection.path: '/models/m' is not read by reflection kind 'litellm' (hf only); remove it"),
+    ({"fast": {"proposer": "reflective", "reflection": {"kind": "litellm", "model": "openai/m",
+                                                        "chat_template_kwargs": {"enable_thinking": False}}}},
+     "fast.reflection.chat_template_kwargs: {'enable_thinking': False} is not read by reflection kind 'litellm' "
+     "(openai and hf only); remove it"),
     ({"fast": {"reflection": {"max_tokens": 0}}}, "fast.reflection.max_tokens: expected an integer >= 1, got 0"),
     ({"fast": {"max_metric_calls": {"light": 0}}}, "fast.max_metric_calls.light"),
     ({"fast": {"format_credit": 1.0}}, "fast.format_credit"),
@@ -592,13 +596,15 @@ def test_reflection_settings_reach_the_reflection_model(monkeypatch):
 
     cfg = deep_update(copy.deepcopy(_default()), {"fast": {"proposer": "reflective", "reflection": {
         "kind": "openai", "base_url": "http://localhost:8000", "model": "m", "api_key_env": "MY_KEY",
-        "max_tokens": 256, "temperature": 0.2, "prompt_template": "Improve <curr_param> given <side_info>"}}})
+        "max_tokens": 256, "temperature": 0.2, "prompt_template": "Improve <curr_param> given <side_info>",
+        "chat_template_kwargs": {"enable_thinking": False}}}})
     refl = validate_config(cfg)["fast"]["reflection"]
     monkeypatch.setenv("MY_KEY", "secret")
     lm = build_reflection_lm(refl)
     assert isinstance(lm, OpenAICompatibleLM)
     assert (lm.api_key, lm.max_tokens, lm.temperature, lm.timeout_s) == ("secret", 256, 0.2, 60.0)
     assert lm.base_url == "http://localhost:8000/v1" and lm.model == "m"
+    assert lm.chat_template_kwargs == {"enable_thinking": False}
     # ...and the round's proposer reflects with that model and the configured prompt template
     from fastslow.fast import FastConfig
     from fastslow.fast.round import make_proposer

@@ -665,6 +665,44 @@ def test_an_hf_reflection_model_answers_and_names_its_own_length_key(tiny_model_
     assert lm._calls == 1 and lm.max_new_tokens == 4
 
 
+def test_a_reflection_models_chat_template_kwargs_reach_its_template(fake_server, tiny_model_dir, tmp_path):
+    """`fast.reflection.chat_template_kwargs` ({enable_thinking: false}: Qwen3's non-thinking
+    mode). A local Qwen3 as reflection model always thought: its trace's tokens were spent on
+    every call, then dropped from the reply. The openai kind now sends them in each request's body
+    (vLLM's, SGLang's and llama.cpp's servers read `chat_template_kwargs` there), and the hf kind
+    renders its template with them. Unset, a request carries no such field (a hosted API may
+    refuse one)."""
+    import shutil
+
+    from fastslow.fast.proposers import build_reflection_lm
+    from fastslow.model.convert import load_tokenizer
+
+    off = {"enable_thinking": False}
+    assert build_reflection_lm({**_settings(fake_server), "chat_template_kwargs": off})("hello") == GOOD
+    assert fake_server.requests[-1]["chat_template_kwargs"] == off
+    assert build_reflection_lm(_settings(fake_server))("hello") == GOOD
+    assert "chat_template_kwargs" not in fake_server.requests[-1]
+    model = tmp_path / "reflector"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = load_tokenizer(model)
+    tokenizer.chat_template = (  # marks the non-thinking mode in the prompt
+        "{%- if enable_thinking is defined and not enable_thinking %}[no-think]{% endif -%}"
+        "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}")
+    tokenizer.save_pretrained(model)
+    prompt_tokens = {}
+    for name, extra in (("default", {}), ("off", {"chat_template_kwargs": off})):
+        lm = build_reflection_lm({"kind": "hf", "path": str(model), "max_tokens": 2, **extra})
+        lm("Rewrite this context: be brief.")  # loads its generator
+        generate, seen = lm._generator.generate, []
+        lm._generator.generate = lambda convs, params, generate=generate, seen=seen: seen.extend(
+            generate(convs, params)) or seen
+        lm("Rewrite this context: be brief.")
+        prompt_tokens[name] = seen[0].prompt_tokens
+    marker = len(tokenizer("[no-think]", add_special_tokens=False)["input_ids"])
+    assert prompt_tokens["off"] == prompt_tokens["default"] + marker, prompt_tokens
+
+
 def test_a_proposer_name_without_a_proposer_is_one_line_naming_it() -> None:
     """A name added to `PROPOSERS` (and the schema) but not to `make_proposer` went down the
     reflective path and failed there as KeyError 'base_url'."""

@@ -360,7 +360,7 @@ def _check_semantics(config: dict[str, Any]) -> None:
                 )
         # a key the kind never reads was silently dropped (an hf model's base_url, an endpoint's path)
         readers = {"base_url": ("openai", "litellm"), "api_key_env": ("openai", "litellm"),
-                   "model": ("openai", "litellm"), "path": ("hf",)}
+                   "model": ("openai", "litellm"), "path": ("hf",), "chat_template_kwargs": ("openai", "hf")}
         for key, kinds in readers.items():
             if key in refl and refl["kind"] not in kinds:
                 raise ConfigError(f"config error: fast.reflection.{key}: {refl[key]!r} is not read by reflection "

@@ -459,10 +459,14 @@ class OpenAICompatibleLM:
 
     Uses the `openai` client (a dependency). No retries: a failed reflection simply proposes nothing.
     The API key is read from the environment variable `api_key_env` (local servers need none).
+    `chat_template_kwargs` go to the server's chat template with each request (vLLM's, SGLang's and
+    llama.cpp's servers read them from the request body: {"enable_thinking": False} is Qwen3's
+    non-thinking mode); none are sent when empty, so hosted APIs see the plain request.
     """
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 60.0, max_tokens: int = 1024,
-                 temperature: float = 0.7, api_key_env: str = "OPENAI_API_KEY") -> None:
+                 temperature: float = 0.7, api_key_env: str = "OPENAI_API_KEY",
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         url = base_url.rstrip("/")
         if urllib.parse.urlparse(url).path in ("", "/"):
             url += "/v1"  # a bare host:port means the standard OpenAI path layout
@@ -472,6 +476,7 @@ class OpenAICompatibleLM:
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
         self.api_key = os.environ.get(api_key_env) or "not-needed"
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     def client(self, timeout_s: float | None = None) -> Any:
         """The `openai` client for the endpoint (no retries), with this model's timeout by default."""
@@ -481,8 +486,10 @@ class OpenAICompatibleLM:
                              timeout=self.timeout_s if timeout_s is None else timeout_s, max_retries=0)
 
     def __call__(self, prompt: Any) -> str:
+        extra = {"extra_body": {"chat_template_kwargs": self.chat_template_kwargs}} if self.chat_template_kwargs else {}
         resp = self.client().chat.completions.create(model=self.model, messages=_messages(prompt),
-                                                     max_tokens=self.max_tokens, temperature=self.temperature)
+                                                     max_tokens=self.max_tokens, temperature=self.temperature,
+                                                     **extra)
         return resp.choices[0].message.content or ""
 
     def connection_error(self, timeout_s: float = 10.0) -> str | None:
@@ -502,10 +509,13 @@ class OpenAICompatibleLM:
 
 
 class HFReflectionLM:
-    """A local Hugging Face model as reflection model (loaded on first call)."""
+    """A local Hugging Face model as reflection model (loaded on first call); its chat template
+    renders with `chat_template_kwargs` ({"enable_thinking": False}: Qwen3 answers without a trace)."""
 
-    def __init__(self, path: str, max_new_tokens: int = 512, temperature: float = 0.7, seed: int = 0) -> None:
+    def __init__(self, path: str, max_new_tokens: int = 512, temperature: float = 0.7, seed: int = 0,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         self.path = path
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.seed = seed
@@ -516,7 +526,8 @@ class HFReflectionLM:
         from fastslow.model.generation import SamplingParams, make_generator
 
         if self._generator is None:
-            self._generator = make_generator("hf", self.path, batch_size=1)
+            self._generator = make_generator("hf", self.path, batch_size=1,
+                                             chat_template_kwargs=self.chat_template_kwargs or None)
             self._generator.length_key = "fast.reflection.max_tokens"
         self._calls += 1
         params = SamplingParams(self.max_new_tokens, self.temperature, 1.0, self.seed + self._calls)
@@ -562,7 +573,7 @@ def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageM
     - `{"kind": "openai", "base_url": ..., "model": ..., "timeout_s": 60, "api_key_env": ...}`
     - `{"kind": "litellm", "model": "provider/name", "timeout_s": 60}` (keys from the environment)
     - `{"kind": "hf", "path": "/local/model/dir"}`
-    Optional for all: `max_tokens`, `temperature`. `seed`: the local model's sampling seed (the
+    Optional for all: `max_tokens`, `temperature`; for openai and hf, `chat_template_kwargs`. `seed`: the local model's sampling seed (the
     hosted kinds take none).
     """
     kind = settings.get("kind", "openai")
@@ -571,7 +582,8 @@ def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageM
     temperature = float(settings.get("temperature", 0.7))
     if kind == "openai":
         return OpenAICompatibleLM(settings["base_url"], settings["model"], timeout, max_tokens, temperature,
-                                  settings.get("api_key_env", "OPENAI_API_KEY"))
+                                  settings.get("api_key_env", "OPENAI_API_KEY"),
+                                  settings.get("chat_template_kwargs"))
     if kind == "litellm":
         from gepa.lm import LM  # imports litellm only when called
 
@@ -586,7 +598,8 @@ def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageM
         return LM(settings["model"], temperature=temperature, max_tokens=max_tokens, num_retries=1,
                   timeout=timeout, **extra)
     if kind == "hf":
-        return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature, seed=seed)
+        return HFReflectionLM(settings["path"], max_new_tokens=max_tokens, temperature=temperature, seed=seed,
+                              chat_template_kwargs=settings.get("chat_template_kwargs"))
     raise ValueError(f"fast.reflection.kind must be openai, litellm or hf, got {kind!r}")
 
 
