@@ -412,9 +412,12 @@ def test_a_thinking_reflection_models_trace_stays_out_of_the_context(reply: str)
 ])
 def test_a_proposal_that_mentions_the_think_tags_stays_whole(advice: str) -> None:
     """Only a trace the reply begins with is dropped: advice about the tags (likely when the
-    rollouts reflected on are Qwen3's) was cut at its "</think>", or refused as a cut-off trace."""
+    rollouts reflected on are Qwen3's) was cut at its "</think>", or refused as a cut-off trace.
+    After a trace of the reflection model's own, too: the trace ends at its first "</think>"."""
     prop = ReflectiveProposer(lambda prompt: f"```\n{advice}\n```")
     assert prop({"context": "Solve."}, DATASET, ["context"]) == {"context": advice}
+    thought = ReflectiveProposer(lambda prompt: f"<think>\nThe tags matter.\n</think>\n\n```\n{advice}\n```")
+    assert thought({"context": "Solve."}, DATASET, ["context"]) == {"context": advice}
 
 
 def test_the_trace_filter_is_copied_as_itself() -> None:

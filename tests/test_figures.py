@@ -2244,3 +2244,15 @@ def test_fig8s_claim_without_any_reward_is_no_verdict():
     assert np.isnan(row["measured"]) and row["verdict"] == "undetermined"
     assert row["note"] == no_reward_note(pl.DataFrame(fst[:3]), pl.DataFrame(gepa))
     assert "; 50% of their samples gave an answer in <answer> tags)" in row["note"], row["note"]
+
+
+def test_a_difference_no_larger_than_its_noise_bound_is_undetermined() -> None:
+    """The noise rule's edges: two runs with identical evaluations and no spread (difference 0,
+    bound 0) are too close to judge, not a verdict; a difference past the bound is judged. A
+    mutation of `<=` into `<` survived the suite."""
+    from fastslow.claims import _noise_note, _sign_note
+
+    assert _noise_note(0.0, 0.0).startswith("within evaluation noise")
+    assert _noise_note(0.05, 0.05).startswith("within evaluation noise")  # at the bound: not past it
+    assert _noise_note(0.06, 0.05) == "" and _noise_note(-0.06, 0.05) == ""
+    assert _sign_note(0.1, 0.0) == ""  # a final difference of 0 disagrees in sign with nothing

@@ -445,6 +445,34 @@ def test_the_loss_settings_are_stated_not_left_to_trls_defaults(tmp_path) -> Non
     assert args.vllm_importance_sampling_clip_min is None
 
 
+def test_the_configs_sampling_advantage_and_optimiser_settings_reach_trl(tmp_path) -> None:
+    """`slow.scale_rewards`, `temperature`, `top_p`, `weight_decay` and Adam's betas, each away
+    from its default: a mutation review replaced each with TRL's default and no test noticed, so a
+    user's setting could have been dropped without a trace."""
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, micro_batch_size=2, scale_rewards="none",
+                     temperature=0.7, top_p=0.9, weight_decay=0.05, adam_beta1=0.8, adam_beta2=0.95)
+    args = grpo_args(cfg, 2, tmp_path)
+    assert (args.scale_rewards, args.temperature, args.top_p) == ("none", 0.7, 0.9)
+    assert (args.weight_decay, args.adam_beta1, args.adam_beta2) == (0.05, 0.8, 0.95)
+    assert grpo_args(dataclasses.replace(cfg, scale_rewards="batch"), 2, tmp_path).scale_rewards == "batch"
+
+
+def test_only_a_first_cycle_loaded_from_the_references_own_directory_starts_at_it(tmp_path) -> None:
+    """`starts_at_reference`: a first cycle whose weights come from another directory than the
+    KL reference's (the library's `ref_model_dir`) skipped the reference forward in a mutation,
+    training and logging KL 0 against the wrong reference, and no test saw it."""
+    from fastslow.slow.loop import starts_at_reference
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert starts_at_reference(None, tmp_path / "a", tmp_path / "a") is True
+    assert starts_at_reference(None, tmp_path / "a", tmp_path / "a" / ".." / "a") is True
+    assert starts_at_reference(None, tmp_path / "a", tmp_path / "b") is False
+    assert starts_at_reference(str(tmp_path / "state.json"), tmp_path / "a", tmp_path / "a") is False
+
+
 def test_vllm_context_is_the_longest_prompt_plus_the_completion_budget(tmp_path) -> None:
     """TRL's vllm_max_model_length (else vLLM reserves the model's whole context, 40960 tokens
     for Qwen3-8B) and the memory share vLLM may take, from the slow config."""
@@ -662,3 +690,8 @@ def test_the_rl_reward_reads_the_completion_tokens_not_trls_parsed_message(token
     assert opened(prompts=[[]], completions=[[{"role": "assistant", "content": ""}]], problem_id=["p"],
                   completion_ids=[cut]) == [0.0]  # a trace the template opened, cut off
     assert opened.last_texts[0].startswith("<think>so 3 + 4")
+    # ...and without a tokenizer, the message's content gets the opener too
+    message = [[{"role": "assistant", "content": "so 3 + 4 = 7, I write <answer>7</answer> and check"}]]
+    assert TaskReward(task, {"p": problem}, opener="<think>")(prompts=[[]], completions=message,
+                                                              problem_id=["p"]) == [0.0]
+    assert TaskReward(task, {"p": problem})(prompts=[[]], completions=message, problem_id=["p"]) == [1.0]

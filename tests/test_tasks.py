@@ -118,6 +118,11 @@ def test_extract_answer(text: str, expected: str | None) -> None:
     ("<think>a</think> <think>b <answer>3</answer></think><answer>4</answer>", "4"),
     ("reasoning the template opened\n</think>\n\n<answer>5</answer>", "5"),  # "<think>" in the prompt
     ("<think>\n\n</think>\n\n<answer>6</answer>", "6"),  # an empty trace
+    # a second trace, cut off: its answer is a draft (it scored 5); one given before it counts
+    ("<think>a</think> <think>b <answer>5</answer>", None),
+    ("<think>a</think><answer>1</answer><think>b <answer>2</answer>", "1"),
+    # answered, then thought again to the end: nothing follows the last trace
+    ("<think>a</think><answer>1</answer><think>b <answer>2</answer></think>", None),
 ])
 def test_an_answer_counts_only_after_the_thinking(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected and answered(text) == (expected is not None)
@@ -137,6 +142,21 @@ def test_a_draft_answer_in_the_thinking_earns_nothing_and_the_feedback_says_why(
     assert task.reward(problem, drafted.replace("12345.", "<answer>7</answer>")) == 1.0
     assert format_problems("<think>x</think><answer>7</answer>") == []
     assert format_problems("<think>x</think><answer>7") == ["an <answer> tag is opened but never closed with </answer>"]
+    reopened = "<think>x</think> <think>so <answer>7</answer>"  # a second trace, cut off
+    assert task.reward(problem, reopened) == 0.0 and "opened after the last </think> never ends" in \
+        task.feedback(problem, reopened)
+    assert "only inside the thinking" not in task.feedback(problem, reopened)
+
+
+def test_a_correct_answers_feedback_carries_no_format_complaint() -> None:
+    """Format notes explain a failure; on a correct answer (two <answer> blocks, the last one
+    right) GEPA would read them as something to fix. A mutation that showed them always survived."""
+    task = get_task("math")
+    problem = Problem("p", "math", "What is 3 + 4? " + ANSWER_FORMAT, "7")
+    twice = "<answer>6</answer> no: <answer>7</answer>"
+    assert format_problems(twice) == ["2 <answer> tags were found; only the last complete block counts"]
+    assert task.reward(problem, twice) == 1.0 and "Format:" not in task.feedback(problem, twice)
+    assert "Format:" in task.feedback(problem, "<answer>6</answer> no: <answer>5</answer>")
 
 
 def test_extract_answer_reads_only_the_tail() -> None:
@@ -150,7 +170,8 @@ def test_parse_number_accepts_forms_of_42(text: str) -> None:
     assert parse_number(text) == pytest.approx(42)
 
 
-@pytest.mark.parametrize("text", ["", "forty-two", "4 2", "1e999", "1/0", "42 or 43", "x" * 1000, "nan"])
+@pytest.mark.parametrize("text", ["", "forty-two", "4 2", "1e999", "1/0", "42 or 43", "x" * 1000, "nan",
+                                  "1 × 10^{400}", "2.5 \\times 10^{-400}"])  # overflow, or read as 0
 def test_parse_number_rejects(text: str) -> None:
     assert parse_number(text) is None
 

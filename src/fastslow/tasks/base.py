@@ -114,18 +114,22 @@ def duplicate_ids(problems: Sequence[Problem], show: int = 5) -> str:
 
 def answer_part(completion: str) -> str | None:
     """The part of a completion that answers: what follows the last `</think>` (a reasoning
-    model's trace, `THINK_OPEN`/`THINK_CLOSE`), the whole completion when it has neither tag, and
-    None when a `<think>` is never closed: the trace was cut off (at the token budget, say), so no
-    answer was given. An <answer> block written while thinking is a draft: Qwen3 writes "maybe
+    model's trace, `THINK_OPEN`/`THINK_CLOSE`), up to a later `<think>` that is never closed; the
+    whole completion when it has neither tag; and None when its only trace is never closed: the
+    trace was cut off (at the token budget, say), so no answer was given. An <answer> block written while thinking is a draft: Qwen3 writes "maybe
     <answer>7</answer>? let me check" and goes on, and reading it would reward guesses the model
     did not commit to. Where the chat template opens the trace in the prompt itself (DeepSeek-R1's
     distilled models), the completions scored carry that `<think>` in front
     (`fastslow.model.generation.trace_opener`), so a cut-off trace reads as one there too.
     """
     close = completion.rfind(THINK_CLOSE)
-    if close >= 0:
-        return completion[close + len(THINK_CLOSE):]
-    return None if THINK_OPEN in completion else completion
+    rest = completion[close + len(THINK_CLOSE):] if close >= 0 else completion
+    # a trace opened after the last one closed (or the only one) never ends: it was cut off, and
+    # an answer inside it is a draft; an answer given before it opened still counts
+    opened = rest.find(THINK_OPEN)
+    if opened < 0:
+        return rest
+    return rest[:opened] if close >= 0 else None
 
 
 def extract_answer(completion: str) -> str | None:
@@ -178,11 +182,17 @@ def format_problems(completion: str) -> list[str]:
         notes.append(f"the thinking ({THINK_OPEN}) never ends with {THINK_CLOSE}, so no final answer "
                      f"follows it (cut off at the token budget?); only an answer after {THINK_CLOSE} counts")
         return notes
+    reopened = THINK_OPEN in completion[completion.rfind(THINK_CLOSE):] if THINK_CLOSE in completion else False
+    if reopened:
+        notes.append(f"a thinking block ({THINK_OPEN}) opened after the last {THINK_CLOSE} never ends (cut off "
+                     f"at the token budget?); an answer inside it does not count")
     tail = answering[-MAX_PARSE_CHARS:]
     opens = len(re.findall(r"<answer>", tail, re.IGNORECASE))
     closes = len(re.findall(r"</answer>", tail, re.IGNORECASE))
     answer = extract_answer(completion)
-    if answer is None:
+    if answer is None and reopened and not opens and not closes:
+        pass  # said above
+    elif answer is None:
         if not opens and not closes and answering is not completion \
                 and re.search(r"<answer>", completion, re.IGNORECASE):
             notes.append(f"an <answer> block appears only inside the thinking; only an answer after "
