@@ -933,3 +933,25 @@ def test_gepa_log_lines_show_control_characters_escaped(caplog) -> None:
     assert whole.getMessage() == ("gepa: Iteration 3: Proposed new text for ctx: Be brief.\\x1b[2J\\x1b]0;owned"
                                   "\\x07\n\tand\\x9b exact")
     assert whole.file_only  # jobs.setup_logging's console leaves it out
+
+
+def test_no_edit_may_write_the_answer_of_a_problem_the_next_rl_steps_train_on(tmp_path: Path, monkeypatch) -> None:
+    """The proposer's private problems are the validation set's and the next RL steps' together:
+    with reuse, the RL steps may hold problems the validation set does not (more of them than
+    `val_problems`), and an edit writing one's answer into a context would train the step with its
+    answer in the prompt. A mutation that kept only the validation set survived the suite."""
+    from fastslow.fast import round as round_module
+
+    seen: dict[str, set[str]] = {}
+    make = round_module.make_proposer
+
+    def spy(cfg, train, log, task=None, private=(), **kw):
+        seen["private"] = set(private)
+        return make(cfg, train, log, task, private, **kw)
+
+    monkeypatch.setattr(round_module, "make_proposer", spy)
+    step = TRAIN[-4:]  # four RL-step problems; they lead the validation set, which holds two
+    cfg = FastConfig(pool_size=2, max_metric_calls=30, minibatch_size=2)
+    _, summary = run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL[:2], cfg, 0, tmp_path,
+                           log=quiet, slow_problems=step, slow_samples=2)
+    assert summary["val_problems"] == [p.id for p in step[:2]] and seen["private"] == {p.id for p in step}

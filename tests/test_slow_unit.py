@@ -459,6 +459,30 @@ def test_the_configs_sampling_advantage_and_optimiser_settings_reach_trl(tmp_pat
     assert grpo_args(dataclasses.replace(cfg, scale_rewards="batch"), 2, tmp_path).scale_rewards == "batch"
 
 
+def test_a_cycle_on_a_new_task_samples_its_first_steps_from_the_streams_start(tmp_path) -> None:
+    """`cycle_step_problems` (the problems the fast round samples for the first RL steps under
+    reuse) must read the data stream where `resume_point` starts it: at 0 for a continual run's
+    first cycle on a new task (`new_data`), at the previous cycle's cursor otherwise. A mutation
+    that ignored `new_data` survived: the round's samples would go unused and be drawn again."""
+    import json
+
+    from fastslow.slow.loop import STATE_FILE, cycle_step_problems, resume_point
+
+    problems = [Problem(f"p{i}", "math", f"q{i}", str(i)) for i in range(10)]
+    cfg = SlowConfig(num_generations=2, problems_per_step=2, micro_batch_size=2)
+    state = tmp_path / "cycle0"
+    (state / "trainer_state").mkdir(parents=True)
+    (state / "trainer_state" / STATE_FILE).write_text(json.dumps({"cursor": 5, "global_step": 3,
+                                                                  "problems_fingerprint": "elsewhere"}))
+    fresh = cycle_step_problems(None, problems, cfg, steps=2)
+    assert cycle_step_problems(state, problems, cfg, steps=2, new_data=True) == fresh
+    _, _, cursor, _ = resume_point(tmp_path / "base", state, problems, new_data=True)
+    assert cursor == 0
+    later = cycle_step_problems(state, problems, cfg, steps=2)
+    assert [p.id for p in later] == [problems[i].id for i in take_problems(10, cfg.seed, 5, 4)] != \
+        [p.id for p in fresh]
+
+
 def test_only_a_first_cycle_loaded_from_the_references_own_directory_starts_at_it(tmp_path) -> None:
     """`starts_at_reference`: a first cycle whose weights come from another directory than the
     KL reference's (the library's `ref_model_dir`) skipped the reference forward in a mutation,
