@@ -106,6 +106,32 @@ def test_format_rule_first_when_parse_failures_dominate() -> None:
     assert not doc.demos
 
 
+def test_the_format_rule_comes_at_exactly_half_the_failures_unparsed() -> None:
+    """"At least half" of the failures unread: two failures, one without an answer, get the
+    format rule first. A mutation to "more than half" survived the suite."""
+    records = [rec("train-0", 0.0, "It is 5."), rec("train-1", 0.0, "<answer>9</answer>")]
+    doc = ContextDoc.parse(FeedbackEditor(BY_ID, seed=0).edit("Solve the problem.", records))
+    assert doc.rules and doc.rules[0].startswith(FORMAT_RULE_PREFIX)
+    read = [rec("train-0", 0.0, "<answer>4</answer>"), rec("train-1", 0.0, "<answer>9</answer>"),
+            rec("train-2", 0.0, "It is 5.")]  # one of three unread: no format rule
+    edited = FeedbackEditor(BY_ID, seed=0)
+    edited.edit("Solve the problem.", read)
+    assert "add-format-rule" not in edited.edits
+
+
+def test_a_demonstration_is_stale_only_after_two_observations_each_way() -> None:
+    """A worked example is dropped as stale when the minibatches scored with it do worse than
+    those without it, over at least two observations each: one noisy pair is not evidence. A
+    mutation to one observation each survived the suite."""
+    ed = FeedbackEditor(BY_ID, seed=0)
+    ed.with_demo["k"], ed.without_demo["k"] = [0.2], [0.8]
+    assert not ed._stale("k")
+    ed.with_demo["k"], ed.without_demo["k"] = [0.2, 0.3], [0.8, 0.7]
+    assert ed._stale("k")
+    ed.with_demo["k"], ed.without_demo["k"] = [0.9, 0.8], [0.1, 0.2]
+    assert not ed._stale("k")
+
+
 def test_an_echoed_empty_answer_block_is_a_format_failure() -> None:
     """A 135M model often echoes the prompt's "<answer></answer>": no answer was given, so the
     format rule still comes first (it had counted as read, and the rule never came)."""
