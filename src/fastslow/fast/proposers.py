@@ -573,8 +573,8 @@ def build_reflection_lm(settings: Mapping[str, Any], seed: int = 0) -> LanguageM
     - `{"kind": "openai", "base_url": ..., "model": ..., "timeout_s": 60, "api_key_env": ...}`
     - `{"kind": "litellm", "model": "provider/name", "timeout_s": 60}` (keys from the environment)
     - `{"kind": "hf", "path": "/local/model/dir"}`
-    Optional for all: `max_tokens`, `temperature`; for openai and hf, `chat_template_kwargs`. `seed`: the local model's sampling seed (the
-    hosted kinds take none).
+    Optional for all: `max_tokens`, `temperature`; for openai and hf, `chat_template_kwargs`.
+    `seed`: the local model's sampling seed (the hosted kinds take none).
     """
     kind = settings.get("kind", "openai")
     timeout = float(settings.get("timeout_s", 60))

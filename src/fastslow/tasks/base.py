@@ -115,12 +115,13 @@ def duplicate_ids(problems: Sequence[Problem], show: int = 5) -> str:
 def answer_part(completion: str) -> str | None:
     """The part of a completion that answers: what follows the last `</think>` (a reasoning
     model's trace, `THINK_OPEN`/`THINK_CLOSE`), up to a later `<think>` that is never closed; the
-    whole completion when it has neither tag; and None when its only trace is never closed: the
-    trace was cut off (at the token budget, say), so no answer was given. An <answer> block written while thinking is a draft: Qwen3 writes "maybe
-    <answer>7</answer>? let me check" and goes on, and reading it would reward guesses the model
-    did not commit to. Where the chat template opens the trace in the prompt itself (DeepSeek-R1's
-    distilled models), the completions scored carry that `<think>` in front
-    (`fastslow.model.generation.trace_opener`), so a cut-off trace reads as one there too.
+    whole completion when it has neither tag; and None when it has a `<think>` but no `</think>`:
+    the trace was cut off (at the token budget, say), so no answer was given. An <answer> block
+    written while thinking is a draft: Qwen3 writes "maybe <answer>7</answer>? let me check" and
+    goes on, and reading it would reward guesses the model did not commit to. Where the chat
+    template opens the trace in the prompt itself (DeepSeek-R1's distilled models), the completions
+    scored carry that `<think>` in front (`fastslow.model.generation.trace_opener`), so a cut-off
+    trace reads as one there too.
     """
     close = completion.rfind(THINK_CLOSE)
     rest = completion[close + len(THINK_CLOSE):] if close >= 0 else completion
