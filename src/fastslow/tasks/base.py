@@ -183,7 +183,8 @@ def format_problems(completion: str) -> list[str]:
         notes.append(f"the thinking ({THINK_OPEN}) never ends with {THINK_CLOSE}, so no final answer "
                      f"follows it (cut off at the token budget?); only an answer after {THINK_CLOSE} counts")
         return notes
-    reopened = THINK_OPEN in completion[completion.rfind(THINK_CLOSE):] if THINK_CLOSE in completion else False
+    close = completion.rfind(THINK_CLOSE)  # answer_part's cut: a trace opened after it never ends
+    reopened = close >= 0 and THINK_OPEN in completion[close:]
     if reopened:
         notes.append(f"a thinking block ({THINK_OPEN}) opened after the last {THINK_CLOSE} never ends (cut off "
                      f"at the token budget?); an answer inside it does not count")
@@ -191,10 +192,10 @@ def format_problems(completion: str) -> list[str]:
     opens = len(re.findall(r"<answer>", tail, re.IGNORECASE))
     closes = len(re.findall(r"</answer>", tail, re.IGNORECASE))
     answer = extract_answer(completion)
-    if answer is None and reopened and not opens and not closes:
-        pass  # said above
-    elif answer is None:
-        if not opens and not closes and answering is not completion \
+    if answer is None:
+        if reopened and not opens and not closes:
+            pass  # the note above says why no answer was read
+        elif not opens and not closes and answering is not completion \
                 and re.search(r"<answer>", completion, re.IGNORECASE):
             notes.append(f"an <answer> block appears only inside the thinking; only an answer after "
                          f"{THINK_CLOSE} counts")
