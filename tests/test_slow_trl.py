@@ -384,6 +384,104 @@ def test_a_prompt_spanning_micro_batches_runs_forward_and_backward_once(tiny_mod
     assert sum(float(g.abs().sum()) for g in grads_o.values()) > 0
 
 
+@pytest.mark.parametrize("problems_per_step, generations, micro", [(2, 4, 2), (3, 2, 3)])
+def test_activation_checkpointing_recomputes_the_shared_prompt_forward(tiny_model_dir, tokenizer, tmp_path,
+                                                                       problems_per_step: int, generations: int,
+                                                                       micro: int) -> None:
+    """Under `activation_checkpointing` the loss forward still runs each prompt once for all its
+    micro batches, with its decoder layers recomputed in the backward (`layer_recompute`): the
+    log-probs, entropies and every parameter's gradient of the same forward without
+    checkpointing and of TRL's own checkpointed row-by-row forward, the same positions through
+    the model as without checkpointing, and a fraction of the activations kept for the backward."""
+    import torch
+    from trl.trainer.utils import split_tensor_dict
+
+    from fastslow.slow.trainer import PromptGradients
+
+    rows = problems_per_step * generations
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path,
+                       lambda completions, **_: [float(i % 3 == 0) for i in range(len(completions))],
+                       beta=0.01, micro_batch_size=micro, num_generations=generations,
+                       problems_per_step=problems_per_step, activation_checkpointing=True)
+    model = trainer.model
+    model.train()
+    assert model.is_gradient_checkpointing and trainer.args.gradient_checkpointing
+    torch.manual_seed(0)
+    problems = [Problem(f"p{i}", "toy", "question " + "in more words " * (16 + i), "0")
+                for i in range(problems_per_step)]
+    batch = trainer._generate_and_score_completions(expand_rows(problems, CONTEXTS[:1], generations))
+    assert batch["advantages"].abs().sum() > 0
+    micros = split_tensor_dict(batch, rows // micro)
+    weights = {p.data_ptr() for p in model.parameters()}
+    results = {}
+    for mode in ("recomputed", "kept", "trl"):
+        trainer.share_prefill = mode != "trl"
+        trainer.args.gradient_checkpointing = mode != "kept"
+        if mode == "kept":
+            model.gradient_checkpointing_disable()
+        trainer.reset_step_stats()
+        prompts = PromptGradients(PromptGradients.counts(micros))
+        trainer.prompt_grads = prompts if mode != "trl" else None
+        seen: list[int] = []
+        saved = [0]
+
+        def pack(t: Any, saved: list[int] = saved, weights: set[int] = weights) -> Any:
+            if t.data_ptr() not in weights:  # activations kept outside a recomputed layer
+                saved[0] += t.numel() * t.element_size()
+            return t
+
+        hook = model.register_forward_pre_hook(lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].numel()),
+                                               with_kwargs=True)
+        try:
+            for part in micros:
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                    loss = trainer.compute_loss(model, part)
+                loss.backward()
+                prompts.backward_done()
+        finally:
+            hook.remove()
+            trainer.prompt_grads = None
+        if mode != "trl":
+            assert prompts.forwards == problems_per_step and not prompts.kv  # each prompt once, all released
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad(set_to_none=True)
+        results[mode] = (grads, torch.cat([lp for lp, _ in trainer.stash]),
+                         torch.cat([e for _, e in trainer.stash]), sum(seen), saved[0])
+    grads_r, logp_r, ent_r, seen_r, saved_r = results["recomputed"]
+    assert seen_r == results["kept"][3] < results["trl"][3]
+    assert saved_r < results["kept"][4] / 2, (saved_r, results["kept"][4])
+    for mode in ("kept", "trl"):
+        grads, logp, ent, _, _ = results[mode]
+        assert torch.allclose(logp_r, logp, atol=1e-5) and torch.allclose(ent_r, ent, atol=1e-5)
+        assert grads_r.keys() == grads.keys() and grads_r
+        for name, g in grads_r.items():
+            assert torch.allclose(g, grads[name], atol=1e-6), (mode, name)
+    assert sum(float(g.abs().sum()) for g in grads_r.values()) > 0
+
+
+def test_a_checkpointed_models_forward_without_a_gradient_keeps_the_prompts_cache(tiny_model_dir, tokenizer,
+                                                                                 tmp_path) -> None:
+    """Transformers' checkpointing drops the KV cache of a training-mode layer whatever the
+    gradient mode; the shared forward without a gradient (a policy-side reference or old-log-prob
+    forward) runs the layers as they are, so its rows read their prompt: TRL's log-probs."""
+    import torch
+
+    from fastslow.slow.trainer import shared_prefix_logps
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0, activation_checkpointing=True)
+    model = trainer.model
+    model.train()
+    g = torch.Generator().manual_seed(5)
+    prompt = torch.randint(3, model.config.vocab_size, (7,), generator=g)
+    ids = torch.cat([prompt.repeat(3, 1), torch.randint(3, model.config.vocab_size, (3, 4), generator=g)], dim=1)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        shared, _ = shared_prefix_logps(model, ids, mask, 4, checkpoint=True)
+        trainer.share_prefill = False
+        full, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, 4, batch_size=3)
+    assert torch.allclose(shared, full, atol=1e-5), (shared - full).abs().max()
+
+
 def test_fused_lm_head_scores_only_completion_positions_on_cpu(tiny_model_dir, tokenizer, tmp_path) -> None:
     """TRL's fused LM head, after build_trainer, projects only the labelled (completion) positions
     on CPU: same log-probs, entropies and gradients as projecting every position, TRL's own CPU

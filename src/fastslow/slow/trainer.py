@@ -56,7 +56,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -419,20 +419,21 @@ def _grpo_trainer_class() -> type:
         def _shared_prefix_forward(self, args: tuple, kwargs: dict[str, Any]) -> Any:
             """`shared_prefix_logps` in place of TRL's forward when it applies: text rows, one
             process (the loss forward runs the model twice, which DDP's reducer does not allow),
-            no FSDP, no MoE aux loss, and (with a gradient) no activation checkpointing, whose
-            recomputation would append to the prompt's cache a second time. None: TRL's own."""
+            no FSDP, no MoE aux loss. Under activation checkpointing the prompt's layers are
+            recomputed in the backward and the completion's are not (`layer_recompute`: a replay
+            of transformers' would append to the prompt's cache a second time). None: TRL's own."""
             import torch
 
             grad = torch.is_grad_enabled()
             extra = {k: v for k, v in kwargs.items() if k not in ("batch_size", "compute_entropy", "compute_aux_loss")}
             if (not self.share_prefill or len(args) != 4 or kwargs.get("compute_aux_loss")
-                    or any(v is not None for v in extra.values()) or self.accelerator.num_processes > 1
-                    or (grad and self.args.gradient_checkpointing)):
+                    or any(v is not None for v in extra.values()) or self.accelerator.num_processes > 1):
                 return None
             out = shared_prefix_logps(*args, batch_size=kwargs.get("batch_size"),
                                       entropy=bool(kwargs.get("compute_entropy")),
                                       autocast=self.accelerator.autocast,
-                                      prompts=self.prompt_grads if grad else None)
+                                      prompts=self.prompt_grads if grad else None,
+                                      checkpoint=bool(self.args.gradient_checkpointing))
             return None if out is None else (*out, None)
 
     return PoolGRPOTrainer
@@ -508,7 +509,8 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
                         batch_size: int | None = None, entropy: bool = False,
                         autocast: Callable[[], Any] | None = None,
                         alone: bool | None = None,
-                        prompts: PromptGradients | None = None) -> tuple[Any, Any] | None:
+                        prompts: PromptGradients | None = None,
+                        checkpoint: bool = False) -> tuple[Any, Any] | None:
     """TRL's per-token log-probs (and entropies, with `entropy`) of the last `logits_to_keep`
     tokens of each row, as `GRPOTrainer._get_per_token_logps_and_entropies` computes them
     through the fused LM head, with each distinct prompt's forward run once instead of once per
@@ -535,6 +537,13 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     `prompts` (under a gradient): the step's `PromptGradients`; a prompt already run for an
     earlier micro batch is not run again, and even a micro batch of distinct prompts goes
     through here.
+
+    `checkpoint` (`slow.activation_checkpointing`): under a gradient, each decoder layer of a
+    prompt's forward keeps only its input and recomputes the rest in the backward
+    (`layer_recompute`), so a held prompt costs its keys, values and layer inputs instead of all
+    its activations; the completion tokens' forward, which reads and extends the prompt's cache,
+    keeps its (few) activations. Without a gradient nothing is recomputed. None when the model's
+    layers cannot be recomputed this way (the caller's own forward checkpoints them).
     """
     import torch
     from transformers import DynamicCache
@@ -543,6 +552,8 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
 
     prompt_len = input_ids.shape[1] - logits_to_keep
     if prompt_len < 2:
+        return None
+    if checkpoint and not decoder_layers(model):
         return None
     group, first = distinct_rows(input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1])
     if prompts is not None and not torch.is_grad_enabled():
@@ -554,15 +565,20 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     if alone is None:
         alone = input_ids.device.type == "cpu"
 
+    grad = torch.is_grad_enabled()
+    prompt_mode = "recompute" if checkpoint and grad else "keep" if checkpoint else None
+    tail_mode = "keep" if checkpoint else None
+
     def prompt_cache(heads: list[int]) -> Any:
-        cache = prefill_rows_alone(model, input_ids[heads, :prompt_len - 1], attention_mask[heads, :prompt_len - 1],
-                                   column_positions=True, autocast=autocast) if alone else None
-        if cache is None:
-            cache = DynamicCache(config=model.config)
-            with autocast():
-                model(input_ids=input_ids[heads, :prompt_len - 1],
-                      attention_mask=attention_mask[heads, :prompt_len - 1],
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
+        with layer_recompute(model, prompt_mode):
+            cache = prefill_rows_alone(model, input_ids[heads, :prompt_len - 1], attention_mask[heads, :prompt_len - 1],
+                                       column_positions=True, autocast=autocast) if alone else None
+            if cache is None:
+                cache = DynamicCache(config=model.config)
+                with autocast():
+                    model(input_ids=input_ids[heads, :prompt_len - 1],
+                          attention_mask=attention_mask[heads, :prompt_len - 1],
+                          past_key_values=cache, use_cache=True, logits_to_keep=1)
         return cache
 
     parts = []
@@ -588,7 +604,7 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
         tail = input_ids[rows, prompt_len - 1:]
         labels = tail.masked_fill(attention_mask[rows, prompt_len - 1:] == 0, -100)
         labels[:, 0] = -100  # the last prompt token: only its prediction (of the first completion token) counts
-        with autocast():
+        with autocast(), layer_recompute(model, tail_mode):
             outputs = model(input_ids=tail, attention_mask=attention_mask[rows], past_key_values=cache,
                             labels=labels, fused_lm_head=True)
         parts.append((rows, outputs.log_probs[:, -logits_to_keep:],
@@ -597,6 +613,68 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     logps = torch.cat([lp for _, lp, _ in parts])[order]
     entropies = torch.cat([e for _, _, e in parts])[order] if entropy else None
     return logps, entropies
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """`model`'s transformers decoder layers (`GradientCheckpointingLayer`s), the units that
+    `layer_recompute` and transformers' own activation checkpointing recompute."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+@contextlib.contextmanager
+def layer_recompute(model: Any, mode: str | None) -> Iterator[None]:
+    """Each decoder layer of `model` run, for the block, by its own forward, whatever
+    transformers' activation checkpointing is set to.
+
+    - "keep": no recomputation; the layer keeps its activations and reads and writes the KV
+      cache as usual. Transformers' checkpointing would instead drop the cache of every layer
+      that writes one (a replay would append its keys a second time): the completion tokens'
+      forward over a prompt's cache.
+    - "recompute": the layer keeps only its input (non-reentrant `torch.utils.checkpoint`) and
+      runs again in the backward. It writes the cache in the forward; its replay writes into an
+      empty cache of its own instead, the same operations on the same values (the first write
+      of a layer into an empty cache), so the recomputed tensors are the ones the forward saved
+      and the gradient reaching the keys and values written in the forward flows through them.
+      A prompt's forward into a fresh cache only.
+    - None: the model as it is.
+    """
+    if mode is None:
+        yield
+        return
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+    from transformers import DynamicCache
+
+    def recomputed(layer: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+            calls = 0
+
+            def run(hidden: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                kw = kwargs
+                if calls > 1 and kwargs.get("past_key_values") is not None:  # the backward's replay
+                    kw = {**kwargs, "past_key_values": DynamicCache(config=model.config)}
+                return inner(layer, hidden, *args, **kw)
+
+            return checkpoint(run, hidden_states, use_reentrant=False)
+
+        return forward
+
+    layers = decoder_layers(model)
+    try:
+        for layer in layers:
+            cls_forward = type(layer).forward
+            inner = getattr(cls_forward, "__wrapped__", cls_forward)  # transformers' unwrapped forward
+            layer.forward = (recomputed(layer, inner) if mode == "recompute"
+                             else functools.partial(inner, layer))
+        yield
+    finally:
+        for layer in layers:
+            vars(layer).pop("forward", None)  # back to the class's
 
 
 def longest_prompt_tokens(tokenizer: Any, problems: Sequence[Problem],
