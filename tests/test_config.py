@@ -414,7 +414,10 @@ def test_a_key_without_a_schema_default_written_at_its_default_is_no_param():
             assert value == defaults[key] and type(value) is type(defaults[key]), (section, key)
 
     cfg = load_config(ROOT / "config" / "config.yaml")
-    spelt = deep_update(copy.deepcopy(cfg), {s: dict(keys) for s, keys in implied.items()})
+    # (the keys config.yaml leaves out: it sets activation_checkpointing, to auto)
+    spelt = deep_update(copy.deepcopy(cfg), {s: {k: v for k, v in keys.items() if k not in cfg[s]}
+                                             for s, keys in implied.items()})
+    assert cfg["slow"]["activation_checkpointing"] == "auto" and len(spelt["slow"]) > len(cfg["slow"])
     assert job_params(spelt, ("slow", "fast")) == job_params(cfg, ("slow", "fast"))
     assert "top_p" not in cfg["slow"]  # left out, the filled-in config lacks it
     # any other value is a param
@@ -1237,8 +1240,7 @@ def test_overrides_are_validated_per_method():
 # --- the slow loop's keys: what SlowConfig reads ----------------------------------------------------
 
 NEW_SLOW = {"top_p": 0.95, "scale_rewards": "batch", "max_grad_norm": 1.0, "weight_decay": 0.01,
-            "adam_beta1": 0.8, "adam_beta2": 0.99, "activation_checkpointing": True, "vllm_mode": "colocate",
-            "vllm_enable_sleep_mode": True}
+            "adam_beta1": 0.8, "adam_beta2": 0.99, "vllm_mode": "colocate", "vllm_enable_sleep_mode": True}
 
 
 def test_the_schema_takes_exactly_the_slow_keys_slowconfig_reads():
@@ -1334,7 +1336,7 @@ def test_a_bad_feedback_editor_limit_is_one_line(fast, expected):
 
 
 @pytest.mark.parametrize(("slow", "expected"), [
-    ({"activation_checkpointing": "yes"}, "slow.activation_checkpointing: expected a boolean"),
+    ({"activation_checkpointing": "yes"}, "slow.activation_checkpointing: expected one of True, False, 'auto', got 'yes'"),
     ({"top_p": 1.5}, "slow.top_p: expected a number <= 1, got 1.5"),
     ({"top_p": 0}, "slow.top_p: expected a number > 0"),
     ({"scale_rewards": "std"}, "slow.scale_rewards: expected one of 'group', 'batch', 'none'"),
@@ -1839,6 +1841,34 @@ def test_a_bf16_sampler_only_where_bf16_is_native(monkeypatch):
         assert resolve_sample_dtype("bfloat16_if_native", "float16") == ("bfloat16" if native else "float16")
         assert resolve_sample_dtype("bfloat16", "float32") == "bfloat16"
         assert resolve_sample_dtype("model", "float32") == "float32"
+
+
+def test_activation_checkpointing_auto_is_on_where_the_weights_train_on_a_cpu_in_fp32(monkeypatch):
+    """The CPU default's `slow.activation_checkpointing: auto`: fp32 training on a CPU (no native
+    bf16, or bf16 turned off) holds activations of twice bf16's bytes, and a hover_hard cycle
+    peaked over 6 GiB there; with bf16 (native on the CPU) or on a GPU it stays off. Explicit
+    values stay as they are; anything else is refused naming the key."""
+    from fastslow import hardware
+    from fastslow.slow.config import SlowConfig
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    assert cfg["slow"]["activation_checkpointing"] == "auto" and cfg["slow"]["bf16"] == "auto"
+
+    def built(**slow):
+        return SlowConfig.from_dict({**cfg["slow"], "seed": 0, **slow})
+
+    for cuda, native, bf16, expected in ((False, False, "auto", True), (False, True, "auto", False),
+                                         (False, True, False, True), (True, True, "auto", False),
+                                         (True, True, False, False)):
+        monkeypatch.setattr("torch.cuda.is_available", lambda cuda=cuda: cuda)
+        monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda native=native, **_: native, raising=False)
+        monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda native=native: native)
+        slow = built(bf16=bf16)
+        assert slow.activation_checkpointing is expected, (cuda, native, bf16)
+        assert built(bf16=bf16, activation_checkpointing=False).activation_checkpointing is False
+        assert built(bf16=bf16, activation_checkpointing=True).activation_checkpointing is True
+    with pytest.raises(ValueError, match="SlowConfig.activation_checkpointing: expected true, false or 'auto', got 1"):
+        built(activation_checkpointing=1)
 
 
 def test_the_workflow_stops_in_one_line_on_windows_and_needs_python_3_11():

@@ -73,9 +73,12 @@ class SlowConfig:
     weight_decay: float = _help("AdamW weight decay.", default=0.0)
     adam_beta1: float = _help("AdamW beta1.", default=0.9)
     adam_beta2: float = _help("AdamW beta2.", default=0.999)
-    activation_checkpointing: bool = _help(
-        "Recompute activations in the backward pass (saves memory on large models, costs ~30% "
-        "compute; off on CPU).", default=False)
+    activation_checkpointing: bool | Literal["auto"] = _help(
+        "Recompute activations in the backward pass: in one process, each prompt's decoder layers "
+        "in its shared forward (the completion tokens keep theirs); across ranks, every layer of "
+        "TRL's forward. Saves memory for extra compute. 'auto': on where the weights train on a "
+        "CPU in fp32 (bf16 off), whose activations take twice bf16's bytes (resolved when the "
+        "config is built, after bf16).", default=False)
     bf16: bool | Literal["auto"] = _help(
         "bfloat16 mixed precision: fp32 master weights and optimiser, the step's forward passes "
         "(rollouts, reference and policy log-probs) under bf16 autocast; on a GPU, or on a CPU "
@@ -112,6 +115,12 @@ class SlowConfig:
             self.bf16 = native_bf16_available()
         elif not isinstance(self.bf16, bool):
             raise bad("bf16", "true, false or 'auto'")
+        if self.activation_checkpointing == "auto":
+            from fastslow.slow.trainer import train_on_cpu
+
+            self.activation_checkpointing = not self.bf16 and train_on_cpu()
+        elif not isinstance(self.activation_checkpointing, bool):
+            raise bad("activation_checkpointing", "true, false or 'auto'")
 
         for name in ("num_generations", "problems_per_step", "steps_per_cycle", "steps_per_generation",
                      "max_new_tokens"):
