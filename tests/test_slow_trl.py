@@ -459,6 +459,43 @@ def test_activation_checkpointing_recomputes_the_shared_prompt_forward(tiny_mode
     assert sum(float(g.abs().sum()) for g in grads_r.values()) > 0
 
 
+def test_a_checkpointed_prompt_forward_as_one_padded_batch_gives_the_same_gradients(tiny_model_dir, tokenizer,
+                                                                                    tmp_path) -> None:
+    """A GPU's way (`alone=False`: the distinct prompts as one padded batch into one cache) under
+    checkpointing: each layer recomputed in the backward, the gradients of every parameter those
+    of the same forward with its activations kept."""
+    import torch
+
+    from fastslow.slow.trainer import shared_prefix_logps
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0, activation_checkpointing=True)
+    model = trainer.model
+    model.train()
+    g = torch.Generator().manual_seed(7)
+    vocab = model.config.vocab_size
+    prompts = [torch.randint(3, vocab, (n,), generator=g) for n in (9, 6)]
+    width, keep = 9, 4
+    ids = torch.zeros(4, width + keep, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate([0, 1, 0, 1]):
+        n = len(prompts[p])
+        ids[r, width - n:width], mask[r, width - n:width] = prompts[p], 1
+        ids[r, width:] = torch.randint(3, vocab, (keep,), generator=g)
+        mask[r, width:] = 1
+    grads = []
+    for checkpoint in (True, False):
+        if not checkpoint:
+            model.gradient_checkpointing_disable()
+        logps, _ = shared_prefix_logps(model, ids, mask, keep, alone=False, checkpoint=checkpoint)
+        (logps * torch.linspace(-1, 1, keep)).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        model.zero_grad(set_to_none=True)
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name, grad in grads[0].items():
+        assert torch.allclose(grad, grads[1][name], atol=1e-6), name
+    assert sum(float(g.abs().sum()) for g in grads[0].values()) > 0
+
+
 def test_a_checkpointed_models_forward_without_a_gradient_keeps_the_prompts_cache(tiny_model_dir, tokenizer,
                                                                                  tmp_path) -> None:
     """Transformers' checkpointing drops the KV cache of a training-mode layer whatever the
