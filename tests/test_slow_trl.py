@@ -459,18 +459,39 @@ def test_activation_checkpointing_recomputes_the_shared_prompt_forward(tiny_mode
     assert sum(float(g.abs().sum()) for g in grads_r.values()) > 0
 
 
+@pytest.mark.parametrize("transformers_layers", ["5.18+", "older"])
 def test_a_checkpointed_prompt_forward_as_one_padded_batch_gives_the_same_gradients(tiny_model_dir, tokenizer,
-                                                                                    tmp_path) -> None:
+                                                                                    tmp_path, monkeypatch,
+                                                                                    transformers_layers) -> None:
     """A GPU's way (`alone=False`: the distinct prompts as one padded batch into one cache) under
     checkpointing: each layer recomputed in the backward, the gradients of every parameter those
-    of the same forward with its activations kept."""
+    of the same forward with its activations kept. "older": transformers < 5.18 (the GPU pin set)
+    checkpoints in the layer's `__call__` (its code, as 5.17 has it), not in its class's forward."""
+    import functools
+
     import torch
+    from torch import nn
+    from transformers.modeling_layers import GradientCheckpointingLayer
 
-    from fastslow.slow.trainer import shared_prefix_logps
+    from fastslow.slow.trainer import decoder_layers, shared_prefix_logps
 
+    if transformers_layers == "older":
+        def call(self, *args, **kwargs):  # transformers 5.17's GradientCheckpointingLayer.__call__, its warning left out
+            if self.gradient_checkpointing and self.training:
+                if kwargs.get("use_cache"):
+                    kwargs["use_cache"] = False
+                if not self._can_checkpoint_with_cache and kwargs.get("past_key_values") is not None:
+                    kwargs["past_key_values"] = None
+                return self._gradient_checkpointing_func(functools.partial(nn.Module.__call__, self, **kwargs), *args)
+            return nn.Module.__call__(self, *args, **kwargs)
+
+        monkeypatch.setattr(GradientCheckpointingLayer, "__call__", call)
     trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.0, activation_checkpointing=True)
     model = trainer.model
     model.train()
+    if transformers_layers == "older":  # ... and its layers' forward unwrapped
+        for layer_class in {type(layer) for layer in decoder_layers(model)}:
+            monkeypatch.setattr(layer_class, "forward", layer_class.forward.__wrapped__)
     g = torch.Generator().manual_seed(7)
     vocab = model.config.vocab_size
     prompts = [torch.randint(3, vocab, (n,), generator=g) for n in (9, 6)]

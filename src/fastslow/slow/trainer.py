@@ -623,6 +623,9 @@ def decoder_layers(model: Any) -> list[Any]:
     return [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 
+_UNSET = object()
+
+
 @contextlib.contextmanager
 def layer_recompute(model: Any, mode: str | None) -> Iterator[None]:
     """Each decoder layer of `model` run, for the block, by its own forward, whatever
@@ -665,16 +668,27 @@ def layer_recompute(model: Any, mode: str | None) -> Iterator[None]:
         return forward
 
     layers = decoder_layers(model)
+    # transformers < 5.18 (the GPU pin set) checkpoints in the layer's __call__ while the layer's
+    # flag is on: off for the block (`gradient_checkpointing_enable` sets it on each layer itself;
+    # restored after). 5.18 on checkpoints in a wrapper of the class's forward, which the block
+    # and the backward's replay (after the block, the flag on again) call unwrapped.
+    flags = [vars(layer).get("gradient_checkpointing", _UNSET) for layer in layers]
     try:
         for layer in layers:
-            cls_forward = type(layer).forward
-            inner = getattr(cls_forward, "__wrapped__", cls_forward)  # transformers' unwrapped forward
+            inner = type(layer).forward
+            while inner.__code__.co_name == "forward_with_checkpointing":
+                inner = inner.__wrapped__
+            layer.gradient_checkpointing = False
             layer.forward = (recomputed(layer, inner) if mode == "recompute"
                              else functools.partial(inner, layer))
         yield
     finally:
-        for layer in layers:
+        for layer, flag in zip(layers, flags, strict=True):
             vars(layer).pop("forward", None)  # back to the class's
+            if flag is _UNSET:
+                vars(layer).pop("gradient_checkpointing", None)
+            else:
+                layer.gradient_checkpointing = flag
 
 
 def longest_prompt_tokens(tokenizer: Any, problems: Sequence[Problem],
