@@ -253,6 +253,8 @@ def child(method: str, task: str, cycles: int, work: Path, threads: int, bf16: b
         rows.append({"cycle": c, "steps": t, "wall_s": wall, "per_step": {k: v / t for k, v in parts.items()},
                      "fast_round_per_step": fast_split,
                      "wall_per_step_s": wall / t, "reward_mean": summary["slow_reward_mean"],
+                     # `slow.activation_checkpointing` as the cycle resolved it (`auto`: fp32 on a CPU)
+                     "activation_checkpointing": summary.get("activation_checkpointing"),
                      "mean_completion_tokens": float(metrics["mean_completion_tokens"].mean())
                      if "mean_completion_tokens" in metrics.columns else None,
                      "fast_generations": fast.get("generations"), "reused_pairs": fast.get("reused_pairs"),

@@ -423,6 +423,10 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     for name, change in {"cut": {"complete": False}, "threads": {"threads": 2}, "one_cycle": {"cycles": 1},
                          "run": {"process": "run"}}.items():
         (measured / f"fst_step_{name}.json").write_text(json.dumps({**new, **change}))
+    # ...nor one whose cycles trained under activation checkpointing (the fp32 kinds' `auto`, dbca0fa on)
+    cycles = {"rl": [{"cycles": [{"activation_checkpointing": True}]}], "fst": [{"cycles": [{}]}]}
+    (measured / "fst_step_ckpt.json").write_text(json.dumps({**new, "runs": cycles}))
+    assert targets.checkpointed({**new, "runs": cycles}) and not targets.checkpointed(new)
     report = targets.main(["--measured", str(measured), "--out", str(tmp_path / "out" / "targets.png")])
     assert summary["amd_fp32/fst"]["runs"] + 1 == report["summary"]["amd_fp32/fst"]["runs"]
     assert report["summary"]["amd_fp32/fst"]["ratios"][-1] == 1.5
@@ -434,7 +438,7 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert reuse["run_mean"] == pytest.approx(1.05686, abs=1e-4) and reuse["met"] is False
     assert [p["file"] for p in report["points"]].count("fst_step_new.json") == 2  # fst and fst_reuse, not rl
     assert {p["file"] for p in report["points"]}.isdisjoint(
-        {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run")})
+        {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run", "ckpt")})
     assert (tmp_path / "out" / "targets.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "targets.json").read_text())["summary"] == report["summary"]
     amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "flags": ["avx512_bf16", "amx_bf16"],

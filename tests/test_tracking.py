@@ -852,6 +852,9 @@ def test_a_cycle_records_how_this_machine_computed_it(tmp_path, monkeypatch):
         summary = json.loads((tmp_path / f"cycle{cycle}" / "cycle.json").read_text())
         assert summary["bf16_training"] is expected
         assert tracker.tags["fastslow.bf16_training"] == str(expected).lower()
+        # checkpointing, `auto` in config.yaml: on where the weights train in fp32 on the CPU
+        assert summary["activation_checkpointing"] is (not expected)
+        assert tracker.tags["fastslow.activation_checkpointing"] == str(not expected).lower()
         assert summary["slow_reward_mean"] is None and summary["slow_answered_fraction"] is None  # no steps ran
         import torch
 

@@ -220,7 +220,8 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                                          "chat_template_kwargs": chat_template_kwargs(cfg)})
         check_device(slow_cfg)  # use_vllm without CUDA, bf16 this CPU lacks: refused now, not after the fast round
         if tracker is not None:  # `slow.bf16: auto` as this machine resolved it (the params say "auto")
-            tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower()})
+            tracker.set_tags({"fastslow.bf16_training": str(slow_cfg.bf16).lower(),  # and checkpointing's
+                              "fastslow.activation_checkpointing": str(slow_cfg.activation_checkpointing).lower()})
         strategy: dict[str, Any] = {}
         if processes > 1:  # P*G must split over the ranks, and a strategy the loops run: refused
             from fastslow.launch import check_training_strategy, strategy_settings
@@ -421,6 +422,7 @@ def _run_cycle(spec: RunSpec, config: dict[str, Any], cycle: int, init_model: Pa
                "mlflow_run_id": getattr(tracker, "run_id", None),  # the cycle job's run (None untracked)
                # how this machine computed it: `slow.bf16: auto` resolved (None: no training), threads
                "bf16_training": slow_cfg.bf16 if slow_cfg is not None else None,
+               "activation_checkpointing": slow_cfg.activation_checkpointing if slow_cfg is not None else None,
                # and the fast round's sampling dtype (`fast.dtype: bfloat16_if_native` resolved)
                "fast_dtype": fast_dtype,
                "torch_threads": threads,
