@@ -676,7 +676,7 @@ def layer_recompute(model: Any, mode: str | None) -> Iterator[None]:
     try:
         for layer in layers:
             inner = type(layer).forward
-            while inner.__code__.co_name == "forward_with_checkpointing":
+            while getattr(getattr(inner, "__code__", None), "co_name", None) == "forward_with_checkpointing":
                 inner = inner.__wrapped__
             layer.gradient_checkpointing = False
             layer.forward = (recomputed(layer, inner) if mode == "recompute"
