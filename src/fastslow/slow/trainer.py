@@ -556,7 +556,8 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     if checkpoint and not decoder_layers(model):
         return None
     group, first = distinct_rows(input_ids[:, :prompt_len - 1], attention_mask[:, :prompt_len - 1])
-    if prompts is not None and not torch.is_grad_enabled():
+    grad = torch.is_grad_enabled()
+    if prompts is not None and not grad:
         prompts = None
     if len(first) == len(group) and prompts is None:
         return None
@@ -565,7 +566,6 @@ def shared_prefix_logps(model: Any, input_ids: Any, attention_mask: Any, logits_
     if alone is None:
         alone = input_ids.device.type == "cpu"
 
-    grad = torch.is_grad_enabled()
     prompt_mode = "recompute" if checkpoint and grad else "keep" if checkpoint else None
     tail_mode = "keep" if checkpoint else None
 
