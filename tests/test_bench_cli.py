@@ -423,9 +423,14 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     for name, change in {"cut": {"complete": False}, "threads": {"threads": 2}, "one_cycle": {"cycles": 1},
                          "run": {"process": "run"}}.items():
         (measured / f"fst_step_{name}.json").write_text(json.dumps({**new, **change}))
-    # ...nor one whose cycles trained under activation checkpointing (the fp32 kinds' `auto`, dbca0fa on)
+    # one whose cycles trained under activation checkpointing (the fp32 kinds' `auto`, dbca0fa on)
+    # is a group of its own beside its kind's; a checkpointed bf16 kind's has no column
     cycles = {"rl": [{"cycles": [{"activation_checkpointing": True}]}], "fst": [{"cycles": [{}]}]}
-    (measured / "fst_step_ckpt.json").write_text(json.dumps({**new, "runs": cycles}))
+    ckpt = {**new, "runs": cycles, "summary": {"rl": {"ratio_by_seed": {"6": 1.0}},
+                                               "fst": {"ratio_by_seed": {"6": 1.25}}}}
+    (measured / "fst_step_ckpt.json").write_text(json.dumps(ckpt))
+    zen4 = {"cpu": {"model": "AMD EPYC", "flags": ["avx2", "avx512f", "avx512_bf16"], "native_bf16": True}}
+    (measured / "fst_step_ckpt_bf16.json").write_text(json.dumps({**ckpt, "environment": zen4}))
     assert targets.checkpointed({**new, "runs": cycles}) and not targets.checkpointed(new)
     report = targets.main(["--measured", str(measured), "--out", str(tmp_path / "out" / "targets.png")])
     assert summary["amd_fp32/fst"]["runs"] + 1 == report["summary"]["amd_fp32/fst"]["runs"]
@@ -438,7 +443,10 @@ def test_targets_plot_reads_each_kinds_ratios_from_the_kept_reports(tmp_path: Pa
     assert reuse["run_mean"] == pytest.approx(1.05686, abs=1e-4) and reuse["met"] is False
     assert [p["file"] for p in report["points"]].count("fst_step_new.json") == 2  # fst and fst_reuse, not rl
     assert {p["file"] for p in report["points"]}.isdisjoint(
-        {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run", "ckpt")})
+        {f"fst_step_{name}.json" for name in ("p4", "cut", "threads", "one_cycle", "run", "ckpt_bf16")})
+    assert report["summary"]["amd_fp32_ckpt/fst"]["ratios"] == [1.25]
+    assert [p["kind"] for p in report["points"] if p["file"] == "fst_step_ckpt.json"] == ["amd_fp32_ckpt"]
+    assert "bf16_no_amx_ckpt/fst" not in report["summary"]
     assert (tmp_path / "out" / "targets.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "out" / "targets.json").read_text())["summary"] == report["summary"]
     amx = {"cpu": {"model": "Intel(R) Xeon(R) Platinum 8488C", "flags": ["avx512_bf16", "amx_bf16"],

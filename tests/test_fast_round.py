@@ -453,7 +453,7 @@ def test_a_context_carried_into_the_next_round_keeps_its_lineage(tmp_path: Path)
     assert [e.born_round for e in Pool.from_json(tmp_path / "r1" / "pool.json").entries] == \
         [e.born_round for e in second.entries]
 
-def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
+def _rollouts(path: Path, context: str, problems: list[Any], context_id: str = "c0") -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -463,7 +463,7 @@ def _rollouts(path: Path, context: str, problems: list[Any]) -> Path:
     for p in problems:
         for g in range(2):
             completion = f"I think it is {p.answer}." if g else "no idea"
-            rows.append({"run": "x", "cycle": 0, "step": 1, "problem_id": p.id, "context_id": "c0",
+            rows.append({"run": "x", "cycle": 0, "step": 1, "problem_id": p.id, "context_id": context_id,
                          "context_hash": context_hash(context), "prompt": p.prompt, "completion": completion,
                          "reward": 0.0, "feedback": TASK.feedback(p, completion), "prompt_tokens": 1,
                          "completion_tokens": 1, "logprob_sum": -1.0, "truncated": False, "answered": False})
@@ -503,6 +503,27 @@ def test_rollout_reuse_feeds_validation_then_minibatches(tmp_path: Path) -> None
     assert summary["seed_generations"] == 0 and summary["reused_calls"] >= len(VAL) + 4
     assert summary["train_problems"] == 6 and summary["prefetched"] == 0
     assert proposer.calls >= 1 and proposer.problems <= {p.id for p in covered[len(VAL):]}
+
+
+def test_reuse_validates_on_the_problems_every_seed_was_rolled_out_on(tmp_path: Path) -> None:
+    """With two seed contexts, a problem only one of them was rolled out on (here the first six)
+    is no free validation problem: the other seed would need new rollouts. The validation set is
+    the six both covered, every seed's scores there are reused, and minibatches come from the
+    train problems outside it (a mutant taking any covered problem survived the suite)."""
+    import polars as pl
+
+    one = _rollouts(tmp_path / "one.parquet", SEEDS[0], TRAIN[:12], "c0")
+    other = _rollouts(tmp_path / "other.parquet", SEEDS[1], TRAIN[6:12], "c1")
+    both = tmp_path / "both.parquet"
+    pl.concat([pl.read_parquet(one), pl.read_parquet(other)]).write_parquet(both)
+    cfg = FastConfig(pool_size=2, max_metric_calls=40, minibatch_size=3, reuse_rollouts=True,
+                     prefetch_minibatches=False)  # (a prefetch would sample the minibatch problems)
+    _, summary = run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
+                           reuse_rollouts=both, log=quiet, proposer=CountingProposer())
+    assert summary["reused_pairs"] == 12 + 6
+    assert summary["val_problems"] == [p.id for p in TRAIN[6:12]]
+    assert summary["seed_generations"] == 0 and summary["reused_calls"] >= 2 * len(VAL)
+    assert summary["train_problems"] == len(TRAIN) - len(VAL)
 
 
 def test_reuse_makes_the_same_search_with_fewer_generations(tmp_path: Path) -> None:

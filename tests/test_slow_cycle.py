@@ -133,25 +133,51 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
                                                   strict=True)), (metrics["truncated_fraction"], at_limit)
 
 
+def _tied_shares(rollouts: Any, group: list[str], size: int) -> Any:
+    """Per step, the share of `group`'s reward groups (each of `size` rollouts) whose rewards all
+    tie: frac_zero_std_groups as it should read off the rollouts table."""
+    import numpy as np
+    import polars as pl
+
+    spread = (rollouts.group_by(["step", *group])
+              .agg(pl.col("reward").std(ddof=0).alias("std"), pl.len().alias("n")))
+    assert set(spread["n"]) == {size}, spread
+    return (spread.group_by("step").agg((pl.col("std").map_elements(
+        lambda x: bool(np.isclose(x, 0.0)), return_dtype=pl.Boolean)).mean().alias("frac")).sort("step"))
+
+
 def test_frac_zero_std_groups_is_over_each_problems_g_rollouts(runs: dict[str, Any]) -> None:
     """frac_zero_std_groups is the share of advantage groups (baseline "problem": a problem's G
     rollouts across contexts) whose rewards all tie, i.e. that carry no gradient. Only the
     column's presence was checked, so a spread over the wrong axis (copy g across problems)
     passed."""
-    import numpy as np
     import polars as pl
 
     for name in ("first", "second", "whole"):
         result = runs[name]
-        rollouts = pl.read_parquet(result.rollouts_path)
-        spread = (rollouts.group_by(["step", "problem_id"])
-                  .agg(pl.col("reward").std(ddof=0).alias("std"), pl.len().alias("n")))
-        assert set(spread["n"]) == {4}  # G rollouts per problem
-        want = (spread.group_by("step").agg((pl.col("std").map_elements(
-            lambda x: bool(np.isclose(x, 0.0)), return_dtype=pl.Boolean)).mean().alias("frac")).sort("step"))
+        want = _tied_shares(pl.read_parquet(result.rollouts_path), ["problem_id"], 4)  # G per problem
         metrics = pl.read_parquet(result.metrics_path).sort("step")
         assert metrics["step"].to_list() == want["step"].to_list()
         assert metrics["frac_zero_std_groups"].to_list() == pytest.approx(want["frac"].to_list()), name
+
+
+def test_frac_zero_std_groups_under_the_prompt_baseline_is_over_each_contexts_rollouts(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Under slow.baseline "prompt" an advantage group is one (problem, context) prompt's G/K
+    rollouts, and so is the share of tied groups: a mutant that grouped by G (the problem) there
+    survived, since no cycle ran with that baseline."""
+    import polars as pl
+
+    cfg = dataclasses.replace(_cfg(3), baseline="prompt")
+    result = run_cycle(tiny_model_dir, None, CONTEXTS, LengthTask(), LengthTask().problems("train", 6, 0), cfg,
+                       tmp_path / "cycle0", "toy/prompt", 0, progress=False)
+    rollouts = pl.read_parquet(result.rollouts_path)
+    want = _tied_shares(rollouts, ["problem_id", "context_id"], 2)  # G/K = 4/2 per prompt
+    metrics = pl.read_parquet(result.metrics_path).sort("step")
+    assert metrics["frac_zero_std_groups"].to_list() == pytest.approx(want["frac"].to_list())
+    # ...which these rollouts tell apart from the share over each problem's G
+    by_problem = _tied_shares(rollouts, ["problem_id"], 4)
+    assert want["frac"].to_list() != pytest.approx(by_problem["frac"].to_list()), (want, by_problem)
 
 
 def test_tracker_gets_one_call_per_step(runs: dict[str, Any]) -> None:

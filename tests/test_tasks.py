@@ -164,6 +164,22 @@ def test_extract_answer_reads_only_the_tail() -> None:
     assert extract_answer("x" * (2 * MB) + "<answer>late</answer>") == "late"
 
 
+def test_the_format_notes_read_the_tail_the_answer_is_read_from() -> None:
+    """format_problems' notes follow extract_answer's window, the last MAX_PARSE_CHARS characters:
+    the length note from one character past it, tags counted in the window only, and an answer
+    block before the window of a completion without a trace is not "inside the thinking" (mutants
+    of each boundary survived the suite)."""
+    block = "<answer>7</answer>"
+    fits = "x" * (MAX_PARSE_CHARS - len(block)) + block
+    assert len(fits) == MAX_PARSE_CHARS and format_problems(fits) == [] and extract_answer(fits) == "7"
+    longer = format_problems("x" + fits)
+    assert len(longer) == 1 and "20,001 characters long; only the last 20,000 are read" in longer[0]
+    early = format_problems(block + "x" * MAX_PARSE_CHARS)  # no trace: the block fell out of the window
+    assert len(early) == 2 and early[1].startswith("no <answer>…</answer> block was found"), early
+    split = format_problems("<answer>" + "7" * MAX_PARSE_CHARS + "</answer>")  # its opening tag fell out
+    assert split[1:] == ["a </answer> tag appears without an opening <answer>"], split
+
+
 @pytest.mark.parametrize("text", ["42", "42.0", "$42", "4.2e1", "84/2", "\\frac{84}{2}", "\\boxed{42}",
                                   "$\\boxed{42}$", "+42", "42.", "**42**", "4.2 × 10^1", "42%"])
 def test_parse_number_accepts_forms_of_42(text: str) -> None:
