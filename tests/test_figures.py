@@ -186,6 +186,20 @@ def test_continual_normalisation_and_stage_recovery(tmp_path):
     assert (tmp_path / "fig6.png").exists()
 
 
+def test_a_stages_best_evaluation_is_its_first_at_the_best_score():
+    """The stage-recovery row judges its noise on the best evaluation's problems: of two at the same
+    normalised score the earlier one (where the method first got there), whatever the table's
+    order, and none of the unnormalised (a mutant that took the later step survived the suite)."""
+    from fastslow.claims import _best_step
+
+    norm = pl.DataFrame({"step": [30, 10, 20, 40], "normalised": [0.8, 0.8, 0.5, None],
+                         "mean_at_k": [0.42, 0.40, 0.25, 0.9]})
+    assert _best_step(norm) == (0.8, 0.40, 10)
+    assert _best_step(norm.reverse()) == (0.8, 0.40, 10)
+    empty = _best_step(norm.filter(pl.col("normalised").is_null()))
+    assert math.isnan(empty[0]) and math.isnan(empty[1]) and empty[2] is None
+
+
 def test_continual_stage_without_reward_is_undetermined(tmp_path):
     """Every method at 0 on a stage: nothing to normalise by, so null (not 0%) and no verdict."""
     seq = ["hover", "hover", "codeio", "codeio"]
@@ -346,6 +360,12 @@ def test_a_ratio_rl_never_improving_on_or_fst_never_reaching():
     ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
     assert ratio["verdict"] == "undetermined" and np.isnan(ratio["measured"])
     assert ratio["note"].endswith("; FST's run ends before RL's peak step"), ratio["note"]
+    # ...while one that ends at that very step has had it (`<` there, not `<=`: a mutant survived)
+    rows = _rows("efficiency", "rl", "math", rl, problems=even(rl))
+    rows += _rows("efficiency", "fst", "math", fst[:3], problems=even(fst[:3]))
+    ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
+    assert ratio["verdict"] == "not reproduced" and ratio["note"] == \
+        "FST never reaches RL's peak (0.500, step 20) by step 20", ratio["note"]
     # without per-problem means, or when RL's peak is one lucky sample, that is no refutation
     rows = _rows("efficiency", "rl", "math", rl) + _rows("efficiency", "fst", "math", fst)
     ratio = build_claims({"efficiency": pl.DataFrame(rows).select(CURVE_COLUMNS)})[0]
@@ -1175,6 +1195,14 @@ def test_fig10s_claim_needs_a_difference_beyond_the_cycles_spread(tmp_path, save
     assert claim["verdict"] == "reproduced"
     (claim,) = build_claims({"reuse": table([20.0], [12.0, 12.5])})
     assert claim["verdict"] == "undetermined" and "(no_reuse 1, reuse 2)" in claim["note"]
+    # cycles that never vary: any difference is real, and none is no speed-up (both mutants of the
+    # comparison at zero spread survived the suite)
+    (claim,) = build_claims({"reuse": table([20.0, 20.0], [12.0, 12.0])})
+    assert claim["verdict"] == "reproduced", claim["note"]
+    (claim,) = build_claims({"reuse": table([20.0, 20.0], [20.0, 20.0])})
+    assert claim["verdict"] == "undetermined" and claim["measured"] == pytest.approx(1.0)
+    assert "differ by +0.00, inside the 95% interval of the difference from the cycles' spread (±0.00, Welch)" \
+        in claim["note"], claim["note"]
     figures.fig10({"reuse": table([29.0, 29.8], [27.0, 29.4])}, tmp_path / "fig10.pdf")
     ax, ax2 = saved[0].axes
     assert [t.get_text() for t in ax2.texts] == ["2.94", "2.82"]  # each bar's seconds
