@@ -413,6 +413,59 @@ def test_hover_labels_balanced_and_claims_sound() -> None:
     assert "Near miss: [" in fb and "reached from" in fb and p.metadata["twin_start"] in fb.split("Near miss:")[1]
 
 
+def test_hover_feedback_works_the_claim_out_from_what_the_documents_give(generated: dict[str, list[Problem]]) -> None:
+    """The working line (which the condensed worked examples quote) states the true statement,
+    the value the claim names and the verdict: "matches" for a SUPPORTED claim, "contradicts"
+    for a NOT_SUPPORTED one. Only its label had been tested: the claim in place of the true
+    statement, the true value in place of the claimed one, or the verdicts swapped all passed."""
+    task = get_task("hover")
+    problems = generated["hover"][:2]  # each consecutive pair holds one of each label
+    assert {p.answer for p in problems} == {"SUPPORTED", "NOT_SUPPORTED"}
+    for p in problems:
+        m = p.metadata
+        verdict = "matches" if p.answer == "SUPPORTED" else "contradicts"
+        working = (f"So the documents give: {m['true_statement']} The claim says {m['claimed_value']}, "
+                   f"which {verdict} them.")
+        for given in ("SUPPORTED", "NOT_SUPPORTED"):
+            assert working in task.feedback(p, f"<answer>{given}</answer>").split("\n"), (p.id, given)
+
+
+def test_hover_feedback_shows_the_near_miss_after_a_right_answer_too(generated: dict[str, list[Problem]]) -> None:
+    """A NOT_SUPPORTED problem's feedback names its near miss whatever the answer: a right
+    answer's feedback explains the decoy as well (only a wrong answer's had been tested)."""
+    task = get_task("hover")
+    p = next(q for q in generated["hover"] if q.answer == "NOT_SUPPORTED")
+    fb = task.feedback(p, "<answer>NOT_SUPPORTED</answer>")
+    assert fb.startswith("Correct") and "\nNear miss: [" in fb
+
+
+def test_hover_feedback_quotes_the_label_as_read_or_the_unreadable_answer_as_written(
+        generated: dict[str, list[Problem]]) -> None:
+    """"Answer given" shows the label an answer was read as ("not supported" as NOT_SUPPORTED);
+    an answer naming no label is quoted as written, with a note that it must be one of the two;
+    a completion without an answer block reads as none, and gets no such note."""
+    task = get_task("hover")
+    p = generated["hover"][0]
+    rule = "The answer must be exactly SUPPORTED or NOT_SUPPORTED."
+    read = task.feedback(p, "<answer>not supported</answer>").split("\n")
+    assert "Answer given: NOT_SUPPORTED" in read and rule not in read
+    unreadable = task.feedback(p, "<answer>MAYBE</answer>").split("\n")
+    assert "Answer given: MAYBE" in unreadable and rule in unreadable
+    missing = task.feedback(p, "The claim is supported.").split("\n")
+    assert "Answer given: none could be read." in missing and rule not in missing
+
+
+def test_a_hover_gold_label_is_compared_in_upper_case(generated: dict[str, list[Problem]]) -> None:
+    """The expected label is upper-cased and stripped before the comparison: a problem written
+    by hand with its answer in lower case still rewards the right label and not the other."""
+    task = get_task("hover")
+    for p in generated["hover"][:2]:
+        other = "NOT_SUPPORTED" if p.answer == "SUPPORTED" else "SUPPORTED"
+        lower = replace(p, answer=f" {p.answer.lower()} ")
+        assert task.reward(lower, f"<answer>{p.answer}</answer>") == 1.0, p.answer
+        assert task.reward(lower, f"<answer>{other}</answer>") == 0.0, p.answer
+
+
 def test_stargraph_lenient_separators_and_arm_feedback(generated: dict[str, list[Problem]]) -> None:
     task = get_task("stargraph")
     p = generated["stargraph"][0]
@@ -470,6 +523,75 @@ def test_an_empty_answer_block_is_no_answer_even_where_the_output_is_the_empty_s
     assert task.reward(p, "<answer></answer>") == 0.0 and task.reward(p, "<answer>  </answer>") == 0.0
     assert not answered("<answer></answer>") and "the <answer></answer> block is empty" in task.feedback(p, "<answer></answer>")
     assert task.reward(Problem("c2", "codeio", "…", json.dumps("ab"), {}), "<answer>ab</answer>") == 1.0
+
+
+def test_codeio_reads_the_python_literals_a_program_prints_as_json() -> None:
+    """Python's spellings of a JSON value are read as it: a tuple is a list, a dict's integer
+    keys are JSON's string keys, and a ```python fence comes off as a ```json one does."""
+    task = get_task("codeio")
+    for gold, forms in (([1, 2], ["(1, 2)", "```python\n[1, 2]\n```"]), ({"1": [2, 3]}, ["{1: (2, 3)}"])):
+        p = Problem("c1", "codeio", "…", json.dumps(gold), {"input": {"n": 3}})
+        for form in forms:
+            assert task.reward(p, f"<answer>{form}</answer>") == 1.0, form
+
+
+def test_codeio_a_nan_or_infinite_output_is_answered_by_the_same_value_only() -> None:
+    """A program's float('nan') or float('inf') is JSON's NaN or Infinity in the gold: the same
+    value answers it (NaN equals NaN here), the other infinity or a large finite number does not."""
+    task = get_task("codeio")
+    for gold, right, wrongs in ((float("nan"), "NaN", ["0", "null", "Infinity"]),
+                                (float("inf"), "Infinity", ["-Infinity", "1e308", "NaN"]),
+                                (float("-inf"), "-Infinity", ["Infinity", "-1e308"])):
+        p = Problem("c1", "codeio", "…", json.dumps(gold), {"input": {"n": 3}})
+        assert task.reward(p, f"<answer>{right}</answer>") == 1.0, p.answer
+        for wrong in wrongs:
+            assert task.reward(p, f"<answer>{wrong}</answer>") == 0.0, (p.answer, wrong)
+
+
+def test_codeio_tolerance_is_relative_and_only_for_a_fractional_gold() -> None:
+    """The gold decides the comparison: an integer gold is met exactly, not by a fraction within
+    the relative tolerance (2399813805.5 for 2399813805), and a tiny float gold is not met by 0
+    (there is no absolute tolerance)."""
+    task = get_task("codeio")
+    for gold, wrong in ((2399813805, "2399813805.5"), (1.5e-20, "0"), (1.5e-20, "0.0")):
+        p = Problem("c1", "codeio", "…", json.dumps({"v": gold}), {"input": {"n": 3}})
+        assert task.reward(p, f'<answer>{{"v": {wrong}}}</answer>') == 0.0, (gold, wrong)
+        assert task.reward(p, f"<answer>{p.answer}</answer>") == 1.0
+
+
+def test_codeio_rel_tol_sets_the_tolerance_of_the_reward_and_of_the_listed_differences() -> None:
+    """`rel_tol` (1e-6 by default) is the tolerance of both the reward and the feedback's
+    "Differences": with 1e-3, 0.5004 for 0.5 is right, and beside a wrong key it is not listed."""
+    from fastslow.tasks import codeio
+
+    p = Problem("c1", "codeio", "…", json.dumps({"a": 0.5, "b": "x"}), {"input": {"n": 3}})
+    loose = codeio.CodeIOTask(isolate=False, rel_tol=1e-3)
+    close = '<answer>{"a": 0.5004, "b": "x"}</answer>'
+    assert loose.reward(p, close) == 1.0 and codeio.CodeIOTask(isolate=False).reward(p, close) == 0.0
+    lines = loose.feedback(p, '<answer>{"a": 0.5004, "b": "y"}</answer>').split("\n")
+    assert 'Differences: $.b: expected "x", got "y"' in lines
+
+
+def test_codeio_says_an_answer_is_no_json_value_unless_the_gold_is_a_string() -> None:
+    """An answer that parses as no JSON (or Python) value is told so; where the gold is a string
+    the bare text is read as one instead (no quotes needed), right or wrong."""
+    task = get_task("codeio")
+    note = "The answer is not a JSON value (use double quotes, true/false/null)."
+    number = Problem("c1", "codeio", "…", "312", {"input": {"n": 3}})
+    assert note in task.feedback(number, "<answer>three hundred</answer>").split("\n")
+    text = Problem("c2", "codeio", "…", json.dumps("three hundred"), {"input": {"n": 3}})
+    assert task.reward(text, "<answer>three hundred</answer>") == 1.0
+    assert note not in task.feedback(text, "<answer>two hundred</answer>")
+
+
+def test_codeio_feedback_quotes_the_input_cut_to_500_characters_whatever_the_verdict() -> None:
+    """The program's input is quoted in the feedback (as JSON, its first 500 characters) after a
+    right answer as after a wrong one."""
+    task = get_task("codeio")
+    shown = {"xs": list(range(1000))}
+    p = Problem("c1", "codeio", "…", "1", {"input": shown})
+    for completion in ("<answer>1</answer>", "<answer>2</answer>"):
+        assert "Input was: " + json.dumps(shown)[:500] in task.feedback(p, completion).split("\n"), completion
 
 
 def test_codeio_keeps_only_items_whose_program_gives_the_gold_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -645,6 +767,34 @@ def test_codeio_partial_credit_never_scores_a_wrong_answer_as_right() -> None:
     assert partial.reward(p, '<answer>{"x": 1.0, "name": "abcdefgh"}</answer>') == 1.0
     assert partial.reward(p, "<answer>nonsense</answer>") == 0.0
     assert codeio.CodeIOTask(isolate=False).reward(p, near) == 0.0
+
+
+def test_codeio_partial_credit_reaches_an_answer_that_is_no_json_value() -> None:
+    """With `partial_credit`, an answer holding the gold object with words after it (no JSON
+    value as a whole) gets reasoning-gym's similarity, below 0.9 and above 0, and its feedback
+    opens "Partially correct"."""
+    from fastslow.tasks import codeio
+
+    p = Problem(id="x", task="codeio", prompt="q", answer=json.dumps({"x": 1.0, "name": "abcdefgh"}))
+    partial = codeio.CodeIOTask(isolate=False, partial_credit=True)
+    words = f"<answer>{p.answer} are the values</answer>"
+    assert 0 < partial.reward(p, words) < 0.9
+    fb = partial.feedback(p, words)
+    assert fb.startswith("Partially correct (reward 0.") and "The answer is not a JSON value" in fb
+
+
+def test_codeio_partial_credit_stops_at_twice_the_golds_length_plus_200_characters() -> None:
+    """`_partial` skips long answers (reasoning-gym's similarity is quadratic): an answer of up
+    to 2 * len(gold) + 200 characters gets its similarity, one a character longer gets 0."""
+    from fastslow.tasks import codeio
+
+    p = Problem(id="x", task="codeio", prompt="q", answer=json.dumps({"x": 1.0, "name": "abcdefgh"}))
+    partial = codeio.CodeIOTask(isolate=False, partial_credit=True)
+    limit = 2 * len(p.answer) + 200
+    padded = {n: p.answer + " " + "w" * (n - len(p.answer) - 1) for n in (limit, limit + 1)}
+    assert [len(a) for a in padded.values()] == [limit, limit + 1]
+    assert partial.reward(p, f"<answer>{padded[limit]}</answer>") > 0
+    assert partial.reward(p, f"<answer>{padded[limit + 1]}</answer>") == 0.0
 
 
 @pytest.mark.parametrize(("options", "named"), [

@@ -317,6 +317,9 @@ def test_a_sign_before_brackets_is_not_dropped() -> None:
     ("SUPPORTED or NOT_SUPPORTED", None),
     ("It is SUPPORTED, not NOT_SUPPORTED", None),
     ("The claim isn't supported", None),
+    ("The claim isn’t supported", None),  # a typographic apostrophe negates too
+    ("The claim is never supported", None),
+    ("Doc 1 does not name the town; SUPPORTED", "SUPPORTED"),  # a negation in an earlier clause
     ("The claim is not fully supported", None),
     ("unsupported", None),
     ("non-supported", None),
