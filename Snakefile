@@ -1,6 +1,7 @@
 # fastslow: Fast-Slow Training (FST) as a Snakemake workflow. This file only wires:
 # config, schema validation (in common.smk), rule files, and the default target; and sets two
-# measured planning speed-ups (garbage collection, the rule functions' stored signatures).
+# measured planning speed-ups (garbage collection, the rule functions' stored signatures) and one
+# fix of Snakemake's scheduler (its wake-ups).
 import gc
 import inspect
 
@@ -18,6 +19,14 @@ min_version("9.27")
 # one it starts per job) only collect less often.
 gc.freeze()
 gc.set_threshold(10_000, 10, 10)
+
+# Snakemake's scheduler starts a wake-up timer on every pass of its loop, and every finished job
+# starts one more chain of them: after N jobs it passes N times a second, each pass stat-ing the
+# inputs of every job that waits for cores. One timer pending at a time (fastslow.scheduling):
+# 539 passes instead of about 25,000 in the every-figure smoke DAG (bench/HISTORY.md).
+from fastslow.scheduling import one_pending_wakeup
+
+one_pending_wakeup()
 
 
 configfile: "config/config.yaml"

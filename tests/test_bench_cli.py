@@ -562,6 +562,9 @@ def test_the_cost_table_times_all_targets_planning_as_the_median_of_its_runs(mon
     ("bench_rl_step.py", ["--generations", "1"], "argument --generations: must be an integer >= 2, got 1"),
     ("bench_pool_step.py", ["--k", "0"], "argument --k: must be an integer >= 1, got 0"),
     ("bench_pool_step.py", ["--steps", "x"], "argument --steps: must be an integer >= 2, got 'x'"),
+    # this one went on to build the every-figure DAG first
+    ("bench_scheduler.py", ["--variants", "with,sometimes"],
+     "argument --variants: must be a comma-separated list of with and without, got 'with,sometimes'"),
 ])
 def test_the_other_benchmarks_reject_bad_arguments_before_they_start(tmp_path: Path, script: str,
                                                                      args: list[str], named: str) -> None:
