@@ -33,6 +33,7 @@ CALL = "one_pending_wakeup()"
 WRAPPER = """
 import atexit, json, resource, sys, time
 from snakemake.scheduling import job_scheduler
+out = sys.argv[1]
 selections = [0]
 select = job_scheduler.JobScheduler.job_selector
 def counted(self, jobs):
@@ -42,7 +43,7 @@ job_scheduler.JobScheduler.job_selector = counted
 start = time.monotonic()
 def report():
     own, jobs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    with open(sys.argv[1], "w") as f:
+    with open(out, "w") as f:
         json.dump({"wall_s": time.monotonic() - start, "job_selections": selections[0],
                    "snakemake_user_s": own.ru_utime, "snakemake_system_s": own.ru_stime,
                    "jobs_user_s": jobs.ru_utime, "jobs_system_s": jobs.ru_stime}, f)
