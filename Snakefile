@@ -23,7 +23,7 @@ gc.set_threshold(10_000, 10, 10)
 # Snakemake's scheduler starts a wake-up timer on every pass of its loop, and every finished job
 # starts one more chain of them: after N jobs it passes N times a second, each pass stat-ing the
 # inputs of every job that waits for cores. One timer pending at a time (fastslow.scheduling):
-# 539 passes instead of about 25,000 in the every-figure smoke DAG (bench/HISTORY.md).
+# 531-539 passes instead of 14,000-25,000 in the every-figure smoke DAG (bench/HISTORY.md).
 from fastslow.scheduling import one_pending_wakeup
 
 one_pending_wakeup()

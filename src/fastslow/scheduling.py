@@ -6,9 +6,9 @@ the command line always sets (`--max-jobs-per-timespan`, default 100/1s). Each p
 timer, each timer starts a pass, and each finished job starts one more such chain; so after N
 finished jobs the loop runs about N times a second. A pass with jobs waiting for cores stats every
 input file of every waiting job (`update_input_sizes`) and starts a thread. Measured on the
-every-figure smoke DAG (115 jobs, 2 cores; bench/HISTORY.md, 2026-12-07): about 25,000 passes in
-7.5 minutes without this, 539 with it; Snakemake's own process 55-64 CPU-seconds against 28, of
-the DAG's ~880. On a cluster, where a run finishes thousands of jobs over days, the submit host's
+every-figure smoke DAG (115 jobs, 2 cores; bench/HISTORY.md, 2026-12-07): 14,000-25,000 passes
+in 7.5-8.5 minutes without this, 531-539 with it; Snakemake's own process 51-64 CPU-seconds
+against 28, the DAG's wall time 6% shorter. On a cluster, where a run finishes thousands of jobs over days, the submit host's
 Snakemake would pass thousands of times a second, stat-ing the shared file system each time.
 (snakemake/snakemake#3744 reports the extra passes.)
 
