@@ -8,9 +8,11 @@ finished jobs the loop runs about N times a second. A pass with jobs waiting for
 input file of every waiting job (`update_input_sizes`) and starts a thread. Measured on the
 every-figure smoke DAG (115 jobs, 2 cores; bench/HISTORY.md, 2026-12-07): 14,000-25,000 passes
 in 7.5-8.5 minutes without this, 531-539 with it; Snakemake's own process 51-64 CPU-seconds
-against 28, the DAG's wall time 6% shorter. On a cluster, where a run finishes thousands of jobs over days, the submit host's
-Snakemake would pass thousands of times a second, stat-ing the shared file system each time.
-(snakemake/snakemake#3744 reports the extra passes.)
+against 28 (the DAG's wall time 6% shorter on the mean, within its run-to-run spread). The chains
+end only when no job is left waiting; on a cluster, where ready jobs wait for the SLURM profile's
+64 job slots over days, the submit host's Snakemake would pass once a second for every job
+finished meanwhile, stat-ing the shared file system each time. (snakemake/snakemake#3744 reports
+the extra passes.)
 
 `one_pending_wakeup()` replaces the scheduler's `_schedule_reevalutation` (sic) with one that
 starts a timer only when none is pending that fires as early: the loop still wakes within the
