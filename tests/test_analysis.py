@@ -7,6 +7,7 @@ from fastslow.analysis import (
     fit_sigmoid,
     kl_at_matched_reward,
     kl_to_reach,
+    no_reward,
     paired_noise_bound,
     reward_onset_note,
     rolling_mean,
@@ -410,3 +411,23 @@ def test_a_centred_rolling_mean_runs_from_the_first_point_to_the_last():
         [0.0, 0.03, 0.07, 0.12])
     assert rolling_mean(np.array([0.1, 0.3]), 3, center=True).tolist() == [0.1, 0.3]
     assert rolling_mean(np.array([0.5]), 3, center=True).tolist() == [0.5]
+
+
+def test_no_reward_skips_missing_evaluations():
+    """A missing (NaN) mean@k is no reward: zeros with a gap are still "no reward", and all-missing is too."""
+    assert no_reward(np.array([0.0, np.nan, 0.0]), np.array([0.0]))
+    assert no_reward(np.array([np.nan]))
+    assert not no_reward(np.array([0.0, np.nan, 0.25]))
+
+
+def test_steps_to_peak_ratio_of_a_curve_starting_after_step_0_without_reward():
+    """A reference that never earns reward has no peak to reach, even when its first evaluation is after step 0 (eval_init off)."""
+    steps = np.array([10, 20, 30])
+    assert np.isnan(steps_to_peak_ratio(steps, np.zeros(3), steps, np.zeros(3)))
+    assert np.isnan(steps_to_peak_ratio(steps, np.zeros(3), steps, np.array([0.0, 0.5, 0.5])))
+
+
+def test_a_centred_rolling_mean_of_an_even_window_keeps_window_half_points_at_each_end():
+    """`center=True` keeps the first and last `window // 2` points as they are, for even windows too."""
+    assert rolling_mean(np.array([0.0, 1.0, 2.0, 4.0]), 2, center=True).tolist() == [0.0, 0.5, 1.5, 4.0]
+    assert rolling_mean(np.array([0.0, 1.0, 2.0, 4.0, 8.0]), 4, center=True).tolist() == [0.0, 1.0, 1.75, 4.0, 8.0]

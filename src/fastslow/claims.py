@@ -140,8 +140,9 @@ def _final_problems(df: pl.DataFrame, step: int | None = None, **where: Any) -> 
 def _best_step(norm: pl.DataFrame) -> tuple[float, float, int | None]:
     """(normalised, mean@k, step) of the best evaluation in `norm` (one method's seed-averaged
     evaluations in a continual stage, `normalised_continual`); NaNs and None when none has a
-    normalised accuracy (no reward in the stage)."""
-    norm = norm.drop_nulls("normalised")
+    normalised accuracy (no reward in the stage). A NaN (an evaluation without a mean@k) is
+    skipped like a null: polars sorts NaN above every number, so it would be read as the best."""
+    norm = norm.drop_nulls("normalised").filter(pl.col("normalised").is_not_nan())
     if not norm.height:
         return float("nan"), float("nan"), None
     top = norm.sort(["normalised", "step"], descending=[True, False]).row(0, named=True)
