@@ -8,7 +8,9 @@ grammar covers what a model may write: "m/s", "m s^-1", "m·s⁻¹", "meters per
 - a symbol with an optional SI prefix (G M k c m μ/u n), read case-sensitively as SI requires:
   mJ is millijoules and MJ megajoules, mW / MW, mA / MA, ms / Ms are different units;
 - a spoken name in any case, plural or prefixed: "metres", "Kilometers", "milliamps", "kohm";
-- a few glued spellings: "Nm", "Ns", "kgm", "kph", "kmh", "mps", "kWh", "ms^-2" (m·s⁻²).
+- a few glued spellings: "Nm", "Ns", "kgm", "kph", "kmh", "mps", "kWh", "ms^-2" (m·s⁻²). A
+  power binds to the unit it follows, "kgm^2" is kg·m² and "Nm^-1" N/m; a glued quotient's power
+  ("kph^2") is not read.
 
 Only when the case-sensitive reading fails is a token's case ignored, and only where that is
 unambiguous: "KJ" and "kw" are kilo-units, but "mj" (mJ or MJ?) and "mw" are not read.
@@ -145,7 +147,12 @@ def _term(body: str, exp: int, alone: bool) -> list[tuple[str, int, Unit]] | Non
     glued = _GLUED.get(body) or _GLUED_ANYCASE.get(body.lower())
     if glued is not None:
         inner = _parse(glued)
-        return None if inner is None else [(s, e * exp, u) for s, e, u in inner[1]]
+        if inner is None:
+            return None
+        *head, (s, e, u) = inner[1]
+        if exp != 1 and any(e2 < 0 for _, e2, _ in inner[1]):  # "kph^2": (km/h)² or km/h²? not read
+            return None
+        return [*head, (s, e * exp, u)]  # the power binds to the unit it follows: "kgm^2" is kg·m²
     named = _name(body)
     if named is not None:
         return [(named[0], exp, named[1])]
