@@ -1898,3 +1898,275 @@ def test_a_power_on_a_glued_product_binds_to_its_last_unit() -> None:
                                                "rel_tol": 0.0075})
     for answer in ("1500 kgm^2/s^2", "1.5 kJ", "1500 kg m^2 s^-2"):
         assert task.reward(p, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(p, f"<answer>{answer}</answer>"))
+
+
+GSM_TAIL = " Give the result as your final answer. Do not include units."
+
+
+def _star() -> Problem:
+    """A hand-made path-star problem: centre 1, arms 1-2-3-4 (the goal's), 1-5-6-7 and 1-8-9-10."""
+    edges = [[1, 2], [2, 3], [3, 4], [1, 5], [5, 6], [6, 7], [1, 8], [8, 9], [9, 10]]
+    return Problem("s", "stargraph", "…", "1 2 3 4", {"source": "path_star", "center": 1, "goal": 4, "edges": edges})
+
+
+def test_a_word_problem_keeps_one_answer_instruction() -> None:
+    """gsm_symbolic's own "Give the result as your final answer" sentence is cut from the question."""
+    from fastslow.tasks.rgym import Source
+
+    task = get_task("math")
+    item = {"question": "Tom has 3 apples and buys 4 more. How many has he?" + GSM_TAIL, "answer": "7",
+            "metadata": {"answer_cot": "3 + 4 = 7\n#### 7"}}
+    cand = task.convert(item, Source("gsm_symbolic"))
+    assert cand is not None and "Give the result as your final answer" not in cand.prompt
+    assert cand.prompt.count("Give the final result as a single number.") == 1
+    assert all("Give the result as your final answer" not in p.prompt for p in task.problems("train", 30, seed=0))
+
+
+def test_a_math_item_whose_answer_is_no_number_is_dropped() -> None:
+    """Only items with a numeric gold become math problems (a source of word answers gives none)."""
+    from fastslow.tasks.rgym import Source
+
+    task = get_task("math")
+    assert task.convert({"question": "Sort these words.", "answer": "apple, banana", "metadata": {}},
+                        Source("word_sorting")) is None
+    assert task.convert({"question": "What is 3 + 4?", "answer": "7", "metadata": {}}, Source("chain_sum")) is not None
+
+
+def test_a_word_problems_reference_solution_is_its_working_without_the_final_answer_line() -> None:
+    """Generated word problems carry reasoning-gym's worked solution, and feedback quotes it before "####", cut to 1200."""
+    task = get_task("math")
+    words = [p for p in task.problems("train", 30, seed=0) if p.metadata["source"] == "gsm_symbolic"]
+    assert words and all("####" in p.metadata["solution"] and "=" in p.metadata["solution"] for p in words)
+    steps = "Tom has 3 + 4 = 7 apples.\n#### 7"
+    p = Problem("m", "math", "?", "7", {"source": "gsm_symbolic", "solution": steps})
+    fb = task.feedback(p, "<answer>8</answer>")
+    assert "Reference solution: Tom has 3 + 4 = 7 apples." in fb and "####" not in fb
+    long = Problem("m", "math", "?", "7", {"source": "gsm_symbolic", "solution": "step " * 400 + "\n#### 7"})
+    line = next(x for x in task.feedback(long, "<answer>8</answer>").splitlines() if x.startswith("Reference"))
+    assert len(line) == len("Reference solution: ") + 1200
+
+
+def test_math_feedback_asks_for_the_number_alone_only_when_it_read_more() -> None:
+    """A right answer read from "x = 42" or "42 apples" is accepted with a note; a bare "42" gets none."""
+    task = get_task("math")
+    p = Problem("m", "math", "What is 6*7?", "42", {"source": "basic_arithmetic", "expression": "6*7"})
+    assert "answer with the number alone" not in task.feedback(p, "<answer>42</answer>")
+    for answer in ("x = 42", "42 apples"):
+        assert task.reward(p, f"<answer>{answer}</answer>") == 1.0
+        assert "answer with the number alone" in task.feedback(p, f"<answer>{answer}</answer>"), answer
+
+
+def test_math_miss_diagnosis_thresholds() -> None:
+    """A miss within 1% is "close"; 5% off is not; a factor of 1000 either way is a place-value slip."""
+    task = get_task("math")
+    p = Problem("m", "math", "?", "1000", {"source": "basic_arithmetic"})
+    assert "close, but" in task.feedback(p, "<answer>995</answer>")
+    plain = task.feedback(p, "<answer>950</answer>")
+    assert "Your 950 is not 1000 (off by -50)." in plain and "close" not in plain
+    for slip in ("1000000", "1"):
+        assert "a factor-of-ten (place value or unit) slip." in task.feedback(p, f"<answer>{slip}</answer>"), slip
+    neither = task.feedback(p, "<answer>-990</answer>")
+    assert "sign is wrong" not in neither and "close" not in neither and "slip" not in neither
+
+
+def test_stargraph_feedback_names_a_wrong_start_or_end() -> None:
+    """A path from the wrong node is told its start; one from the centre to the wrong node its end."""
+    task = get_task("stargraph")
+    p = _star()
+    start = task.feedback(p, "<answer>2 3 4</answer>")
+    assert "The path must start at the start node 1, not 2." in start and "must end" not in start
+    assert "first step" not in start  # a path that leaves the wrong node took no first step from the centre
+    end = task.feedback(p, "<answer>1 2 3</answer>")
+    assert "The path must end at the goal 4, not 3." in end and "must start" not in end
+    assert "not an edge" not in end and "first step" not in end
+    both = task.feedback(p, "<answer>2 3</answer>")  # one diagnosis of the ends at a time: the start first
+    assert "must start at the start node 1, not 2." in both and "must end" not in both
+    bare = Problem("s", "stargraph", "…", "1 2 3 4", {})  # no graph stored: the gold path's ends
+    assert "The path must start at the start node 1, not 2." in task.feedback(bare, "<answer>2 3 4</answer>")
+    assert "The path must end at the goal 4, not 3." in task.feedback(bare, "<answer>1 2 3</answer>")
+
+
+def test_stargraph_feedback_finds_the_first_missing_edge_and_counts_the_arms() -> None:
+    """The first non-edge of the path is named, and the arms from the centre are counted and listed."""
+    task = get_task("stargraph")
+    p = _star()
+    fb = task.feedback(p, "<answer>1 2 4</answer>")
+    assert "2–4 is not an edge of the graph." in fb
+    assert "From 1, 3 arms start (2, 5, 8); the goal 4 is on the arm through 2." in fb
+    wrong_arm = task.feedback(p, "<answer>1 5 6 7</answer>")
+    assert "The first step went to 5, but the goal lies on the arm that starts at 2." in wrong_arm
+
+
+def test_stargraph_problems_carry_their_own_graph() -> None:
+    """A generated problem's edges are the task's graph (not the prompt's example), its centre and goal the path's ends."""
+    task = get_task("stargraph")
+    for p in task.problems("val", 3, seed=0):
+        task_line = p.prompt.split("Solve the following task:")[1]
+        edges = {frozenset(e) for e in p.metadata["edges"]}
+        path = [int(x) for x in p.answer.split()]
+        assert p.metadata["center"] == path[0] and p.metadata["goal"] == path[-1]
+        assert all(frozenset(pair) in edges for pair in zip(path, path[1:], strict=False))
+        assert len(edges) == task_line.count("|")
+
+
+def test_a_source_weight_defaults_to_one() -> None:
+    """A config source without a weight weighs 1, as much as one given weight 1."""
+    from fastslow.tasks.rgym import as_source
+
+    assert as_source({"dataset": "chain_sum"}).weight == 1.0
+    with pytest.raises(ValueError, match="weight: expected a positive number"):
+        as_source({"dataset": "chain_sum", "weight": True})
+    with pytest.raises(ValueError, match="weight: expected a positive number"):
+        as_source({"dataset": "chain_sum", "weight": 0})
+
+
+
+
+_TEMPLATES = {
+    "tubes": ("name1 name2 color1 color2", ("n1", "n2", "frac1", "mult1", "n1_result", "n2_result")),
+    "class": ("teacher group1 group2 group3 event", ("total_students", "percent_group1", "percent_group23",
+                                                     "group1_count", "group23_count")),
+    "muffins": ("name items food location container", ("num_jars", "per_jar", "per_pan", "total_items")),
+    "crackers": ("name item1 item2 currency", ("price1", "price2", "total_spent", "num_item1", "num_item2",
+                                               "percent_change")),
+    "beach": ("name unit", ("beach_distance", "beach_time", "sidewalk_distance", "sidewalk_time",
+                            "speed_multiplier", "total_distance")),
+    "store": ("currency item name store_type", ("initial_amount", "quantity", "remaining", "total_cost",
+                                                "unit_price")),
+    "penpals": ("name", ("current_penpals", "initial_penpals", "letters_per_week", "lost_penpals",
+                         "minutes_per_page", "pages_per_letter", "total_minutes")),
+    "cards": ("c1 c2 c3 item", ("more_cards", "n1", "p", "total")),
+}
+
+
+def _vars(template: str, **values: object) -> dict[str, object]:
+    """Variables of one of the eight truncating templates: its words, 1 for unnamed numbers, then `values`."""
+    words, numbers = _TEMPLATES[template]
+    return {w: "w" for w in words.split()} | dict.fromkeys(numbers, 1) | values
+
+
+@pytest.mark.parametrize(("template", "exact", "truncated"), [
+    ("tubes", {"n1": 8, "frac1": 0.5, "n1_result": 4, "n2": 3, "mult1": 2, "n2_result": 6},
+     {"n1": 9, "frac1": 0.5, "n1_result": 4, "n2": 3, "mult1": 2, "n2_result": 6}),
+    ("tubes", {"n1": 10, "frac1": 0.1, "n1_result": 1, "n2": 4, "mult1": 1.5, "n2_result": 6},
+     {"n1": 8, "frac1": 0.5, "n1_result": 4, "n2": 3, "mult1": 1.5, "n2_result": 4}),
+    ("class", {"total_students": 100, "percent_group1": 20, "group1_count": 20, "percent_group23": 25,
+               "group23_count": 20},
+     {"total_students": 100, "percent_group1": 60, "group1_count": 60, "percent_group23": 38, "group23_count": 15}),
+    ("muffins", {"num_jars": 9, "per_jar": 12, "total_items": 108, "per_pan": 12},
+     {"num_jars": 9, "per_jar": 12, "total_items": 108, "per_pan": 24}),
+    ("crackers", {"total_spent": 1000, "percent_change": 10, "num_item1": 10, "price1": 100, "price2": 200,
+                  "num_item2": 445},
+     {"total_spent": 1000, "percent_change": 10, "num_item1": 10, "price1": 100, "price2": 135, "num_item2": 659}),
+    ("beach", {"beach_distance": 10, "beach_time": 60, "speed_multiplier": 2, "sidewalk_distance": 5,
+               "sidewalk_time": 15},
+     {"beach_distance": 10, "beach_time": 60, "speed_multiplier": 8, "sidewalk_distance": 5, "sidewalk_time": 3}),
+    ("store", {"remaining": 42}, {"remaining": 42.99999999999999}),
+    ("penpals", {"total_minutes": 4800}, {"total_minutes": 4770}),
+    ("cards", {"p": 58, "n1": 50, "more_cards": 29}, {"p": 58, "n1": 50, "more_cards": 28}),
+])
+def test_gsm_exact_keeps_exact_items_and_drops_truncating_ones(template: str, exact: dict, truncated: dict) -> None:
+    """Each truncating gsm_symbolic template keeps an item whose steps are exact and drops one that truncates."""
+    from fastslow.tasks.math_task import gsm_exact
+
+    assert gsm_exact(_vars(template, **exact)) is True
+    assert gsm_exact(_vars(template, **truncated)) is False
+    assert gsm_exact(_vars(template, **{**exact, next(iter(exact)): "many"})) is False  # unreadable: dropped
+    assert gsm_exact({"name": "w", "age": 3}) is True and gsm_exact(None) is True  # no truncating template
+
+
+@pytest.mark.parametrize(("expression", "answer", "kept"), [
+    ("-3 * 4", "-12", True), ("-3 * 4", "12", False), ("7 / 2", "3.5", True), ("7 / 2", "3", False),
+    ("5 / 9", "10", False), ("5 / 0", "1", False), ("1 + 2 + 3 + 4 + 5 + 6 + 7 + 8", "35", False),
+    ("1 + 2 + 3 + 4 + 5 + 6 + 7 + 8", "36", True), ("sqrt(16)", "4", True),
+])
+def test_a_math_item_is_kept_only_when_its_gold_is_its_expressions_exact_value(expression: str, answer: str,
+                                                                               kept: bool) -> None:
+    """An arithmetic item whose gold is not its expression's exact value is dropped; an expression we cannot check is kept."""
+    from fastslow.tasks.rgym import Source
+
+    item = {"question": f"Calculate {expression}.", "answer": answer, "metadata": {"expression": expression}}
+    cand = get_task("math").convert(item, Source("basic_arithmetic"))
+    assert (cand is not None) is kept
+    if kept:
+        assert cand.metadata["expression"] == expression
+        assert cand.key == "math|expression|" + expression.replace(" ", "")
+
+
+def test_generated_arithmetic_problems_show_their_expression_in_feedback() -> None:
+    """Generated arithmetic problems keep their expression, and a wrong answer's feedback quotes it."""
+    task = get_task("math_easy")
+    arithmetic = [p for p in task.problems("train", 20, seed=0) if p.metadata["source"] in ("basic_arithmetic",
+                                                                                              "chain_sum")]
+    assert arithmetic and all(p.metadata["expression"] for p in arithmetic)
+    p = arithmetic[0]
+    assert f"Expression to evaluate: {p.metadata['expression']}" in task.feedback(p, "<answer>-99999</answer>")
+
+
+def test_a_word_problems_identity_holds_its_template_names_but_not_a_flag() -> None:
+    """Two templates with the same numbers but differently named words are two problems; a true/false flag is no number."""
+    from fastslow.tasks.math_task import problem_identity
+
+    assert problem_identity("", variables={"name": "Jo", "n": 3}, answer="6") != \
+        problem_identity("", variables={"person": "Jo", "n": 3}, answer="6")
+    assert problem_identity("", variables={"n": 3, "weekend": True}, answer="6") == \
+        problem_identity("", variables={"n": 3, "weekend": False}, answer="6")
+
+
+def test_a_word_problems_key_holds_its_answer() -> None:
+    """Two items of one template and numbers whose answers differ (a word changed) get different split keys."""
+    from fastslow.tasks.rgym import Source
+
+    task = get_task("math")
+
+    def key(period: str, answer: str) -> str | None:
+        variables = {"name": "Jo", "per_day": 16, "period": period}
+        item = {"question": f"Jo eats 16 a day. How many in one {period}?", "answer": answer,
+                "metadata": {"variables": variables, "answer_cot": f"16 * n = {answer}\n#### {answer}"}}
+        cand = task.convert(item, Source("gsm_symbolic"))
+        assert cand is not None
+        return cand.key
+
+    assert key("week", "112") != key("month", "480")
+    assert key("week", "112") == key("fortnight", "112")
+
+
+def test_a_math_problem_with_an_unreadable_gold_scores_zero_without_raising() -> None:
+    """A gold that is no number (a hand-made or loaded problem) scores every answer 0 and still gives feedback."""
+    task = get_task("math")
+    p = Problem("m", "math", "?", "seven", {})
+    assert task.judge(p, "<answer>7</answer>").reward == 0.0
+    assert task.reward(p, "<answer>7</answer>") == 0.0 and "Expected answer: seven" in task.feedback(p, "<answer>7</answer>")
+    # the note blames the gold, not the answer, which was read ("Could not read the answer" said otherwise)
+    notes = task.judge(p, "<answer>7</answer>").notes
+    assert notes[0] == "The expected answer 'seven' is not a number, so no answer can match it.", notes
+
+
+def test_a_reasoning_gym_task_draws_other_problems_for_another_seed() -> None:
+    """The seed picks the item stream: seeds 0 and 1 give different star graphs, one seed the same ones."""
+    task = get_task("stargraph")
+    first = [p.prompt for p in task.problems("train", 4, seed=0)]
+    assert first == [p.prompt for p in get_task("stargraph").problems("train", 4, seed=0)]
+    assert not set(first) & {p.prompt for p in task.problems("train", 4, seed=1)}
+
+
+def test_a_source_with_an_unknown_key_is_refused() -> None:
+    """A config source's keys are dataset, config and weight only; a misspelt or extra key is named."""
+    from fastslow.tasks.rgym import as_source
+
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['seed'\]"):
+        as_source({"dataset": "chain_sum", "seed": 3})
+
+
+def test_a_rarely_drawn_source_reasoning_gym_rejects_still_stops_the_split() -> None:
+    """Every source's dataset is made before any item is drawn, so a bad one stops even a split that never draws it."""
+    task = get_task("math", sources=[{"dataset": "chain_sum"}, {"dataset": "chain_summ", "weight": 1e-9}])
+    with pytest.raises(TaskDataError, match="source 'chain_summ': reasoning-gym cannot create this dataset"):
+        task.problems("train", 1, 0)
+
+
+def test_the_math_mixture_draws_word_problems_by_their_weight() -> None:
+    """Default math weighs gsm_symbolic 2 against 1 and 1: about half its problems are word problems."""
+    problems = get_task("math").problems("train", 300, seed=0)
+    share = sum(p.metadata["source"] == "gsm_symbolic" for p in problems) / len(problems)
+    assert 0.42 < share < 0.58, share

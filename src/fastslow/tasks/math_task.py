@@ -94,7 +94,10 @@ class MathTask(ReasoningGymTask):
         if raw is None:
             return Judgement(0.0, problem.answer, None, notes)
         got, how = extract_number(raw)
-        if got is None or expected is None:
+        if expected is None:  # a task file's gold that is no number: nothing the answer could match
+            notes.insert(0, f"The expected answer {problem.answer!r} is not a number, so no answer can match it.")
+            return Judgement(0.0, problem.answer, raw, notes)
+        if got is None:
             notes.insert(0, f"Could not read the answer as one number ({how}).")
             return Judgement(0.0, problem.answer, raw, notes)
         ok = numbers_close(got, expected)
