@@ -31,12 +31,28 @@ def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except BaseException:
+    except BaseException as stopped:
         stop_process_group(proc)
+        err = ""
         with contextlib.suppress(subprocess.TimeoutExpired):  # a process outside its group may hold the pipes
-            proc.communicate(timeout=60)
+            err = proc.communicate(timeout=60)[1]
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            raise AssertionError(f"snakemake {' '.join(args)} did not end in {timeout} s: {progress(err)}") from None
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def progress(stderr: str) -> str:
+    """How far a Snakemake run got, from its log: its last "N of M steps (P%) done" line and the
+    jobs running when it stopped (a run that timed out on a slow machine reads apart from a hung
+    one)."""
+    done = re.findall(r"^\d+ of \d+ steps \(\d+%\) done$", stderr, re.M)
+    started = {jobid: rule for rule, jobid in re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    jobid: (\d+)$",
+                                                         stderr, re.M)}
+    for jobid in re.findall(r"^Finished jobid: (\d+)", stderr, re.M):
+        started.pop(jobid, None)
+    running = ", ".join(f"{rule} (job {jobid})" for jobid, rule in started.items()) or "none"
+    return f"{done[-1] if done else 'no step done'}; running: {running}"
 
 
 #: The foundation's rules, in every config's default target (the default config's and smoke's are
@@ -458,6 +474,23 @@ def smoke_built(smoke_workdir):
     out = snakemake("results/tables/base_eval.parquet", "--cores", "2", *SMOKE,
                     "--config", "data={tasks: [math, hover]}", cwd=smoke_workdir, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+@pytest.mark.workflow
+def test_a_run_stopped_early_says_how_far_it_got(smoke_built):
+    """The test helper's account of a timed-out run, on a real Snakemake log: the last steps
+    line, and the jobs started and not finished (none at the end; the last one, cut before it
+    finished)."""
+    err = smoke_built.stderr
+    total = re.search(r"^(\d+) of \1 steps \(100%\) done$", err, re.M)
+    assert total and progress(err) == f"{total[0]}; running: none", progress(err)
+    cut = err.rindex("Finished jobid: ")
+    jobid, rule = re.match(r"Finished jobid: (\d+) \(Rule: (\w+)\)", err[cut:]).groups()
+    steps = int(total[1])
+    assert re.fullmatch(rf"{steps - 1} of {steps} steps \(\d+%\) done; running: {rule} \(job {jobid}\)",
+                        progress(err[:cut])), progress(err[:cut])
+    assert progress("Building DAG of jobs...\n").startswith("no step done")
 
 
 @pytest.mark.workflow
