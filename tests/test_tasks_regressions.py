@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -580,6 +581,37 @@ def test_a_too_small_problem_space_is_a_task_data_error(monkeypatch: pytest.Monk
         get_task("codeio", max_prompt_chars=1).problems("val", 1, seed=0)
 
 
+def test_a_generated_split_gets_200_tries_beyond_its_share() -> None:
+    """`problems` gives up after `attempts_per_problem` tries per problem asked plus 200, which a
+    small val or test split (about 1 draw in 10 is its own) needs: one val problem whose
+    generator returns nothing for its first 259 draws is found on the 260th, not on the 261st."""
+    import random as _random
+
+    from fastslow.tasks.base import Judgement, TaskDataError
+    from fastslow.tasks.generated import Candidate, GeneratedTask, split_of
+
+    prompt = next(f"q{i}" for i in range(200) if split_of(f"q{i}") == "val")
+
+    class LateTask(GeneratedTask):
+        family = "late"
+
+        def __init__(self, first: int) -> None:
+            super().__init__()
+            self.first = first
+
+        def candidate(self, rng: _random.Random, index: int, split: str, seed: int,
+                      attempt: int) -> Candidate | None:
+            return Candidate(prompt, "a") if attempt >= self.first else None
+
+        def judge(self, problem: Problem, completion: str) -> Judgement:
+            return Judgement(0.0, problem.answer, None)
+
+    assert LateTask.attempts_per_problem == 60
+    assert [p.prompt for p in LateTask(259).problems("val", 1, seed=0)] == [prompt]
+    with pytest.raises(TaskDataError, match=r"^late: only 0 distinct val problems after 260 tries"):
+        LateTask(260).problems("val", 1, seed=0)
+
+
 @pytest.mark.parametrize("sources, expected", [
     # a misspelt dataset was skipped item by item: the mixture silently became basic_arithmetic alone
     ([{"dataset": "basic_arithmetic"}, {"dataset": "chain_summ", "weight": 3}],
@@ -972,6 +1004,267 @@ def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label
         docs, stating = _value_stating_documents(p)
         cells[p.metadata["hops"], len(stating)][p.answer] += 1
     assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56
+
+
+def _sibling_hop(fact: str) -> bool:
+    """Whether a deciding fact's relation has a sibling (born in / lives in, ...)."""
+    return "born in the year" not in fact and any(w in fact for w in SIBLING_FACTS)
+
+
+def _path_documents(p) -> int:
+    """How many documents a hover problem's square shows: from each of its two starts, the entity
+    after hops 1 .. d, for d = 0 .. k-1, on 2^s paths apart (s: the sibling-bearing hops among
+    them)."""
+    swaps = [_sibling_hop(f["fact"]) for f in p.metadata["chain"]]
+    return 2 * sum(2 ** sum(swaps[:depth]) for depth in range(len(swaps)))
+
+
+@pytest.mark.parametrize(("name", "hops", "distractors"), [
+    ("hover_easy", {2}, {1}), ("hover", {2, 3, 4}, {0, 1, 2}), ("hover_hard", {3, 4}, {1, 2, 3})])
+def test_hover_difficulties_draw_the_hops_and_distractors_they_document(name, hops, distractors):
+    """hover_easy claims 2 hops with 1 distractor document, hover 2-4 hops (drawn from 2, 2, 3,
+    3, 4) with 0-2, hover_hard 3-4 hops with 1-3 ("more distractor documents");
+    a claim has one or two sibling-bearing hops. Only the hops' upper sets had been checked: a
+    default that never drew 4 hops, or a hard one showing no distractor, passed."""
+    problems = get_task(name).problems("train", 60, seed=2)
+    assert {p.metadata["hops"] for p in problems} == hops
+    assert {p.metadata["n_docs"] - _path_documents(p) for p in problems} == distractors
+    assert {sum(map(_sibling_hop, (f["fact"] for f in p.metadata["chain"]))) for p in problems} == {1, 2}
+    if name == "hover":  # drawn 2:2:1, a world redrawn for the same hops (one try per draw: 49 of 60 on 2)
+        drawn = Counter(p.metadata["hops"] for p in problems)
+        assert drawn[2] <= 36 and drawn[4] >= 6, drawn
+
+
+def test_hover_documents_are_shown_once_each_in_a_shuffled_order():
+    """Each document is shown once (distractors are drawn from the documents not shown yet), and in
+    a shuffled order: the square lists the claim's entity first, so unshuffled, "the first
+    document is the claim's subject" would hold every time."""
+    problems = get_task("hover").problems("train", 40, seed=4)
+    firsts = set()
+    for p in problems:
+        titles = [title for title, _ in _hover_documents(p)]
+        assert len(set(titles)) == len(titles) == p.metadata["n_docs"], p.id
+        firsts.add(p.metadata["chain"][0]["doc"] == 1)
+    assert firsts == {True, False}
+
+
+def test_the_label_order_of_each_pair_of_hover_problems_is_seeded():
+    """Each consecutive pair of problems holds one of each label, in an order drawn from the
+    seed: with a fixed order, the label would be the problem's index's parity."""
+    labels = [p.answer for p in get_task("hover_easy").problems("train", 40, seed=1)]
+    pairs = {tuple(labels[i:i + 2]) for i in range(0, len(labels), 2)}
+    assert pairs == {("SUPPORTED", "NOT_SUPPORTED"), ("NOT_SUPPORTED", "SUPPORTED")}
+
+
+def _kind(title: str, text: str) -> str:
+    """A hover document's subject kind: person, town, an organisation's kind (its name's last
+    word: University, Press, ...) or a work's (novel, album, film)."""
+    work = re.match(r'"[^"]+" is an? (\w+)', text)
+    if work:
+        return work.group(1)
+    if " born in the year " in text:
+        return "person"
+    return "town" if " is a town in the " in text else title.split()[-1]
+
+
+@pytest.mark.parametrize("name", ["hover", "hover_hard"])
+def test_a_hover_twin_start_is_of_the_claims_entity_kind(name):
+    """The twin chain starts from an entity of the claim entity's own kind: a press's twin is a
+    press and a novel's a novel (a film's relations read "directed by", not "written by"), so the
+    kind of a chain's start tells nothing the claim's relations do not."""
+    kinds = set()
+    for p in get_task(name).problems("train", 60, seed=6):
+        docs = dict(_hover_documents(p))
+        entity = list(docs)[p.metadata["chain"][0]["doc"] - 1]
+        twin = p.metadata["twin_start"]
+        assert _kind(entity, docs[entity]) == _kind(twin, docs[twin]), (p.id, entity, twin)
+        kinds.add(_kind(entity, docs[entity]))
+    assert len(kinds - {"person", "town"}) >= 3, kinds
+
+
+def test_a_hover_world_draws_its_years_over_the_spans_the_square_keeps():
+    """An organisation is founded 24-60 years after its founder's birth, a work made 20-55 after
+    its creator's: the world draws every year of those spans and none outside, so a year the
+    square sets within `_YEAR_SPANS` is one the world could have drawn."""
+    import random
+
+    from fastslow.tasks import hover
+
+    gaps: dict[str, set[int]] = {"founded_year": set(), "year": set()}
+    for seed in range(150):
+        world = hover.World(random.Random(seed), 20)
+        for e in world.orgs + world.works:
+            year_rel = "founded_year" if e.type == "org" else "year"
+            person = world.get(e, hover._YEAR_SPANS[year_rel][0])
+            gaps[year_rel].add(int(world.get(e, year_rel).name) - int(world.get(person, "birth_year").name))
+    assert gaps == {"founded_year": set(range(24, 61)), "year": set(range(20, 56))}
+    assert hover._YEAR_SPANS == {"founded_year": ("founded_by", 24, 60), "year": ("creator", 20, 55)}
+
+
+def test_a_fact_the_hover_square_sets_fits_the_years_at_both_ends_of_the_span():
+    """`_fits`: a founder born 24 or 60 years before the founding fits, 23 or 61 does not (a
+    creator: 20-55 before the work); so does a founding or work year, and a birth year, which
+    must fit every organisation and work the person founded or made."""
+    import random
+
+    from fastslow.tasks import hover
+    from fastslow.tasks.hover import Entity
+
+    world = hover.World(random.Random(0), 20)
+    org, work = world.orgs[0], world.works[0]
+    nobody = [p for p in world.people if all(world.get(e, r) is not p for e, r in
+                                             [(o, "founded_by") for o in world.orgs] + [(w, "creator") for w in world.works])]
+    founder, creator = nobody[:2]
+    world._set(org, "founded_by", founder)
+    world._set(work, "creator", creator)
+    founded, made = int(world.get(org, "founded_year").name), int(world.get(work, "year").name)
+    for (lo, hi), subject, rel, year in (((24, 60), org, "founded_by", founded), ((20, 55), work, "creator", made)):
+        person = founder if rel == "founded_by" else creator
+        year_rel = "founded_year" if rel == "founded_by" else "year"
+        for gap, fits in ((lo - 1, False), (lo, True), (hi, True), (hi + 1, False)):
+            born = Entity(str(year - gap), "year")
+            assert hover._fits(world, person, "birth_year", born) == fits, (rel, gap)
+            world._set(person, "birth_year", born)
+            assert hover._fits(world, subject, rel, person) == fits, (rel, gap)
+            assert hover._fits(world, subject, year_rel, Entity(str(year), "year")) == fits, (rel, gap)
+
+
+def _near_miss_world(seed: int, founds: dict[int, int] | None = None):
+    """A world where the claim "the mayor of the birthplace of A was born in 1950" has one-swap
+    paths ending on 1952 (the birthplace's deputy mayor) and 1990 (the mayor of A's home town),
+    with a twin start X whose square fits. Nobody on the paths founded or made anything, but
+    `founds`: person index -> the founding year of an organisation they found."""
+    import random
+
+    from fastslow.tasks import hover
+
+    world = hover.World(random.Random(seed), 20)
+    people = world.people
+    for e, rel, year_rel in [(o, "founded_by", "founded_year") for o in world.orgs] + [
+            (w, "creator", "year") for w in world.works]:
+        world._set(e, rel, people[-1])
+        world._set(e, year_rel, hover.Entity(str(int(world.get(people[-1], "birth_year").name) + 30), "year"))
+    for start, towns, officials, years in ((people[0], world.towns[:2], people[2:6], (1950, 1952, 1990, 1930)),
+                                           (people[1], world.towns[2:4], people[6:10], (1960, 1961, 1962, 1963))):
+        world._set(start, "born_in", towns[0])
+        world._set(start, "lives_in", towns[1])
+        for town, (mayor, deputy) in zip(towns, (officials[:2], officials[2:]), strict=True):
+            world._set(town, "mayor", mayor)
+            world._set(town, "deputy_mayor", deputy)
+        for person, year in zip(officials, years, strict=True):
+            world._set(person, "birth_year", hover.Entity(str(year), "year"))
+    for org, (index, year) in zip(world.orgs, (founds or {}).items(), strict=False):
+        world._set(org, "founded_by", people[index])
+        world._set(org, "founded_year", hover.Entity(str(year), "year"))
+    rels = ["born_in", "mayor", "birth_year"]
+    return world, hover._walk(world, people[0], rels), rels
+
+
+def test_hover_hard_claims_the_one_swap_year_nearest_the_truth(monkeypatch):
+    """hover_hard's false year is the one-swap path's nearest the truth (1952 beside 1950, not
+    1990); hover's is either one-swap path's, drawn. Only hover_hard asks for the nearest."""
+    import random
+
+    from fastslow.tasks import hover
+
+    for near, expected in ((True, {"1952"}), (False, {"1952", "1990"})):
+        claimed = set()
+        for seed in range(12):
+            world, ents, rels = _near_miss_world(seed)
+            square = hover._square(world, random.Random(seed), ents, rels, near=near)
+            claimed.add(square.near_miss[-1].name)
+        assert claimed == expected, near
+    asked = []
+    real = hover._square
+    monkeypatch.setattr(hover, "_square", lambda *args, near: asked.append(near) or real(*args, near=near))
+    get_task("hover_hard").problems("train", 2, seed=0)
+    get_task("hover").problems("train", 2, seed=0)
+    assert set(asked) == {True, False} and asked[0] is True and asked[-1] is False
+
+
+def test_a_false_hover_year_is_one_the_claims_subject_could_hold():
+    """The near miss is a one-swap path's end that fits the claim's subject as the world draws
+    years: the mayor born in 1950 founded an organisation in 2000, so 1990 (10 years before
+    it) is never claimed for him, 1952 always; and a square whose set birth year would put an
+    organisation 10 years after its founder's birth (the home town's deputy mayor, born 1930,
+    founded one in 1960, and the square sets his year to 1950) is refused."""
+    import random
+
+    from fastslow.tasks import hover
+
+    claimed = set()
+    for seed in range(12):
+        world, ents, rels = _near_miss_world(seed, founds={2: 2000})
+        claimed.add(hover._square(world, random.Random(seed), ents, rels, near=False).near_miss[-1].name)
+    assert claimed == {"1952"}
+    for seed in range(4):
+        world, ents, rels = _near_miss_world(seed, founds={5: 1960})
+        assert hover._square(world, random.Random(seed), ents, rels, near=False) is None, seed
+
+
+def test_a_hover_twin_chain_ends_on_years_its_start_could_hold():
+    """In "the head of X was born in 1950" (false: 1940, the founder's year), the twin start's
+    paths end on 1940 (its head) and 1950 (its founder), and both must fit the twin's founding
+    year: of the organisations of X's kind only the one founded in 1995 can be the twin, not
+    those founded in 2001 (61 years after 1940), whose founder's year alone would fit."""
+    import random
+
+    from fastslow.tasks import hover
+    from fastslow.tasks.hover import Entity
+
+    for seed in range(12):
+        world = hover.World(random.Random(seed), 20)
+        people = world.people
+        for e, rel, year_rel in [(o, "founded_by", "founded_year") for o in world.orgs] + [
+                (w, "creator", "year") for w in world.works]:
+            world._set(e, rel, people[-1])
+            world._set(e, year_rel, Entity(str(int(world.get(people[-1], "birth_year").name) + 30), "year"))
+        kind = Counter(o.kind for o in world.orgs).most_common(1)[0][0]
+        same = [o for o in world.orgs if o.kind == kind]
+        assert len(same) >= 3, kind
+        for i, (org, year) in enumerate(zip(same, [2000, 1995] + [2001] * (len(same) - 2), strict=True)):
+            head, founder = people[2 * i], people[2 * i + 1]
+            world._set(org, "led_by", head)
+            world._set(org, "founded_by", founder)
+            world._set(org, "founded_year", Entity(str(year), "year"))
+            world._set(head, "birth_year", Entity("1950" if i == 0 else "1945", "year"))
+            world._set(founder, "birth_year", Entity("1940" if i == 0 else "1960", "year"))
+        rels = ["led_by", "birth_year"]
+        square = hover._square(world, random.Random(seed), hover._walk(world, same[0], rels), rels, near=False)
+        assert square.near_miss[-1].name == "1940" and square.twin[0] is same[1], seed
+
+
+def test_a_hover_square_whose_truth_is_a_document_of_another_path_is_refused():
+    """"The founder of the university attended by the head of X" is X's own founder, whose document
+    the swapped path (the founder of X, in place of its head) shows: the truth would have a
+    document and the false value none, so such a claim is refused; with the university founded
+    by someone else, the same world makes a square."""
+    import random
+
+    from fastslow.tasks import hover
+    from fastslow.tasks.hover import Entity
+
+    made = []
+    for seed in range(6):
+        for university_founder in (1, 2):  # X's founder (a document of the swapped path), someone else
+            world = hover.World(random.Random(seed), 20)
+            for person in world.people:  # every fact fits the world's years
+                world._set(person, "birth_year", Entity("1950", "year"))
+            for e, year_rel in [(o, "founded_year") for o in world.orgs] + [(w, "year") for w in world.works]:
+                world._set(e, year_rel, Entity("1990", "year"))
+            org = next(o for o in world.orgs if o.kind != "university")
+            first, second = [o for o in world.orgs if o.kind == "university"][:2]
+            head, founder = world.people[:2]
+            world._set(org, "led_by", head)
+            world._set(org, "founded_by", founder)
+            world._set(head, "studied_at", first)
+            world._set(founder, "studied_at", second)
+            world._set(first, "founded_by", world.people[university_founder])
+            rels = ["led_by", "studied_at", "founded_by"]
+            square = hover._square(world, random.Random(seed), hover._walk(world, org, rels), rels, near=False)
+            assert square is None or university_founder == 2, seed
+            made.append(square is not None)
+    assert any(made)
 
 
 def test_physics_feedback_names_a_tolerance_under_half_a_percent():
