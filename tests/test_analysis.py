@@ -431,3 +431,82 @@ def test_a_centred_rolling_mean_of_an_even_window_keeps_window_half_points_at_ea
     """`center=True` keeps the first and last `window // 2` points as they are, for even windows too."""
     assert rolling_mean(np.array([0.0, 1.0, 2.0, 4.0]), 2, center=True).tolist() == [0.0, 0.5, 1.5, 4.0]
     assert rolling_mean(np.array([0.0, 1.0, 2.0, 4.0, 8.0]), 4, center=True).tolist() == [0.0, 1.0, 1.75, 4.0, 8.0]
+
+
+def test_mean_and_best_at_k_of_a_skewed_matrix_and_of_no_problems():
+    """mean@k is the mean of every sample (not their median, which equals it on the symmetric
+    matrices above); no problems give NaN, not a score of 0."""
+    from fastslow.evaluate import best_at_k, mean_at_k
+
+    rewards = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert mean_at_k(rewards) == pytest.approx(1 / 6) and best_at_k(rewards) == pytest.approx(0.5)
+    assert np.isnan(mean_at_k(np.zeros((0, 4)))) and np.isnan(best_at_k(np.zeros((0, 4))))
+
+
+def test_a_summary_counts_tokens_by_their_mean_and_drops_a_share_some_rows_lack():
+    """mean_completion_tokens is the mean (1, 1, 10 tokens: 4, the median would say 1); rows
+    mixing old samples (no `truncated` / `answered`) with new ones give no share rather than a
+    KeyError; more samples than k is the same one-line error as fewer."""
+    from fastslow.evaluate import summarize
+
+    rows = [{"problem_id": "p0", "reward": 1.0, "completion_tokens": 1, "truncated": False, "answered": True},
+            {"problem_id": "p1", "reward": 0.0, "completion_tokens": 1},
+            {"problem_id": "p2", "reward": 0.0, "completion_tokens": 10}]
+    summary = summarize(rows, k=1)
+    assert summary["mean_completion_tokens"] == pytest.approx(4.0)
+    assert "truncated_fraction" not in summary and "answered_fraction" not in summary
+    with pytest.raises(ValueError, match=r"^expected 1 samples per problem, got \[1, 2\] \(problem 'p0' has 2\)$"):
+        summarize([*rows, rows[0]], k=1)
+
+
+def test_summary_tables_format_their_numbers_and_leave_out_the_run_ids():
+    """A log table: left-aligned columns as wide as their longest cell, floats to 3 places, and
+    (`summary_table`) no MLflow run id columns."""
+    from fastslow.evaluate import format_table, summary_table
+
+    summaries = [{"task": "hover_hard", "k": 4, "mean_at_k": 0.123456, "mlflow_run_id": "abc", "cycle_run_id": None}]
+    assert format_table(summaries, ["task", "k", "mean_at_k"]) == (
+        "task        k  mean_at_k\n----------  -  ---------\nhover_hard  4  0.123    ")
+    assert summary_table(summaries) == format_table(summaries, ["task", "k", "mean_at_k"])
+
+
+def test_run_ids_read_the_cycle_job_beside_the_pool(tmp_path):
+    """`cycle_run_id` is the `mlflow_run_id` of the cycle.json beside the evaluated pool (None
+    without one); a point without a pool (the base model) has no such key."""
+    import json
+    from types import SimpleNamespace
+
+    from fastslow.evaluate import run_ids
+
+    tracker = SimpleNamespace(run_id="eval-run")
+    (tmp_path / "c0").mkdir()
+    (tmp_path / "c0" / "cycle.json").write_text(json.dumps({"mlflow_run_id": "cycle-run", "run_id": "other"}))
+    assert run_ids(tracker, tmp_path / "c0" / "pool.json") == {"mlflow_run_id": "eval-run", "cycle_run_id": "cycle-run"}
+    assert run_ids(tracker, str(tmp_path / "pool.json")) == {"mlflow_run_id": "eval-run", "cycle_run_id": None}
+    assert run_ids(None) == {"mlflow_run_id": None}
+
+
+def test_sample_and_score_rows_keep_the_tasks_reward_and_give_the_generator_back():
+    """Each row carries the task's reward as it is (a fractional one too), rows run problem by
+    problem, and the generator's own `on_batch` hook is restored after the evaluation."""
+    from slow_toys import LengthTask
+
+    from fastslow.evaluate import sample_and_score
+    from fastslow.model.generation import Generation, SamplingParams
+
+    def hook(done, total):
+        pass
+
+    class Generator:
+        on_batch = None
+
+        def generate(self, conversations, params):
+            return [Generation(text="xx", prompt_tokens=5, completion_tokens=2) for _ in conversations]
+
+    gen = Generator()
+    gen.on_batch = hook
+    task = LengthTask()  # reward: (characters % 5) / 4, so "xx" scores 0.5
+    rows = sample_and_score(gen, task, task.problems("val", 2, 0), "Be brief.", 2, SamplingParams(7, 1.0, 1.0, 0))
+    assert [r["reward"] for r in rows] == [0.5] * 4
+    assert [(r["problem_id"], r["sample"]) for r in rows] == [("p0", 0), ("p0", 1), ("p1", 0), ("p1", 1)]
+    assert gen.on_batch is hook

@@ -174,3 +174,52 @@ def test_an_entrys_id_names_the_round_that_made_it() -> None:
     assert PoolEntry(text="x", born_round=0).id == f"r0-{h}"
     assert PoolEntry(text="x", born_round=3).id == f"r3-{h}"
     assert PoolEntry(text="x", born_round=-1).id == f"seed-{h}"
+
+
+def test_pareto_keeps_a_low_mean_context_that_alone_solves_a_problem() -> None:
+    """The second slot goes to the context covering a problem no one else solves (2), not to the
+    runner-up by mean score (1), which adds no problem: every earlier matrix ranked its front
+    members by mean as well, so a selection by mean alone passed them all."""
+    scores = _m([[1, 1, 0], [0.9, 0.9, 0], [0, 0, 1]])
+    assert select_pareto_pool(scores, 2) == [0, 2]
+    assert select_pareto_pool(scores, 3) == [0, 2, 1]  # the runner-up by mean then fills
+
+
+def test_pareto_ignores_the_scores_of_a_dropped_duplicate() -> None:
+    """A context's second copy (2, same text as 0) is dropped with its scores: its extra
+    instance (1) would make every kept context's mean -inf and the first pick the lowest index."""
+    scores = [{0: 0.0}, {0: 1.0}, {0: 0.0, 1: 1.0}]
+    assert select_pareto_pool(scores, 1, texts=["b", "a", "b"]) == [1]
+
+
+def test_a_minimal_pool_file_reads_as_a_seed_pool() -> None:
+    """A hand-written pool.json with only `k` and texts: round -1 (the seed pool), each entry a
+    seed context (born_round -1, id `seed-…`, no parent) with no score yet (val_mean None, not 0)."""
+    pool = Pool.from_dict({"k": 2, "entries": [{"text": "a"}]})
+    assert pool.round == -1 and pool.meta == {}
+    (entry,) = pool.entries
+    assert entry.born_round == -1 and entry.id.startswith("seed-") and entry.parent is None
+    assert entry.val_scores == {} and entry.val_mean is None
+
+
+def test_pool_entry_scores_read_as_floats_keyed_by_string() -> None:
+    """JSON integers read as float scores, and problem ids as strings (the rollouts' ids)."""
+    entry = PoolEntry.from_dict({"text": "a", "val_scores": {0: 1, "p1": 0}})
+    assert entry.val_scores == {"0": 1.0, "p1": 0.0}
+    assert all(type(v) is float for v in entry.val_scores.values())
+
+
+def test_an_entrys_hash_follows_its_text() -> None:
+    """The hash is the text's, whatever the constructor was given: a stale one, or the old
+    text's carried by `dataclasses.replace`."""
+    import dataclasses
+
+    assert PoolEntry(text="abc", hash="stale").hash == context_hash("abc")
+    edited = dataclasses.replace(PoolEntry(text="abc"), text="abd")
+    assert edited.hash == context_hash("abd") and edited.id.endswith(context_hash("abd")[:8])
+
+
+def test_pool_seed_keeps_the_first_k_distinct_contexts() -> None:
+    """More seed contexts than slots: the first K distinct ones, in the order given."""
+    assert Pool.seed(["a", "b", "a", "c"], k=2).texts == ["a", "b"]
+    assert Pool.seed(["a", "b", "a", "c"], k=3).texts == ["a", "b", "c"]
