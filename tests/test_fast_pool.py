@@ -223,3 +223,13 @@ def test_pool_seed_keeps_the_first_k_distinct_contexts() -> None:
     """More seed contexts than slots: the first K distinct ones, in the order given."""
     assert Pool.seed(["a", "b", "a", "c"], k=2).texts == ["a", "b"]
     assert Pool.seed(["a", "b", "a", "c"], k=3).texts == ["a", "b", "c"]
+
+
+def test_pareto_a_tie_in_mean_goes_to_the_lower_index_whatever_the_order_of_the_scores() -> None:
+    """The same scores on different instances are the same mean: the lower index first. A plain
+    sum made 0.3 + 0.2 + 0.1 one bit smaller than 0.1 + 0.2 + 0.3, so the later candidate won
+    the first slot, and the fill order, against the documented tie rule."""
+    scores = [{0: 0.3, 1: 0.2, 2: 0.1}, {0: 0.1, 1: 0.2, 2: 0.3}]
+    assert select_pareto_pool(scores, 1) == [0]
+    fill = [{0: 1.0, 1: 1.0, 2: 1.0}, *scores]  # 0 covers everything; 1 and 2 fill, by mean then index
+    assert select_pareto_pool(fill, 3) == [0, 1, 2]

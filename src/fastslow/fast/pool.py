@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,8 +201,10 @@ def select_pareto_pool(scores: Sequence[Mapping[Any, float]], k: int,
     instances = sorted({iid for i in keep for iid in scores[i]}, key=str)
 
     def agg(i: int) -> float:
+        # fsum: the exact sum, whatever the order, so candidates scoring the same values on different
+        # instances tie (a plain sum of 0.3, 0.2, 0.1 and of 0.1, 0.2, 0.3 differ in the last bit)
         vals = [scores[i].get(iid, float("-inf")) for iid in instances]
-        return sum(vals) / len(vals) if vals else float("-inf")
+        return math.fsum(vals) / len(vals) if vals else float("-inf")
 
     aggregate = {i: agg(i) for i in keep}
     best_at = {iid: max(scores[i].get(iid, float("-inf")) for i in keep) for iid in instances}
