@@ -1532,6 +1532,166 @@ def test_a_codeio_program_that_exits_loses_its_item_not_the_worker(tmp_path: Pat
     assert out.stdout.split() == [str(3 << 10)]
 
 
+# --- codeio generation: a mutation review's survivors --------------------------------------------
+@pytest.mark.parametrize(("code", "why"), [
+    ("import importlib\n", "import importlib"),
+    ("import sys\ndef main_solution(m):\n    return sys.modules[m].getcwd()\n", "sys.modules"),
+    ("def main_solution(m):\n    return __import__(m).getcwd()\n", "__import__()"),
+    ("def main_solution(n):\n    exit(n)\n", "exit()"),
+    ("import builtins\ndef main_solution(p):\n    return builtins.open(p).read()\n", "builtins.open"),
+    ("import numpy as np\ndef main_solution(p):\n    return np.loadtxt(p).tolist()\n", "numpy.loadtxt"),
+    ("from os import environ\ndef main_solution(k):\n    return environ[k]\n", "from os import environ"),
+])
+def test_a_codeio_program_naming_any_listed_module_or_name_is_not_run(code: str, why: str) -> None:
+    """Each kind of name `_outside_uses` refuses, one example each: a module whose import reaches
+    outside (`importlib`), a name of `sys`, a builtin call, `builtins.open`, numpy's file readers,
+    and an import of `os`'s environment that the program then only indexes (no call, no attribute)."""
+    from fastslow.tasks import codeio
+
+    assert codeio.reaches_outside({"code_sample": code, "input_generator": ""}) == f"code_sample: {why}"
+
+
+def test_codeio_says_which_part_of_a_program_reaches_outside_up_to_the_code_samples_last_line() -> None:
+    """A use on the code sample's last line (no newline after it) is the code sample's; the input
+    generator's first line is the generator's. `import os.path` binds `os`: `os.path.join` stays
+    a harmless path helper."""
+    from fastslow.tasks import codeio
+
+    assert codeio.reaches_outside({"code_sample": "x = 1\nimport socket", "input_generator": ""}) \
+        == "code_sample: import socket"
+    assert codeio.reaches_outside({"code_sample": "x = 1\ny = 2", "input_generator": "import socket\n"}) \
+        == "input_generator: import socket"
+    joined = "import os.path\ndef main_solution(a, b):\n    return os.path.join(a, b)\n"
+    assert codeio.reaches_outside({"code_sample": joined, "input_generator": ""}) is None
+
+
+def test_a_codeio_run_seeds_the_global_rngs_and_puts_back_their_state() -> None:
+    """Inside a run `random` and `np.random` draw from the item's seed; afterwards both are where
+    they were, so the caller's own draws do not depend on the programs run in between."""
+    import numpy as np
+
+    from fastslow.tasks import codeio
+
+    random.seed(3)
+    np.random.seed(3)
+    before, np_before = random.getstate(), np.random.get_state()
+    with codeio._seeded_run(11, 2.0):
+        drawn, np_drawn = random.random(), np.random.random()
+    assert drawn == random.Random(11).random() and np_drawn == np.random.RandomState(11).random()
+    assert random.getstate() == before
+    np_after = np.random.get_state()
+    assert np_after[0] == np_before[0] and np.array_equal(np_after[1], np_before[1]) and np_after[2:] == np_before[2:]
+
+
+def test_a_codeio_hash_seed_helper_runs_under_its_seed_and_leaves_this_environment_alone(monkeypatch) -> None:
+    """The helper reads PYTHONHASHSEED as it starts; this process's own value (or its absence) is
+    back once it has started, so nothing started later inherits the helper's seed. A program that
+    exits fails its item without ending the helper."""
+    import os
+
+    from fastslow.tasks import codeio
+
+    reads = "import os\ndef main_solution(n):\n    return os.environ['PYTHONHASHSEED']\n"
+    exits = "import sys\ndef main_solution(n):\n    sys.exit(n)\n"
+    for before in (None, "17"):
+        if before is None:
+            monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+        else:
+            monkeypatch.setenv("PYTHONHASHSEED", before)
+        runner = codeio._HashSeedRunner(3)
+        try:
+            assert runner.submit(reads, {"n": 1}, 7, 2.0) and runner.result(2.0) == (True, "3")
+            assert os.environ.get("PYTHONHASHSEED") == before
+            pid = runner.proc.pid
+            assert runner.submit(exits, {"n": 1}, 7, 2.0) and runner.result(2.0) == (False, None)
+            assert runner.proc is not None and runner.proc.pid == pid and runner.proc.is_alive()
+        finally:
+            runner.stop()
+
+
+def test_codeio_keeps_an_item_only_if_every_rerun_gives_its_gold() -> None:
+    """Each rerun has its own RNG seed and hash seed, neither the worker's: a gold that one rerun
+    gives again and the other does not is dropped, whichever rerun it is."""
+    import os
+    import subprocess
+    import sys
+
+    from fastslow.tasks import codeio
+
+    # a coin from the global RNG: reruns k = 1, 2 draw with seed g + k
+    g = next(g for g in range(100) if random.Random(g + 1).randint(0, 1) != random.Random(g + 2).randint(0, 1))
+    coin = "import random\ndef main_solution(n):\n    return random.randint(0, n)\n"
+    for k in (1, 2):
+        assert not codeio._reproducible(coin, {"n": 1}, json.dumps(random.Random(g + k).randint(0, 1)), g, 2.0)
+    # a set of two strings: orders under the hash seeds 0 (the worker's), 1 and 2
+    pairs = [[f"a{i}", f"b{i}"] for i in range(60)]
+    orders = {seed: json.loads(subprocess.run([sys.executable, "-c", f"import json; print(json.dumps("
+                                               f"[list(set(p)) for p in {pairs!r}]))"],
+                                              env={**os.environ, "PYTHONHASHSEED": str(seed)}, check=True,
+                                              capture_output=True, text=True).stdout) for seed in (0, 1, 2)}
+    as_set = "def main_solution(names):\n    return list(set(names))\n"
+    for same, other in ((1, 2), (2, 1)):  # the worker's order again under one helper's seed, not the other's
+        i = next(i for i in range(len(pairs)) if orders[0][i] == orders[same][i] != orders[other][i])
+        assert not codeio._reproducible(as_set, {"names": pairs[i]}, json.dumps(orders[0][i]), 7, 2.0)
+    i = next(i for i in range(len(pairs)) if orders[0][i] == orders[1][i] == orders[2][i])
+    assert codeio._reproducible(as_set, {"names": pairs[i]}, json.dumps(orders[0][i]), 7, 2.0)
+
+
+def test_a_codeio_rerun_that_waits_within_its_wall_clock_limit_is_kept() -> None:
+    """A rerun's helper is given up on only past the program's own wall-clock limit (`WALL_FACTOR`
+    times its CPU seconds) and some: a program waiting longer than its CPU limit, as on a loaded
+    machine, still gives its gold."""
+    from fastslow.tasks import codeio
+
+    waits = "import time\ndef main_solution(n):\n    time.sleep(0.6)\n    return n\n"
+    assert 0.6 < 2 * 0.1 * codeio.WALL_FACTOR  # (the helpers' limit is twice the item's)
+    assert codeio._reproducible(waits, {"n": 1}, "1", 7, 0.1)
+
+
+def _codeio_item(program: str, answer: Any, question: str = "Can you predict the output") -> dict[str, Any]:
+    return {"question": question, "answer": json.dumps(answer), "program": program,
+            "metadata": {"input_data": {"n": 1}, "output_data": answer}}
+
+
+def test_codeio_splits_by_program_the_same_before_and_after_running_it(monkeypatch) -> None:
+    """`entry` skips another split's program unrun, by the key `convert` then gives the problem
+    (its program's description): no own program is skipped, none of another split's is run. An
+    answer of max_answer_chars characters is kept, and a program whose prompt with an empty input
+    is max_prompt_chars long is run."""
+    from fastslow.tasks import codeio
+    from fastslow.tasks.generated import OTHER_SPLIT, split_of
+
+    task = codeio.CodeIOTask(isolate=False, max_answer_chars=12)
+    ran = []
+    monkeypatch.setattr(codeio, "_run_item", lambda ds, idx, *_: ran.append(idx))  # None: as if it failed
+    source = task.sources[0]
+    ds = task.dataset(source, task.dataset_seed(source, "val", 0, 0))
+    own = 0
+    for attempt in range(40):
+        program = random.Random(ds.seed + attempt).choice(type(ds)._jsonl_data)
+        task._skipped = Counter()
+        task.entry(source, "val", 0, attempt)
+        mine = split_of(codeio.program_id(program["task_description"])) == "val"
+        assert task._skipped[OTHER_SPLIT] == (not mine), attempt
+        assert (attempt in ran) == (mine and not codeio.reaches_outside(program)
+                                    and not task._too_long_for_any_input(program)), attempt
+        own += mine
+    assert own
+    cand = task.convert(_codeio_item("Sort the list.", "a" * 10), source)  # '"aaaaaaaaaa"': 12 characters
+    assert cand.key == cand.metadata["program_id"] == codeio.program_id("Sort the list.")
+    assert task.convert(_codeio_item("Sort the list.", "a" * 11), source) is None
+    # the bound of a program's prompt is its length with an empty input: at the limit, not too long
+    from reasoning_gym.code.codeio import OUTPUT_PREDICTION_PROMPT_TEMPLATE
+
+    program = type(ds)._jsonl_data[0]
+    bound = len(OUTPUT_PREDICTION_PROMPT_TEMPLATE.format(program["task_description"], program["input_output_spec"],
+                                                         "", program["code_sample"]))
+    task.max_prompt_chars = bound
+    assert not task._too_long_for_any_input(program)
+    task.max_prompt_chars = bound - 1
+    assert task._too_long_for_any_input(program)
+
+
 def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:
     """A split that takes longer than PROGRESS_SECONDS says how many problems it has, of how
     many, after how many tries, and the time left at the rate so far."""
