@@ -1464,7 +1464,8 @@ def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
     data = next(pathlib.Path(reasoning_gym.__file__).parent.rglob("codeio.jsonl.gz"))
     rows = [json.loads(line) for line in gzip.open(data, "rt", encoding="utf-8")]
     skipped = {i for i, r in enumerate(rows) if codeio.reaches_outside(r)}
-    assert len(rows) == 3002 and len(skipped) == 46 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
+    assert len(rows) == 3002 and len(skipped) == 61 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
+    assert {1653, 1254, 1737, 1885} <= skipped  # (the clock: `date.today()`)
     # and none is drawn: seed 0's 8th train problem was program 1660's (it reads files)
     ids = {codeio.program_id(rows[i]["task_description"]) for i in skipped}
     problems = codeio.CodeIOTask(isolate=False).problems("train", 10, seed=0)
@@ -1690,6 +1691,32 @@ def test_codeio_splits_by_program_the_same_before_and_after_running_it(monkeypat
     assert not task._too_long_for_any_input(program)
     task.max_prompt_chars = bound - 1
     assert task._too_long_for_any_input(program)
+
+
+@pytest.mark.parametrize(("code", "why"), [
+    ("from datetime import date\ndef main_solution(born):\n    return date.today().year - born\n",
+     "datetime.date.today"),
+    ("import datetime as dt\ndef main_solution(n):\n    return str(dt.datetime.now())\n", "datetime.datetime.now"),
+    ("from time import time\ndef main_solution(n):\n    return time() > n\n", "time.time"),
+    ("import time\ndef main_solution(n):\n    return time.strftime('%Y')\n", "time.strftime"),
+    ("def main_solution(p):\n    o = open\n    return o(p).read()\n", "open"),
+    ("def main_solution(p):\n    return getattr(__builtins__, 'open')(p).read()\n", "__builtins__"),
+    ("import urllib.parse\ndef main_solution(u):\n    return urllib.request.urlopen(u).read()\n",
+     "urllib.request.urlopen"),
+])
+def test_a_codeio_program_that_reads_the_clock_or_renames_what_is_refused_is_not_run(code: str, why: str) -> None:
+    """A program reading the clock gave a gold of the day its split was built: an age "as of today"
+    (reasoning-gym's program 1653), which the reruns, that same day, gave again. 15 of the 3002
+    shipped programs read it (11 of them gave kept items). `open` given another name, `__builtins__`,
+    and a module refused reached through a harmless import of its package passed too."""
+    from fastslow.tasks import codeio
+
+    assert codeio.reaches_outside({"code_sample": code, "input_generator": ""}) == f"code_sample: {why}"
+    # what stays: a `time` of datetime's, a parameter called `input`, urllib.parse's own functions
+    kept = ("import urllib.parse\nfrom datetime import date, time\n"
+            "def main_solution(input, day):\n    t = time(8, 0)\n"
+            "    return [input, str(date.fromisoformat(day)), str(t), urllib.parse.quote(day)]\n")
+    assert codeio.reaches_outside({"code_sample": kept, "input_generator": ""}) is None
 
 
 def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:

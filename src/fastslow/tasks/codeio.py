@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 
 #: Modules whose import marks a reference program that reaches outside its process (files,
 #: directories, the network, subprocesses, threads, signals: the limits' own), and the names of
-#: `os`, `sys` and `time` that do (`_outside_uses`); anything else of `os` but a few path helpers.
+#: `os`, `sys`, `time` and `datetime` that do (`_outside_uses`); anything else of `os` but a few
+#: path helpers.
 _OUTSIDE_MODULES = frozenset({"tempfile", "shutil", "glob", "subprocess", "socket", "ssl", "threading", "_thread",
                               "multiprocessing", "concurrent", "asyncio", "requests", "urllib", "http", "ftplib",
                               "smtplib", "webbrowser", "pathlib", "signal", "ctypes", "importlib", "sqlite3"})
@@ -61,6 +62,16 @@ _HARMLESS_OS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname",
 _OUTSIDE_SYS = frozenset({"sys.exit", "sys.stdin", "sys.modules", "sys.settrace", "sys.setprofile"})
 _OUTSIDE_CALLS = frozenset({"open", "input", "exit", "quit", "__import__", "breakpoint"})
 _OUTSIDE_NAMES = frozenset({"time.sleep", "io.open", "io.FileIO", "codecs.open", "builtins.open", "builtins.input"})
+#: The clock: a program's output that reads it is the day (or second) it ran, which no model can
+#: read from the program; the re-runs (`_reproducible`) miss what changes only once a day or a year
+#: (`date.today()`, an age "as of today"). Read as the names of `_OUTSIDE_NAMES` are.
+_CLOCK_NAMES = frozenset({*(f"time.{f}{ns}" for f in ("time", "perf_counter", "monotonic", "process_time",
+                                                      "thread_time", "clock_gettime") for ns in ("", "_ns")),
+                          "time.localtime", "time.gmtime", "time.ctime", "time.asctime", "time.strftime",
+                          "datetime.datetime.now", "datetime.datetime.today", "datetime.datetime.utcnow",
+                          "datetime.date.today"})
+#: Names a program may not use at all, not only call: `o = open`, `getattr(__builtins__, "open")`.
+_OUTSIDE_VALUES = frozenset({"open", "__import__", "breakpoint", "__builtins__"})
 #: numpy's and pandas' readers and writers of files.
 _FILE_FUNCTIONS = frozenset({"save", "savez", "savez_compressed", "savetxt", "load", "loadtxt", "genfromtxt",
                              "fromfile", "tofile", "memmap", "read_csv", "to_csv", "read_pickle", "to_pickle"})
@@ -107,11 +118,15 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
             if node.func.id in _OUTSIDE_CALLS - own:
                 return node.lineno, f"{node.func.id}()"
             name = aliases.get(node.func.id)  # `from numpy import save`; save(...)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in _OUTSIDE_VALUES - own:
+            return node.lineno, node.id  # `o = open`: what it calls it by is no longer `open`
         elif isinstance(node, ast.Attribute):
             name = _dotted(node)  # (an attribute chain's inner links come later in the walk)
             if name is not None:
                 root, rest = name.split(".", 1)
                 name = f"{aliases.get(root, root)}.{rest}"
+                if root in aliases and _outside_module(name):  # `import urllib.parse`; urllib.request.urlopen
+                    return node.lineno, name
         else:
             continue
         if name is not None and _outside_name(name):
@@ -120,15 +135,17 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
 
 
 def _outside_module(module: str) -> bool:
-    """Whether importing `module` marks a program that reaches outside its process."""
-    return module.split(".")[0] in _OUTSIDE_MODULES and module not in _HARMLESS_MODULES
+    """Whether importing `module` (or naming something in it) marks a program that reaches outside
+    its process."""
+    return module.split(".")[0] in _OUTSIDE_MODULES and not any(
+        module == harmless or module.startswith(harmless + ".") for harmless in _HARMLESS_MODULES)
 
 
 def _outside_name(name: str) -> bool:
     """Whether a dotted name (imports resolved) reaches outside the process."""
     parts = name.split(".")
     return ((parts[0] == "os" and len(parts) > 1 and name not in _HARMLESS_OS | {"os.path"})
-            or ".".join(parts[:2]) in _OUTSIDE_SYS or name in _OUTSIDE_NAMES
+            or ".".join(parts[:2]) in _OUTSIDE_SYS or name in _OUTSIDE_NAMES | _CLOCK_NAMES
             or (parts[0] in ("numpy", "pandas") and parts[-1] in _FILE_FUNCTIONS))
 
 
@@ -138,8 +155,9 @@ def reaches_outside(program: Mapping[str, Any]) -> str | None:
     `input_generator` (`_outside_uses`): one input generator writes, `chmod`s and removes
     `/home/...history` files (as root, in the real /home), another makes directories in /tmp,
     three exit the process (which stopped the split's whole worker), one reads stdin, seven
-    start threads. Their outputs also depend on the machine (which files exist), so they are
-    skipped unrun, as another split's programs are."""
+    start threads; 15 more read the clock (an age "as of today"). Their outputs also depend on the
+    machine (which files exist) or the day, so they are skipped unrun, as another split's programs
+    are."""
     code, generator = (str(program.get(part) or "") for part in ("code_sample", "input_generator"))
     # one source, as reasoning-gym runs them: an import of one part may serve the other
     found = _outside_uses(f"{code}\n{generator}")
