@@ -274,6 +274,111 @@ def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, 
             assert passes == [(3, 6), (1, 36), (1, 24), (1, 22), (1, 21)]
 
 
+def test_kl_passes_fill_to_batch_size_and_to_max_tokens_exactly(tiny_model_dir, tokenizer, monkeypatch,
+                                                                 caplog) -> None:
+    """A pass takes prompts while its rows stay within `batch_size` and its positions within
+    `max_tokens`, a pass of exactly `max_tokens` included; a prompt's completions are cut by the
+    longest among them, not the last one's length (a 10-token completion and a 1-token one held
+    2 x 30 positions under a bound of 48). The progress counts completions, not prompts."""
+    import logging
+
+    from fastslow.slow import divergence
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=2)
+    passes: list[tuple[int, int]] = []
+    real = divergence._completion_hidden
+
+    def spy(model, prompts_, groups, pad):
+        if model is policy:
+            passes.append((sum(len(g) for g in groups),
+                           max(len(p) for p in prompts_) + max(len(c) for g in groups for c in g)))
+        return real(model, prompts_, groups, pad)
+
+    monkeypatch.setattr(divergence, "_completion_hidden", spy)
+    prompts, completions = [[1, 2], [3, 4], [5, 6], [7, 8]], [[9, 10], [11, 12], [13, 14], [15, 16]]
+    with caplog.at_level(logging.INFO, logger="fastslow.slow.divergence"):
+        divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2, log_every=1)
+    assert passes == [(2, 4), (2, 4)]
+    assert [r.getMessage().split(" (")[0] for r in caplog.records if r.name == "fastslow.slow.divergence"] == [
+        "KL/entropy: 2/4 completions", "KL/entropy: 4/4 completions"]
+    passes.clear()
+    divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16, max_tokens=8)
+    assert passes == [(2, 4), (2, 4)]  # 2 rows x (2 + 2) = 8 positions: within the bound
+    passes.clear()
+    long_prompt = list(range(1, 21))
+    divergence.kl_and_entropy(policy, base, tokenizer, [long_prompt] * 3, [list(range(30, 40)), [41], [42]],
+                              batch_size=16, max_tokens=48)
+    assert passes == [(1, 20 + 10), (2, 20 + 1)]
+
+
+def test_kl_and_entropy_are_those_of_both_models_at_the_given_temperature(tiny_model_dir, tokenizer) -> None:
+    """`temperature` divides both models' logits: KL(π_θ/T ‖ π_base/T) and the entropy of π_θ/T,
+    which differ from the untempered numbers (every test called it at 1.0, so ignoring it,
+    multiplying by it or tempering one model only went unseen)."""
+    import torch
+
+    from fastslow.slow import kl_and_entropy
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=3)
+    prompts, completions = [[1, 2, 3, 4], [5, 6], [9]], [[7, 8, 9], [10, 11, 12, 13], [20, 21]]
+
+    def direct(temperature: float) -> tuple[float, float]:
+        kl_sum = ent_sum = 0.0
+        with torch.no_grad():
+            for p, c in zip(prompts, completions, strict=True):
+                ids = torch.tensor([p + c])
+                lp = torch.log_softmax(policy(ids).logits[0, len(p) - 1: -1].float() / temperature, -1)
+                lq = torch.log_softmax(base(ids).logits[0, len(p) - 1: -1].float() / temperature, -1)
+                kl_sum += float((lp.exp() * (lp - lq)).sum())
+                ent_sum += float(-(lp.exp() * lp).sum())
+        return kl_sum / 9, ent_sum / 9
+
+    tempered, plain = direct(0.5), direct(1.0)
+    assert abs(tempered[0] - plain[0]) > 0.5 * plain[0] and abs(tempered[1] - plain[1]) > 0.01 * plain[1]
+    got = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2, token_chunk=3,
+                         temperature=0.5)
+    assert got == pytest.approx(tempered, rel=1e-4)
+
+
+def test_kl_and_entropy_run_in_eval_mode_and_leave_each_models_mode_as_it_was() -> None:
+    """A model handed over in training mode (dropout on) is measured without dropout, and each
+    model goes back to the mode it came in: the policy to training, the base to eval."""
+    import types
+
+    import torch
+    import transformers
+
+    from fastslow.slow import kl_and_entropy
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, attention_dropout=0.5)
+    policy, base = transformers.LlamaForCausalLM(config).eval(), transformers.LlamaForCausalLM(config).eval()
+    prompts, completions = [[1, 2, 3, 4], [5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14]]
+    tokenizer = types.SimpleNamespace(pad_token_id=0)
+    evaluated = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2)
+    policy.train()
+    assert kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2) == pytest.approx(
+        evaluated, rel=1e-5)
+    assert policy.training and not base.training
+
+
+@pytest.mark.parametrize("fields, scale", [
+    ({"lm_head_multiplier": 0.5}, 0.5),                              # Falcon-H1
+    ({"output_multiplier": 3.0}, 3.0),
+    ({"logits_scaling": 4.0, "model_type": "granite"}, 0.25),
+    ({"logits_scaling": 4.0, "model_type": "hyperclovax"}, 4.0),     # multiplies by it
+    ({"model_type": "llama"}, 1.0),
+])
+def test_logit_scale_reads_each_familys_own_field(fields: dict, scale: float) -> None:
+    """The factor each family's forward multiplies its head's logits by (as TRL's fused head reads it)."""
+    import types
+
+    from fastslow.slow.divergence import logit_scale
+
+    assert logit_scale(types.SimpleNamespace(**fields)) == scale
+
+
 def test_evaluate_weights_samples_in_bf16_and_measures_kl_in_model_dtype(tiny_model_dir, monkeypatch) -> None:
     """evaluation.dtype: the sampler runs in its dtype, KL/entropy in the model's (bf16 log-probs
     would drown the KL of nearby checkpoints). The tokenizer is loaded once, by the sampler: the

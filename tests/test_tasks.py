@@ -1060,6 +1060,8 @@ def test_local_file_split_column_and_label_scorer(tmp_path: Path) -> None:
     (lambda rows: [{k: v for k, v in r.items() if k != "answer"} for r in rows], "missing column"),
     (lambda rows: rows[:3] + [{**rows[3], "prompt": "  "}] + rows[4:], "row 4: empty prompt"),
     (lambda rows: rows[:5] + [{**rows[5], "id": "q1"}] + rows[6:], "row 6: duplicate id 'q1'"),
+    # ids are compared stripped, and the message names the twin's row
+    (lambda rows: rows[:5] + [{**rows[5], "id": " q1 "}] + rows[6:], "row 6: duplicate id 'q1' (first seen in row 2)"),
     (lambda rows: [{**r, "split": "dev" if i == 2 else "train"} for i, r in enumerate(rows)], "row 3: split 'dev'"),
     # a file with a split column: a row without one was hash-split, into any split, silently
     (lambda rows: [{**r, "split": None if i == 3 else "train"} for i, r in enumerate(rows)],
@@ -1328,6 +1330,70 @@ def test_labels_with_spaces_or_hyphens_score_and_problems_carry_their_label_set(
     with pytest.raises(ValueError) as err:
         load_task_file(labelled, scorer="label", labels=["SUPPORTED", "NOT-SUPPORTED"])
     assert "problem 99: answer 'Unclear' is not one of the labels SUPPORTED, NOT_SUPPORTED" in str(err.value)
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_a_file_tasks_problems_are_the_ones_earlier_runs_drew(tmp_path: Path) -> None:
+    """`problems(split, n, seed)` of a file task is a shuffle seeded by the task's name, the seed
+    and the split, cut to n: these orders are pinned, as a resumed run's split files must be the
+    ones it began with. n = 0 or below gives none, and asking for every row warns of nothing."""
+    import warnings
+
+    task = load_task_file(_jsonl(tmp_path / "mine.jsonl", _rows()), scorer="numeric", name="mine")
+    assert [p.id for p in task.problems("train", 5, seed=0)] == ["q27", "q11", "q1", "q24", "q4"]
+    assert [p.id for p in task.problems("train", 5, seed=1)] == ["q4", "q11", "q25", "q15", "q23"]
+    assert [p.id for p in task.problems("val", 3, seed=0)] == ["q19", "q2", "q18"]
+    assert task.problems("train", 0, seed=0) == [] and task.problems("train", -2, seed=0) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(task.problems("val", 3, seed=0)) == 3
+
+
+def test_a_file_tasks_errors_name_the_files_own_line(tmp_path: Path) -> None:
+    """A JSONL file's blank lines are skipped, and an error names the row by its line in the file
+    (where an editor shows it), not by its place among the rows read."""
+    lines = [json.dumps(r) for r in _rows(4)]
+    lines[3] = json.dumps({**_rows(4)[3], "prompt": " "})
+    (tmp_path / "gaps.jsonl").write_text("\n".join([lines[0], "", lines[1], "  ", lines[2], lines[3]]) + "\n")
+    with pytest.raises(TaskDataError, match=r"gaps\.jsonl: row 6: empty prompt$"):
+        load_task_file(tmp_path / "gaps.jsonl")
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_our_splits_sharing_a_hub_split_divide_it_as_split_fractions_do(tmp_path: Path) -> None:
+    """Our splits that read one Hub split share it in the proportion of SPLIT_FRACTIONS among
+    them: train and val 8 : 1 (hover's map), val and test 1 : 1. A problem's metadata keeps the
+    row's other columns with scalar values, not its prompt and answer again, nor a list."""
+    datasets = pytest.importorskip("datasets")
+    n = 900
+    for hub in ("train", "validation"):
+        datasets.Dataset.from_dict({"q": [f"{hub} question {i}?" for i in range(n)], "a": [str(i) for i in range(n)],
+                                    "source": ["s"] * n, "docs": [["d1", "d2"]] * n}).to_parquet(str(tmp_path / f"{hub}.parquet"))
+    common = {"data_files": {hub: str(tmp_path / f"{hub}.parquet") for hub in ("train", "validation")},
+              "columns": {"prompt": "q", "answer": "a"}, "cache_dir": str(tmp_path / "cache"), "name": "mine"}
+    hover_like = HFDatasetTask("parquet", split_map={"train": "train", "val": "train", "test": "validation"},
+                               **common).rows()
+    assert len(hover_like["train"]) + len(hover_like["val"]) == n and len(hover_like["test"]) == n
+    assert 60 < len(hover_like["val"]) < 140  # 1/9 of 900 (all of val's 0.1 alone would be 0.2: 180)
+    assert hover_like["train"][0].metadata == {"source": "s", "scorer": "numeric"}
+    evaluation = HFDatasetTask("parquet", split_map={"train": "train", "val": "validation", "test": "validation"},
+                               **common).rows()
+    assert len(evaluation["train"]) == n and 350 < len(evaluation["val"]) < 550 and len(evaluation["test"]) > 350
+
+
+@pytest.mark.filterwarnings("ignore:.*only .* exist")
+def test_a_hub_datasets_unlabeled_rows_are_left_out(tmp_path: Path) -> None:
+    """A ClassLabel of -1 marks a row without a label (a hidden test split): it is no problem,
+    and -1 is not taken for one of the labels."""
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"claim": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["NOT_SUPPORTED", "SUPPORTED"])})
+    datasets.Dataset.from_dict({"claim": [f"Claim {i}." for i in range(12)], "label": [-1, 0, 1] * 4},
+                               features=features).to_parquet(str(tmp_path / "claims.parquet"))
+    task = HFDatasetTask("parquet", data_files={"train": str(tmp_path / "claims.parquet")}, scorer="label",
+                         columns={"prompt": "claim", "answer": "label"}, cache_dir=str(tmp_path / "cache"))
+    assert sum(len(ps) for ps in task.rows().values()) == 8
+    assert task.labels == ("NOT_SUPPORTED", "SUPPORTED")
 
 
 def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Path) -> None:
@@ -1776,6 +1842,7 @@ def test_the_polaris_preset_scores_equivalent_latex_answers_right(tmp_path: Path
 
     padded = "x+1" + " " * MATH_VERIFY_MAX_CHARS  # a derivation's length: not read, not a match
     assert math_equivalent("x+1 ", "x+1") and not math_equivalent(padded, "x+1")
+    assert math_equivalent("x+1" + " " * (MATH_VERIFY_MAX_CHARS - 3), "x+1")  # the longest still read
 
 
 @pytest.mark.filterwarnings("ignore:.*only .* exist")
