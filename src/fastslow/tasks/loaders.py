@@ -467,7 +467,9 @@ class HFDatasetTask(TableTask):
                 # one such row among a Hub dataset's 50000 stopped the task_data job (validate_rows)
                 self._unusable += 1
                 continue
-            meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"])
+            # a column of the source's own named `split` is left out: our split is the split map's,
+            # and validate_rows reserves the key (it refused every row, a Hub dataset no user can fix)
+            meta = {k: v for k, v in row.items() if k not in (self.columns["prompt"], self.columns["answer"], "split")
                     and isinstance(v, (str, int, float, bool))}
             yield {"id": f"{self.name}-{pid}", "answer": answer, "metadata": meta, "_row": i,
                    "prompt": self.prompt_template.format(prompt=prompt) if isinstance(prompt, str) else prompt}
