@@ -1412,6 +1412,9 @@ def test_a_hub_dataset_with_a_split_column_of_its_own_loads(tmp_path: Path) -> N
     assert all("split" not in p.metadata for ps in rows.values() for p in ps)
     main = HFDatasetTask("parquet", filters={"split": ["main"]}, **common).rows()
     assert sorted(int(p.answer) for ps in main.values() for p in ps) == list(range(1, 60, 2))
+    # ...so it cannot be the column rows are grouped by: said, not ignored (rows would split by id)
+    with pytest.raises(ValueError, match=r"^mine: group_column 'split' cannot group rows"):
+        HFDatasetTask("parquet", group_column="split", **common)
 
 
 def test_an_empty_split_of_a_file_task_stops_its_splits_in_one_line(tmp_path: Path) -> None:

@@ -398,6 +398,9 @@ class HFDatasetTask(TableTask):
         self._unusable = 0  # rows `_mapped` skipped in the last `load_rows`: no prompt or answer, or a tag in the answer
         if "{prompt}" not in prompt_template:
             raise ValueError(f"{self.name}: prompt_template must contain '{{prompt}}'")
+        if group_column == "split":  # `_mapped` leaves a source's own `split` column out of the metadata
+            raise ValueError(f"{self.name}: group_column 'split' cannot group rows: a source's own split column is "
+                             "not kept (our splits are split_map's); group by another column")
 
     def load_rows(self) -> dict[str, list[Problem]]:
         from datasets import load_dataset  # heavy import, and only paper-scale runs need it
