@@ -235,6 +235,24 @@ def test_kl_is_policy_to_base_not_base_to_policy(tiny_model_dir, tokenizer) -> N
     assert kl == pytest.approx(forward, rel=1e-4)
 
 
+def _policy_passes(monkeypatch, policy) -> list[tuple[int, int]]:
+    """The KL passes over `policy` (not the base model), as `kl_and_entropy` makes them from now on:
+    each as (rows, longest prompt + longest completion)."""
+    from fastslow.slow import divergence
+
+    passes: list[tuple[int, int]] = []
+    real = divergence._completion_hidden
+
+    def spy(model, prompts_, groups, pad):
+        if model is policy:
+            passes.append((sum(len(g) for g in groups),
+                           max(len(p) for p in prompts_) + max(len(c) for g in groups for c in g)))
+        return real(model, prompts_, groups, pad)
+
+    monkeypatch.setattr(divergence, "_completion_hidden", spy)
+    return passes
+
+
 def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, monkeypatch) -> None:
     """evaluation.divergence_tokens: each pass holds at most `max_tokens` positions (rows x
     (longest prompt + longest completion)), whole prompts while they fit, a prompt's
@@ -246,16 +264,7 @@ def test_kl_passes_hold_at_most_max_tokens_positions(tiny_model_dir, tokenizer, 
     long_prompt = list(range(1, 21))
     prompts = [[1, 2, 3], [1, 2, 3], [4, 5], long_prompt, long_prompt, long_prompt, [7, 8, 9, 10]]
     completions = [[11, 12], [13], [14, 15, 16], [17, 18, 19, 20], [21, 22], [23], list(range(30, 62))]
-    passes: list[tuple[int, int]] = []  # (rows, longest prompt + longest completion), policy side
-    real = divergence._completion_hidden
-
-    def spy(model, prompts_, groups, pad):
-        if model is policy:
-            passes.append((sum(len(g) for g in groups),
-                           max(len(p) for p in prompts_) + max(len(c) for g in groups for c in g)))
-        return real(model, prompts_, groups, pad)
-
-    monkeypatch.setattr(divergence, "_completion_hidden", spy)
+    passes = _policy_passes(monkeypatch, policy)
     whole = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16)
     assert passes == [(7, 20 + 32)]
     passes.clear()
@@ -285,16 +294,7 @@ def test_kl_passes_fill_to_batch_size_and_to_max_tokens_exactly(tiny_model_dir, 
     from fastslow.slow import divergence
 
     policy, base = _policy_and_base(tiny_model_dir, seed=2)
-    passes: list[tuple[int, int]] = []
-    real = divergence._completion_hidden
-
-    def spy(model, prompts_, groups, pad):
-        if model is policy:
-            passes.append((sum(len(g) for g in groups),
-                           max(len(p) for p in prompts_) + max(len(c) for g in groups for c in g)))
-        return real(model, prompts_, groups, pad)
-
-    monkeypatch.setattr(divergence, "_completion_hidden", spy)
+    passes = _policy_passes(monkeypatch, policy)
     prompts, completions = [[1, 2], [3, 4], [5, 6], [7, 8]], [[9, 10], [11, 12], [13, 14], [15, 16]]
     with caplog.at_level(logging.INFO, logger="fastslow.slow.divergence"):
         divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2, log_every=1)

@@ -923,6 +923,11 @@ SIBLING_FACTS = ("was born in ", "lives in", "was founded by", "is led by", "The
                  "is dedicated to", "written by", "recorded by", "directed by")
 
 
+def _sibling_hop(fact: str) -> bool:
+    """Whether a deciding fact's relation has a sibling (born in / lives in, ...)."""
+    return "born in the year" not in fact and any(w in fact for w in SIBLING_FACTS)
+
+
 @pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
 def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label(name):
     """The false value was reached from the claim's entity through one swapped hop, chosen among
@@ -934,8 +939,7 @@ def test_ignoring_one_sibling_bearing_hops_relation_says_nothing_about_the_label
     problems = _hover_problems(name, 600)
     checked = 0
     for hop in range(1, 5):
-        cases = [p for p in problems if p.metadata["hops"] >= hop and "born in the year" not in p.metadata["chain"][hop - 1]["fact"]
-                 and any(w in p.metadata["chain"][hop - 1]["fact"] for w in SIBLING_FACTS)]
+        cases = [p for p in problems if p.metadata["hops"] >= hop and _sibling_hop(p.metadata["chain"][hop - 1]["fact"])]
         if len(cases) < 100:
             continue
         right = sum(("SUPPORTED" if _walk_with_one_hop_free(p, hop) else "NOT_SUPPORTED") == p.answer for p in cases)
@@ -1004,11 +1008,6 @@ def test_how_many_documents_state_the_claimed_value_says_nothing_about_the_label
         docs, stating = _value_stating_documents(p)
         cells[p.metadata["hops"], len(stating)][p.answer] += 1
     assert sum(max(c.values()) for c in cells.values()) / len(problems) < 0.56
-
-
-def _sibling_hop(fact: str) -> bool:
-    """Whether a deciding fact's relation has a sibling (born in / lives in, ...)."""
-    return "born in the year" not in fact and any(w in fact for w in SIBLING_FACTS)
 
 
 def _path_documents(p) -> int:
