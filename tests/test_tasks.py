@@ -1551,8 +1551,9 @@ def test_a_codeio_program_that_reaches_outside_its_process_is_not_run() -> None:
     data = next(pathlib.Path(reasoning_gym.__file__).parent.rglob("codeio.jsonl.gz"))
     rows = [json.loads(line) for line in gzip.open(data, "rt", encoding="utf-8")]
     skipped = {i for i, r in enumerate(rows) if codeio.reaches_outside(r)}
-    assert len(rows) == 3002 and len(skipped) == 61 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
+    assert len(rows) == 3002 and len(skipped) == 66 and {367, 2306, 205, 1149, 1922, 2002, 1300} <= skipped
     assert {1653, 1254, 1737, 1885} <= skipped  # (the clock: `date.today()`)
+    assert {101, 365, 482, 1447, 1924} <= skipped  # (the operating system's randomness)
     # and none is drawn: seed 0's 8th train problem was program 1660's (it reads files)
     ids = {codeio.program_id(rows[i]["task_description"]) for i in skipped}
     problems = codeio.CodeIOTask(isolate=False).problems("train", 10, seed=0)
@@ -1669,6 +1670,28 @@ def test_a_codeio_run_seeds_the_global_rngs_and_puts_back_their_state() -> None:
     assert random.getstate() == before
     np_after = np.random.get_state()
     assert np_after[0] == np_before[0] and np.array_equal(np_after[1], np_before[1]) and np_after[2:] == np_before[2:]
+
+
+def test_a_codeio_programs_decimal_precision_and_numpy_error_handling_do_not_reach_the_next() -> None:
+    """Program 881 sets `getcontext().prec = 100` (11 more shipped programs set the context); a
+    later program in the same worker that computes with `Decimal` under the default context its
+    code shows (63 shipped programs use `decimal`) got its gold at 100 digits. Each run now starts
+    from a new interpreter's decimal context and numpy error handling, and the caller's own are
+    back afterwards."""
+    import decimal
+
+    import numpy as np
+
+    from fastslow.tasks import codeio
+
+    sets = ("from decimal import getcontext\nimport numpy as np\n"
+            "def main_solution(n):\n    getcontext().prec = n\n    np.seterr(all='raise')\n    return n\n")
+    divides = ("from decimal import Decimal\nimport numpy as np\n"
+               "def main_solution(n):\n    return [str(Decimal(1) / Decimal(n)), np.geterr()['divide']]\n")
+    with decimal.localcontext(decimal.Context(prec=7)), np.errstate(divide="ignore"):
+        assert codeio._rerun(sets, {"n": 100}, 0, 2.0) == 100
+        assert codeio._rerun(divides, {"n": 3}, 0, 2.0) == ["0." + "3" * 28, "warn"]
+        assert decimal.getcontext().prec == 7 and np.geterr()["divide"] == "ignore"
 
 
 def test_a_codeio_hash_seed_helper_runs_under_its_seed_and_leaves_this_environment_alone(monkeypatch) -> None:
@@ -1804,6 +1827,37 @@ def test_a_codeio_program_that_reads_the_clock_or_renames_what_is_refused_is_not
             "def main_solution(input, day):\n    t = time(8, 0)\n"
             "    return [input, str(date.fromisoformat(day)), str(t), urllib.parse.quote(day)]\n")
     assert codeio.reaches_outside({"code_sample": kept, "input_generator": ""}) is None
+
+
+@pytest.mark.parametrize(("code", "why"), [
+    ("import random\ndef main_solution(n):\n    random.seed()\n    return random.random() < n\n",
+     "random.seed() without a seed"),
+    ("import numpy as np\ndef main_solution(n):\n    return int(np.random.default_rng(None).integers(n))\n",
+     "numpy.random.default_rng() without a seed"),
+    ("from numpy.random import RandomState\ndef main_solution(n):\n    return RandomState().rand() < n\n",
+     "numpy.random.RandomState() without a seed"),
+    ("def main_solution(n):\n    return Random().random() < n\n", "Random() without a seed"),
+    ("import secrets\ndef main_solution(n):\n    return secrets.randbelow(n)\n", "import secrets"),
+    ("import uuid\ndef main_solution(n):\n    return str(uuid.uuid4())[:n]\n", "uuid.uuid4"),
+    ("from random import SystemRandom\ndef main_solution(n):\n    return SystemRandom().random() < n\n",
+     "random.SystemRandom"),
+])
+def test_a_codeio_program_drawing_the_systems_randomness_is_not_run(code: str, why: str) -> None:
+    """Two builds of the same codeio splits (2000/256/512 problems, seed 1234) differed: program
+    482's input generator draws `secrets.token_bytes`, and program 365 calls `random.seed()`, so
+    the reruns kept or dropped its items by chance and every later item of its split moved. Such
+    a program is not run: 5 of the 3002 shipped ones. A seeded seeder, or a program's own
+    `Random`, stays."""
+    from fastslow.tasks import codeio
+
+    assert codeio.reaches_outside({"code_sample": code, "input_generator": ""}) == f"code_sample: {why}"
+    kept = ("import random\nimport numpy as np\nfrom numpy.random import default_rng\n"
+            "def main_solution(n, seed):\n    random.seed(n)\n    r = random.Random(seed)\n"
+            "    g = np.random.default_rng(seed=n)\n    return [r.random(), default_rng(n).random(), g.random()]\n")
+    assert codeio.reaches_outside({"code_sample": kept, "input_generator": "def f(rng):\n    return Random(7)\n"}) \
+        is None
+    own = "class Random:\n    pass\ndef main_solution(n):\n    return str(Random())\n"
+    assert codeio.reaches_outside({"code_sample": own, "input_generator": ""}) is None
 
 
 def test_a_long_generation_logs_its_progress(monkeypatch, caplog) -> None:

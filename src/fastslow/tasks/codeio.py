@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import collections
 import contextlib
+import decimal
 import functools
 import json
 import logging
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 #: path helpers.
 _OUTSIDE_MODULES = frozenset({"tempfile", "shutil", "glob", "subprocess", "socket", "ssl", "threading", "_thread",
                               "multiprocessing", "concurrent", "asyncio", "requests", "urllib", "http", "ftplib",
-                              "smtplib", "webbrowser", "pathlib", "signal", "ctypes", "importlib", "sqlite3"})
+                              "smtplib", "webbrowser", "pathlib", "signal", "ctypes", "importlib", "sqlite3",
+                              "secrets"})
 _HARMLESS_MODULES = frozenset({"urllib.parse"})  # string functions
 _HARMLESS_OS = frozenset({"os.path.join", "os.path.basename", "os.path.dirname", "os.path.splitext", "os.sep",
                           "os.linesep"})
@@ -70,6 +72,16 @@ _CLOCK_NAMES = frozenset({*(f"time.{f}{ns}" for f in ("time", "perf_counter", "m
                           "time.localtime", "time.gmtime", "time.ctime", "time.asctime", "time.strftime",
                           "datetime.datetime.now", "datetime.datetime.today", "datetime.datetime.utcnow",
                           "datetime.date.today"})
+#: The operating system's randomness: a program (or input generator) drawing from it gives other
+#: inputs or outputs at every build, so the same task, options and seed no longer make the same
+#: splits (`secrets.token_bytes` in program 482's inputs; program 365's `random.seed()`, whose
+#: items the reruns kept or dropped by chance). Read as `_OUTSIDE_NAMES` are; `secrets` as an
+#: import. The seeders are refused only when called without a seed (or with None).
+_ENTROPY_NAMES = frozenset({"random.SystemRandom", "uuid.uuid1", "uuid.uuid4"})
+_UNSEEDED_WITHOUT_ARGUMENT = frozenset({
+    "random.seed", "random.Random", "Random",  # `Random` is in the programs' namespace (`_rerun`)
+    *(f"numpy.random.{f}" for f in ("seed", "default_rng", "RandomState", "SeedSequence", "PCG64", "PCG64DXSM",
+                                    "MT19937", "Philox", "SFC64"))})
 #: Names a program may not use at all, not only call: `o = open`, `getattr(__builtins__, "open")`.
 _OUTSIDE_VALUES = frozenset({"open", "__import__", "breakpoint", "__builtins__"})
 #: numpy's and pandas' readers and writers of files.
@@ -114,6 +126,9 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
             aliases.update(names)
     own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}  # a `def input(io)`
     for node in ast.walk(tree):
+        seeder = _unseeded(node, aliases, own) if isinstance(node, ast.Call) else None
+        if seeder is not None:
+            return node.lineno, f"{seeder}() without a seed"
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in _OUTSIDE_CALLS - own:
                 return node.lineno, f"{node.func.id}()"
@@ -134,6 +149,23 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
     return None
 
 
+def _unseeded(call: ast.Call, aliases: Mapping[str, str], own: set[str]) -> str | None:
+    """The seeder `call` calls (imports resolved) when it is given no seed, or None as its seed
+    (`random.seed()`, `np.random.default_rng(None)`: the operating system's randomness), else None.
+    A program's own `Random` class is its own."""
+    name = _dotted(call.func)
+    if name is None or name in own:
+        return None
+    root, _, rest = name.partition(".")
+    name = aliases.get(root, root) + (f".{rest}" if rest else "")
+    if name not in _UNSEEDED_WITHOUT_ARGUMENT:
+        return None
+    seeds = [*call.args[:1], *(k.value for k in call.keywords if k.arg in ("a", "x", "seed", "entropy"))]
+    if any(isinstance(v, ast.Starred) for v in call.args) or any(k.arg is None for k in call.keywords):
+        return None  # `seed(*args)`, `Random(**kw)`: not read here
+    return name if all(isinstance(v, ast.Constant) and v.value is None for v in seeds) else None
+
+
 def _outside_module(module: str) -> bool:
     """Whether importing `module` (or naming something in it) marks a program that reaches outside
     its process."""
@@ -145,7 +177,7 @@ def _outside_name(name: str) -> bool:
     """Whether a dotted name (imports resolved) reaches outside the process."""
     parts = name.split(".")
     return ((parts[0] == "os" and len(parts) > 1 and name not in _HARMLESS_OS | {"os.path"})
-            or ".".join(parts[:2]) in _OUTSIDE_SYS or name in _OUTSIDE_NAMES | _CLOCK_NAMES
+            or ".".join(parts[:2]) in _OUTSIDE_SYS or name in _OUTSIDE_NAMES | _CLOCK_NAMES | _ENTROPY_NAMES
             or (parts[0] in ("numpy", "pandas") and parts[-1] in _FILE_FUNCTIONS))
 
 
@@ -155,9 +187,10 @@ def reaches_outside(program: Mapping[str, Any]) -> str | None:
     `input_generator` (`_outside_uses`): one input generator writes, `chmod`s and removes
     `/home/...history` files (as root, in the real /home), another makes directories in /tmp,
     three exit the process (which stopped the split's whole worker), one reads stdin, seven
-    start threads; 15 more read the clock (an age "as of today"). Their outputs also depend on the
-    machine (which files exist) or the day, so they are skipped unrun, as another split's programs
-    are."""
+    start threads; 15 more read the clock (an age "as of today"), and 5 more draw the operating
+    system's randomness (`secrets`, `random.seed()`). Their inputs or outputs also depend on the
+    machine (which files exist), the day or the build, so they are skipped unrun, as another
+    split's programs are: 66 in all."""
     code, generator = (str(program.get(part) or "") for part in ("code_sample", "input_generator"))
     # one source, as reasoning-gym runs them: an import of one part may serve the other
     found = _outside_uses(f"{code}\n{generator}")
@@ -327,9 +360,8 @@ class CodeIOTask(ReasoningGymTask):
         """Whether `program`'s question is longer than max_prompt_chars with an empty input, so that
         `convert` rejects it whatever the program outputs: it is not run (469 programs of the CPU
         default's train split at 2500). Its splits come out the same as when every program ran, as
-        long as a program skipped changed no process state a later one reads (`_run_item` restores
-        `random` and numpy's RNG only; a skipped program's `np.seterr` or `decimal` context no longer
-        reaches later ones). The CPU default's splits came out byte-identical; at paper.yaml's sizes a
+        long as a program skipped changed no process state a later one reads (`_seeded_run` restores
+        the RNGs, `decimal`'s context and numpy's error handling, not every module's globals). The CPU default's splits came out byte-identical; at paper.yaml's sizes a
         review read the skipped programs and found none whose state a kept one reads; and
         `tests/test_tasks.py` compares a small split with the check off."""
         from reasoning_gym.code.codeio import OUTPUT_PREDICTION_PROMPT_TEMPLATE as question_of
@@ -407,14 +439,20 @@ WALL_FACTOR = 10
 @contextlib.contextmanager
 def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
     """A reference program's run: stdout silenced, the global RNGs (`random`, `np.random`)
-    seeded with `global_seed` and restored afterwards, and (main thread) a limit of `timeout`
+    seeded with `global_seed` and restored afterwards, the state a program may set for the rest of
+    its process started afresh and restored afterwards (`decimal`'s context, numpy's error
+    handling: 12 shipped programs set the precision, and the next program to use `Decimal` in the
+    same worker computed its gold at that precision, not at the default its code shows), and
+    (main thread) a limit of `timeout`
     seconds of CPU time (`ITIMER_PROF`), with `WALL_FACTOR` times that of wall-clock time behind
     it. Wall-clock time alone made the splits depend on the machine's load: a program of about a
     second, run while other jobs shared the cores, passed 2 s and its item was dropped, which
     shifted every later item of its split (a quiet rebuild wrote other splits)."""
     import numpy as np
 
-    py_state, np_state = random.getstate(), np.random.get_state()
+    py_state, np_state, np_errors, context = random.getstate(), np.random.get_state(), np.geterr(), decimal.getcontext()
+    decimal.setcontext(decimal.Context())  # a new interpreter's (DefaultContext's values)
+    np.seterr(**_NUMPY_ERRORS)
     random.seed(global_seed)
     np.random.seed(global_seed % 2**32)
     use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
@@ -431,6 +469,12 @@ def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
             _disarm(handlers, timers)
         random.setstate(py_state)
         np.random.set_state(np_state)
+        np.seterr(**np_errors)
+        decimal.setcontext(context)
+
+
+#: numpy's error handling in a new interpreter (`np.geterr()` before anything sets it).
+_NUMPY_ERRORS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
 
 
 #: The signals of a program's limits (`_seeded_run`): CPU time, then wall-clock time.
