@@ -405,6 +405,110 @@ def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
     assert [r["rollouts_sampled"] for r in rows] == [0, None, None]
 
 
+def _curve_files(tmp_path, spec, summaries, cycles):
+    """Write `spec`'s evaluation summaries ({(point, task): summary}) and cycle.json files
+    ({cycle: info}) under `tmp_path`, as the workflow lays them out."""
+    import json
+
+    from fastslow.layout import cycle_dir, eval_point_file
+
+    results = str(tmp_path)
+    for (point, task), summary in summaries.items():
+        path = tmp_path / eval_point_file(spec, point, task, results).removeprefix(results + "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary))
+    for c, info in cycles.items():
+        d = tmp_path / cycle_dir(spec, c, results).removeprefix(results + "/")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cycle.json").write_text(json.dumps(info))
+
+
+def test_a_curve_row_carries_each_summary_and_cycle_value_in_its_own_column(tmp_path):
+    """`build_curves` names the run by the directory it read (a shared run's: `source`), its
+    method, variant, seed and initial weights, and copies each summary's and cycle.json's values
+    into their own columns: best@k apart from mean@k, KL apart from entropy, the answered share
+    apart from the truncated one. A summary from before a value was kept has NaN (a number),
+    None (a hash, a run id) or the seed context; cycle 0's own cycle.json is read too. Only the
+    point-1 test built the table, so swapped columns and the fallbacks went unseen."""
+    from fastslow.curves import build_curves
+    from fastslow.experiments import RunSpec
+
+    spec = RunSpec("plasticity", "fst", "hover-s3", ("hover", "hover"), seed=3, variant="k1",
+                   init="efficiency/rl/math-s0", eval_tasks=("hover",), shared="plasticity/fst/hover-first-s3")
+    full = {"k": 4, "mean@4": 0.25, "mean@4_se": 0.05, "best@4": 0.5, "kl_to_base": 0.02, "entropy": 1.5,
+            "answered_fraction": 0.9, "mean_completion_tokens": 120.0, "truncated_fraction": 0.1,
+            "context_id": "r0-abcdef12", "context_hash": "abcdef123456", "mlflow_run_id": "eval-0"}
+    old = {"k": 4, "mean@4": 0.0, "mean@4_se": 0.0, "best@4": 0.0}
+    _curve_files(tmp_path, spec, {("init", "hover"): old, ("cycle0", "hover"): full, ("cycle1", "hover"): full},
+                 {0: {"seconds": 30.0, "cpu_share": 0.75, "rollouts_sampled": 8, "mlflow_run_id": "cycle-0"},
+                  1: {"seconds": 40.0}})
+    config = {"slow": {"steps_per_cycle": 10}, "fast": {"pool_size": 2}}
+    init, cycle0, cycle1 = build_curves({spec.key: spec}, "plasticity", config, str(tmp_path))
+    assert {k: cycle0[k] for k in ("experiment", "method", "run", "variant", "seed", "init", "eval_task")} == {
+        "experiment": "plasticity", "method": "fst", "run": "plasticity/fst/hover-first-s3", "variant": "k1",
+        "seed": 3, "init": "efficiency/rl/math-s0", "eval_task": "hover"}
+    assert {k: cycle0[k] for k in ("mean_at_k", "mean_at_k_se", "best_at_k", "k", "kl_to_base", "entropy",
+                                   "answered_fraction", "mean_completion_tokens", "truncated_fraction",
+                                   "context_id", "context_hash", "eval_run_id")} == {
+        "mean_at_k": 0.25, "mean_at_k_se": 0.05, "best_at_k": 0.5, "k": 4, "kl_to_base": 0.02, "entropy": 1.5,
+        "answered_fraction": 0.9, "mean_completion_tokens": 120.0, "truncated_fraction": 0.1,
+        "context_id": "r0-abcdef12", "context_hash": "abcdef123456", "eval_run_id": "eval-0"}
+    assert (cycle0["cycle_seconds"], cycle0["cycle_cpu_share"], cycle0["cycle_run_id"]) == (30.0, 0.75, "cycle-0")
+    # a cycle.json from before the CPU share, the count and the run id were kept
+    assert (cycle1["cycle_seconds"], cycle1["cycle_cpu_share"], cycle1["cycle_run_id"]) == (40.0, None, None)
+    assert (cycle1["rollouts_sampled"], init["rollouts_sampled"]) == (None, 0)
+    assert all(np.isnan(init[k]) for k in ("kl_to_base", "entropy", "answered_fraction",
+                                           "mean_completion_tokens", "truncated_fraction"))
+    assert (init["context_id"], init["context_hash"], init["eval_run_id"]) == ("seed", None, None)
+    assert (init["cycle_seconds"], init["cycle_cpu_share"], init["cycle_run_id"]) == (None, None, None)
+    base = RunSpec("plasticity", "rl", "hover-s0", ("hover",), seed=0, eval_tasks=("hover",), eval_init=False)
+    _curve_files(tmp_path, base, {("cycle0", "hover"): old}, {0: {"seconds": 1.0}})
+    (row,) = build_curves({base.key: base}, "plasticity", config, str(tmp_path))
+    assert (row["init"], row["run"]) == ("base", "plasticity/rl/hover-s0")
+
+
+def test_curves_of_some_tasks_or_methods_read_only_those_evaluations(tmp_path):
+    """`tasks` keeps a run's evaluations on those tasks only (the run's others are not read),
+    `methods` the runs of those methods only; a missing cycle.json behind an evaluated point is
+    a one-line FileNotFoundError naming it."""
+    from fastslow.curves import build_curves
+    from fastslow.experiments import RunSpec
+
+    spec = RunSpec("efficiency", "fst", "math-s0", ("math",), seed=0, eval_tasks=("math", "hover"), eval_init=False)
+    summary = {"k": 2, "mean@2": 0.5, "mean@2_se": 0.1, "best@2": 1.0}
+    _curve_files(tmp_path, spec, {("cycle0", "math"): summary, ("cycle0", "hover"): summary}, {0: {"seconds": 1.0}})
+    config, runs, results = {"slow": {"steps_per_cycle": 10}, "fast": {"pool_size": 2}}, {spec.key: spec}, str(tmp_path)
+    assert [r["eval_task"] for r in build_curves(runs, "efficiency", config, results)] == ["math", "hover"]
+    assert [r["eval_task"] for r in build_curves(runs, "efficiency", config, results, tasks=("hover",))] == ["hover"]
+    (tmp_path / "runs/efficiency/fst/math-s0/eval/cycle0/math.json").unlink()  # not read for hover alone
+    assert [r["eval_task"] for r in build_curves(runs, "efficiency", config, results, tasks=("hover",))] == ["hover"]
+    assert build_curves(runs, "efficiency", config, results, tasks=("hover",), methods=("rl",)) == []
+    assert len(build_curves(runs, "efficiency", config, results, tasks=("hover",), methods=("fst",))) == 1
+    (tmp_path / "runs/efficiency/fst/math-s0/cycle0/cycle.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"^\S+/runs/efficiency/fst/math-s0/cycle0/cycle.json: no such file$"):
+        build_curves(runs, "efficiency", config, results, tasks=("hover",))
+
+
+def test_a_points_standard_error_is_its_summarys_when_recorded_and_its_problem_means_are_sorted_by_id(tmp_path):
+    """The summary's mean@k standard error is kept even where the samples beside it would give
+    another (it is the one the evaluation measured), also without samples; the per-problem
+    means follow their ids, sorted."""
+    import polars as pl
+
+    from fastslow.curves import _per_problem
+
+    summary = {"k": 2, "mean@2": 0.5, "mean@2_se": 0.125, "best@2": 1.0}
+    assert _per_problem(summary, str(tmp_path / "math.json")) == {
+        "mean_at_k_se": 0.125, "problem_ids": None, "problem_means": None}
+    ids = ["p9", "p3", "p7", "p1", "p5", "p0", "p8", "p2", "p6", "p4"]
+    rewards = {pid: int(pid[1]) / 10 for pid in ids}
+    pl.DataFrame({"problem_id": [p for p in ids for _ in range(2)],
+                  "reward": [rewards[p] for p in ids for _ in range(2)]}).write_parquet(tmp_path / "math.samples.parquet")
+    got = _per_problem(summary, str(tmp_path / "math.json"))
+    assert got["mean_at_k_se"] == 0.125
+    assert got["problem_ids"] == sorted(ids) and got["problem_means"] == [i / 10 for i in range(10)]
+
+
 def test_a_centred_rolling_mean_runs_from_the_first_point_to_the_last():
     """Fig 4/11's line: a centred mean of 3 inside, the end points as they are."""
     assert rolling_mean(np.array([0.0, 0.03, 0.06, 0.12]), 3, center=True).tolist() == pytest.approx(
