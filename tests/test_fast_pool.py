@@ -233,3 +233,11 @@ def test_pareto_a_tie_in_mean_goes_to_the_lower_index_whatever_the_order_of_the_
     assert select_pareto_pool(scores, 1) == [0]
     fill = [{0: 1.0, 1: 1.0, 2: 1.0}, *scores]  # 0 covers everything; 1 and 2 fill, by mean then index
     assert select_pareto_pool(fill, 3) == [0, 1, 2]
+
+
+def test_a_context_hash_is_the_first_12_hex_digits_of_its_texts_sha256() -> None:
+    """Hashes are stored (pools, rollouts, proposals, curves) and compared across runs and
+    versions: the same text must keep its hash. A text with a lone surrogate (which Python strings
+    can hold) hashes as its own bytes, not as a replacement character other texts share."""
+    assert context_hash("abc") == "ba7816bf8f01"  # sha256("abc") = ba7816bf8f01cfea...
+    assert context_hash("\ud800x") == "74a7e4a2ddd5" != context_hash("\udfffx")

@@ -796,6 +796,28 @@ def test_a_step_metric_outside_the_tables_schema_stops_at_its_step():
     assert math.isnan(row["reward_mean"]) and row["completion_tokens"] is None
 
 
+def test_a_metrics_table_has_every_column_in_its_type_and_keeps_a_zero() -> None:
+    """`metrics_frame`: a GEPA-only cycle's one row becomes a row of every METRIC_COLUMNS column
+    in its type (counts Int64 and null, floats Float64 and NaN, `fast_seconds` a float), so one
+    glob reads every method's files as one table; a measured 0 stays 0. `complete_metrics` checks
+    the row too: a misspelt metric of a row no step checked is not dropped in silence."""
+    import polars as pl
+
+    from fastslow.records import METRIC_COLUMNS, complete_metrics, metrics_frame, polars_schema
+
+    assert polars_schema({"a": "str", "b": "int64", "c": "float64", "d": "bool"}) == {
+        "a": pl.String, "b": pl.Int64, "c": pl.Float64, "d": pl.Boolean}
+    df = metrics_frame([{"run": "r", "cycle": 1, "step": 9, "fast_seconds": 2.5},
+                        {"run": "r", "cycle": 1, "step": 10, "reward_mean": 0.0, "reused_rollouts": 0}])
+    assert df.columns == list(METRIC_COLUMNS) and dict(df.schema) == polars_schema(METRIC_COLUMNS)
+    assert (df.schema["completion_tokens"], df.schema["loss"]) == (pl.Int64, pl.Float64)
+    assert df["fast_seconds"].to_list()[0] == 2.5 and df.schema["fast_seconds"] == pl.Float64
+    assert df["completion_tokens"].to_list() == [None, None] and math.isnan(df["loss"][0])
+    assert math.isnan(df["reward_mean"][0]) and df["reward_mean"][1] == 0.0 and df["reused_rollouts"][1] == 0
+    with pytest.raises(KeyError, match=r"metrics \['fast_secs'\] are not in fastslow.records.METRIC_COLUMNS"):
+        complete_metrics({"run": "r", "cycle": 0, "step": 0, "fast_secs": 1.0})
+
+
 def test_the_rl_reward_reads_the_completion_tokens_not_trls_parsed_message(tokenizer) -> None:
     """TRL parses a completion into its message with the tokenizer's `response_template` when one
     is set (some hub tokenizers ship one), which can move a reasoning trace out of `content`: the
