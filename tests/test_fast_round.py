@@ -885,6 +885,107 @@ def test_the_pool_report_shows_each_pool_its_proposals_and_the_best_contexts_par
     assert best.parent == seed.hash or any(r["hash"] == best.parent and r["accepted"] for r in rows)
 
 
+def _report_run(tmp_path: Path) -> tuple[Any, dict[str, str]]:
+    """A four-cycle FST run's pools and proposals, written by hand (`pool_evolution_html`'s
+    inputs): cycle 0 improves the seed S into A (a second accepted child, B, is not kept; a
+    third call's child is rejected; a fourth proposes nothing), cycle 1 improves a context Z
+    no earlier file names into F, cycle 2 keeps F best without proposing anything new, and
+    cycle 3, from before proposals.json was written, holds E and its parent G."""
+    from fastslow.experiments import RunSpec
+    from fastslow.fast.pool import PoolEntry
+    from fastslow.layout import cycle_dir
+
+    texts = {"S": "Solve it.", "A": "Solve it.\nPut the result in <answer> tags.", "B": "Solve it, briefly.",
+             "C": "Guess.", "Z": "Think first.", "F": "Think first.\nPut the result in <answer> tags.",
+             "G": "Think twice.", "E": "Think twice.\nThen answer."}
+    h = {name: context_hash(text) for name, text in texts.items()}
+
+    def call(i: int, parent: str, child: str | None, mb: list[str], before: list[float], after: list[float] | None,
+             accepted: bool = False, in_pool: bool = False, round_index: int = 0, first: bool = False,
+             note: str | None = None) -> dict[str, Any]:
+        return {"round": round_index, "call": i, "how": None if child is None else "reflection", "note": note,
+                "parent_hash": h[parent], "parent_text": texts[parent] if first else None,
+                "hash": None if child is None else h[child], "text": None if child is None else texts[child],
+                "minibatch": mb, "parent_scores": before, "child_scores": after, "accepted": accepted,
+                "in_pool": in_pool, "feedback": [{"problem_id": "p1", "score": 0.5, "parsed_answer": "2",
+                                                  "feedback": "wrong <b>", "output": "2"}]}
+
+    a = PoolEntry(texts["A"], parent=h["S"], born_round=0, val_scores={"p1": 1.0, "p2": 0.5})
+    f = PoolEntry(texts["F"], parent=h["Z"], born_round=1, val_scores={"p1": 1.0})
+    g = PoolEntry(texts["G"], parent=h["F"], born_round=3, val_scores={})
+    e = PoolEntry(texts["E"], parent=h["G"], born_round=3, val_scores={"p1": 1.0})
+    pools = [Pool([a], k=2, round=0), Pool([f, a], k=2, round=1), Pool([f, a], k=2, round=2),
+             Pool([e, g], k=2, round=3)]
+    proposals = [
+        [call(0, "S", "A", ["p1", "p2"], [0.0, 0.5], [1.0, 1.0], accepted=True, in_pool=True, first=True),
+         call(1, "S", "B", ["p3"], [0.25], [0.75], accepted=True),
+         call(2, "A", "C", ["p1", "p2"], [1.0, 0.0], [0.0, 0.0]),
+         call(3, "S", None, [], [], None, note="no JSON <edit>")],
+        [call(0, "Z", "F", ["p1"], [0.0], [1.0], accepted=True, in_pool=True, round_index=1, first=True)],
+        [],
+    ]
+    spec = RunSpec("toys", "fst", "toy-s0", ("toy",) * 4, 0, shared="toys/fst/first-s0")
+    for c, pool in enumerate(pools):
+        out = Path(cycle_dir(spec, c, str(tmp_path)))
+        pool.to_json(out / "pool.json")
+        if c < len(proposals):
+            (out / "fast").mkdir()
+            (out / "fast" / "proposals.json").write_text(json.dumps(proposals[c]))
+    return spec, h
+
+
+def test_the_pool_report_names_each_context_by_its_id_and_each_score_as_gepa_compared_them(tmp_path: Path) -> None:
+    """`pool_evolution_html` on hand-made pools and proposals: a parent by its pool id (a seed's
+    `seed-`, a context from before the round's files `carried-`, not its bare hash), the
+    search score to three places, a proposal's minibatch means (parent → child) over its
+    problems, its verdict (a note on why nothing was proposed), text and feedback for each
+    accepted child (kept in the pool or not), each cycle's counts of proposals and acceptances,
+    and texts escaped (a context names its <answer> tags). Only the report of a real round was
+    tested, where these agree with other readings of the files."""
+    from fastslow.experiments import RunSpec
+    from fastslow.pools import pool_evolution_html
+
+    spec, h = _report_run(tmp_path)
+    rl = RunSpec("toys", "rl", "toy-s0", ("toy",), 0)  # no pools: not in the report
+    page = pool_evolution_html({spec.key: spec, rl.key: rl}, "toys", str(tmp_path))
+    a, s = f"r0-{h['A'][:8]}", f"seed-{h['S'][:8]}"
+    assert "<h3>toys/fst/toy-s0 (the same run as toys/fst/first-s0)</h3>" in page and "toys/rl" not in page
+    assert (f"<h4>cycle 0: best context {a} (search score 0.750; 1 distinct in 2 slots; 3 proposed, "
+            "2 accepted)</h4>") in page
+    assert f"<tr><td>{a}</td><td>0</td><td>{s}</td><td>0.750</td><td>42</td></tr>" in page
+    assert f"<tr><td>0</td><td>reflection</td><td>{s}</td><td>0.25 → 1.00 (2)</td><td>accepted, in the pool</td>" in page
+    assert f"<tr><td>1</td><td>reflection</td><td>{s}</td><td>0.25 → 0.75 (1)</td><td>accepted</td><td><details>" in page
+    assert f"<tr><td>2</td><td>reflection</td><td>{a}</td><td>0.50 → 0.00 (2)</td><td>rejected</td><td></td></tr>" in page
+    assert (f"<tr><td>3</td><td>—</td><td>{s}</td><td>n/a → n/a (0)</td>"
+            "<td>no proposal (no JSON &lt;edit&gt;)</td><td></td></tr>") in page
+    assert page.count("<details>") == 3  # A and B in cycle 0, F in cycle 1
+    assert page.count("<li><b>p1</b> (reward 0.5): wrong &lt;b&gt;</li>") == 3
+    assert f"<td>carried-{h['Z'][:8]}</td>" in page and f"parent carried-{h['Z'][:8]}" in page
+    assert f"<td>r3-{h['E'][:8]}</td><td>3</td><td>r3-{h['G'][:8]}</td><td>1.000</td>" in page
+    assert f"<td>r3-{h['G'][:8]}</td><td>3</td><td>r1-{h['F'][:8]}</td><td>n/a</td>" in page
+    assert "<answer>" not in page and page.count("&lt;answer&gt;") >= 2
+
+
+def test_the_pool_report_diffs_a_new_best_context_against_its_parent_and_marks_a_kept_one_unchanged(
+        tmp_path: Path) -> None:
+    """A best context born in the cycle's round is diffed against its parent, whose text comes
+    from the proposal that first used it (S, which left the pool), from an earlier proposal
+    (Z) or from the pool itself (G, with no proposals file); a best carried from the last cycle
+    (F in cycle 2, its parent's text known) is the last best, unchanged, not diffed against its
+    parent again. A diff reads from the parent to the child: what the child added is green."""
+    from fastslow.pools import pool_evolution_html
+
+    spec, h = _report_run(tmp_path)
+    page = pool_evolution_html({spec.key: spec}, "toys", str(tmp_path))
+    labels = [f"parent seed-{h['S'][:8]}", f"parent carried-{h['Z'][:8]}", f"parent r3-{h['G'][:8]}"]
+    assert [page.count(label) for label in labels] == [1, 1, 1] and page.count('<table class="diff"') == 3
+    cycle0 = page[page.index("<h4>cycle 0:"):page.index("<h4>cycle 1:")]  # the line A added to S, on its side
+    assert '<span class="diff_add">Put&nbsp;the&nbsp;result&nbsp;in&nbsp;&lt;answer&gt;&nbsp;tags.</span>' in cycle0
+    cycle2 = page[page.index("<h4>cycle 2:"):page.index("<h4>cycle 3:")]
+    assert "<p><i>unchanged</i></p><pre>Think first.\nPut the result in &lt;answer&gt; tags.</pre>" in cycle2
+    assert '<table class="diff"' not in cycle2 and "<table class='pool'><tr><th>call" not in cycle2
+
+
 def test_the_search_says_how_much_budget_it_has_used_and_how_long_the_rest_takes(monkeypatch) -> None:
     """A line before each search iteration: its number, the metric calls used of the budget, and
     at most how long the rest takes at the rate since the search began (a paper-scale round of
