@@ -2049,3 +2049,189 @@ def test_an_experiment_the_schema_admits_but_no_run_can_come_from_stops_in_one_l
     with pytest.raises(ConfigError) as err:
         expand(validate_config(cfg))
     assert str(err.value) == expected
+
+
+# --- planning the runs (fastslow.experiments) ------------------------------------------------------
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"method": "FST"}, "RunSpec.method: expected one of rl, fst, gepa, fst_distill, got 'FST'"),
+    ({"schedule": ()}, "RunSpec.schedule: expected a tuple of each cycle's training task, e.g. ('math',) * 2, "
+                       "got ()"),
+    # a string is a sequence too: "math" would have been four cycles, on tasks 'm', 'a', 't' and 'h'
+    ({"schedule": "math"}, "RunSpec.schedule: expected a tuple of each cycle's training task, e.g. ('math',) * 2, "
+                           "got 'math'"),
+])
+def test_a_run_spec_of_an_unknown_method_or_without_a_schedule_is_one_line(changes, expected):
+    from fastslow.experiments import RunSpec
+
+    with pytest.raises(ValueError) as err:
+        RunSpec(**{"experiment": "nb", "method": "fst", "name": "math-s0", "schedule": ("math",), "seed": 0, **changes})
+    assert str(err.value) == expected
+
+
+def _fst_cycle_params(**sections) -> dict:
+    from fastslow.experiments import expand
+
+    cfg = validate_config(deep_update(_tiny_experiments({}), sections))
+    return expand(cfg)["efficiency/fst/math-default-s0"].cycle_params(cfg, ("model", "slow", "fast"))
+
+
+def test_an_fst_cycle_reads_model_dtype_only_where_its_round_may_sample_in_it():
+    """The RL steps train fp32 master weights: model.dtype reaches an FST cycle through its round's
+    sampling alone, which reads it for fast.dtype `model` or `bfloat16_if_native` only. With an
+    explicit fast.dtype a new model.dtype retrains nothing."""
+    own = _fst_cycle_params(fast={"dtype": "model"})
+    assert own["model"]["dtype"] == "float32"
+    assert _fst_cycle_params(fast={"dtype": "model"}, model={"dtype": "bfloat16"}) != own
+    explicit = _fst_cycle_params(fast={"dtype": "bfloat16"})
+    assert "dtype" not in explicit["model"] and explicit["fast"]["dtype"] == "bfloat16"
+    assert _fst_cycle_params(fast={"dtype": "bfloat16"}, model={"dtype": "bfloat16"}) == explicit
+
+
+def test_a_round_reads_its_presets_budget_alone():
+    """fast.max_metric_calls holds a budget per preset: a round reads its preset's, so a new budget
+    of the other preset retrains no run."""
+    light = _fst_cycle_params()["fast"]
+    assert light["preset"] == "light" and light["max_metric_calls"] == {"light": 32}
+    assert _fst_cycle_params(fast={"max_metric_calls": {"full": 200}}) == _fst_cycle_params()
+    assert _fst_cycle_params(fast={"preset": "full"})["fast"]["max_metric_calls"] == {"full": 96}
+
+
+def test_every_cycles_params_list_each_sections_keys_in_sorted_order():
+    """Snakemake compares params by their repr: a section's keys are in one order (`job_params`'s,
+    sorted) whichever way the method's cycle picks them (`CYCLE_READS`, `CYCLE_SKIPS`), so
+    reordering those tables reruns nothing."""
+    from dataclasses import replace
+
+    from fastslow.experiments import METHODS, expand
+
+    cfg = _tiny_experiments({})
+    run = expand(cfg)["efficiency/fst/math-default-s0"]
+    sections = ("model", "generation", "seed_context", "slow", "fast")
+    for method in METHODS:
+        params = replace(run, method=method).cycle_params(cfg, sections)
+        for name, section in params.items():
+            if isinstance(section, dict):
+                assert list(section) == sorted(section), (method, name)
+
+
+def test_a_fast_section_without_a_proposer_is_read_as_the_feedback_editors():
+    """The schema's default proposer is the offline feedback editor: a fast section that names none
+    (a library caller's) keeps the editor's limits and no reflection model."""
+    from fastslow.experiments import cycle_section
+
+    section = {"pool_size": 2, "max_demos": 3, "max_rules": 4, "reflection": {"kind": "openai", "model": "m"}}
+    assert cycle_section("fst", "fast", section) == {"pool_size": 2, "max_demos": 3, "max_rules": 4}
+    assert cycle_section("fst", "fast", {**section, "proposer": "reflective"}) == {
+        "pool_size": 2, "proposer": "reflective", "reflection": {"kind": "openai", "model": "m"}}
+
+
+def _runs_of(experiments: dict) -> dict:
+    """The runs of config.yaml with only `experiments` (validated), keyed as `expand` keys them."""
+    from fastslow.experiments import expand
+
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    cfg["experiments"] = experiments
+    return expand(validate_config(cfg))
+
+
+def test_a_run_evaluated_at_some_of_an_earlier_identical_runs_points_is_shared_and_at_more_is_not():
+    """A run reads an earlier run's files when they hold every evaluation it plots: fewer points
+    (no initial one, every other cycle) are shared; a point the earlier run skips is not."""
+    from fastslow.layout import eval_points
+
+    exp = {"tasks": ["math"], "methods": ["rl"], "cycles": 2}
+    runs = _runs_of({"first": exp, "no_init": {**exp, "eval_init": False}, "sparse": {**exp, "eval_every": 2}})
+    assert eval_points(runs["sparse/rl/math-default-s0"]) == ["init", "cycle1"]
+    assert runs["no_init/rl/math-default-s0"].shared == "first/rl/math-default-s0"
+    assert runs["sparse/rl/math-default-s0"].shared == "first/rl/math-default-s0"
+    runs = _runs_of({"first": {**exp, "eval_init": False}, "again": exp})
+    assert eval_points(runs["first/rl/math-default-s0"]) == ["cycle0", "cycle1"]
+    assert runs["again/rl/math-default-s0"].shared is None
+
+
+def test_cycles_left_out_are_four_per_run_and_two_per_stage_of_a_sequence():
+    """The counts the schema's descriptions state (`CYCLES`, `CYCLES_PER_STAGE`)."""
+    runs = _runs_of({"per_task": {"tasks": ["math"], "methods": ["rl"]},
+                     "sequence": {"sequence": ["math", "hover"], "methods": ["rl"]}})
+    assert runs["per_task/rl/math-default-s0"].schedule == ("math",) * 4
+    assert runs["sequence/rl/math.hover-default-s0"].schedule == ("math", "math", "hover", "hover")
+
+
+def test_a_continual_run_is_evaluated_on_every_task_of_its_sequence_and_a_tasks_run_on_its_own():
+    """Forgetting is read from the earlier stages' tasks (Fig 6): a continual run evaluates them
+    all, in sequence order, at every point."""
+    runs = _runs_of({"per_task": {"tasks": ["math", "hover"], "methods": ["rl"], "cycles": 1},
+                     "sequence": {"sequence": ["hover", "math", "physics"], "methods": ["rl"], "cycles_per_stage": 1}})
+    assert runs["sequence/rl/hover.math.physics-default-s0"].eval_tasks == ("hover", "math", "physics")
+    assert runs["per_task/rl/hover-default-s0"].eval_tasks == ("hover",)
+
+
+def test_an_experiment_with_eval_init_false_has_no_initial_point():
+    from fastslow.layout import eval_points
+
+    exp = {"tasks": ["math"], "methods": ["fst"], "cycles": 2}
+    runs = _runs_of({"plotted": exp, "ends": {**exp, "eval_init": False}})
+    assert eval_points(runs["plotted/fst/math-default-s0"]) == ["init", "cycle0", "cycle1"]
+    assert eval_points(runs["ends/fst/math-default-s0"]) == ["cycle0", "cycle1"]
+
+
+def test_an_init_picks_the_source_runs_of_its_methods_by_their_final_task():
+    """`init.tasks` names the task a source run ends on (a continual run's last stage), and
+    `init.methods` the methods it was trained by."""
+    seq = {"sequence": ["math", "hover"], "methods": ["rl", "fst"], "cycles_per_stage": 1}
+    post = {"tasks": ["physics"], "methods": ["rl"], "cycles": 1}
+    runs = _runs_of({"seq": seq, "post": {**post, "init": {"experiment": "seq", "tasks": ["hover"],
+                                                           "methods": ["fst"], "include_base": False}}})
+    assert [r.init for r in runs.values() if r.experiment == "post"] == ["seq/fst/math.hover-default-s0"]
+    with pytest.raises(ConfigError) as err:
+        _runs_of({"seq": seq, "post": {**post, "init": {"experiment": "seq", "tasks": ["math"], "methods": ["rl", "fst"]}}})
+    assert str(err.value).startswith("config error: experiments.post.init: 'seq' has no default-variant run of "
+                                     "methods ['rl', 'fst'] ending on tasks ['math'] (it has methods ['rl', 'fst'], "
+                                     "final tasks ['hover'])")
+
+
+def test_a_run_started_from_a_shared_run_starts_from_the_run_it_shares():
+    """A shared run has no weights of its own: a run starting from it starts from the run whose
+    files it reads, and is the same run as one starting from that run directly."""
+    exp = {"tasks": ["math"], "methods": ["rl"], "cycles": 1}
+    post = {"tasks": ["hover"], "methods": ["rl"], "cycles": 1}
+    runs = _runs_of({"first": exp, "again": exp, "from_first": {**post, "init": {"experiment": "first"}},
+                     "from_again": {**post, "init": {"experiment": "again"}}})
+    assert runs["again/rl/math-default-s0"].shared == "first/rl/math-default-s0"
+    key = "from_again/rl/from_first_rl_math-default-s0-hover-default-s0"
+    assert runs[key].init == "first/rl/math-default-s0"
+    assert runs[key].shared == "from_first/rl/from_first_rl_math-default-s0-hover-default-s0"
+
+
+def test_a_variants_setting_wins_over_its_experiments_overrides():
+    """The variant is applied over the experiment's overrides (which apply to every variant)."""
+    runs = _runs_of({"abl": {"tasks": ["math"], "methods": ["fst"], "cycles": 1,
+                             "overrides": {"slow": {"lr": 2e-5, "max_grad_norm": 0.5}},
+                             "variants": {"same": {}, "faster": {"slow": {"lr": 3e-5}}}}})
+    cfg = load_config(ROOT / "config" / "config.yaml")
+    same, faster = (runs[f"abl/fst/math-{v}-s0"].settings(cfg)["slow"] for v in ("same", "faster"))
+    assert (same["lr"], same["max_grad_norm"]) == (2e-5, 0.5)
+    assert (faster["lr"], faster["max_grad_norm"]) == (3e-5, 0.5)
+
+
+def test_a_short_warmup_is_warned_about_once_for_the_run_that_trains(caplog):
+    """A shared run trains nothing of its own: the warning names the experiment whose run trains."""
+    exp = {"tasks": ["math"], "methods": ["rl"], "cycles": 1, "overrides": {"slow": {"warmup_steps": 7}}}
+    with caplog.at_level("WARNING", logger="fastslow.experiments"):
+        cfg = load_config(ROOT / "config" / "config.yaml")
+        cfg["experiments"] = {"first": exp, "again": exp}
+        validate_config(cfg)
+    assert [r.getMessage().split(":")[1] for r in caplog.records if "warmup_steps" in r.getMessage()] == \
+        [" experiments.first"]
+
+
+def test_each_method_is_run_by_one_cycle_rule():
+    """The cycle rules' `method` wildcard patterns (workflow/rules/train.smk) split the methods."""
+    from fastslow.experiments import METHODS, methods_of_rule
+
+    assert methods_of_rule("cycle") == "rl|fst"
+    assert methods_of_rule("cycle_frozen") == "gepa"
+    assert methods_of_rule("cycle_distill") == "fst_distill"
+    assert sorted(m for rule in ("cycle", "cycle_frozen", "cycle_distill")
+                  for m in methods_of_rule(rule).split("|")) == sorted(METHODS)
