@@ -1019,6 +1019,18 @@ def test_a_warmup_longer_than_a_run_is_a_config_warning(caplog):
         "trains at lr x s/4)"]
 
 
+def test_a_short_warmup_of_the_default_and_another_variant_names_both(caplog):
+    """The default variant's runs and k4's are 1 cycle x 3 RL steps: one line holds both, in the
+    config's order of variants. It named k4 alone, as if the default's runs reached slow.lr; the
+    default alone is named by the experiment's name (test above)."""
+    caplog.set_level("WARNING", logger="fastslow.experiments")
+    load_config(ROOT / "config" / "config.yaml", overrides={"experiments": {"ablations": {
+        "overrides": {"slow": {"warmup_steps": 4}},
+        "variants": {"default": {}, "k1": None, "k2_prompt_baseline": None, "t1": None, "full_gepa": None}}}})
+    assert [r.getMessage().split(": slow.")[0] for r in caplog.records] == [
+        "config warning: experiments.ablations (variants k4, default)"]
+
+
 @pytest.mark.parametrize(("overrides", "named"), [
     ({"experiments": {"ablations": {"overrides": {"slow": {"warmup_steps": 1, "steps_per_cycle": 1}}}}},
      "config error: experiments.ablations (variant k1): slow.warmup_steps 1 with runs of 1 RL step"),

@@ -500,8 +500,9 @@ def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None
     slow.warmup_steps W exceed their RL steps, cycles x slow.steps_per_cycle: the lr scheduler
     (HF `constant_with_warmup`, carried over a run's cycles) trains step s < W at lr x s/W, so
     their learning rate never reaches slow.lr. One line per experiment and step count, naming its
-    variants but the default; a shared run's warning is the earlier run's. A run of one RL step
-    with W >= 1 is an error: its only step trains at lr 0, so its weights never change."""
+    variants (the default too, unless it is alone); a shared run's warning is the earlier run's. A
+    run of one RL step with W >= 1 is an error: its only step trains at lr 0, so its weights never
+    change."""
     short: dict[tuple[Any, ...], list[str]] = {}
     seen: set[tuple[str, str]] = set()
     for run in runs.values():
@@ -518,7 +519,9 @@ def _warn_short_warmup(runs: dict[str, RunSpec], config: dict[str, Any]) -> None
             key = (run.experiment, slow["warmup_steps"], run.cycles, slow["steps_per_cycle"], slow["lr"])
             short.setdefault(key, []).append(run.variant)
     for (experiment, warmup, cycles, steps, lr), variants in short.items():
-        named = [v for v in variants if v != "default"]
+        # the default beside other variants is named too: left out, the line read as if the
+        # default's runs reached slow.lr (alone, the experiment's name stands for it)
+        named = variants if any(v != "default" for v in variants) else []
         where = f"experiments.{experiment}" + (f" (variant{'s' if len(named) > 1 else ''} {', '.join(named)})"
                                                if named else "")
         log.warning("config warning: %s: slow.warmup_steps %d > its runs' %d RL steps (%d cycle%s x %d "
