@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,15 @@ def test_rollout_reuse_from_parquet(tmp_path: Path) -> None:
     eb = adapter.evaluate(probs, {"context": ctx}, capture_traces=True)
     assert gen.prompts == 1  # only probs[2] had no reusable rollout
     assert eb.num_metric_calls == 3 and adapter.reused_calls == 2  # first uses of reused pairs count
+    assert adapter.prefetch_used == adapter.slow_used == 0
     again = adapter.evaluate(probs[:2], {"context": ctx})
     assert again.num_metric_calls == 0 and adapter.metric_calls == 3  # then they are cache hits
     assert eb.scores[0] == 0.5 and eb.scores[1] == 1.0  # mean over the G/K rollouts
     assert eb.trajectories[0]["reused"] and eb.trajectories[0]["samples"] == 2
     assert eb.trajectories[0]["completion"] == "<answer>1</answer>"  # the worst one, for reflection
-    assert adapter.reused_hits == 4
+    assert adapter.reused_hits == 4 and adapter.cache_hits == 4
+    adapter.evaluate(probs[2:], {"context": ctx})  # a generated pair's cache hit: not a reused one
+    assert adapter.reused_hits == 4 and adapter.cache_hits == 5
 
 
 
@@ -233,6 +237,10 @@ def test_a_pair_sampled_several_times_for_the_slow_loop_scores_the_samples_mean(
     assert eb.scores == pytest.approx([c + (1 - c) * 2 / 3, c + (1 - c) / 3, c + (1 - c) * 1.0])
     assert [t["samples"] for t in eb.trajectories] == [3, 3, 1]
     assert [t["reward"] for t in eb.trajectories] == [0.0, 0.0, 1.0]  # reflection sees the worst sample
+    # and all of it: its feedback and its answer (the first sample of val[0] was right)
+    assert [t["feedback"].startswith("Incorrect") for t in eb.trajectories] == [True, True, False]
+    assert [t["parsed_answer"] for t in eb.trajectories[:2]] == [str(int(p.answer) + 1) for p in val[:2]]
+    assert "rollouts" not in eb.trajectories[2]  # not a step problem: no tokens kept for training
 
 
 def test_rollouts_without_token_ids_are_not_offered_to_the_slow_loop() -> None:
@@ -267,6 +275,7 @@ def test_rollouts_generated_ahead_share_the_call_and_count_when_first_used() -> 
     mb = adapter.evaluate(train[:3], ctx, capture_traces=True)  # served from the prefetched ones
     assert gen.calls == 1 and mb.num_metric_calls == 3 and adapter.metric_calls == 7
     assert adapter.prefetch_used == 3 and mb.trajectories[0]["prefetched"]
+    assert adapter.reused_calls == adapter.slow_used == 0  # the first uses were of prefetched rollouts only
     assert adapter.evaluate(train[:3], ctx).num_metric_calls == 0 and adapter.metric_calls == 7
     # The hard cap counts rollouts on request only: 6 prefetched fit beside a cap of 8.
     other = {"context": "Think."}
@@ -299,6 +308,7 @@ def test_format_credit_shapes_the_search_score() -> None:
     tagged = plain.evaluate(probs, {"context": "Use <answer>1</answer>."}, capture_traces=True)
     for s, t in zip(tagged.scores, tagged.trajectories, strict=True):
         assert s == pytest.approx(0.2 + 0.8 * t["reward"]) and t["parsed_answer"] is not None
+    assert [o["completion"] for o in tagged.outputs] == [t["completion"] for t in tagged.trajectories]
 
     class Echo:  # the prompt's format sentence echoed: an empty block, no answer
         def generate(self, conversations, params):
@@ -391,6 +401,11 @@ def test_clip_middle_keeps_a_long_final_answer_block_whole() -> None:
     assert "[… " in clipped and len(clipped.split("\n")[0]) + len(clipped.split("\n")[-1]) <= 100
     plain = clip_middle("x" * 1000 + "y" * 1000, 100)
     assert plain == "x" * 40 + "\n[… 1900 characters omitted …]\n" + "y" * 60
+    # the block kept whole right where the head ends, and at the most the budget allows it (80 of 100)
+    block = "<answer>" + "b" * 50 + "</answer>"
+    assert clip_middle("a" * 40 + block, 100) == "a" * 33 + "\n[… 7 characters omitted …]\n" + block
+    block = "<answer>" + "b" * 63 + "</answer>"
+    assert clip_middle("a" * 1000 + block, 100) == "a" * 20 + "\n[… 980 characters omitted …]\n" + block
 
 
 def test_a_long_problem_and_a_long_expected_answer_are_bounded_in_a_reflective_record() -> None:
@@ -423,3 +438,202 @@ def test_a_long_problem_and_a_long_expected_answer_are_bounded_in_a_reflective_r
     # its lines joined, its other spacing kept (an exact answer's "a  b" is not "a b")
     assert line.startswith("Expected answer: first  line second line xxx") and "5,0" in line
     assert len(line) <= len("Expected answer: ") + EXPECTED_CHARS and "\nsecond line" not in text
+
+
+def test_clip_middle_keeps_a_text_of_exactly_the_limit_whole_and_cuts_from_the_last_answer_tag() -> None:
+    """A completion of exactly `max_chars` is shown whole; a long one whose working holds an
+    earlier <answer> draft keeps its final block, whatever the tag's case (the tasks read tags
+    case-insensitively)."""
+    from fastslow.fast.adapter import clip_middle
+
+    assert clip_middle("x" * 100, 100) == "x" * 100
+    final = "<answer>" + "b" * 60 + "</answer>"
+    drafted = "a" * 50 + "<answer>1</answer>" + "a" * 5000 + final
+    assert clip_middle(drafted, 100).endswith("\n" + final)
+    shouted = "a" * 5000 + final.upper()
+    assert clip_middle(shouted, 100).endswith("\n" + final.upper())
+
+
+def test_a_carried_cache_keeps_only_the_paid_evaluations_of_its_weights_as_plain_entries() -> None:
+    """`carried` is what the next round on the same frozen weights starts from: the entries of
+    those weights that a round paid for, without token ids and with the reuse, prefetch and
+    slow-loop flags cleared (a flag left on charged the entry again when first served)."""
+    from fastslow.fast.adapter import Scored
+
+    tokens = [{"prompt_ids": (1,), "completion_ids": (2,), "logprobs": (-0.1,), "reward": 1.0}]
+    cache = RolloutCache()
+    cache.put("h", "p0", "w", Scored(0.5, {"completion": "a", "reused": True, "prefetched": True,
+                                          "for_slow": True, "charged": True, "rollouts": tokens}))
+    cache.put("h", "p1", "w", Scored(1.0, {"completion": "b", "prefetched": True, "charged": False}))  # never served
+    cache.put("h", "p2", "w", Scored(0.0, {"completion": "c"}))  # read from a file written before the mark
+    cache.put("h", "p0", "other", Scored(1.0, {"completion": "d", "charged": True}))
+    carried = cache.carried("w")
+    assert sorted(carried.entries) == [("h", "p0", "w"), ("h", "p2", "w")]
+    assert carried.get("h", "p0", "w").score == 0.5
+    assert carried.get("h", "p0", "w").trajectory == {"completion": "a", "charged": True, "reused": False,
+                                                      "prefetched": False, "for_slow": False}
+    assert cache.get("h", "p0", "w").trajectory["rollouts"] == tokens  # the cache itself is left as it was
+
+
+def test_a_chain_of_cache_files_holds_each_rounds_new_evaluations_and_reads_after_its_directory_moved(
+        tmp_path: Path) -> None:
+    """Each cycle's file holds only the evaluations it did not read from the earlier files, and
+    names those by paths relative to its own directory, so a run directory copied elsewhere
+    still reads; where a key is in two files, the newest one's evaluation is taken."""
+    from fastslow.fast.adapter import Scored
+
+    run = tmp_path / "run"
+    first, second = run / "c0" / "fast_cache.json", run / "c1" / "fast_cache.json"
+    first.parent.mkdir(parents=True)
+    second.parent.mkdir()
+    RolloutCache({("h", "p", "w"): Scored(0.25, {"completion": "old"})}).to_json(first, "w")
+    cache, files = RolloutCache.from_chain(first)
+    read = set(cache.entries)
+    cache.put("h", "q", "w", Scored(1.0, {"completion": "new"}))
+    assert cache.to_json(second, "w", skip=read, earlier=files) == 1
+    assert [e["problem_id"] for e in json.loads(second.read_text())["entries"]] == ["q"]
+    RolloutCache({("h", "p", "w"): Scored(0.75, {"completion": "redone"})}).to_json(run / "c1" / "newer.json", "w",
+                                                                                  earlier=[first])
+    run.rename(tmp_path / "moved")
+    moved = tmp_path / "moved"
+    cache, files = RolloutCache.from_chain(moved / "c1" / "fast_cache.json")
+    assert files == [moved / "c0" / "fast_cache.json", moved / "c1" / "fast_cache.json"]
+    assert {k: v.score for k, v in cache.entries.items()} == {("h", "p", "w"): 0.25, ("h", "q", "w"): 1.0}
+    assert RolloutCache.from_chain(moved / "c1" / "newer.json")[0].get("h", "p", "w").score == 0.75
+
+
+def test_rollouts_without_prompt_token_ids_are_not_offered_to_the_slow_loop() -> None:
+    from fastslow.fast.adapter import Scored
+
+    [p] = ToyTask().problems("val", 1, 0)
+    cache = RolloutCache()
+    rollout = {"prompt_ids": (1,), "completion_ids": (2,), "logprobs": (-0.1,), "reward": 1.0}
+    cache.put(context_hash("Solve."), p.id, "w", Scored(1.0, {"rollouts": [{**rollout, "prompt_ids": ()}]}))
+    assert cache.sampled(["Solve."], [p], "w") == {}
+    cache.put(context_hash("Solve."), p.id, "w", Scored(1.0, {"rollouts": [rollout]}))
+    assert cache.sampled(["Solve.", "Solve."], [p], "w") == {(context_hash("Solve."), p.id): [rollout]}
+
+
+class RecordingGenerator(ScriptedGenerator):
+    """A `ScriptedGenerator` that keeps the sampling parameters of each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.params: list[SamplingParams] = []
+
+    def generate(self, conversations, params):  # noqa: ANN001, ANN201 - Generator protocol
+        self.params.append(params)
+        return super().generate(conversations, params)
+
+
+def test_each_generate_call_samples_with_its_own_seed_derived_from_the_sampling_seed() -> None:
+    """Distinct calls must not share one random stream: call i samples with
+    `derive_seed(seed, i)`, the other settings as given."""
+    from fastslow.model.generation import derive_seed
+
+    gen = RecordingGenerator()
+    adapter = FastAdapter(gen, ToyTask(), SamplingParams(8, 0.7, 0.9, seed=5), batch_size=2)
+    adapter.evaluate(ToyTask().problems("val", 4, 0), {"context": "Solve."})
+    adapter.evaluate(ToyTask().problems("train", 1, 0), {"context": "Solve."})
+    assert gen.params == [SamplingParams(8, 0.7, 0.9, derive_seed(5, i)) for i in range(3)]
+
+
+def test_a_generator_returning_too_few_completions_is_one_error_naming_the_counts() -> None:
+    class Short(ScriptedGenerator):
+        def generate(self, conversations, params):  # noqa: ANN001, ANN201 - Generator protocol
+            return super().generate(conversations, params)[:-1]
+
+    adapter = FastAdapter(Short(), ToyTask(), SamplingParams(8))
+    with pytest.raises(RuntimeError, match=r"^generator returned 1 completions for 2 prompts$"):
+        adapter.evaluate(ToyTask().problems("val", 2, 0), {"context": "Solve."})
+
+
+def test_a_prompt_the_generator_cannot_render_is_kept_as_its_plain_messages() -> None:
+    """The rendered prompt is for the record only: a generator without `render_prompts`, or
+    whose rendering fails, gets its trajectories' prompts as the plain role-tagged messages,
+    and the evaluation goes on."""
+
+    class Unrenderable(ScriptedGenerator):
+        def render_prompts(self, conversations):  # noqa: ANN001, ANN201
+            raise RuntimeError("no chat template")
+
+    task = ToyTask()
+    [p] = task.problems("val", 1, 0)
+    for gen in (ScriptedGenerator(), Unrenderable()):
+        eb = FastAdapter(gen, task, SamplingParams(8)).evaluate([p], {"context": "Solve."}, capture_traces=True)
+        assert eb.trajectories[0]["prompt"] == f"<system>\nSolve.\n<user>\n{p.prompt}"
+
+
+def test_rollouts_that_fill_the_cap_exactly_are_generated() -> None:
+    task, gen = ToyTask(), ScriptedGenerator()
+    probs = task.problems("train", 3, 0)
+    adapter = FastAdapter(gen, task, SamplingParams(8), max_metric_calls=4)
+    adapter.evaluate(probs[:2], {"context": "a"})
+    adapter.evaluate(probs[:2], {"context": "b"})  # 2 + 2 = the cap
+    assert adapter.metric_calls == 4 and gen.prompts == 4
+    with pytest.raises(BudgetExceeded, match=r"^4 metric calls used, 1 more rollouts would pass the cap of 4$"):
+        adapter.evaluate(probs[2:], {"context": "a"})
+
+
+def test_a_duplicate_problem_id_is_one_error_naming_it() -> None:
+    from fastslow.fast.adapter import problems_by_id
+
+    probs = ToyTask().problems("train", 2, 0)
+    assert problems_by_id(probs) == {p.id: p for p in probs}
+    with pytest.raises(ValueError, match=r"^duplicate problem id 'train-1'$"):
+        problems_by_id([*probs, probs[1]])
+
+
+def test_rollouts_sampled_only_for_the_slow_loop_are_uncharged_until_the_search_uses_them() -> None:
+    """A step problem outside the validation set is sampled for the slow loop with each
+    validation call: it passes no cap and is not carried to the next frozen round until the
+    search is served it, which charges it once."""
+    task, gen = ToyTask(), ScriptedGenerator()
+    val, step = task.problems("val", 2, 1), task.problems("step", 2, 3)
+    ctx = {"context": "Solve it."}
+    h = context_hash(ctx["context"])
+    adapter = FastAdapter(gen, task, SamplingParams(8), max_metric_calls=2)
+    adapter.feed_slow(step, 2, [p.id for p in val])
+    adapter.evaluate(val, ctx)  # 2 on request + 2 x 2 for the step, within a cap of 2
+    assert gen.prompts == 6 and adapter.metric_calls == 2 and adapter.slow_pairs == 2
+    assert sorted(pid for _, pid, _ in adapter.cache.carried("base").entries) == [p.id for p in val]
+    assert adapter.evaluate(step, ctx).num_metric_calls == 2 and adapter.slow_used == 2
+    assert adapter.evaluate(step, ctx).num_metric_calls == 0 and adapter.metric_calls == 4
+    assert sorted(adapter.cache.carried("base").entries) == sorted((h, p.id, "base") for p in val + step)
+
+
+def test_reused_rollouts_the_search_never_used_are_not_carried() -> None:
+    task = ToyTask()
+    probs = task.problems("train", 2, 0)
+    h = context_hash("Solve it.")
+    rows = [{"problem_id": p.id, "context_hash": h, "prompt": "P", "completion": "<answer>1</answer>",
+             "reward": 0.0, "feedback": "Incorrect"} for p in probs]
+    adapter = FastAdapter(ScriptedGenerator(), task, SamplingParams(8))
+    assert adapter.preload(rows, {p.id: p for p in probs}) == 2
+    adapter.evaluate(probs[:1], {"context": "Solve it."})
+    assert list(adapter.cache.carried("base").entries) == [(h, probs[0].id, "base")]
+
+
+def test_a_record_without_a_parsed_answer_reads_it_from_its_completion() -> None:
+    """Trajectories written before `parsed_answer` was kept (a carried cache file) still give
+    the offline proposer the answer read from the completion."""
+    from gepa.core.adapter import EvaluationBatch
+
+    traj = {"problem_id": "p", "problem": "What is 1 + 1?", "completion": "So <answer> 2 </answer>",
+            "feedback": "Correct", "reward": 1.0}
+    eb = EvaluationBatch(outputs=[{}], scores=[1.0], trajectories=[traj])
+    adapter = FastAdapter(ScriptedGenerator(), ToyTask(), SamplingParams(8))
+    [record] = adapter.make_reflective_dataset({"context": ""}, eb, ["context"])["context"]
+    assert record["parsed_answer"] == "2"
+
+
+def test_the_record_limit_bounds_a_long_problem_as_it_bounds_a_completion() -> None:
+    """`record_chars` is the limit for both of a record's long texts: a reflective proposer
+    set to 500 characters gets a 2000-character problem cut to 500, not to the default 4000."""
+    from fastslow.tasks.base import ANSWER_FORMAT, Problem
+
+    problem = Problem(id="p", task="toy", prompt="Words. " * 300 + f"What is 40 + 2?\n{ANSWER_FORMAT}", answer="42")
+    adapter = FastAdapter(LongTraceGenerator(600), ToyTask(), SamplingParams(8), record_chars=500)
+    eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
+    shown = adapter.make_reflective_dataset({"context": "Solve."}, eb, ["context"])["context"][0]["Inputs"]
+    assert len(shown) <= 500 + 60 and shown.endswith(f"What is 40 + 2?\n{ANSWER_FORMAT}")
