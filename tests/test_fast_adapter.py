@@ -637,3 +637,14 @@ def test_the_record_limit_bounds_a_long_problem_as_it_bounds_a_completion() -> N
     eb = adapter.evaluate([problem], {"context": "Solve."}, capture_traces=True)
     shown = adapter.make_reflective_dataset({"context": "Solve."}, eb, ["context"])["context"][0]["Inputs"]
     assert len(shown) <= 500 + 60 and shown.endswith(f"What is 40 + 2?\n{ANSWER_FORMAT}")
+
+
+def test_clip_middle_keeps_the_answer_tag_after_a_letter_that_lowercases_to_two() -> None:
+    """The last <answer> was looked up in `text.lower()`, whose positions are the text's only
+    while no letter lowercases to two characters; "İ" does. After ten of them the tail began ten
+    characters late: the record showed "bbb…</answer>" without its opening tag."""
+    from fastslow.fast.adapter import clip_middle
+
+    block = "<answer>" + "b" * 50 + "</answer>"
+    clipped = clip_middle("İ" * 10 + "a" * 5000 + block, 100)
+    assert clipped == "İ" * 10 + "a" * 23 + "\n[… 4977 characters omitted …]\n" + block

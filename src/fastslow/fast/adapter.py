@@ -19,6 +19,7 @@ step's problems with the candidate, and the slow loop trains on those rollouts
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ COMPONENT = "context"
 MAX_RECORD_COMPLETION_CHARS = 4000
 #: Share of that budget kept from the head of a long completion (the rest is its tail).
 RECORD_HEAD_SHARE = 0.4
+#: An opening answer tag, in any case (as `fastslow.tasks.base.extract_answer` reads them).
+_ANSWER_OPEN = re.compile("<answer>", re.IGNORECASE)
 #: Columns a rollouts.parquet must have to be reused.
 REUSE_COLUMNS = ("problem_id", "context_hash", "prompt", "completion", "reward", "feedback")
 
@@ -57,7 +60,8 @@ def clip_middle(text: str, max_chars: int | None = MAX_RECORD_COMPLETION_CHARS,
         return text
     head = int(max_chars * head_share)
     start = len(text) - (max_chars - head)
-    tag = text.lower().rfind("<answer>")
+    # the last tag's position in `text` itself: `text.lower()` is longer than `text` after an "İ"
+    tag = max((m.start() for m in _ANSWER_OPEN.finditer(text)), default=-1)
     if head <= tag < start and len(text) - tag <= max_chars - head // 2:
         head, start = min(head, max_chars - (len(text) - tag)), tag
     return f"{text[:head]}\n[… {start - head} characters omitted …]\n{text[start:]}"
