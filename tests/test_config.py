@@ -190,6 +190,10 @@ BAD = [
     ({"fast": {"minibatch_size": 1000}}, "2 x 250 fast.minibatch_size (set 1000, cut to the 256 train problems "
                                          "less the 6 validation ones)"),
     ({"fast": {"val_problems": 1000}}, "2 x 128 fast.val_problems (set 1000, cut to half the 256 train problems)"),
+    # a flag is no integer (Python's True == 1): `k: true` had been one sample, silently
+    ({"evaluation": {"k": True}}, "evaluation.k: expected an integer, got bool True"),
+    ({"data": {"options": {"codeio": {"max_prompt_chars": True}}}},
+     "data.options.codeio.max_prompt_chars: expected an integer, got bool True"),
 ]
 
 
@@ -2247,3 +2251,137 @@ def test_each_method_is_run_by_one_cycle_rule():
     assert methods_of_rule("cycle_distill") == "fst_distill"
     assert sorted(m for rule in ("cycle", "cycle_frozen", "cycle_distill")
                   for m in methods_of_rule(rule).split("|")) == sorted(METHODS)
+
+
+def test_loading_a_config_leaves_the_overrides_it_was_given_as_they_were():
+    """deep_update copies what it merges in: sharing it, load_config(overrides=...) filled the
+    caller's own sections with their defaults, and an edit of the config reached the overrides."""
+    overrides = {"slow": {"num_generations": 8}, "data": {"tasks": ["math"]}}
+    cfg = load_config(overrides=overrides)
+    assert overrides == {"slow": {"num_generations": 8}, "data": {"tasks": ["math"]}}
+    cfg["data"]["tasks"].append("physics")
+    assert overrides["data"]["tasks"] == ["math"]
+    base = {"slow": {"lr": 1e-5}}
+    new = {"slow": {"num_generations": 8}, "data": {"tasks": ["math"]}}
+    assert deep_update(base, new) == {"slow": {"lr": 1e-5, "num_generations": 8}, "data": {"tasks": ["math"]}}
+    assert base["data"] is not new["data"] and base["data"]["tasks"] is not new["data"]["tasks"]
+
+
+def test_defaults_fill_each_experiment_and_each_init():
+    """The defaults of a map's entries (experiments.<name>, its init) fill in as a section's do,
+    each entry with its own copy (one experiment's seeds list is not another's)."""
+    experiments = load_config(ROOT / "config" / "config.yaml")["experiments"]
+    radar, plasticity = experiments["radar"], experiments["plasticity"]
+    assert radar["seeds"] == plasticity["seeds"] == [0]
+    assert radar["seeds"] is not plasticity["seeds"]
+    assert (experiments["efficiency"]["eval_init"], experiments["efficiency"]["eval_every"]) == (True, 1)
+    assert radar["eval_init"] is False  # as written
+    assert plasticity["init"]["pair_seeds"] is True and plasticity["init"]["include_base"] is True
+
+
+def test_of_two_bad_values_the_error_names_the_outermost():
+    """One error per run, the same whichever order the validator finds them: the one nearest
+    the top level (a misspelt section before a bad value inside another)."""
+    cfg = deep_update(_default(), {"modle": {}, "slow": {"num_generations": -3}})
+    with pytest.raises(ConfigError, match=r"^config error: <top level>: unknown key 'modle'"):
+        validate_config(cfg)
+    cfg = deep_update(_default(), {"slow": {"num_generations": -3}, "fast": {"pool_size": 0}})
+    with pytest.raises(ConfigError, match=r"^config error: fast\.pool_size: "):  # one depth: by key
+        validate_config(cfg)
+
+
+def test_text_at_a_key_that_also_takes_text_stays_text():
+    """A filter value "1e5" (a key taking text and numbers) is the text written, not the number
+    YAML 1.2 would read: only a key that takes a number and no text reads it as one."""
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={
+        "data": {"hf_datasets": {"mine": {"path": "org/set", "filters": {"code": ["1e5", 3, 2.5, True]}}}}})
+    assert cfg["data"]["hf_datasets"]["mine"]["filters"]["code"] == ["1e5", 3, 2.5, True]
+
+
+def test_the_lowest_sampling_temperature_is_allowed():
+    """MIN_TEMPERATURE itself samples (only values between 0 and it are refused), in generation and
+    in an hf reflection model."""
+    from fastslow.config import MIN_TEMPERATURE
+
+    cfg = validate_config(deep_update(_default(), {
+        "generation": {"temperature": MIN_TEMPERATURE}, "slow": {"temperature": MIN_TEMPERATURE}, "fast": {
+        "proposer": "reflective", "reflection": {"kind": "hf", "path": "gpt2", "temperature": MIN_TEMPERATURE}}}))
+    assert cfg["generation"]["temperature"] == cfg["fast"]["reflection"]["temperature"] == MIN_TEMPERATURE
+
+
+def test_text_given_with_config_stays_text_where_the_key_takes_only_text(tmp_path, monkeypatch):
+    """A task named `2024` given with `--config data='{tasks: [2024, math]}'` is that name, not the
+    number YAML reads; and a value the command line did not give as it stands (a file's `"8"`) is
+    not read back as YAML."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "config" / "parity.jsonl", tmp_path / "y.jsonl")
+    given = {"data": {"tasks": ["2024", "math"]}}
+    cfg = deep_update(_default(), {"data": {"files": {"2024": {"path": "y.jsonl"}}, "tasks": ["2024", "math"]}})
+    assert validate_config(cfg, command_line=given)["data"]["tasks"] == ["2024", "math"]
+    cfg = deep_update(_default(), {"slow": {"num_generations": "8"}})
+    with pytest.raises(ConfigError, match=r"slow\.num_generations: expected an integer, got str '8'"):
+        validate_config(cfg, command_line={"slow": {"num_generations": "4"}})
+
+
+def test_a_task_file_may_name_its_type_in_capitals(tmp_path):
+    """`MINE.JSONL`: the loader reads a file's suffix in any case, and so does the config check."""
+    from fastslow.config import make_task
+
+    rows = tmp_path / "MINE.JSONL"
+    shutil.copy(ROOT / "config" / "parity.jsonl", rows)
+    cfg = load_config(ROOT / "config" / "config.yaml", overrides={"data": {"files": {"mine": {"path": str(rows)}}}})
+    assert len(make_task(cfg, "mine").problems("val", 2, seed=0)) == 2
+
+
+def test_a_micro_batch_is_a_positive_divisor_of_a_steps_rollouts():
+    """micro_batch_fits, SlowConfig's rule too: None, or a divisor >= 1 of P*G (-2 divides 8)."""
+    from fastslow.config import micro_batch_fits
+
+    assert micro_batch_fits(8, None) and micro_batch_fits(8, 2) and micro_batch_fits(8, 8)
+    assert not micro_batch_fits(8, 3) and not micro_batch_fits(8, -2) and not micro_batch_fits(8, 16)
+
+
+def test_one_reused_step_may_have_more_problems_than_the_validation_set():
+    """fast.reuse_steps 1 (or left out) with P > fast.val_problems: the step's problems beyond the
+    validation set sample their own rollouts, as before the key; only n > 1 steps must fit."""
+    reuse = {"fast": {"reuse_in_slow": True, "val_problems": 1}, "generation": {"max_new_tokens": 64},
+             "experiments": {"reuse": None}}  # its variant reuses 3 steps
+    for steps in ({}, {"reuse_steps": 1}):
+        cfg = load_config(ROOT / "config" / "config.yaml", overrides=deep_update(copy.deepcopy(reuse), {"fast": steps}))
+        assert cfg["slow"]["problems_per_step"] > cfg["fast"]["val_problems"] == 1
+
+
+def test_an_experiments_variants_follow_the_default_configs_order():
+    """Snakemake merges an overlay's variants before the default file's: follow_order puts them
+    back in config/config.yaml's order, an overlay's own variant after them."""
+    from fastslow.config import follow_order
+
+    default = _default()
+    merged = copy.deepcopy(default)
+    variants = merged["experiments"]["ablations"]["variants"]
+    merged["experiments"]["ablations"]["variants"] = {"k8": {"fast": {"pool_size": 4}},
+                                                     **dict(reversed(list(variants.items())))}
+    follow_order(merged, default)
+    assert list(merged["experiments"]["ablations"]["variants"]) == [
+        *default["experiments"]["ablations"]["variants"], "k8"]
+
+
+def test_a_hub_ids_revision_is_no_part_of_the_model_directory():
+    """`org/name@rev` and `org/name` are one model directory (results/models/name)."""
+    from fastslow.config import model_name
+
+    assert model_name({"model": {"base": "HuggingFaceTB/SmolLM2-135M-Instruct@main"}}) == "SmolLM2-135M-Instruct"
+    assert model_name({"model": {"base": "HuggingFaceTB/SmolLM2-135M-Instruct/"}}) == "SmolLM2-135M-Instruct"
+
+
+def test_a_local_model_above_the_working_directory_is_spelt_absolute(tmp_path, monkeypatch):
+    """canonical_model_base: a directory inside the working directory relative to it, any other
+    (its parent `..` too) by its absolute path, however it was spelt."""
+    from fastslow.config import canonical_model_base
+
+    work = tmp_path / "work"
+    (work / "models" / "m").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PWD", str(work))
+    assert canonical_model_base("..") == canonical_model_base(str(tmp_path) + "/") == str(tmp_path)
+    assert canonical_model_base("./models/m/") == canonical_model_base(str(work / "models" / "m")) == "models/m"
