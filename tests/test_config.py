@@ -2385,3 +2385,31 @@ def test_a_local_model_above_the_working_directory_is_spelt_absolute(tmp_path, m
     monkeypatch.setenv("PWD", str(work))
     assert canonical_model_base("..") == canonical_model_base(str(tmp_path) + "/") == str(tmp_path)
     assert canonical_model_base("./models/m/") == canonical_model_base(str(work / "models" / "m")) == "models/m"
+
+
+
+def test_a_config_file_that_is_not_a_mapping_is_one_line_naming_the_file(tmp_path):
+    """A config file whose top level is a list or text had stopped load_config with a traceback
+    (AttributeError: 'list' object has no attribute 'items'); an empty file is no settings."""
+    for text, kind in (("- slow\n- fast\n", "list"), ("slow\n", "str")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_config(ROOT / "config" / "config.yaml", bad)
+        assert str(info.value) == f"config error: {bad}: expected a mapping at the top level, got {kind}"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    assert load_config(ROOT / "config" / "config.yaml", empty) == load_config(ROOT / "config" / "config.yaml")
+
+
+def test_a_filter_given_with_config_keeps_the_rows_a_config_file_keeps():
+    """`--config data='{..., filters: {num_hops: [3]}}'`: Snakemake hands the 3 over as text, and
+    at a key that takes text and numbers it had stayed '3', so every row (num_hops is the int 3)
+    was dropped. It is read as a config file reads it; `1e5` stays text there too (YAML 1.1)."""
+    given = {"data": {"source": "hf", "hf_datasets": {"hover": {
+        "preset": "hover_real", "filters": {"num_hops": ["3", "4"], "code": ["1e5", "true", "x"]}}}}}
+    cfg = validate_config(deep_update(_default(), copy.deepcopy(given)), command_line=given)
+    assert cfg["data"]["hf_datasets"]["hover"]["filters"] == {"num_hops": [3, 4], "code": ["1e5", True, "x"]}
+    as_file = load_config(ROOT / "config" / "config.yaml", overrides=yaml.safe_load(
+        "data: {source: hf, hf_datasets: {hover: {preset: hover_real, filters: {num_hops: [3, 4], code: [1e5, true, x]}}}}"))
+    assert as_file["data"]["hf_datasets"]["hover"] == cfg["data"]["hf_datasets"]["hover"]

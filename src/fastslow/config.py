@@ -239,15 +239,18 @@ def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema:
     Snakemake parses `--config key=value` itself: a top-level value becomes an int, float, bool or
     string, but a nested one (`slow='{num_generations: 8}'`) goes through YAML's BaseLoader, which
     makes every scalar a string ('8'), so the schema would reject every number and flag given this
-    way. Such a string is parsed as YAML where the schema does not take it as text (a name, a
-    prompt, an enum's 'auto' stay as written); only values that came from the command line are
+    way. Such a string is parsed as YAML where the schema does not take it as text alone (a name,
+    a prompt, an enum's 'auto' stay as written; a filter's `3` is the int a file's `3` is); only values that came from the command line are
     touched, so a config file's `num_generations: "8"` is still an error. A top-level `key=`
     arrives as None (Snakemake's reading of an empty value): it is the empty string again where the
     schema takes text and no null (`seed_context=''` is then named as the empty string it is)."""
 
     def parse(path: tuple[Any, ...], value: Any) -> Any:
         if isinstance(value, str):
-            if _takes_text(_schema_at(schema, path), value):
+            at = _schema_at(schema, path)
+            # text only where the key takes text and no other scalar: at a filter's values (text,
+            # numbers or flags) a file's unquoted `3` is the int 3, and so is the command line's
+            if _takes_text(at, value) and not {"integer", "number", "boolean"} & set(_types(at)):
                 return value
             try:
                 return yaml.safe_load(value)
@@ -706,7 +709,10 @@ def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) 
     merged: dict[str, Any] = {}
     for p in paths:
         with open(p, encoding="utf-8") as fh:
-            deep_update(merged, yaml.safe_load(fh) or {})
+            loaded = yaml.safe_load(fh)
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config error: {p}: expected a mapping at the top level, got {type(loaded).__name__}")
+        deep_update(merged, loaded or {})
     if overrides:
         deep_update(merged, dict(overrides))
     return validate_config(merged)
