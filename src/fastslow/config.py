@@ -240,10 +240,11 @@ def _from_command_line(config: dict[str, Any], given: Mapping[str, Any], schema:
     string, but a nested one (`slow='{num_generations: 8}'`) goes through YAML's BaseLoader, which
     makes every scalar a string ('8'), so the schema would reject every number and flag given this
     way. Such a string is parsed as YAML where the schema does not take it as text alone (a name,
-    a prompt, an enum's 'auto' stay as written; a filter's `3` is the int a file's `3` is); only values that came from the command line are
-    touched, so a config file's `num_generations: "8"` is still an error. A top-level `key=`
-    arrives as None (Snakemake's reading of an empty value): it is the empty string again where the
-    schema takes text and no null (`seed_context=''` is then named as the empty string it is)."""
+    a prompt, an enum's 'auto' stay as written; a filter's `3` is the int a file's `3` is); only
+    values that came from the command line are touched, so a config file's `num_generations: "8"`
+    is still an error. A top-level `key=` arrives as None (Snakemake's reading of an empty value):
+    it is the empty string again where the schema takes text and no null (`seed_context=''` is
+    then named as the empty string it is)."""
 
     def parse(path: tuple[Any, ...], value: Any) -> Any:
         if isinstance(value, str):
