@@ -870,6 +870,11 @@ def test_task_names_are_checked_under_every_data_source_against_what_it_can_buil
      "experiments.plasticity.init: 'efficiency' has no default-variant run of methods ['rl', 'fst'] ending on "
      "tasks ['physics'] (it has methods ['rl', 'fst'], final tasks ['math']); set experiments.plasticity.init.tasks, "
      "or drop the experiment with `plasticity: null` in an overlay"),
+    # init.methods left out: the methods asked for are those that train (it named gepa too)
+    ({"mine": {"tasks": ["hover"], "methods": ["rl"], "cycles": 1,
+               "init": {"experiment": "efficiency", "tasks": ["stargraph"]}}},
+     "experiments.mine.init: 'efficiency' has no default-variant run of methods ['rl', 'fst', 'fst_distill'] ending "
+     "on tasks ['stargraph'] (it has methods ['rl', 'fst'], final tasks "),
     ({"plasticity": {"init": {"experiment": "plasticity"}}},
      "experiments.plasticity.init.experiment: 'plasticity' is this experiment; name the one whose runs it starts"),
     ({"efficiency": {"variants": {"lr2": {"slow": {"lr": 2e-6}}}}},

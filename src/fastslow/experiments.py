@@ -321,7 +321,9 @@ def _no_init_runs(where: str, exp_name: str, src: dict[str, Any], experiments: d
     own = [r for r in own if r.trains]
     tasks = sorted({r.schedule[-1] for r in own})
     methods = sorted({r.method for r in own}, key=METHODS.index)
-    return (f"{where}.init: {name!r} has no default-variant run of methods {src.get('methods', list(METHODS))} "
+    # left out, every method that trains is asked for (a GEPA-only run is never a source)
+    asked = src.get("methods", [m for m in METHODS if TRAINS[m]])
+    return (f"{where}.init: {name!r} has no default-variant run of methods {asked} "
             f"ending on tasks {src.get('tasks', tasks)} (it has methods {methods}, final tasks {tasks}); "
             f"set {where}.init.tasks, or drop the experiment with `{where.split('.')[-1]}: null` in an overlay")
 
