@@ -2417,3 +2417,179 @@ def test_the_kl_reduction_lowers_the_matched_reward_by_the_full_bound_and_needs_
     assert kl["verdict"] == "undetermined", kl["note"]
     assert f"for RL, it reaches it at KL {rl_kl_at_02:.4g} and the reduction is " \
            f"{1 - 0.03 / rl_kl_at_02:+.2f}" in kl["note"]
+
+
+def test_fig2_draws_the_running_max_of_each_methods_seed_mean_and_rls_peak(tmp_path, saved):
+    """Fig 2's lines are the running max of the seed-averaged val mean@k (a dip after a peak
+    stays at the peak), and its dotted line is RL's peak, the level FST's steps are counted to."""
+    rl = _rows("efficiency", "rl", "math", [0.1, 0.3, 0.2, 0.4])
+    rl += [{**r, "seed": 1, "run": r["run"][:-1] + "1", "mean_at_k": r["mean_at_k"] + 0.2} for r in rl]
+    fst = _rows("efficiency", "fst", "math", [0.1, 0.6, 0.5, 0.7])
+    ratios = fig2({"efficiency": pl.DataFrame(rl + fst).select(CURVE_COLUMNS)}, tmp_path / "fig2.pdf")
+    lines = {line.get_label(): line for line in saved[0].axes[0].lines}
+    assert list(lines) == ["RL", "FST", "RL peak"]
+    assert list(lines["RL"].get_ydata()) == pytest.approx([0.2, 0.4, 0.4, 0.5])  # seeds' mean: 0.2 0.4 0.3 0.5
+    assert list(lines["FST"].get_ydata()) == pytest.approx([0.1, 0.6, 0.6, 0.7])
+    assert list(lines["RL peak"].get_ydata()) == pytest.approx([0.5, 0.5])
+    assert ratios == {"math": pytest.approx(3.0)}  # RL's peak 0.5 at step 30, FST past it at step 10
+
+
+def test_fig3s_error_bars_reach_one_standard_error_each_side_of_the_seed_mean(tmp_path, saved):
+    """Fig 3's bars, "±1 standard error over val problems" in its footnote, reach one standard
+    error above and below each evaluation, method by method."""
+    from matplotlib.collections import LineCollection
+
+    rl = _rows("efficiency", "rl", "math", [0.1, 0.2, 0.3, 0.4, 0.4, 0.4], se=0.05)
+    fst = _rows("efficiency", "fst", "math", [0.1, 0.4, 0.5, 0.55, 0.6, 0.6], se=0.02)
+    figures.fig3({"efficiency": pl.DataFrame(rl + fst).select(CURVE_COLUMNS)}, tmp_path / "fig3.pdf")
+    bars = [c.get_segments() for c in saved[0].axes[0].collections if isinstance(c, LineCollection)]
+    assert len(bars) == 2
+    for segments, values, se in zip(bars, ([0.1, 0.2, 0.3, 0.4, 0.4, 0.4], [0.1, 0.4, 0.5, 0.55, 0.6, 0.6]),
+                                    (0.05, 0.02), strict=True):
+        assert [s[0][1] for s in segments] == pytest.approx([v - se for v in values])
+        assert [s[1][1] for s in segments] == pytest.approx([v + se for v in values])
+
+
+def test_fig7_returns_the_escape_above_two_standard_errors_and_the_last_evaluation(tmp_path, saved):
+    """Fig 7's numbers: a mean@k within two standard errors of 0 (one right sample) has not left
+    zero reward yet, and "last" is the last evaluation, not the best."""
+    rl = _rows("stargraph", "rl", "stargraph", [0, 0.05, 0.3, 0.2], se=0.05)
+    fst = _rows("stargraph", "fst", "stargraph", [0, 0.4, 0.6, 0.5], se=0.05)
+    numbers = figures.fig7({"stargraph": pl.DataFrame(rl + fst).select(CURVE_COLUMNS)}, tmp_path / "fig7.pdf")
+    assert numbers["escape_step"] == {"rl": 20.0, "fst": 10.0}  # RL's 0.05 at step 10: within 2 × 0.05
+    assert numbers["last"] == {"rl": pytest.approx(0.2), "fst": pytest.approx(0.5)}
+    assert [t.get_text() for t in saved[0].axes[0].texts] == [" RL: step 20", " FST: step 10"]
+
+
+def test_fig8_returns_each_methods_last_reward_and_entropy(tmp_path, saved):
+    """Fig 8's numbers (its run's metrics) are each method's last seed-mean evaluation, of
+    reward and of entropy, not its first."""
+    ceiling = (_set(_rows("ceiling", "gepa", "hover", [0.3, 0.5, 0.4]), "entropy", [0.8, 0.8, 0.8])
+               + _set(_rows("ceiling", "fst_distill", "hover", [0.3, 0.6, 0.5]), "entropy", [0.8, 0.7, 0.6]))
+    eff = (_set(_rows("efficiency", "rl", "hover", [0.3, 0.35, 0.45]), "entropy", [0.8, 0.6, 0.4])
+           + _set(_rows("efficiency", "fst", "hover", [0.3, 0.45, 0.7]), "entropy", [0.8, 0.75, 0.7]))
+    numbers = figures.fig8({"ceiling": pl.DataFrame(ceiling).select(CURVE_COLUMNS),
+                            "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig8.pdf")
+    assert numbers == {"last": {"rl": pytest.approx(0.45), "fst": pytest.approx(0.7),
+                                "fst_distill": pytest.approx(0.5), "gepa": pytest.approx(0.4)},
+                       "entropy": {"rl": pytest.approx(0.4), "fst": pytest.approx(0.7),
+                                   "fst_distill": pytest.approx(0.6), "gepa": pytest.approx(0.8)}}
+
+
+def test_fig9s_error_bar_on_a_bar_read_at_an_earlier_step_is_its_seeds_spread_there(tmp_path, saved, efficiency):
+    """A variant not evaluated at the common step (another T) shows its evaluation before it:
+    its error bar is the spread of the seeds that bar averages, at that step; read at the common
+    step, where it has none, the bar lost its error bar."""
+    from matplotlib.container import BarContainer
+
+    k1 = _rows("ablations", "fst", "math", [0.1, 0.3, 0.35, 0.4], variant="k1")  # steps 0..30
+    t25 = _rows("ablations", "fst", "math", [0.1, 0.3, 0.5], variant="t25", steps_per_cycle=25)  # 0, 25, 50
+    abl = pl.DataFrame(k1 + t25 + _seed(t25, 1, 0.1)).select(CURVE_COLUMNS)
+    values = fig9({"ablations": abl, "efficiency": efficiency}, tmp_path / "fig9.pdf")
+    assert values["t25"] == pytest.approx(0.35)  # at step 25: 0.3 and 0.4; the common step is 30
+    (bars,) = [c for c in saved[0].axes[0].containers if isinstance(c, BarContainer)]
+    k1_err, t25_err, default_err = bars.errorbar.lines[2][0].get_segments()
+    assert [y for _, y in t25_err] == pytest.approx([0.30, 0.40])  # 0.35 ± std/√2 = 0.05
+    assert np.isnan(k1_err).all() and np.isnan(default_err).all()  # one seed each
+
+
+def test_fig10s_rl_reference_is_efficiencys_rl_run_not_its_fst_run_on_the_task(tmp_path, saved):
+    """Efficiency also has an FST run on Fig 10's task (Fig 2's HoVer-hard): the curve and bar
+    labelled RL are its RL run's alone, not RL's and FST's averaged."""
+    rows = (_reuse_rows("no_reuse", [0.1, 0.2, 0.3], [30.0, 34.0]) + _reuse_rows("reuse", [0.1, 0.25, 0.3], [20.0, 22.0]))
+    eff = []
+    for method, values, seconds in (("rl", [0.1, 0.15, 0.2], 24.0), ("fst", [0.1, 0.5, 0.7], 60.0)):
+        eff += _set(_rows("efficiency", method, "hover_hard", values, steps_per_cycle=2), "cycle_seconds",
+                    [None, seconds, seconds])
+    numbers = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS),
+                             "efficiency": pl.DataFrame(eff).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    ax, ax2 = saved[0].axes
+    assert _lines(ax)["RL"] == pytest.approx([0.1, 0.15, 0.2])
+    assert _bar_heights(ax2)["RL"] == pytest.approx(12.0)
+    assert numbers["seconds_per_step"]["rl"] == pytest.approx(12.0) and numbers["last"]["rl"] == pytest.approx(0.2)
+
+
+def test_fig9s_common_step_is_read_from_its_tasks_runs_alone(tmp_path, saved, efficiency):
+    """Fig 9 compares at the last step every run on its task was evaluated at: an efficiency run
+    on another task, evaluated at other steps, had moved the bars to an earlier step."""
+    abl = pl.DataFrame(_rows("ablations", "fst", "math", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], variant="k1"))
+    other = pl.DataFrame(_rows("efficiency", "fst", "codeio", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], steps_per_cycle=7))
+    values = fig9({"ablations": abl.select(CURVE_COLUMNS),
+                   "efficiency": pl.concat([efficiency, other.select(CURVE_COLUMNS)])}, tmp_path / "fig9.pdf")
+    assert values == {"k1": pytest.approx(0.6), "default": pytest.approx(0.6), "rl": pytest.approx(0.4)}
+    assert "at step 50)" in saved[0]._suptitle.get_text().replace("\n", " ")
+
+
+def test_a_cycle_evaluated_on_two_tasks_is_timed_once():
+    """A cycle's wall time is one measurement however many tasks its evaluation scored: counted
+    once a task, it narrowed the claims' spread of the cycles' times."""
+    rows = _reuse_rows("reuse", [0.1, 0.2, 0.3], [20.0, 24.0])  # cycles of T=2: 10 and 12 s a step
+    rows += [{**r, "eval_task": "math"} for r in rows]
+    assert figures.cycle_seconds_per_step(pl.DataFrame(rows).select(CURVE_COLUMNS)) == {
+        "reuse": pytest.approx([10.0, 12.0])}
+
+
+def test_a_variants_cpu_share_is_its_cycles_mean_and_a_ratio_of_1_25_still_compares():
+    """Fig 10's CPU share is the mean over a variant's cycles (not its best cycle); two variants
+    whose shares are CPU_SHARE_RATIO apart still compare, any further apart do not."""
+    rows = (_set(_reuse_rows("reuse", [0.1, 0.2, 0.3], [20.0, 24.0]), "cycle_cpu_share", [None, 0.5, 1.0])
+            + _set(_reuse_rows("no_reuse", [0.1, 0.2, 0.3], [30.0, 34.0]), "cycle_cpu_share", [None, 0.6, 0.6]))
+    assert figures.cpu_shares(pl.DataFrame(rows).select(CURVE_COLUMNS)) == {
+        "reuse": pytest.approx(0.75), "no_reuse": pytest.approx(0.6)}
+    assert figures.unequal_cpu({"reuse": 0.625, "no_reuse": 0.5}) == ""  # 1.25 exactly
+    assert figures.unequal_cpu({"reuse": 0.63, "no_reuse": 0.5}).startswith(
+        "the variants' cycles had the CPU unequally (no reuse 50%, rollout reuse 63% of")
+
+
+def test_fig10_returns_each_variants_last_evaluation(tmp_path, saved):
+    """Fig 10's "last" numbers (its run's metrics) are each variant's last seed-mean evaluation."""
+    rows = (_reuse_rows("no_reuse", [0.1, 0.4, 0.3], [30.0, 34.0])
+            + _reuse_rows("reuse", [0.1, 0.25, 0.35], [20.0, 22.0]))
+    numbers = figures.fig10({"reuse": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig10.pdf")
+    assert numbers["last"] == {"no_reuse": pytest.approx(0.3), "reuse": pytest.approx(0.35)}
+    assert numbers["seconds_per_step"] == {"no_reuse": pytest.approx(16.0), "reuse": pytest.approx(10.5)}
+
+
+def test_a_table_is_drawn_at_its_default_variant_and_fsts_runs_whatever_its_row_order():
+    """`headline_tables` keeps the default variant (and, in a compared table, FST's runs) even
+    where another comes first in the table; only a table without one falls back to its first."""
+    eff = pl.DataFrame(_rows("efficiency", "fst", "math", [0.1, 0.9], variant="k2")
+                       + _rows("efficiency", "fst", "math", [0.1, 0.5])).select(CURVE_COLUMNS)
+    abl = pl.DataFrame(_rows("ablations", "rl", "math", [0.1, 0.2], variant="k2")
+                       + _rows("ablations", "fst", "math", [0.1, 0.4], variant="k2")).select(CURVE_COLUMNS)
+    odd = pl.DataFrame(_rows("continual", "fst", "math", [0.1, 0.2], variant="b")
+                       + _rows("continual", "fst", "math", [0.1, 0.3], variant="a")).select(CURVE_COLUMNS)
+    out, notes = figures.headline_tables({"efficiency": eff, "ablations": abl, "continual": odd}, ("ablations",))
+    assert out["efficiency"]["variant"].unique().to_list() == ["default"]
+    assert out["ablations"]["method"].unique().to_list() == ["fst"]
+    assert out["continual"]["variant"].unique().to_list() == ["b"]
+    assert notes == {"efficiency": "efficiency: variant default read, variant k2 not",
+                     "ablations": "ablations: its FST runs read, its RL runs not",
+                     "continual": "continual: variant b read, variant a not"}
+
+
+def test_fig6s_forgetting_panel_draws_each_tasks_accuracy_through_every_stage(tmp_path, saved):
+    """The right panel's line of a task is its evaluations at every step, in later stages too
+    (the forgetting it shows), not the evaluations made while training on it."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    rows = (_rows("continual", "fst", "hover.codeio", [0.1, 0.3, 0.5, 0.2, 0.1], train_task=seq, eval_task="hover")
+            + _rows("continual", "fst", "hover.codeio", [0.0, 0.1, 0.2, 0.6, 0.7], train_task=seq, eval_task="codeio"))
+    fig6({"continual": pl.DataFrame(rows).select(CURVE_COLUMNS)}, tmp_path / "fig6.pdf")
+    drawn = {ln.get_label(): ln for ln in saved[0].axes[1].lines if not ln.get_label().startswith("_")}
+    assert list(drawn["FST: HoVer"].get_xdata()) == [0, 10, 20, 30, 40]
+    assert list(drawn["FST: HoVer"].get_ydata()) == pytest.approx([0.1, 0.3, 0.5, 0.2, 0.1])
+    assert list(drawn["FST: CodeIO"].get_ydata()) == pytest.approx([0.0, 0.1, 0.2, 0.6, 0.7])
+
+
+def test_a_stage_start_over_a_stage_peak_of_zero_is_null_not_infinite():
+    """A stage without reward (peak 0) has nothing to normalise its start by, even where the
+    weights it starts from scored on its task: null, as its stage's points, not 0.2 / 0."""
+    seq = ["hover", "hover", "codeio", "codeio"]
+    df = pl.DataFrame(
+        _rows("continual", "fst", "hover.codeio", [0.1, 0.3, 0.5, 0.2, 0.1], train_task=seq, eval_task="hover")
+        + _rows("continual", "fst", "hover.codeio", [0.0, 0.0, 0.2, 0.0, 0.0], train_task=seq, eval_task="codeio")
+    ).select(CURVE_COLUMNS)
+    points = figures.stage_start_points(figures.continual_seed_mean(df), normalised_continual(df),
+                                        figures.stage_starts(df))
+    assert dict(zip(points["train_task"], points["normalised"], strict=True)) == {"hover": pytest.approx(0.2),
+                                                                                 "codeio": None}
