@@ -2593,3 +2593,17 @@ def test_a_stage_start_over_a_stage_peak_of_zero_is_null_not_infinite():
                                         figures.stage_starts(df))
     assert dict(zip(points["train_task"], points["normalised"], strict=True)) == {"hover": pytest.approx(0.2),
                                                                                  "codeio": None}
+
+
+def test_fig4_says_kl_not_measured_when_only_the_step_0_evaluation_has_one(tmp_path, saved):
+    """A base evaluation's KL (0 at step 0) with none at any trained checkpoint is "KL not
+    measured", as the claims table says: RL had a legend entry, a lone marker at the origin and
+    no word of why its line was missing."""
+    nan = float("nan")
+    rl = _rows("efficiency", "rl", "math", [0.1, 0.2, 0.3, 0.4], kl=[0.0, nan, nan, nan])
+    fst = _rows("efficiency", "fst", "math", [0.1, 0.4, 0.5, 0.6], kl=[0, .01, .02, .03])
+    last = figures.fig4({"efficiency": pl.DataFrame(rl + fst).select(CURVE_COLUMNS)}, tmp_path / "fig4.pdf")
+    (ax,) = saved[0].axes
+    assert ax.get_title().replace("\n", " ") == "Math KL not measured for RL (evaluation.divergence: false)"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FST"]
+    assert math.isnan(last["math"]["rl"]["kl"]) and last["math"]["rl"]["reward"] == pytest.approx(0.4)

@@ -630,7 +630,10 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             sub = df.filter((pl.col("eval_task") == task) & (pl.col("method") == method)).sort("step")
             if not sub.height:
                 continue
-            if not sub["kl_to_base"].fill_nan(None).drop_nulls().len():  # evaluation.divergence: false
+            # its trained checkpoints' KL: the step-0 evaluation's (the base model, KL 0) may have one
+            # where none of the others does, a lone marker at the origin (the claims: not measured)
+            trained = sub.filter(pl.col("step") > 0)["kl_to_base"]
+            if not (trained if trained.len() else sub["kl_to_base"]).fill_nan(None).drop_nulls().len():  # evaluation.divergence: false
                 unmeasured.append(LABELS[method])  # said under the title, not a legend entry with nothing drawn
                 c = seed_curve(sub)
                 last.setdefault(task, {})[method] = {"kl": float("nan"), "reward": float(c["mean_at_k"][-1])}
