@@ -2607,3 +2607,4 @@ def test_fig4_says_kl_not_measured_when_only_the_step_0_evaluation_has_one(tmp_p
     assert ax.get_title().replace("\n", " ") == "Math KL not measured for RL (evaluation.divergence: false)"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["FST"]
     assert math.isnan(last["math"]["rl"]["kl"]) and last["math"]["rl"]["reward"] == pytest.approx(0.4)
+    assert last["math"]["fst"] == {"kl": pytest.approx(0.03), "reward": pytest.approx(0.6)}  # its last checkpoint
