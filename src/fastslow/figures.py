@@ -633,7 +633,8 @@ def _kl_figure(tables: Mapping[str, pl.DataFrame], out: str | Path, tasks: list[
             # its trained checkpoints' KL: the step-0 evaluation's (the base model, KL 0) may have one
             # where none of the others does, a lone marker at the origin (the claims: not measured)
             trained = sub.filter(pl.col("step") > 0)["kl_to_base"]
-            if not (trained if trained.len() else sub["kl_to_base"]).fill_nan(None).drop_nulls().len():  # evaluation.divergence: false
+            measured = trained if trained.len() else sub["kl_to_base"]
+            if not measured.fill_nan(None).drop_nulls().len():  # evaluation.divergence: false
                 unmeasured.append(LABELS[method])  # said under the title, not a legend entry with nothing drawn
                 c = seed_curve(sub)
                 last.setdefault(task, {})[method] = {"kl": float("nan"), "reward": float(c["mean_at_k"][-1])}
