@@ -211,3 +211,78 @@ def test_an_exception_chain_is_each_error_once_cause_before_context() -> None:
     loop = KeyError("a")
     loop.__context__ = loop
     assert list(exception_chain(loop)) == [loop]
+
+
+def test_a_sibling_whose_name_only_ends_like_a_temporary_is_kept(tmp_path):
+    """Only `.name.XXXXXXXX` is a temporary of `name`: a directory whose name merely has mkdtemp's
+    8 characters where the prefix would end is someone's data."""
+    keep = tmp_path / "keep_me_abcd1234"  # as long as `.x.json.` plus 8 characters
+    keep.mkdir()
+    write_json({"v": 1}, tmp_path / "x.json")
+    assert keep.is_dir()
+
+
+def test_a_link_in_a_directory_output_is_committed_and_its_target_left_alone(tmp_path, mask):
+    """A link's target is not the output's: its mode stays, and a link to nothing (yet) does not
+    fail the write (syncing it followed the link and raised FileNotFoundError, losing the output)."""
+    private = tmp_path / "private.bin"
+    _write_private(private)
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        (tmp / "config.json").write_text("{}")
+        os.symlink(private, tmp / "linked.bin")
+        os.symlink(tmp_path / "not-yet", tmp / "dangling")
+    assert (tmp_path / "model" / "linked.bin").read_text() == "w"
+    assert os.readlink(tmp_path / "model" / "dangling") == str(tmp_path / "not-yet")
+    assert _mode(private) == 0o600
+
+
+def test_linked_weights_of_a_private_directory_are_committed_with_a_plain_mode(tmp_path, mask):
+    """link_tree copies the source directory's mode onto the output's (copytree's copystat): a
+    cycle's model saved 0700 made the run's final weights 0700 too."""
+    from fastslow.io import link_tree
+
+    src = tmp_path / "cycle1" / "model"
+    src.mkdir(parents=True)
+    (src / "config.json").write_text("{}")
+    os.chmod(src, 0o700)
+    with atomic_path(tmp_path / "final" / "model", is_dir=True) as tmp:
+        link_tree(src, tmp)
+    assert _mode(tmp_path / "final" / "model") == 0o777 & ~mask
+
+
+def test_a_directory_the_file_system_cannot_sync_is_left_but_a_file_it_cannot_sync_fails_the_write(
+        tmp_path, monkeypatch):
+    """Some network file systems refuse to sync a directory: the output is written all the same. A
+    file that cannot be synced may not be on disk: the write fails and the old output stays."""
+    import errno
+    import stat as st
+
+    real_fsync = os.fsync
+    refuse = {"dir"}
+
+    def fsync(fd):
+        kind = "dir" if st.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        if kind in refuse:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_json({"v": 1}, tmp_path / "x.json")
+    refuse = {"file"}
+    with pytest.raises(OSError, match="Invalid argument"):
+        write_json({"v": 2}, tmp_path / "x.json")
+    assert json.loads((tmp_path / "x.json").read_text()) == {"v": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+
+
+def test_the_cache_is_where_the_environment_says(tmp_path, monkeypatch):
+    from fastslow.io import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FASTSLOW_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_root() == tmp_path / "home" / ".cache" / "fastslow"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "fastslow"
+    monkeypatch.setenv("FASTSLOW_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_root() == tmp_path / "mine"

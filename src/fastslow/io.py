@@ -94,11 +94,13 @@ def _fsync(path: Path) -> None:
 
 
 def sync_tree(root: Path) -> None:
-    """Every file under `root` (or `root` itself), then the directories that name them, on disk."""
+    """Every file under `root` (or `root` itself), then the directories that name them, on disk.
+    A symbolic link is its directory's entry alone: its target, not ours, may be none (yet)."""
     if root.is_dir():
         for dirpath, _, filenames in os.walk(root):
             for name in filenames:
-                _fsync(Path(dirpath, name))
+                if not os.path.islink(os.path.join(dirpath, name)):
+                    _fsync(Path(dirpath, name))
             _fsync(Path(dirpath))
     elif root.exists():
         _fsync(root)
