@@ -286,3 +286,146 @@ def test_the_cache_is_where_the_environment_says(tmp_path, monkeypatch):
     assert cache_root() == tmp_path / "xdg" / "fastslow"
     monkeypatch.setenv("FASTSLOW_CACHE_DIR", str(tmp_path / "mine"))
     assert cache_root() == tmp_path / "mine"
+
+
+def test_a_lock_held_by_a_process_that_wrote_nothing_says_so(tmp_path):
+    import fcntl
+
+    from fastslow.io import LockedError, exclusive_lock
+
+    lock = tmp_path / "c0.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: refused as another process's would be
+        with pytest.raises(LockedError, match=r"^cycle 0 is being written by another process \(a process that wrote "
+                                              r"no name, lock .*c0\.lock\): "):
+            with exclusive_lock(lock, "cycle 0"):
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_lock_names_its_holder_alone_whatever_an_ended_holder_wrote_before(tmp_path, monkeypatch):
+    from fastslow.io import exclusive_lock
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    lock = tmp_path / "c0.lock"
+    lock.write_text("pid 1 on a-host-whose-name-is-longer-than-this-ones (SLURM job 4242, restart 0)\n")
+    with exclusive_lock(lock, "cycle 0"):
+        assert lock.read_text() == f"pid {os.getpid()} on {__import__('socket').gethostname()}\n"
+
+
+def test_free_space_is_enough_when_it_is_what_is_needed(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from fastslow.io import free_space_error
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(8 * 1024 ** 3, 0, 2 * 1024 ** 3))
+    assert free_space_error(tmp_path, 2 * 1024 ** 3, "cycle 1") is None
+    assert free_space_error(tmp_path, 3 * 1024 ** 3, "cycle 1") == (
+        f"not enough disk space for cycle 1: 2.00 GiB free at {tmp_path}, it needs about 3.00 GiB; free some space "
+        f"or move results/ to a larger file system")
+
+
+def test_a_fingerprint_changes_with_a_files_name_size_or_time_but_not_with_hidden_files(tmp_path):
+    from fastslow.io import tree_bytes, tree_fingerprint
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "w.bin").write_bytes(b"1234")
+    first = tree_fingerprint(model)
+    (model / ".cache").mkdir()
+    (model / ".cache" / "meta").write_text("download metadata")
+    (model / ".snakemake_timestamp").write_text("")
+    assert tree_fingerprint(model) == first
+    os.utime(model / "sub" / "w.bin", ns=(1, 1))
+    touched = tree_fingerprint(model)
+    assert touched != first
+    (model / "sub" / "w.bin").rename(model / "sub" / "v.bin")
+    os.utime(model / "sub" / "v.bin", ns=(1, 1))
+    assert tree_fingerprint(model) != touched
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (other / name).write_text("{}")
+        os.utime(other / name, ns=(2, 2))
+    os.utime(model / "config.json", ns=(2, 2))
+    assert tree_fingerprint(other / "config.json") == tree_fingerprint(model / "config.json")  # its name, not its path
+    assert tree_fingerprint(other / "tokenizer.json") != tree_fingerprint(other / "config.json")
+    assert tree_bytes(model / "sub" / "v.bin") == 4 and tree_bytes(model) == 4 + 2 + 17 + 0
+
+
+def test_nested_settings_are_dotted_and_an_empty_mapping_is_a_value():
+    from fastslow.io import dotted
+
+    assert dotted({"slow": {"lr": 1e-5, "opt": {"beta": 0.9}}, "tags": {}, "k": 4}) == {
+        "slow.lr": 1e-5, "slow.opt.beta": 0.9, "tags": {}, "k": 4}
+
+
+def test_a_parquet_column_empty_at_first_takes_the_type_of_a_later_value(tmp_path):
+    import polars as pl
+
+    from fastslow.io import write_parquet
+
+    rows = [{"error": None}] * 150 + [{"error": "timeout"}]
+    path = write_parquet(rows, tmp_path / "rollouts.parquet")
+    assert pl.read_parquet(path)["error"].to_list()[-2:] == [None, "timeout"]
+
+
+def test_a_directory_output_written_again_is_the_new_one_alone(tmp_path):
+    """A rerun's model replaces the last one's whole: no file of the old one is left beside it."""
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        (tmp / "old.bin").write_text("old")
+    with atomic_path(tmp_path / "model", is_dir=True) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["new.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize(("holder", "restart", "squeue", "gone"), [
+    ("pid 7 on n1 (SLURM job 42, restart 0)", "1", None, True),  # this job before SLURM requeued it
+    ("pid 7 on n1 (SLURM job 42, restart 1)", "1", None, False),  # this very run's other process
+    ("pid 7 on n1 (SLURM job 5, restart 0)", "0", (0, "", ""), True),  # squeue knows it no more
+    ("pid 7 on n1 (SLURM job 5, restart 0)", "0", (0, "TIMEOUT\n", ""), True),
+    ("pid 7 on n1 (SLURM job 5, restart 0)", "0", (0, "RUNNING\n", ""), False),
+    ("pid 7 on n1 (SLURM job 5, restart 0)", "0", (1, "", "Invalid job id specified"), True),
+    ("pid 7 on n1 (SLURM job 5, restart 0)", "0", (1, "", "Socket timed out"), False),
+    ("pid 7 on n1", "0", (0, "", ""), False),  # no SLURM job named: nothing says it ended
+])
+def test_a_locks_holder_is_gone_only_when_slurm_says_its_job_ended(holder, restart, squeue, gone, monkeypatch):
+    import subprocess
+
+    from fastslow.io import _holder_gone
+
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", restart)
+    asked = []
+
+    def run(cmd, **kwargs):
+        asked.append(cmd)
+        code, out, err = squeue
+        return subprocess.CompletedProcess(cmd, code, out, err)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    assert _holder_gone(holder) is gone
+    assert asked == ([] if squeue is None or "SLURM" not in holder else [["squeue", "-h", "-j", "5", "-o", "%T"]])
+
+
+def test_a_lock_is_taken_over_once_and_a_second_refusal_stops(tmp_path, monkeypatch):
+    """A lock taken over from a gone holder, then refused again (another copy locked the new file
+    first), is that copy's: it is not taken over in turn."""
+    import fastslow.io as fio
+
+    def refused(fd, path, what, advice=fio.JOB_LEFT_RUNNING):
+        raise fio.LockedError(f"{what} is being written by another process", "pid 7 on n1 (SLURM job 5, restart 0)")
+
+    asked = []
+    monkeypatch.setattr(fio, "_flock", refused)
+    monkeypatch.setattr(fio, "_holder_gone", lambda holder: asked.append(holder) or len(asked) < 3)
+    with pytest.raises(fio.LockedError, match="^cycle 0 is being written by another process$"):
+        with fio.exclusive_lock(tmp_path / "c0.lock", "cycle 0"):
+            pass
+    assert len(asked) == 1
