@@ -99,8 +99,8 @@ def sync_tree(root: Path) -> None:
     if root.is_dir():
         for dirpath, _, filenames in os.walk(root):
             for name in filenames:
-                if not os.path.islink(os.path.join(dirpath, name)):
-                    _fsync(Path(dirpath, name))
+                if not (path := Path(dirpath, name)).is_symlink():
+                    _fsync(path)
             _fsync(Path(dirpath))
     elif root.exists():
         _fsync(root)

@@ -138,8 +138,8 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
         elif isinstance(node, ast.Attribute):
             name = _dotted(node)  # (an attribute chain's inner links come later in the walk)
             if name is not None:
-                root, rest = name.split(".", 1)
-                name = f"{aliases.get(root, root)}.{rest}"
+                root = name.split(".", 1)[0]
+                name = _resolved(name, aliases)
                 if root in aliases and _outside_module(name):  # `import urllib.parse`; urllib.request.urlopen
                     return node.lineno, name
         else:
@@ -149,6 +149,13 @@ def _outside_uses(source: str) -> tuple[int, str] | None:
     return None
 
 
+def _resolved(name: str, aliases: Mapping[str, str]) -> str:
+    """A dotted name with its first part read through the program's imports (`np.random.seed` is
+    `numpy.random.seed` after `import numpy as np`)."""
+    root, dot, rest = name.partition(".")
+    return aliases.get(root, root) + dot + rest
+
+
 def _unseeded(call: ast.Call, aliases: Mapping[str, str], own: set[str]) -> str | None:
     """The seeder `call` calls (imports resolved) when it is given no seed, or None as its seed
     (`random.seed()`, `np.random.default_rng(None)`: the operating system's randomness), else None.
@@ -156,8 +163,7 @@ def _unseeded(call: ast.Call, aliases: Mapping[str, str], own: set[str]) -> str 
     name = _dotted(call.func)
     if name is None or name in own:
         return None
-    root, _, rest = name.partition(".")
-    name = aliases.get(root, root) + (f".{rest}" if rest else "")
+    name = _resolved(name, aliases)
     if name not in _UNSEEDED_WITHOUT_ARGUMENT:
         return None
     seeds = [*call.args[:1], *(k.value for k in call.keywords if k.arg in ("a", "x", "seed", "entropy"))]
@@ -361,8 +367,9 @@ class CodeIOTask(ReasoningGymTask):
         `convert` rejects it whatever the program outputs: it is not run (469 programs of the CPU
         default's train split at 2500). Its splits come out the same as when every program ran, as
         long as a program skipped changed no process state a later one reads (`_seeded_run` restores
-        the RNGs, `decimal`'s context and numpy's error handling, not every module's globals). The CPU default's splits came out byte-identical; at paper.yaml's sizes a
-        review read the skipped programs and found none whose state a kept one reads; and
+        the RNGs, `decimal`'s context and numpy's error handling, not every module's globals). The
+        CPU default's splits came out byte-identical; at paper.yaml's sizes a review read the
+        skipped programs and found none whose state a kept one reads; and
         `tests/test_tasks.py` compares a small split with the check off."""
         from reasoning_gym.code.codeio import OUTPUT_PREDICTION_PROMPT_TEMPLATE as question_of
 
@@ -443,11 +450,11 @@ def _seeded_run(global_seed: int, timeout: float) -> Iterator[None]:
     its process started afresh and restored afterwards (`decimal`'s context, numpy's error
     handling: 12 shipped programs set the precision, and the next program to use `Decimal` in the
     same worker computed its gold at that precision, not at the default its code shows), and
-    (main thread) a limit of `timeout`
-    seconds of CPU time (`ITIMER_PROF`), with `WALL_FACTOR` times that of wall-clock time behind
-    it. Wall-clock time alone made the splits depend on the machine's load: a program of about a
-    second, run while other jobs shared the cores, passed 2 s and its item was dropped, which
-    shifted every later item of its split (a quiet rebuild wrote other splits)."""
+    (main thread) a limit of `timeout` seconds of CPU time (`ITIMER_PROF`), with `WALL_FACTOR`
+    times that of wall-clock time behind it. Wall-clock time alone made the splits depend on the
+    machine's load: a program of about a second, run while other jobs shared the cores, passed 2 s
+    and its item was dropped, which shifted every later item of its split (a quiet rebuild wrote
+    other splits)."""
     import numpy as np
 
     py_state, np_state, np_errors, context = random.getstate(), np.random.get_state(), np.geterr(), decimal.getcontext()
