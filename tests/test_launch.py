@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,10 +93,39 @@ def test_bad_inputs_are_rejected():
 @pytest.mark.parametrize("resources,expected", [
     ({"gpu": 8}, 8), ({"gpu": "2"}, 2), ({"gpu": 0}, 0), ({}, 0), ({"gres": "gpu:4"}, 4),
     ({"gres": "gpu:h100:2"}, 2), ({"gres": "gpu"}, 1), ({"gres": "shard:2"}, 0),
-    ({"gpu": 1, "gres": "gpu:4"}, 1),
+    ({"gpu": 1, "gres": "gpu:4"}, 1), ({"gpu": 0, "gres": "gpu:4"}, 0), ({"gpu": "", "gres": "gpu:4"}, 4),
+    ({"gres": "shard:1,gpu:a100:3"}, 3), ({"gres": "gpu:h100"}, 1),
 ])
 def test_gpus_requested_from_snakemake_resources(resources, expected):
     assert launch.gpus_requested(resources) == expected
+
+
+@pytest.mark.parametrize(("gpu", "message"), [
+    (-1, "resource gpu must be >= 0, got -1"), ("two", "resource gpu must be an integer, got 'two'"),
+])
+def test_gpus_requested_names_a_bad_gpu_resource(gpu, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        launch.gpus_requested({"gpu": gpu})
+
+
+def test_env_int(monkeypatch):
+    """FASTSLOW_TRAIN_PROCESSES, WORLD_SIZE, RANK: the default when unset or blank, the minimum
+    itself allowed, a bad value named with its variable."""
+    monkeypatch.delenv("FASTSLOW_N", raising=False)
+    assert launch.env_int("FASTSLOW_N", 7) == 7
+    monkeypatch.setenv("FASTSLOW_N", "  ")
+    assert launch.env_int("FASTSLOW_N", 7) == 7
+    monkeypatch.setenv("FASTSLOW_N", " 3 ")
+    assert launch.env_int("FASTSLOW_N", 7) == 3
+    monkeypatch.setenv("FASTSLOW_N", "1")
+    assert launch.env_int("FASTSLOW_N") == 1
+    monkeypatch.setenv("FASTSLOW_N", "0")
+    assert launch.env_int("FASTSLOW_N", minimum=0) == 0
+    with pytest.raises(ValueError, match=r"^FASTSLOW_N must be an integer >= 1, got 0$"):
+        launch.env_int("FASTSLOW_N")
+    monkeypatch.setenv("FASTSLOW_N", "2.5")
+    with pytest.raises(ValueError, match=r"^FASTSLOW_N must be an integer >= 1, got '2.5'$"):
+        launch.env_int("FASTSLOW_N")
 
 
 def test_gpus_requested_reads_attribute_style_resources():
@@ -108,9 +139,55 @@ def test_visible_gpus_and_mismatch(monkeypatch):
     assert launch.visible_gpus({}) is None
     assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2"}) == 3
     assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0  # CUDA's "no device"
+    assert launch.visible_gpus({"CUDA_VISIBLE_DEVICES": "0, 1,"}) == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert launch.visible_gpus() == 2
     with pytest.raises(RuntimeError, match="4 GPUs requested"):
         launch.launch("m", gpus=4)
+    with pytest.raises(RuntimeError, match="^3 GPUs requested but CUDA_VISIBLE_DEVICES shows 2$"):
+        launch.launch("m", gpus=3)  # one short is short too
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(RuntimeError, match="^2 GPUs requested but CUDA_VISIBLE_DEVICES shows 1$"):
+        launch.launch("m", gpus=2, env={"CUDA_VISIBLE_DEVICES": "3"})  # the ranks' environment counts
+
+
+def test_config_dir_from_the_working_directory_then_the_checkout(tmp_path, monkeypatch):
+    """Snakemake jobs run in the workflow directory: its configs come before the source checkout's."""
+    monkeypatch.chdir(tmp_path)
+    assert launch.config_dir() == CONFIGS  # none here: the checkout's
+    (tmp_path / "profiles/slurm/accelerate").mkdir(parents=True)
+    assert launch.config_dir() == tmp_path / "profiles/slurm/accelerate"
+    assert launch.config_dir(ROOT) == CONFIGS  # a root given: only there
+    with pytest.raises(FileNotFoundError) as err:
+        launch.config_dir(tmp_path / "elsewhere")
+    assert str(err.value) == (f"no {Path('profiles/slurm/accelerate')} under {tmp_path / 'elsewhere'}; "
+                              f"set {launch.ENV_CONFIG_DIR}")
+
+
+def test_an_explicit_strategy_is_not_blamed_on_the_environment(monkeypatch):
+    monkeypatch.setenv(launch.ENV_STRATEGY, "ddp")
+    with pytest.raises(ValueError, match=r"^unknown accelerate strategy 'megatron': expected one of "):
+        launch.accelerate_config("megatron")
+
+
+def test_training_strategy_refuses_deepspeed_and_settings_read_the_config(tmp_path, monkeypatch):
+    """The shipped configs' meaning for a cycle (sharded: FSDP; bf16), and DeepSpeed refused
+    however its distributed_type is spelled."""
+    assert launch.check_training_strategy("fsdp2") == CONFIGS / "fsdp2.yaml"
+    assert launch.check_training_strategy("ddp") == CONFIGS / "ddp.yaml"
+    with pytest.raises(ValueError, match=r"zero3.yaml is DeepSpeed \(distributed_type: DEEPSPEED\), .* "
+                                         rf"set {launch.ENV_STRATEGY}=fsdp2 or ddp$"):
+        launch.check_training_strategy("zero3")
+    assert launch.strategy_settings(CONFIGS / "fsdp2.yaml") == {"sharded": True, "bf16": True}
+    assert launch.strategy_settings(CONFIGS / "ddp.yaml") == {"sharded": False, "bf16": True}
+    (tmp_path / "fsdp2.yaml").write_text("distributed_type: deepspeed\nmixed_precision: fp16\n")
+    monkeypatch.setenv(launch.ENV_CONFIG_DIR, str(tmp_path))
+    with pytest.raises(ValueError, match="is DeepSpeed"):
+        launch.check_training_strategy()
+    assert launch.strategy_settings(tmp_path / "fsdp2.yaml") == {"sharded": False, "bf16": False}
+    (tmp_path / "empty.yaml").write_text("")
+    assert launch.strategy_settings(tmp_path / "empty.yaml") == {"sharded": False, "bf16": False}
 
 
 def test_cli_prints_the_command():
@@ -141,6 +218,56 @@ def test_the_cli_names_a_bad_value_in_one_line(argv, env, expected, monkeypatch,
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert err.strip().splitlines()[-1] == f"python -m fastslow.launch: error: {expected}", err
+
+
+def test_cli_strips_the_separator_and_counts_visible_gpus(monkeypatch, capsys):
+    """`--` after the module separates its own arguments (the docstring's shell rule puts it
+    first, where argparse takes it); without --gpus, CUDA_VISIBLE_DEVICES says how many."""
+    assert launch.main(["--print", "--gpus", "0", "fastslow.slow.train", "--", "--spec", "j.json"]) == 0
+    assert capsys.readouterr().out.split()[1:] == ["-m", "fastslow.slow.train", "--spec", "j.json"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert launch.main(["--print", "fastslow.slow.train"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[out.index("--num_processes") + 1] == "2"
+
+
+def test_run_raises_on_failure_and_names_a_missing_command(tmp_path):
+    launch.run([sys.executable, "-c", "pass"])
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        launch.run([sys.executable, "-c", "raise SystemExit(3)"])
+    assert err.value.returncode == 3 and err.value.cmd == [sys.executable, "-c", "raise SystemExit(3)"]
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(subprocess.CalledProcessError) as err:  # the ranks killed (out of memory) is no success
+        launch.run(killed)
+    assert err.value.returncode == -signal.SIGKILL
+    with pytest.raises(FileNotFoundError, match="no such command: 'no-such-command-here'"):
+        launch.run(["no-such-command-here"])
+    with open(tmp_path / "log", "w") as fh:  # the rule's log file
+        launch.run([sys.executable, "-c", "print('rank says hi')"], stdout=fh)
+    assert (tmp_path / "log").read_text() == "rank says hi\n"
+
+
+@pytest.mark.parametrize(("code", "status"), [("raise SystemExit(3)", 3),
+                                              ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 143)])
+def test_cli_exits_with_the_commands_status(tmp_path, monkeypatch, code, status):
+    """A command killed by signal N exits 128 + N, as a shell would report it."""
+    (tmp_path / "probe_exit.py").write_text(code + "\n")
+    monkeypatch.chdir(tmp_path)  # `python -m` finds the module in the working directory
+    assert launch.main(["--gpus", "0", "probe_exit"]) == status
+
+
+def test_stop_process_group_kills_what_ignores_sigterm_and_skips_what_ended():
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    ended.wait()
+    launch.stop_process_group(ended)  # its group is gone: nothing to signal, no error
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                 "signal.SIG_IGN); print('ready', flush=True); time.sleep(5)"],
+                                start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    launch.stop_process_group(stubborn, grace=0.2)
+    assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - start < 4
+    stubborn.stdout.close()
 
 
 @pytest.mark.parametrize("name", sorted(launch.STRATEGIES))
