@@ -65,6 +65,26 @@ def test_modules_follow_every_form_of_import(package):
     assert provenance.library_modules(script, root) == REACHED
 
 
+def test_importing_a_module_runs_its_packages_first(package):
+    """`import pkg.sub.f2` runs pkg and pkg.sub (and what they import) before f2, for a script
+    and for a task's modules alike."""
+    root, script = package
+    script.write_text("import pkg.sub.f2\n")
+    assert provenance.library_modules(script, root) == ("pkg", "pkg.b", "pkg.sub", "pkg.sub.d", "pkg.sub.f2", "pkg.x")
+    first = provenance.task_digest(["pkg.sub.f2"], root)
+    (root / "sub/__init__.py").write_text(PACKAGE["sub/__init__.py"] + "CHANGED = True\n")
+    assert provenance.task_digest(["pkg.sub.f2"], root) != first
+
+
+def test_only_a_whole_string_is_a_module_name(package):
+    """A string naming a module counts (importlib); prose that starts with one does not."""
+    root, script = package
+    (root / "hints.py").write_text(PACKAGE["hints.py"] + 'NOTE = "pkg.unused.X, in prose, names no module."\n')
+    assert provenance.library_modules(script, root) == REACHED
+    (root / "hints.py").write_text(PACKAGE["hints.py"] + 'NAME = "pkg.unused"\n')
+    assert "pkg.unused" in provenance.library_modules(script, root)
+
+
 def test_comments_docstrings_and_layout_change_nothing(package):
     root, _ = package
     first = digest(package)
@@ -75,6 +95,11 @@ def test_comments_docstrings_and_layout_change_nothing(package):
     # a class's docstring too (only functions' and modules' had been reworded)
     (root / "x.py").write_text(PACKAGE["x.py"].replace("A class with a docstring.", "Reworded, at length."))
     assert digest(package) == first
+    # and an async function's
+    (root / "hints.py").write_text(PACKAGE["hints.py"] + 'async def fetch():\n    """Old words."""\n    return 1\n')
+    second = digest(package)
+    (root / "hints.py").write_text(PACKAGE["hints.py"] + 'async def fetch():\n    """New words."""\n    return 1\n')
+    assert digest(package) == second
 
 
 @pytest.mark.parametrize("module", ["c.py", "x.py", "hints.py", "sub/d.py", "sub/e.py", "sub/f2.py",
@@ -115,6 +140,16 @@ def test_extra_files_count_by_content_not_place(package, tmp_path):
     assert digest(package, extra=[two]) == digest(package, extra=[one])
     two.write_text("mixed_precision: 'no'\n")
     assert digest(package, extra=[two]) != digest(package, extra=[one])
+    # a mapping's order is layout too, and so is the order the files are named in
+    one.write_text("mixed_precision: bf16\nnum_machines: 1\n")
+    two.write_text("num_machines: 1\nmixed_precision: bf16\n")
+    assert digest(package, extra=[one]) == digest(package, extra=[two])
+    yml = tmp_path / "one/other.yml"  # .yml is YAML too
+    yml.write_text("a: 1\n")
+    assert digest(package, extra=[one, yml]) == digest(package, extra=[yml, one])
+    first = digest(package, extra=[yml])
+    yml.write_text("# a comment\na:   1\n")
+    assert digest(package, extra=[yml]) == first
     other = tmp_path / "one/notes.txt"  # other data files: their bytes
     other.write_text("a\n")
     first = digest(package, extra=[other])
@@ -135,7 +170,8 @@ def test_the_cache_is_used_and_a_broken_one_ignored(package, tmp_path, monkeypat
     (tmp_path / "cache/code-digests.json").write_text(json.dumps(entries))
     monkeypatch.setattr(provenance, "_CACHE", None)
     assert digest(package) != first
-    for broken in ("{not json", "[]", json.dumps({key: "not an entry"})):
+    for broken in ("{not json", "[]", json.dumps({key: "not an entry"}), json.dumps({key: ["only one"]}),
+                   json.dumps({key: [0, []]}), json.dumps({key: ["0" * 64, "pkg.x"]})):
         (tmp_path / "cache/code-digests.json").write_text(broken)
         monkeypatch.setattr(provenance, "_CACHE", None)
         assert digest(package) == first
@@ -206,6 +242,9 @@ def test_excluded_modules_are_digested_per_job_instead(package):
     assert digest(package) != provenance.script_digest(script, root, exclude=excluded)  # without: e counts
     with pytest.raises(ModuleNotFoundError, match="no module pkg.nope"):
         provenance.task_digest(["pkg.nope"], root)
+    # which modules, not only their code: the same code under another name is another digest
+    (root / "hints.py").write_text((root / "unused.py").read_text())
+    assert provenance.task_digest(["pkg.hints"], root) != provenance.task_digest(["pkg.unused"], root)
 
 
 def test_every_task_module_is_left_out_of_the_rules_code_and_in_its_tasks_own():
