@@ -193,6 +193,23 @@ def test_the_same_code_elsewhere_shares_entries_and_the_cache_is_bounded(package
     assert len(entries) == 3 and any("|pkg.x|" in k for k in entries)  # the newest kept
 
 
+def test_one_script_digested_against_two_packages(package, tmp_path, monkeypatch):
+    """A script's imports are cached by its bytes: read for one package, they were then those of
+    any other (the script importing both got no modules, the digest of nothing, of the second)."""
+    root, script = package
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "m.py").write_text("M = 1\n")
+    script.write_text("import pkg.x\nimport other.m\n")
+    assert provenance.library_modules(script, root) == ("pkg", "pkg.x")
+    assert provenance.library_modules(script, other) == ("other", "other.m")
+    digest = provenance.script_digest(script, other)
+    monkeypatch.setattr(provenance, "_CACHE", None)
+    shutil.rmtree(tmp_path / "cache")
+    assert provenance.script_digest(script, other) == digest
+
+
 def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package):
     """An edit in progress elsewhere must not stop the whole workflow from parsing."""
     root, _ = package

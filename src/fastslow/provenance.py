@@ -89,9 +89,10 @@ def _analyse(path: Path, source: bytes, package: str, module: str) -> list:
 
 
 class _Cache:
-    """Each file's analysis by (CACHE_VERSION, module name, sha256 of its bytes): reading and
-    hashing the library takes milliseconds, parsing it ~0.35 s on the project's CPU, and
-    Snakemake computes the digests every time it starts (on a cluster, in every job too). Kept in
+    """Each file's analysis by (CACHE_VERSION, package, module name, sha256 of its bytes; the
+    package as what a script, ``__main__``, imports depends on it): reading and hashing the
+    library takes milliseconds, parsing it ~0.35 s on the project's CPU, and Snakemake computes
+    the digests every time it starts (on a cluster, in every job too). Kept in
     ``code-digests.json`` under $FASTSLOW_CACHE_DIR, else ``$XDG_CACHE_HOME/fastslow`` (else
     ``~/.cache/fastslow``); a cache that cannot be read or written is only slower."""
 
@@ -108,7 +109,7 @@ class _Cache:
 
     def read(self, path: Path, package: str, module: str) -> tuple[str, tuple[str, ...]]:
         source = path.read_bytes()
-        key = f"{CACHE_VERSION}|{module}|{hashlib.sha256(source).hexdigest()}"
+        key = f"{CACHE_VERSION}|{package}|{module}|{hashlib.sha256(source).hexdigest()}"
         entry = self.entries.get(key)
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                 and isinstance(entry[1], list)):
