@@ -157,6 +157,12 @@ def test_extra_files_count_by_content_not_place(package, tmp_path):
     assert digest(package, extra=[other]) != first
     with pytest.raises(FileNotFoundError, match="no file .*missing.yaml to digest"):
         digest(package, extra=[tmp_path / "missing.yaml"])
+    # a YAML file that does not parse stopped every Snakemake start with yaml's own lines, which
+    # name "<unicode string>", not the file (an accelerate config a user was editing)
+    two.write_text("mixed_precision: [bf16\nnum_machines: 1\n")
+    with pytest.raises(ValueError) as err:
+        digest(package, extra=[one, two])
+    assert str(err.value) == f"{two} does not parse as YAML (expected ',' or ']', but got ':', line 2)"
 
 
 def test_the_cache_is_used_and_a_broken_one_ignored(package, tmp_path, monkeypatch):
