@@ -157,6 +157,11 @@ def test_extra_files_count_by_content_not_place(package, tmp_path):
     assert digest(package, extra=[other]) != first
     with pytest.raises(FileNotFoundError, match="no file .*missing.yaml to digest"):
         digest(package, extra=[tmp_path / "missing.yaml"])
+    # place is not the order either: files in two folders, one of them moved
+    (tmp_path / "zz").mkdir()
+    moved = tmp_path / "zz/other.yml"  # now after two/fsdp2.yaml by path, before it by name
+    moved.write_text(yml.read_text())
+    assert digest(package, extra=[two, yml]) == digest(package, extra=[two, moved])
     # a YAML file that does not parse stopped every Snakemake start with yaml's own lines, which
     # name "<unicode string>", not the file (an accelerate config a user was editing)
     two.write_text("mixed_precision: [bf16\nnum_machines: 1\n")

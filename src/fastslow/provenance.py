@@ -247,10 +247,13 @@ def _digest(closure: dict[str, Path], package_dir: Path, extra: Sequence[str | P
     for name, path in sorted(closure.items()):
         code_hash, _ = _read(path, package, name)
         digest.update(f"{name}\0{code_hash}\0".encode())
+    files = []
     for path in sorted(Path(p) for p in extra):
         if not path.is_file():
             raise FileNotFoundError(f"no file {path} to digest")
-        digest.update(f"{path.name}\0{hashlib.sha256(_data_bytes(path)).hexdigest()}\0".encode())
+        files.append((path.name, hashlib.sha256(_data_bytes(path)).hexdigest()))
+    for name, data_hash in sorted(files):  # by name, not place: their folders may sort otherwise
+        digest.update(f"{name}\0{data_hash}\0".encode())
     if _CACHE is not None:
         _CACHE.save()
     return digest.hexdigest()[:DIGEST_CHARS]
