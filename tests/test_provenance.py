@@ -221,6 +221,23 @@ def test_one_script_digested_against_two_packages(package, tmp_path, monkeypatch
     assert provenance.script_digest(script, other) == digest
 
 
+def test_a_cache_that_cannot_be_written_leaves_nothing_behind(package, tmp_path, monkeypatch):
+    """A full disk: the digest as ever, the cache as it was, and no partial file left in its
+    folder at each Snakemake start."""
+    first = digest(package)
+    before = cache_entries(tmp_path)
+    (package[0] / "x.py").write_text("X = 5\n")  # a new entry to save
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(json, "dump", disk_full)
+        changed = digest(package)
+    assert changed != first and cache_entries(tmp_path) == before
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["code-digests.json"]
+
+
 def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package):
     """An edit in progress elsewhere must not stop the whole workflow from parsing."""
     root, _ = package

@@ -26,6 +26,7 @@ jobs that build tasks get a `task_code` param of their own tasks' modules instea
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -121,6 +122,7 @@ class _Cache:
         if not self.dirty:
             return
         entries = dict(list(self.entries.items())[-CACHE_ENTRIES:])
+        tmp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
@@ -129,7 +131,9 @@ class _Cache:
             os.replace(tmp, self.path)
             self.dirty = False
         except OSError:
-            pass
+            if tmp is not None:  # a full disk: no partial file left at each start
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
 
 _CACHE: _Cache | None = None
