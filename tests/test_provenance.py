@@ -238,7 +238,7 @@ def test_a_cache_that_cannot_be_written_leaves_nothing_behind(package, tmp_path,
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["code-digests.json"]
 
 
-def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package):
+def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package, monkeypatch):
     """An edit in progress elsewhere must not stop the whole workflow from parsing."""
     root, _ = package
     first = digest(package)
@@ -246,6 +246,12 @@ def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package)
     with pytest.warns(UserWarning, match=r"c\.py does not parse \(.*line 1\)"):
         broken = digest(package)
     assert broken != first
+    # the next start says so again (the cached analysis kept it silent), once however many rules ask
+    monkeypatch.setattr(provenance, "_CACHE", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert digest(package) == digest(package) == broken
+    assert [str(w.message).split(" (")[0] for w in caught] == [f"{root / 'c.py'} does not parse"]
     (root / "c.py").write_text(PACKAGE["c.py"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -75,18 +75,18 @@ def _normalise(tree: ast.Module, package: str, module: str, is_package: bool) ->
     return ast.unparse(tree), [n for n in names if n == package or n.startswith(package + ".")]
 
 
-def _analyse(path: Path, source: bytes, package: str, module: str) -> list:
-    """[hash of the normalised code, module names it may import] of one file. A file that does
-    not parse (an edit in progress) is hashed as it is, with a warning: only the jobs that import
-    it fail, when they do, and the workflow itself still parses."""
+def _analyse(path: Path, source: bytes, package: str, module: str) -> tuple[list, bool]:
+    """([hash of the normalised code, module names it may import], whether it parsed) of one
+    file. A file that does not parse (an edit in progress) is hashed as it is, with a warning:
+    only the jobs that import it fail, when they do, and the workflow itself still parses."""
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as err:
         warnings.warn(f"{path} does not parse ({err.msg}, line {err.lineno}): its digest is of its "
                       f"bytes, and the modules it imports are not followed", stacklevel=4)
-        return [hashlib.sha256(source).hexdigest(), []]
+        return [hashlib.sha256(source).hexdigest(), []], False
     code, names = _normalise(tree, package, module, path.name == "__init__.py")
-    return [hashlib.sha256(code.encode()).hexdigest(), names]
+    return [hashlib.sha256(code.encode()).hexdigest(), names], True
 
 
 class _Cache:
@@ -106,16 +106,22 @@ class _Cache:
         except (OSError, ValueError):
             entries = {}
         self.entries: dict[str, list] = entries if isinstance(entries, dict) else {}
+        # files that do not parse, for this start only: the next one warns of them again
+        self.unparsed: dict[str, list] = {}
         self.dirty = False
 
     def read(self, path: Path, package: str, module: str) -> tuple[str, tuple[str, ...]]:
         source = path.read_bytes()
         key = f"{CACHE_VERSION}|{package}|{module}|{hashlib.sha256(source).hexdigest()}"
-        entry = self.entries.get(key)
+        entry = self.unparsed.get(key) or self.entries.get(key)
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
                 and isinstance(entry[1], list)):
-            entry = self.entries[key] = _analyse(path, source, package, module)
-            self.dirty = True
+            entry, parsed = _analyse(path, source, package, module)
+            if parsed:
+                self.entries[key] = entry
+                self.dirty = True
+            else:
+                self.unparsed[key] = entry
         return entry[0], tuple(entry[1])
 
     def save(self) -> None:
