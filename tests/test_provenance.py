@@ -243,6 +243,7 @@ def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package,
     root, _ = package
     first = digest(package)
     (root / "c.py").write_text("def f(:\n")
+    (root / "hints.py").write_text("H = float\n")  # and a new analysis to save with it
     with pytest.warns(UserWarning, match=r"c\.py does not parse \(.*line 1\)"):
         broken = digest(package)
     assert broken != first
@@ -253,6 +254,7 @@ def test_a_module_that_does_not_parse_is_hashed_as_bytes_with_a_warning(package,
         assert digest(package) == digest(package) == broken
     assert [str(w.message).split(" (")[0] for w in caught] == [f"{root / 'c.py'} does not parse"]
     (root / "c.py").write_text(PACKAGE["c.py"])
+    (root / "hints.py").write_text(PACKAGE["hints.py"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert digest(package) == first
