@@ -614,3 +614,62 @@ def test_sample_and_score_rows_keep_the_tasks_reward_and_give_the_generator_back
     assert [r["reward"] for r in rows] == [0.5] * 4
     assert [(r["problem_id"], r["sample"]) for r in rows] == [("p0", 0), ("p0", 1), ("p1", 0), ("p1", 1)]
     assert gen.on_batch is hook
+
+
+def test_the_onset_note_names_rls_last_step_and_fsts_own_first_rewarded_step():
+    """The note reads RL's steps for "up to step" and FST's for "from step"; every test gave
+    both curves one step array, so reading either for both went unnoticed."""
+    rl_steps, fst_steps = np.array([0, 5, 10, 15, 20]), np.array([0, 4, 8])
+    assert reward_onset_note(rl_steps, np.zeros(5), fst_steps, np.array([0.0, 0.25, 0.5])) == (
+        "RL earned no reward in any evaluation up to step 20; FST did from step 4")
+    assert steps_to_peak_note(rl_steps, np.array([0.0, 0.1, 0.4, 0.4, 0.4]), fst_steps,
+                              np.array([0.0, 0.1, 0.3])) == ("FST never reaches RL's peak (0.400, step 10) by step 8",
+                                                             True)
+
+
+def test_a_curve_reaching_the_peak_at_step_0_while_the_reference_needs_steps_is_infinitely_faster():
+    steps = np.array([0, 10, 20])
+    assert steps_to_peak_ratio(steps, np.array([0.0, 0.2, 0.4]), steps, np.array([0.5, 0.5, 0.5])) == np.inf
+    assert steps_to_peak_note(steps, np.array([0.0, 0.2, 0.4]), steps, np.array([0.5, 0.5, 0.5])) == ("", False)
+
+
+def test_the_escape_step_is_the_first_mean_above_two_standard_errors_or_above_0_without_one():
+    from fastslow.analysis import escape_step
+
+    steps = np.array([0, 10, 20, 30])
+    # step 10: 0.1 is 2 x 0.05 exactly (not above); step 20: 0.15 > 2 x 0.05 (1 SE would pass step 10)
+    assert escape_step(steps, np.array([0.0, 0.1, 0.15, 0.3]), np.array([0.0, 0.05, 0.05, 0.05])) == 20.0
+    # no standard error kept: above 0 is enough, and 0 itself is not above it
+    assert escape_step(steps, np.array([0.0, 0.0, 0.01, 0.3])) == 20.0
+    assert escape_step(steps, np.array([0.0, 0.02, 0.5, 0.5]), np.array([np.nan, np.nan, 0.1, 0.1])) == 10.0
+    assert np.isnan(escape_step(steps, np.zeros(4), np.full(4, 0.1)))
+
+
+def test_the_answered_share_is_the_mean_over_the_rows_that_record_it():
+    """A NaN or null share (a row from before it was kept) and a frame without the column count
+    for nothing: the mean is over the rows that say it."""
+    import polars as pl
+
+    from fastslow.analysis import answered_share
+
+    recorded = pl.DataFrame({"answered_fraction": [0.5, None, 1.0]})
+    nan = pl.DataFrame({"answered_fraction": [float("nan"), 0.0, 0.3]})
+    old = pl.DataFrame({"mean_at_k": [0.0, 0.0]})
+    assert answered_share(recorded, nan, old) == pytest.approx(0.45)  # (0.5 + 1.0 + 0.0 + 0.3) / 4
+    assert answered_share(old) is None and answered_share() is None
+
+
+def test_b_reaching_the_matched_reward_at_kl_0_gives_no_reduction():
+    """1 - KL_A / KL_B has no value when B reaches the level at KL 0 (its step-0 evaluation): NaN,
+    not a ZeroDivisionError."""
+    kl = np.array([0.0, 0.02, 0.04])
+    assert np.isnan(kl_at_matched_reward(kl, np.array([0.1, 0.3, 0.5]), kl, np.array([0.5, 0.5, 0.5])))
+
+
+def test_a_fit_with_too_little_room_above_1_to_tell_keeps_a_capped_asymptote_unidentified():
+    """A clean curve toward 1 seen only up to 0.69: A_BOUND x its max (1.036) leaves less than
+    A_CAP_ROOM above 1, so the fit without the cap cannot tell a level at 1 from a curve still
+    rising: A stays at the cap, unidentified (a check of any room above 1 called it identified)."""
+    c = np.array([25.0, 50.0, 75.0, 100.0, 124.0])
+    fit = fit_sigmoid(c, sigmoid(c, 0.1, 1.0, 100.0, 3.0), r0=0.1)
+    assert fit.ok and fit.a == pytest.approx(1.0, abs=1e-3) and not fit.identified
