@@ -673,3 +673,14 @@ def test_a_fit_with_too_little_room_above_1_to_tell_keeps_a_capped_asymptote_uni
     c = np.array([25.0, 50.0, 75.0, 100.0, 124.0])
     fit = fit_sigmoid(c, sigmoid(c, 0.1, 1.0, 100.0, 3.0), r0=0.1)
     assert fit.ok and fit.a == pytest.approx(1.0, abs=1e-3) and not fit.identified
+
+
+def test_no_matched_reward_when_either_curve_has_no_evaluation_whichever_comes_first():
+    """The highest reward both reach is NaN when either curve has no finite evaluation: Python's
+    min() kept a NaN only in first place, so (all-NaN, curve) gave NaN but (curve, all-NaN) the
+    curve's own max, a level the other never reached."""
+    from fastslow.analysis import matched_reward
+
+    curve, missing = np.array([0.1, 0.5, np.nan]), np.full(3, np.nan)
+    assert matched_reward(curve, np.array([0.2, 0.4])) == pytest.approx(0.4)
+    assert np.isnan(matched_reward(missing, curve)) and np.isnan(matched_reward(curve, missing))

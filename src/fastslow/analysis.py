@@ -256,9 +256,11 @@ def kl_to_reach(kl: np.ndarray, r: np.ndarray, level: float) -> tuple[float, int
 
 
 def matched_reward(r_a: np.ndarray, r_b: np.ndarray) -> float:
-    """The highest reward both curves reach (NaN evaluations skipped)."""
+    """The highest reward both curves reach (NaN evaluations skipped; NaN when either has none)."""
     tops = [np.asarray(r, dtype=float) for r in (r_a, r_b)]
-    return min(float(np.nanmax(r)) if np.isfinite(r).any() else float("nan") for r in tops)
+    if not all(np.isfinite(r).any() for r in tops):  # (min() keeps a NaN only in first place)
+        return float("nan")
+    return min(float(np.nanmax(r)) for r in tops)
 
 
 def kl_at_matched_reward(kl_a: np.ndarray, r_a: np.ndarray, kl_b: np.ndarray, r_b: np.ndarray) -> float:
