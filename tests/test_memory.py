@@ -103,3 +103,60 @@ print((before - rss()) >> 20)
 def test_release_free_memory_returns_freed_heap_pages() -> None:
     out = subprocess.run([sys.executable, "-c", TRIM_PROBE], capture_output=True, text=True, check=True)
     assert int(out.stdout.strip()) >= 150  # MiB given back of the ~200 freed
+
+
+def test_a_blank_threshold_is_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`FASTSLOW_MMAP_THRESHOLD=` (set but empty, as a shell or a profile leaves it) is unset, not
+    a bad number; spaces around a number are read."""
+    for blank in ("", "  "):
+        monkeypatch.setenv(ENV_MMAP_THRESHOLD, blank)
+        assert mmap_threshold() == DEFAULT_MMAP_THRESHOLD
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, " 65536 ")
+    assert mmap_threshold() == 65536
+
+
+def _fake_libc(monkeypatch: pytest.MonkeyPatch, answers: list[int] | None) -> list[tuple[int, int]]:
+    """Stand a C library in for glibc whose mallopt answers `answers` in turn (None: no mallopt,
+    not glibc); the calls it got."""
+    from types import SimpleNamespace
+
+    import fastslow.memory as memory
+
+    calls: list[tuple[int, int]] = []
+
+    def mallopt(param: int, value: int) -> int:
+        calls.append((param, value))
+        return answers.pop(0)
+
+    monkeypatch.setattr(memory, "_libc", lambda: SimpleNamespace() if answers is None else SimpleNamespace(
+        mallopt=mallopt))
+    monkeypatch.setattr(memory, "_applied", None)
+    return calls
+
+
+def test_the_threshold_is_set_once_capped_at_an_int_and_a_refusal_is_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    calls = _fake_libc(monkeypatch, [0, 1])
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, str(1 << 20))
+    with caplog.at_level(logging.WARNING, logger="fastslow.memory"):
+        assert limit_heap_fragmentation() is None  # refused: nothing set, and said
+    assert [r.getMessage() for r in caplog.records] == [
+        "mallopt(M_MMAP_THRESHOLD, 1048576) was refused; glibc's default stays"]
+    assert limit_heap_fragmentation() == 1 << 20  # asked again, accepted
+    assert limit_heap_fragmentation() == 1 << 20  # ...and not again: once per process
+    assert calls == [(-3, 1 << 20), (-3, 1 << 20)]
+    # mallopt takes a C int: a threshold above it is set at the largest int
+    calls = _fake_libc(monkeypatch, [1])
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, str(1 << 32))
+    assert limit_heap_fragmentation() == 1 << 32 and calls == [(-3, 2**31 - 1)]
+
+
+def test_without_glibc_nothing_is_set_or_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastslow.memory import release_free_memory
+
+    calls = _fake_libc(monkeypatch, None)
+    monkeypatch.setenv(ENV_MMAP_THRESHOLD, str(1 << 20))
+    assert limit_heap_fragmentation() is None and calls == []
+    assert release_free_memory() is False
