@@ -1012,6 +1012,96 @@ def test_write_problems_replaces_atomically(tmp_path: Path) -> None:
     assert load_problems(path) == ps and [f.name for f in tmp_path.iterdir()] == ["x.parquet"]
 
 
+def test_write_splits_names_every_unknown_split_before_generating(tmp_path: Path) -> None:
+    """The splits' own check names them all and the splits there are; a task's own check of one
+    split (which most tasks also make) named only the first."""
+    with pytest.raises(ValueError, match=r"^unknown split\(s\) 'dev', 'bad'; expected train, val, test$"):
+        write_splits("hover", tmp_path / "d", {"train": 2, "dev": 3, "bad": 1}, seed=1)
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_split_asked_for_no_problems_is_written_empty(tmp_path: Path) -> None:
+    """Only a split asked for problems and given none is the 'empty split' error; size 0 is a
+    split file without rows."""
+    paths = write_splits("hover_hard", tmp_path, {"train": 4, "val": 0, "test": 2}, seed=1)
+    assert [len(load_problems(paths[s])) for s in SPLITS] == [4, 0, 2]
+
+
+def test_a_task_giving_one_id_to_two_splits_is_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastslow.tasks as tasks
+
+    class Twice:
+        name = "twice"
+
+        def problems(self, split: str, n: int, seed: int) -> list[Problem]:
+            return [Problem("p1" if split == "test" else "p0", "twice", f"The {split} question?", "1")]
+
+    monkeypatch.setattr(tasks, "get_task", lambda name, **options: Twice())
+    with pytest.raises(RuntimeError, match=r"^twice: problem p0 appears in train and val$"):
+        write_splits("twice", tmp_path / "out", {"train": 1, "val": 1, "test": 1}, seed=0)
+    assert not (tmp_path / "out").exists()
+
+
+def test_gold_answers_below_1_or_nan_are_counted_and_the_first_is_logged_with_its_feedback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A bare `Task` (no judge): its reward of each problem's own answer in <answer> tags; a NaN
+    is below 1, exactly 1 is not; the first (in split order) is logged with its feedback's
+    non-blank lines joined."""
+    import logging
+
+    from fastslow.tasks.data import check_gold_answers
+
+    class Bare:
+        name = "bare"
+        rewards = {"a": 1.0, "b": float("nan"), "c": 0.5, "d": 1.0}
+
+        def reward(self, problem: Problem, completion: str) -> float:
+            assert completion == f"<answer>{problem.answer}</answer>"
+            return self.rewards[problem.id]
+
+        def feedback(self, problem: Problem, completion: str) -> str:
+            return f"  Incorrect  \n\n expected {problem.answer}\n"
+
+    def problem(pid: str) -> Problem:
+        return Problem(pid, "bare", f"{pid}?", pid.upper())
+
+    splits = {"val": [problem("c")], "train": [problem("a"), problem("b")], "test": [problem("d")]}
+    with caplog.at_level(logging.WARNING, logger="fastslow.tasks.data"):
+        assert check_gold_answers(Bare(), splits) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "bare: 2 of 4 problems score below 1 on their own answer written as the task asks (<answer>…</answer>); "
+        "first: b (reward nan): Incorrect | expected B"]
+
+
+def test_a_scorer_raising_on_a_gold_answer_is_one_line_with_the_answer_and_the_error_cut_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastslow.tasks.data import check_gold_answers
+
+    task = get_task("math")
+
+    def judge(problem: Problem, completion: str) -> Any:
+        raise ValueError("cannot\n   parse " + "x" * 300)
+
+    monkeypatch.setattr(task, "judge", judge)
+    gold = "1" * 80
+    with pytest.raises(TaskDataError) as err:
+        check_gold_answers(task, {"val": [Problem("m1", "math", "What is 1?", gold)]})
+    assert str(err.value) == (f"math: scoring problem m1's own answer {gold[:60]!r} raised ValueError: "
+                              f"{('cannot parse ' + 'x' * 300)[:200]} (a bug in the task's scorer: every "
+                              "completion would score 0)")
+
+
+def test_a_split_file_without_a_column_names_the_file_and_every_missing_column(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "old.parquet"
+    pq.write_table(pa.table({"id": ["p0"], "task": ["math"], "prompt": ["1 + 1?"]}), path)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: missing column\(s\) answer, metadata$"):
+        load_problems(path)
+
+
 # --- loaders --------------------------------------------------------------------------------
 def _jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
