@@ -684,3 +684,21 @@ def test_no_matched_reward_when_either_curve_has_no_evaluation_whichever_comes_f
     curve, missing = np.array([0.1, 0.5, np.nan]), np.full(3, np.nan)
     assert matched_reward(curve, np.array([0.2, 0.4])) == pytest.approx(0.4)
     assert np.isnan(matched_reward(missing, curve)) and np.isnan(matched_reward(curve, missing))
+
+
+def test_a_curve_with_its_start_fitted_is_judged_at_the_cap_by_its_asymptote():
+    """Without a step-0 evaluation R0 is fitted too (A second among the parameters): the fit
+    without the cap must lift A's bound and read A's value. A curve toward 1.1 still rising at
+    0.87 stays unidentified; one levelling at 1 is identified."""
+    c = np.array([50.0, 100.0, 150.0, 200.0, 250.0, 300.0])
+    rising = fit_sigmoid(c, sigmoid(c, 0.1, 1.1, 200.0, 3.0))
+    assert rising.ok and rising.a == pytest.approx(1.0) and not rising.identified
+    steps = np.array([25.0, 50.0, 100.0, 150.0, 200.0, 300.0, 400.0])
+    level = fit_sigmoid(steps, sigmoid(steps, 0.1, 1.0, 100.0, 3.0))
+    assert level.identified and level.a == pytest.approx(1.0, abs=0.002)
+
+
+def test_an_infinite_value_is_missing_in_a_rolling_mean():
+    """A non-finite value is null like NaN: only the windows holding it are short of it."""
+    assert rolling_mean(np.array([1.0, np.inf, 3.0, -np.inf, 5.0]), 2).tolist() == [1.0, 1.0, 3.0, 3.0, 5.0]
+    assert rolling_mean(np.array([1.0, np.inf, 3.0, 4.0, 5.0]), 3, center=True).tolist() == [1.0, 2.0, 3.5, 4.0, 5.0]
