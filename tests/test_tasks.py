@@ -1100,6 +1100,14 @@ def test_a_split_file_without_a_column_names_the_file_and_every_missing_column(t
     pq.write_table(pa.table({"id": ["p0"], "task": ["math"], "prompt": ["1 + 1?"]}), path)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: missing column\(s\) answer, metadata$"):
         load_problems(path)
+    # a row's metadata that is no JSON object names the file and the problem; null is no metadata
+    columns = {"id": ["p0", "p1"], "task": ["math"] * 2, "prompt": ["1 + 1?", "2 + 2?"], "answer": ["2", "4"]}
+    pq.write_table(pa.table({**columns, "metadata": [None, '{"k": 1}']}), path)
+    assert [p.metadata for p in load_problems(path)] == [{}, {"k": 1}]
+    pq.write_table(pa.table({**columns, "metadata": ["{}", "[1]"]}), path)
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: problem 'p1': metadata must be a JSON object, "
+                                         r"got list$"):
+        load_problems(path)
 
 
 # --- loaders --------------------------------------------------------------------------------
