@@ -982,3 +982,185 @@ def test_a_locked_database_is_retried_with_backoff_and_other_errors_are_not(monk
     with pytest.raises(RuntimeError, match="locked"):
         tracking._retry(always_locked)
     assert slept == [0.2 * 2 ** i for i in range(7)]  # 8 attempts, 7 waits (25.4 s in all)
+
+
+def test_the_embedded_store_keeps_artifacts_in_the_results_directory(tmp_path, monkeypatch):
+    """The embedded store's experiment puts its artifacts under `<results>/mlartifacts`, beside
+    its database: MLflow's default (`./mlartifacts` of whatever directory the job ran in) would
+    scatter them."""
+    from fastslow.tracking import init_experiment
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    info = init_experiment("exp", None, tmp_path / "results")
+    exp = MlflowClient(info["tracking_uri"]).get_experiment(info["experiment_id"])
+    assert exp.artifact_location == (tmp_path / "results" / "mlartifacts").resolve().as_uri()
+
+
+def test_an_experiment_another_project_creates_meanwhile_is_found_not_an_error(tmp_path, monkeypatch):
+    """Two projects' first jobs on one server: the other creates the experiment between this
+    one's lookup and its create, which MLflow refuses (RESOURCE_ALREADY_EXISTS): it is found."""
+    import fastslow.tracking as tracking
+
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.chdir(tmp_path)
+    made = MlflowClient(store).create_experiment("shared")
+
+    class LateLookup(MlflowClient):
+        looked = 0
+
+        def get_experiment_by_name(self, name):
+            LateLookup.looked += 1
+            return None if LateLookup.looked == 1 else super().get_experiment_by_name(name)
+
+    monkeypatch.setattr(tracking, "_client", LateLookup)
+    info = tracking.init_experiment("shared", tmp_path / "results/mlflow/experiment.json", tmp_path / "results")
+    assert info["experiment_id"] == made and LateLookup.looked == 2
+
+
+def _legacy_files(tmp_path, monkeypatch):
+    """Tracking files made before runs were tagged with a project, on a shared store: their
+    folder, the store's client, the experiment id and their (untagged) parent run."""
+    store = f"sqlite:///{tmp_path / 'server.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.chdir(tmp_path)
+    client = MlflowClient(store)
+    exp_id = client.create_experiment("fastslow")
+    folder = tmp_path / "old" / "results" / "mlflow"
+    parent = client.create_run(exp_id, tags={"fastslow.parent": "foundation"}).info.run_id
+    legacy = {"tracking_uri": store, "experiment": "fastslow", "experiment_id": exp_id}
+    (folder / "parents").mkdir(parents=True)
+    (folder / "experiment.json").write_text(json.dumps(legacy))
+    (folder / "parents" / "foundation.json").write_text(json.dumps({**legacy, "parents": {"foundation": parent}}))
+    return folder, client, exp_id, parent
+
+
+def test_old_tracking_files_remade_twice_still_adopt_their_untagged_runs(tmp_path, monkeypatch):
+    """Retargeted once, the files name a project and say they adopt untagged runs: a second
+    retarget (another store, another experiment name, or the same) must keep saying so, or
+    the project's jobs lose their earlier runs and parents."""
+    from fastslow.tracking import retarget
+
+    folder, client, exp_id, parent = _legacy_files(tmp_path, monkeypatch)
+    old = client.create_run(exp_id, tags={"fastslow.job": "long/x=1"})
+    client.set_terminated(old.info.run_id, "FINISHED")
+    first = retarget(folder)
+    again = retarget(folder)
+    assert again["project"] == first["project"] and again.get("adopt_untagged") is True
+    remade = json.loads((folder / "parents/foundation.json").read_text())
+    assert remade["adopt_untagged"] is True and remade["parents"] == {"foundation": parent}
+    time.sleep(0.01)
+    with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
+                 parent="foundation"):
+        pass
+    (new,) = [r for r in _runs({"tracking_uri": client.tracking_uri, "experiment_id": exp_id}, "long/x=1")
+              if r.info.run_id != old.info.run_id]
+    assert new.data.tags["fastslow.previous_run"] == old.info.run_id
+
+
+def test_old_tracking_files_find_their_parent_under_newer_parents_of_other_projects(tmp_path, monkeypatch):
+    """A shared server where another (tagged) project made its own parent of the same group after
+    this project's untagged one: remade, this project's files still name their own parent (the
+    search for untagged runs must look past the other project's newer ones), not a new one."""
+    from fastslow.tracking import TAG_PROJECT, retarget
+
+    folder, client, exp_id, parent = _legacy_files(tmp_path, monkeypatch)
+    time.sleep(0.01)
+    others = [client.create_run(exp_id, tags={"fastslow.parent": "foundation", TAG_PROJECT: f"other{i}"})
+              for i in range(3)]
+    retarget(folder)
+    remade = json.loads((folder / "parents/foundation.json").read_text())
+    assert remade["parents"] == {"foundation": parent}
+    assert parent not in [r.info.run_id for r in others]
+
+
+def test_the_modified_files_tag_counts_only_the_files_past_those_shown(monkeypatch):
+    """`fastslow.git_modified` names up to GIT_MODIFIED_SHOWN files and then how many more:
+    exactly that many are named with no 'and 0 more'."""
+    import fastslow.tracking as tracking
+
+    monkeypatch.setattr(tracking, "git_commit", lambda cwd=None: "abc")
+    for count, tail in ((tracking.GIT_MODIFIED_SHOWN, f"f{tracking.GIT_MODIFIED_SHOWN - 1}.py"),
+                        (tracking.GIT_MODIFIED_SHOWN + 1, f"f{tracking.GIT_MODIFIED_SHOWN - 1}.py and 1 more")):
+        monkeypatch.setattr(tracking, "git_modified", lambda cwd=None, count=count: [f"f{i}.py" for i in range(count)])
+        tags = tracking.git_tags()
+        assert tags["fastslow.git_dirty"] == "true" and tags["fastslow.git_modified"].endswith(", " + tail)
+    monkeypatch.setattr(tracking, "git_modified", lambda cwd=None: [])
+    assert tracking.git_tags() == {"mlflow.source.git.commit": "abc", "fastslow.git_dirty": "false"}
+
+
+def test_a_modified_file_with_a_one_letter_name_is_named(tmp_path, monkeypatch):
+    """Porcelain's 'XY path' entry is 4 characters for a one-letter path: still a path."""
+    from fastslow.tracking import git_modified
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    git("init", "-q")
+    (tmp_path / "x").write_text("1\n")
+    git("add", "x")
+    git("commit", "-q", "-m", "one")
+    (tmp_path / "x").write_text("2\n")
+    assert git_modified(tmp_path) == ["x"]
+
+
+def test_a_job_interrupted_in_process_is_killed_and_gives_back_the_signal_handlers(tracking):
+    """A KeyboardInterrupt out of the job's block closes its run KILLED (it was stopped, not
+    broken); any failure hands the process its own stop handlers back (a notebook or a test that
+    catches the error and goes on must not keep a dead run's handler)."""
+    path, info = tracking
+
+    def mine(signum, frame):  # noqa: ARG001
+        pass
+
+    before = {s: signal.signal(s, mine) for s in STOP_SIGNALS}
+    try:
+        with pytest.raises(KeyboardInterrupt), job_run(rule="r", wildcards={"x": "1"}, config={}, tracking_json=path):
+            assert signal.getsignal(signal.SIGTERM) is not mine  # the job's own, while it runs
+            raise KeyboardInterrupt
+        assert all(signal.getsignal(s) is mine for s in STOP_SIGNALS)
+        with pytest.raises(ValueError), job_run(rule="r", wildcards={"x": "2"}, config={}, tracking_json=path):
+            raise ValueError("bad")
+        assert all(signal.getsignal(s) is mine for s in STOP_SIGNALS)
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+    assert [r.info.status for r in _runs(info, "r/x=1")] == ["KILLED"]
+    assert [r.info.status for r in _runs(info, "r/x=2")] == ["FAILED"]
+
+
+def test_metrics_keep_their_step_and_tables_their_context(tmp_path, tracking):
+    """A metric logged at a step is in the run's history at that step (no step: 0), under a name
+    MLflow accepts ('mean@4' as 'mean_at_4'); a table is a dataset input of the context given
+    (task data logs its splits, figures their input curves)."""
+    path, info = tracking
+    table = tmp_path / "t.parquet"
+    pl.DataFrame({"a": [1]}).write_parquet(table)
+    with job_run(rule="r", wildcards={}, config={}, tracking_json=path) as tr:
+        tr.log_metrics({"mean@4": 0.5}, step=3)
+        tr.log_metrics({"mean@4": 0.75}, step=4)
+        tr.log_metrics({"other": 1.0})
+        tr.log_table(table, "curves", context="input")
+    (run,) = _runs(info, "r")
+    client = MlflowClient(info["tracking_uri"])
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "mean_at_4")] == [(3, 0.5), (4, 0.75)]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "other")] == [0]
+    (inp,) = run.inputs.dataset_inputs
+    assert {t.key: t.value for t in inp.tags}["mlflow.data.context"] == "input"
+
+
+def test_the_workflow_rules_append_their_line_and_need_their_arguments(tmp_path, monkeypatch):
+    """`log_init` appends to the rule's log (a rerun keeps the earlier line) and, given neither
+    an experiment nor a group's experiment file, says what it needs."""
+    from fastslow.tracking import log_init
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for _ in range(2):
+        log_init("logs/init.log", experiment="exp", out_json="results/mlflow/experiment.json")
+    assert len((tmp_path / "logs/init.log").read_text().splitlines()) == 2
+    with pytest.raises(ValueError, match="^log_init needs experiment, or experiment_json and group$"):
+        log_init("logs/g.log", experiment_json="results/mlflow/experiment.json", out_json="x.json")
