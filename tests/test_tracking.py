@@ -1164,3 +1164,22 @@ def test_the_workflow_rules_append_their_line_and_need_their_arguments(tmp_path,
     assert len((tmp_path / "logs/init.log").read_text().splitlines()) == 2
     with pytest.raises(ValueError, match="^log_init needs experiment, or experiment_json and group$"):
         log_init("logs/g.log", experiment_json="results/mlflow/experiment.json", out_json="x.json")
+
+
+def test_the_remake_command_an_error_names_runs_as_printed_for_spaces_in_folder_or_experiment(tmp_path):
+    """The command a mismatch or a reset store names is meant to be pasted: a results folder or
+    an experiment name with a space ('My Drive', 'fst paper') was printed bare, and the shell
+    split it into other arguments."""
+    import shlex
+
+    from fastslow.tracking import check_store, missing_experiment
+
+    path = tmp_path / "My Drive" / "results" / "mlflow" / "parents" / "g.json"
+    folder = str(path.parents[1])
+    info = {"tracking_uri": f"sqlite:///{path.parents[2] / 'mlflow.db'}", "experiment": "exp", "experiment_id": "1"}
+    with pytest.raises(RuntimeError) as err:
+        check_store(info, {"mlflow_experiment": "fst paper"}, path)
+    command = re.search(r"`([^`]*)` remakes them", str(err.value)).group(1)
+    assert shlex.split(command) == [sys.executable, "-m", "fastslow.tracking", folder, "--experiment", "fst paper"]
+    command = re.search(r"`([^`]*)` remakes the files", missing_experiment(info, path)).group(1)
+    assert shlex.split(command) == [sys.executable, "-m", "fastslow.tracking", folder]

@@ -244,7 +244,7 @@ def missing_experiment(info: Mapping[str, Any], tracking_json: str | Path) -> st
     folder = _tracking_folder(tracking_json)
     return (f"{tracking_json} names experiment {info['experiment_id']} ({info['experiment']!r}), which MLflow store "
             f"{info['tracking_uri']} does not hold (its database deleted or reset?): "
-            f"`{shlex.quote(sys.executable)} -m fastslow.tracking {folder}` remakes the files there "
+            f"`{shlex.quote(sys.executable)} -m fastslow.tracking {shlex.quote(str(folder))}` remakes the files there "
             f"(finished jobs stay up to date)")
 
 
@@ -450,7 +450,8 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     else:
         return
     raise RuntimeError(f"{tracking_json} was made for MLflow store {made}, experiment {exp!r}, but this run "
-                       f"asks for {asked}: `{shlex.quote(sys.executable)} -m fastslow.tracking {folder} --experiment {want}` "
+                       f"asks for {asked}: `{shlex.quote(sys.executable)} -m fastslow.tracking {shlex.quote(str(folder))} "
+                       f"--experiment {shlex.quote(want)}` "
                        f"remakes them for it (finished jobs stay up to date)")
 
 
