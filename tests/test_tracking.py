@@ -1183,3 +1183,27 @@ def test_the_remake_command_an_error_names_runs_as_printed_for_spaces_in_folder_
     assert shlex.split(command) == [sys.executable, "-m", "fastslow.tracking", folder, "--experiment", "fst paper"]
     command = re.search(r"`([^`]*)` remakes the files", missing_experiment(info, path)).group(1)
     assert shlex.split(command) == [sys.executable, "-m", "fastslow.tracking", folder]
+
+
+def test_a_failing_job_does_not_wait_out_a_store_that_is_down_to_close_its_run(tmp_path, tracking, monkeypatch):
+    """The success path skipped closing the run once the store had stopped answering; the failure
+    path asked again, so a job failing beside a server that is down waited out MLflow's HTTP
+    retries (minutes) once more before Snakemake heard of its error."""
+    from fastslow import tracking as tracking_module
+
+    path, info = tracking
+    asked: list[str] = []
+
+    def down(*args, **kwargs):
+        asked.append("call")
+        raise ConnectionError("Max retries exceeded with url: /api/2.0/mlflow/runs/update")
+
+    monkeypatch.setattr(tracking_module, "STORE_DOWN_SECONDS", 0.0)
+    with pytest.raises(ValueError, match="the job's own"), \
+            job_run(rule="cycle", wildcards={"cycle": "4"}, config={}, tracking_json=path) as tr:
+        for name in ("log_batch", "set_tag", "set_terminated"):
+            monkeypatch.setattr(tr.client, name, down)
+        tr.log_metrics({"reward": 0.1})
+        assert tr.down and len(asked) == 1
+        raise ValueError("the job's own error")
+    assert len(asked) == 1  # neither the error tag nor the close asked the store again

@@ -559,8 +559,9 @@ def job_run(*, rule: str, wildcards: Mapping[str, str], config: Mapping[str, Any
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
         tracker.set_tags({"fastslow.error": f"{type(exc).__name__}: {exc}"[:4000]})
-        with contextlib.suppress(Exception):  # the job's own error is the one to raise
-            _retry(client.set_terminated, run_id, status)
+        if not tracker.down:  # as at success: a store that is down would make the failing job wait it out again
+            with contextlib.suppress(Exception):  # the job's own error is the one to raise
+                _retry(client.set_terminated, run_id, status)
         raise
     else:
         # The job's work succeeded (its outputs are written): from here on a stop signal must not
