@@ -349,6 +349,129 @@ def test_the_ranks_main_process_records_each_step_as_it_ends(tmp_path, monkeypat
     assert handed[1] is None
 
 
+def test_a_job_spec_keeps_its_arguments_and_puts_its_files_beside_the_cycle(tmp_path) -> None:
+    """`write_spec` / `read_spec`: the result defaults to <out_dir>.result.json, beside the cycle
+    directory as the step log and the ranks' error records; the round's rollouts, keyed by
+    (context hash, problem id), come back with those keys through the JSON; an unknown method is
+    refused in one line naming it, and no spec is written."""
+    from fastslow.slow import train as train_mod
+
+    out_dir = tmp_path / "cycle3"
+    assert train_mod.default_result_path(out_dir) == tmp_path / "cycle3.result.json"
+    assert train_mod.default_steps_path(out_dir) == tmp_path / "cycle3.steps.jsonl"
+    assert train_mod.error_path(tmp_path / "cycle3.result.json", 2) == tmp_path / "cycle3.result.json.rank2.error"
+    rollouts = {("h1", "p0"): [{"text": "a", "reward": 1.0}], ("h2", "p1"): [{"text": "b"}, {"text": "c"}]}
+    kw: dict[str, Any] = dict(init_model=tmp_path / "init", contexts=[("best", "Be brief.")], task={"name": "math"},
+                              train_file=tmp_path / "t.parquet", slow=SLOW, out_dir=out_dir, run_id="e/fst/r", cycle=3)
+    path = train_mod.write_spec(tmp_path / "job.json", method="fst", prev_dir=tmp_path / "cycle2",
+                                extra={"round_rollouts": rollouts, "student_context": "x"}, **kw)
+    spec = train_mod.read_spec(path)
+    assert spec["result"] == str(tmp_path / "cycle3.result.json") and spec["out_dir"] == str(out_dir)
+    assert spec["prev_dir"] == str(tmp_path / "cycle2") and spec["contexts"] == [["best", "Be brief."]]
+    assert (spec["method"], spec["cycle"], spec["slow"]) == ("fst", 3, SLOW)
+    assert train_mod.decode_extra(spec["extra"]) == {"round_rollouts": rollouts, "student_context": "x"}
+    spec = train_mod.read_spec(train_mod.write_spec(tmp_path / "job0.json", method="rl", prev_dir=None, **kw))
+    assert spec["prev_dir"] is None and spec["extra"] == {}
+    with pytest.raises(ValueError, match=r"^unknown method 'grpo': expected one of rl, fst, fst_distill$"):
+        train_mod.write_spec(tmp_path / "bad.json", method="grpo", prev_dir=None, **kw)
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_a_missing_step_log_reads_as_no_steps_and_a_long_error_is_recorded_cut(tmp_path) -> None:
+    """Ranks that failed before their first step leave no step log: no steps, not an error. A
+    rank's error record is its first 1000 characters (a tensor's repr can run to megabytes)."""
+    from fastslow.slow import train as train_mod
+
+    assert train_mod.read_steps(tmp_path / "cycle0.steps.jsonl") == []
+    result = tmp_path / "cycle0.result.json"
+    train_mod.record_error(result, 3, RuntimeError("x" * 5000))
+    [(rank, line)] = train_mod.read_errors(result)
+    assert rank == 3 and len(line) == 1000 and line.startswith("RuntimeError: xxx")
+
+
+def test_a_job_specs_task_is_rebuilt_from_its_name_or_its_class(monkeypatch) -> None:
+    """{"class": "module:Name", "options"} imports the class (tests' toy tasks); {"name", "config"}
+    goes through `make_task` (offline data when the spec has no config); anything else, or a class
+    not written module:Name, is refused in one line naming it."""
+    from slow_toys import LengthTask
+
+    import fastslow.config
+    from fastslow.slow import train as train_mod
+
+    assert isinstance(train_mod.build_task({"class": "slow_toys:LengthTask", "options": {}}), LengthTask)
+    with pytest.raises(ValueError, match=r"^task class must be 'package.module:Name', got 'slow_toys.LengthTask'$"):
+        train_mod.build_task({"class": "slow_toys.LengthTask"})
+    with pytest.raises(ValueError, match=r"^job spec task needs 'name' \(\+ 'config'\) or 'class', got keys "
+                                         r"\['config', 'options'\]$"):
+        train_mod.build_task({"options": {}, "config": {}})
+    made: list[tuple[Any, str]] = []
+    monkeypatch.setattr(fastslow.config, "make_task", lambda config, name: made.append((config, name)) or name)
+    assert train_mod.build_task({"name": "math"}) == "math"
+    assert train_mod.build_task({"name": "hover", "config": {"data": {"source": "hf"}}}) == "hover"
+    assert made == [({"data": {"source": "offline"}}, "math"), ({"data": {"source": "hf"}}, "hover")]
+
+
+def test_a_job_runs_its_methods_cycle_with_its_extra_arguments_and_rank_0_alone_writes_the_result(
+        tmp_path, monkeypatch) -> None:
+    """`run_job`: rl and fst run the CISPO loop, fst_distill the distillation cycle, each given the
+    spec's extra arguments as the caller passed them (the round's rollouts keyed by tuples again);
+    the main process writes the result, the other ranks do not (N ranks would race on one file)."""
+    import types
+
+    import fastslow.slow.distill
+    import fastslow.slow.loop
+    from fastslow.slow import train as train_mod
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def cycle(name: str) -> Any:
+        def run(*args: Any, tracker: Any = None, **kwargs: Any) -> Any:
+            calls.append((name, kwargs))
+            return types.SimpleNamespace(out_dir=args[6], global_step=7, metrics=[{"step": 6, "reward_mean": 0.5}])
+        return run
+
+    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", cycle("loop"))
+    monkeypatch.setattr(fastslow.slow.distill, "run_distill_cycle", cycle("distill"))
+    monkeypatch.setattr(train_mod, "build_task", lambda task: None)
+    monkeypatch.setattr("fastslow.tasks.data.load_problems", lambda path: [])
+    rollouts = {("h1", "p0"): [{"text": "a"}]}
+    extras = {"rl": {}, "fst": {"round_rollouts": rollouts}, "fst_distill": {"student_context": "Be brief."}}
+    for method, extra in extras.items():
+        job = train_mod.write_spec(tmp_path / f"{method}.job.json", method=method, init_model=tmp_path / "init",
+                                   prev_dir=None, contexts=[("seed", "x")], task={"name": "math"},
+                                   train_file=tmp_path / "t.parquet", slow=SLOW, out_dir=tmp_path / method,
+                                   run_id=f"e/{method}/r", cycle=0, extra=extra)
+        train_mod.run_job(train_mod.read_spec(job))
+    assert calls == [("loop", {"run_id": "e/rl/r", "cycle": 0}),
+                     ("loop", {"run_id": "e/fst/r", "cycle": 0, "round_rollouts": rollouts}),
+                     ("distill", {"run_id": "e/fst_distill/r", "cycle": 0, "student_context": "Be brief."})]
+    result = train_mod.default_result_path(tmp_path / "fst_distill")
+    assert train_mod.read_result(result) == {"out_dir": str(tmp_path / "fst_distill"), "global_step": 7,
+                                             "metrics": [{"step": 6, "reward_mean": 0.5}], "num_processes": 1}
+    result.unlink()
+    monkeypatch.setattr(train_mod, "process_rank", lambda: 1)
+    train_mod.run_job(train_mod.read_spec(tmp_path / "fst_distill.job.json"))
+    assert len(calls) == 4 and not result.exists()
+
+
+def test_a_results_ids_nulls_and_names_are_not_sent_to_the_tracker(tmp_path) -> None:
+    """`log_result` sends each step's numbers as "slow/<name>" at its global step: not the columns
+    that identify the step, not a NaN metric (kl_to_base at beta=0, null in the result's standard
+    JSON), not a name; no tracker, nothing to do."""
+    from fastslow.io import write_json
+    from fastslow.slow import train as train_mod
+
+    row = {"run": "e/rl/r", "cycle": 1, "step": 4, "step_in_cycle": 0, "num_contexts": 2, "reward_mean": 0.5,
+           "kl_to_base": float("nan"), "completion_tokens": 12, "note": "x"}
+    result = train_mod.read_result(write_json({"metrics": [row, {**row, "step": 5}]}, tmp_path / "r.json"))
+    assert result["metrics"][0]["kl_to_base"] is None
+    train_mod.log_result(result, None)
+    tracker = RecordingTracker()
+    train_mod.log_result(result, tracker)
+    assert tracker.calls == [({"slow/reward_mean": 0.5, "slow/completion_tokens": 12}, 4),
+                             ({"slow/reward_mean": 0.5, "slow/completion_tokens": 12}, 5)]
+
+
 def test_a_launched_fst_distill_cycle_is_sized_for_its_strategy_before_the_round(tiny_model_dir: Path, monkeypatch,
                                                                                  tmp_path) -> None:
     """fst_distill on two GPUs is not refused (it was: it trained in one process only); its
