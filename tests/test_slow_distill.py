@@ -93,6 +93,44 @@ def test_rounding_warning_names_bf16_weights_whose_updates_round_away() -> None:
     w = layer.weight.detach()
     assert (w + torch.full_like(w, 1e-6) == w).float().mean() >= share / 100 - 0.01
     assert rounding_warning(layer, 1e-3) is None  # above half the spacing of most weights
+    # fp16 keeps 10 mantissa bits: at |w| ~ 0.1 its spacing is 2^-14 ~ 6e-5, so an update of lr 1e-4
+    # stays (bf16's spacing there, 2^-11 ~ 5e-4, would round it away)
+    layer = torch.nn.Linear(8, 8, bias=False)
+    torch.nn.init.constant_(layer.weight, 0.1)
+    assert rounding_warning(layer.to(torch.bfloat16), 1e-4) is not None
+    assert rounding_warning(layer.to(torch.float16), 1e-4) is None
+    warning = rounding_warning(layer.to(torch.float16), 1e-6)
+    assert warning is not None and "torch.float16" in warning and "for 100% of them" in warning
+    # "most": warned from half of the weights on
+    with torch.no_grad():
+        layer.weight.view(-1)[:32] = 1e-3
+    half = layer.to(torch.bfloat16)
+    assert rounding_warning(half, 1e-4) is not None and "for 50% of them" in rounding_warning(half, 1e-4)
+    with torch.no_grad():
+        layer.weight.view(-1)[32] = 1e-3
+    assert rounding_warning(layer.to(torch.bfloat16), 1e-4) is None
+
+
+def test_the_optimiser_decays_matrices_only_with_the_configured_betas_after_warm_up() -> None:
+    """AdamW with weight decay on the matrices (not biases or norms) and (adam_beta1, adam_beta2);
+    the learning rate ramps over warmup_steps to lr, then stays."""
+    import torch
+
+    from fastslow.slow.distill import make_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    optimizer, scheduler = make_optimizer(model, SlowConfig(lr=1e-3, weight_decay=0.1, adam_beta1=0.8,
+                                                            adam_beta2=0.95, warmup_steps=2))
+    decayed, plain = optimizer.param_groups
+    assert [p.shape for p in decayed["params"]] == [(3, 4)] and decayed["weight_decay"] == 0.1
+    assert [p.shape for p in plain["params"]] == [(3,), (3,), (3,)] and plain["weight_decay"] == 0.0
+    assert all(g["betas"] == (0.8, 0.95) for g in optimizer.param_groups)
+    lrs = []
+    for _ in range(4):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])
 
 
 def test_completion_logits_are_each_rollouts_own_next_token_log_probs(tiny_model_dir: Path) -> None:
@@ -214,6 +252,63 @@ def test_a_step_trains_on_the_prompt_ids_it_sampled_from(tiny_model_dir: Path, t
     assert all(torch.equal(v, got[True][2][k]) for k, v in got[False][2].items())
 
 
+class _PerProblemTask(LengthTask):
+    """Reward 1 for problem p0's rollouts, 0 for the others': every group of one problem's G
+    rollouts has no spread, while runs of rollouts that straddle two problems have."""
+
+    def reward(self, problem: Problem, completion: str) -> float:
+        return float(problem.id == "p0")
+
+
+def test_a_steps_metrics_and_update_are_the_token_mean_reverse_kl_at_the_sampling_temperature(
+        tiny_model_dir: Path, tokenizer: Any) -> None:
+    """Recomputed here from the rollouts the step sampled, with θ_c: distill_kl (= loss) and entropy
+    are the means over the step's completion tokens of KL(π_θ(·|seed context) ‖ π_θc(·|teacher
+    context)) and of the student's entropy, at the sampling temperature; grad_norm is the norm of
+    that mean's gradient (accumulated over micro batches) before clipping, and AdamW steps on the
+    gradient clipped to max_grad_norm. The teacher stays θ_c. Each rollout is truncated as its
+    generation says, and frac_zero_std_groups counts the groups of one problem's G rollouts."""
+    import copy
+
+    import torch
+
+    from fastslow.slow.distill import _distill_step, _prepare_local
+
+    task = _PerProblemTask()
+    rows = [p for p in task.problems("train", 3, 0) for _ in range(2)]  # P*G = 3*2, two micro batches of 3
+    cfg = _cfg(1, warmup_steps=0, problems_per_step=3, bf16=False, temperature=0.7, max_grad_norm=1e-3,
+               micro_batch_size=3)
+    trainee, generator = _prepare_local(tiny_model_dir, tokenizer, cfg, "r", 0)
+    initial = copy.deepcopy(trainee.student)
+    sampled: list[Any] = []
+    generate = generator.generate
+    generator.generate = lambda chats, params: sampled.extend(generate(chats, params)) or sampled
+    stepped: list[float] = []
+    trainee.optimizer.register_step_pre_hook(lambda *_: stepped.append(float(torch.nn.utils.get_total_norm(
+        [p.grad for p in trainee.student.parameters() if p.grad is not None]))))
+    metrics, records = _distill_step(trainee, generator, task, rows, STUDENT, TEACHER[1], cfg, seed=5)
+
+    completions = [list(g.completion_ids) for g in sampled]
+    teacher_ids = generator.encode_prompts([build_messages(TEACHER[1], p) for p in rows])
+    with torch.no_grad():
+        teacher = completion_logits(initial, teacher_ids, completions, generator.pad_id)
+    student = completion_logits(initial, [list(g.prompt_ids) for g in sampled], completions, generator.pad_id)
+    kl, entropy = token_reverse_kl(student, teacher, 0.7)
+    kl.mean().backward()
+    norm = float(torch.nn.utils.get_total_norm([p.grad for p in initial.parameters() if p.grad is not None]))
+    assert metrics["completion_tokens"] == kl.numel() == sum(len(c) for c in completions)
+    assert metrics["distill_kl"] == metrics["loss"] == pytest.approx(float(kl.detach().mean()), rel=1e-4)
+    assert metrics["entropy"] == pytest.approx(float(entropy.mean()), rel=1e-4)
+    assert metrics["grad_norm"] == pytest.approx(norm, rel=1e-3) and norm > 10 * cfg.max_grad_norm
+    assert stepped == [pytest.approx(cfg.max_grad_norm, rel=1e-3)]
+    assert trainee.teacher is not trainee.student and not any(p.requires_grad for p in trainee.teacher.parameters())
+    assert all(torch.equal(p, q) for p, q in zip(trainee.teacher.parameters(), initial.parameters(), strict=True))
+    assert any(not torch.equal(p, q) for p, q in zip(trainee.student.parameters(), initial.parameters(), strict=True))
+    assert [r["truncated"] for r in records] == [g.finish_reason == "length" for g in sampled]
+    assert [r["reward"] for r in records] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert metrics["frac_zero_std_groups"] == 1.0  # groups of P=3 would have spread in one of two
+
+
 # ---------------------------------------------------------------- (3, 4) resumability, outputs
 
 
@@ -316,6 +411,11 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
     assert json.loads((result.model_dir / "config.json").read_text())["use_cache"] is True
     state = read_state(result.out_dir)
     assert state["teacher_context_id"] == "best" and state["method"] == "fst_distill"
+    assert state["teacher_context_hash"] == context_hash(TEACHER[1])
+    assert state["student_context_hash"] == context_hash(STUDENT)
+    source = json.loads((result.model_dir / "fastslow_source.json").read_text())
+    assert source == {"kind": "distill-cycle", "run": "toy/run", "cycle": 1, "global_step": 2,
+                      "base": state["ref_model_dir"], "teacher_context_id": "best"}
 
     rollouts = pl.read_parquet(result.rollouts_path)
     assert rollouts.columns == list(ROLLOUT_COLUMNS)
@@ -349,9 +449,12 @@ def test_new_data_resets_cursor(runs: dict[str, Any], tiny_model_dir: Path,
     with pytest.raises(ValueError, match="different train set"):
         run_distill_cycle(*args, tmp_path / "bad", "toy/run", 2, progress=False)
     result = run_distill_cycle(*args, tmp_path / "next", "toy/run", 2, progress=False,
-                               new_data=True, student_context=STUDENT)
+                               new_data=True, student_context=STUDENT, ref_model_dir=tmp_path / "base")
     state = read_state(result.out_dir)
     assert (state["global_step"], state["cursor"]) == (3, 1)
+    # the run's base weights, not the cycle's start, are its provenance
+    assert state["ref_model_dir"] == str(tmp_path / "base")
+    assert json.loads((result.model_dir / "fastslow_source.json").read_text())["base"] == str(tmp_path / "base")
     with pytest.raises(ValueError, match="exactly one"):
         run_distill_cycle(tiny_model_dir, None, [TEACHER, ("x", "y")], runs["task"], other,
                           _cfg(1), tmp_path / "two", "toy/run", 0)
@@ -460,6 +563,12 @@ def test_the_paper_scale_distill_cycle_is_warned_of_and_a_larger_model_refused(t
     assert ("moments and gradient buckets whole on every rank (DDP), and the frozen teacher whole on every rank "
             "(15.3 GiB), hold 167.8 GiB per GPU") in error
     assert error.endswith("(FASTSLOW_ACCELERATE_STRATEGY=fsdp2 shards the student)") and "\n" not in error
+    # DDP without mixed precision (a CPU): fp32 teacher and KV cache; sampling frees the gradients
+    # (4 bytes a parameter), not the buckets
+    ddp = memory_floor(tmp_path / "qwen3-8b", paper, processes=8, sharded=False, bf16=False)
+    assert ddp["teacher"] == 4 * floor["params"] and ddp["kv_worst"] == floor["kv_worst"] // 8 * 2
+    assert ddp["certain"] == 20 * floor["params"] + ddp["teacher"]
+    assert ddp["sampling_worst"] == 16 * floor["params"] + ddp["teacher"] + ddp["kv_worst"]
 
 
 def test_a_distill_cycle_too_large_for_its_gpu_stops_before_the_fast_round(tiny_model_dir: Path, tmp_path: Path,
