@@ -389,6 +389,18 @@ def test_a_missing_step_log_reads_as_no_steps_and_a_long_error_is_recorded_cut(t
     assert rank == 3 and len(line) == 1000 and line.startswith("RuntimeError: xxx")
 
 
+def test_an_error_naming_a_path_with_undecodable_bytes_is_recorded(tmp_path) -> None:
+    """A message naming a path whose bytes are not UTF-8 (a surrogate in the str, as os.fsdecode
+    gives it) made `record_error` itself fail with a UnicodeEncodeError: the rank's traceback ended
+    on that, and the job's line said the rank recorded nothing (killed outright?). It is recorded,
+    the byte escaped."""
+    from fastslow.slow import train as train_mod
+
+    result = tmp_path / "cycle0.result.json"
+    train_mod.record_error(result, 1, ValueError("/data/\udcfftrain.parquet: no such column 'answer'"))
+    assert train_mod.read_errors(result) == [(1, "ValueError: /data/\\udcfftrain.parquet: no such column 'answer'")]
+
+
 def test_a_job_specs_task_is_rebuilt_from_its_name_or_its_class(monkeypatch) -> None:
     """{"class": "module:Name", "options"} imports the class (tests' toy tasks); {"name", "config"}
     goes through `make_task` (offline data when the spec has no config); anything else, or a class

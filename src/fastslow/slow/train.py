@@ -140,7 +140,8 @@ def record_error(result_path: str | Path, rank: int, err: BaseException) -> None
         from fastslow.io import atomic_path
 
         with atomic_path(error_path(result_path, rank)) as tmp:
-            tmp.write_text(line[:1000] + "\n", encoding="utf-8")
+            # a path's undecodable bytes (surrogates, in a message naming it) as \udcxx, not an encode error
+            tmp.write_text(line[:1000] + "\n", encoding="utf-8", errors="backslashreplace")
 
 
 def _error_files(result_path: str | Path) -> list[Path]:
