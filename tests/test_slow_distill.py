@@ -306,6 +306,9 @@ def test_a_steps_metrics_and_update_are_the_token_mean_reverse_kl_at_the_samplin
     assert any(not torch.equal(p, q) for p, q in zip(trainee.student.parameters(), initial.parameters(), strict=True))
     assert [r["truncated"] for r in records] == [g.finish_reason == "length" for g in sampled]
     assert [r["reward"] for r in records] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert (metrics["reward_mean"], metrics["reward_std"]) == pytest.approx((1 / 3, math.sqrt(2) / 3))  # population std
+    assert [(r["prompt_tokens"], r["completion_tokens"], r["logprob_sum"]) for r in records] == [
+        (g.prompt_tokens, g.completion_tokens, g.logprob_sum) for g in sampled]
     assert metrics["frac_zero_std_groups"] == 1.0  # groups of P=3 would have spread in one of two
 
 
@@ -536,6 +539,7 @@ def test_the_paper_scale_distill_cycle_is_warned_of_and_a_larger_model_refused(t
                 **qwen).save_pretrained(tmp_path / "qwen3-14b")
     floor = memory_floor(tmp_path / "qwen3-8b", paper)
     assert 8.1e9 < floor["params"] < 8.3e9 and floor["dtype"] == "bfloat16"
+    assert memory_verdict(floor, floor["sampling_worst"]) == (None, None)  # what fits exactly is no warning
     error, warning = memory_verdict(floor, h100)
     assert error is None and warning and warning.startswith("fst_distill may run out of memory on cuda:0 (79.6 GiB) while sampling")
     assert "144.0 GiB of KV cache" in warning

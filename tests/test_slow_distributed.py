@@ -319,6 +319,37 @@ def test_a_rank_records_the_error_it_stops_on(tmp_path, monkeypatch) -> None:
     assert train_mod.read_errors(tmp_path / "r.json") == [(0, "ValueError: no such column 'answer'")]
 
 
+def test_a_rank_leaves_its_process_group_and_waits_at_the_barrier_only_after_a_success(tmp_path, monkeypatch) -> None:
+    """`python -m fastslow.slow.train` destroys the process group it ran in, after a barrier when
+    its cycle succeeded; after a failure no barrier (the other ranks may never reach it: a hang
+    until the collective's timeout), and the error is still the rank's."""
+    import torch.distributed as dist
+
+    from fastslow.slow import train as train_mod
+
+    calls: list[str] = []
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: calls.append("destroy"))
+    spec_path = train_mod.write_spec(tmp_path / "job.json", method="rl", init_model=tmp_path / "init", prev_dir=None,
+                                     contexts=[("seed", "x")], task={"name": "math"}, train_file=tmp_path / "t.parquet",
+                                     slow=SLOW, out_dir=tmp_path / "cycle0", run_id="e/rl/r", cycle=0)
+    monkeypatch.setattr(train_mod, "run_job", lambda spec: calls.append("run"))
+    assert train_mod.main(["--spec", str(spec_path)]) == 0
+    assert calls == ["run", "barrier", "destroy"]
+
+    def boom(spec: Any) -> None:
+        calls.append("run")
+        raise RuntimeError("CUDA out of memory")
+
+    calls.clear()
+    monkeypatch.setattr(train_mod, "run_job", boom)
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        train_mod.main(["--spec", str(spec_path)])
+    assert calls == ["run", "destroy"]
+
+
 def test_the_ranks_main_process_records_each_step_as_it_ends(tmp_path, monkeypatch) -> None:
     """`python -m fastslow.slow.train`'s rank 0 hands the loop a `StepLog` beside the cycle
     directory; other ranks none (the loop logs on the main process only)."""
@@ -387,6 +418,13 @@ def test_a_missing_step_log_reads_as_no_steps_and_a_long_error_is_recorded_cut(t
     train_mod.record_error(result, 3, RuntimeError("x" * 5000))
     [(rank, line)] = train_mod.read_errors(result)
     assert rank == 3 and len(line) == 1000 and line.startswith("RuntimeError: xxx")
+    # a result name with glob characters finds its own records only
+    train_mod.record_error(tmp_path / "c[1].result.json", 0, ValueError("bad"))
+    train_mod.record_error(tmp_path / "c1.result.json", 0, ValueError("other"))
+    assert train_mod.read_errors(tmp_path / "c[1].result.json") == [(0, "ValueError: bad")]
+    # best effort: where it cannot be written (its directory is a file) the rank fails on its own error
+    (tmp_path / "a-file").write_text("")
+    train_mod.record_error(tmp_path / "a-file" / "r.json", 0, ValueError("bad"))
 
 
 def test_an_error_naming_a_path_with_undecodable_bytes_is_recorded(tmp_path) -> None:
