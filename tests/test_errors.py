@@ -153,13 +153,13 @@ def test_pool_to_json_layout_mode_and_no_temp_on_failure(tmp_path: Path, monkeyp
     ('{"version": 1, "method": "rl", "init_model": "m"}',
      "job spec lacks prev_dir, contexts, task, train_file, slow, out_dir, run_id, cycle, result"),
     (json.dumps({"version": 1, "method": "grpo", "init_model": "m", "prev_dir": None, "contexts": [], "task": {},
-                 "train_file": "t", "slow": {}, "out_dir": "o", "run_id": "r", "cycle": 0, "result": "r.json"}),
+                 "train_file": "t", "slow": {}, "out_dir": "o", "run_id": "r", "cycle": 0, "result": "TMP/r.json"}),
      "unknown method 'grpo': expected one of rl, fst, fst_distill"),
 ])
 def test_train_bad_spec_is_one_line_exit_2(tmp_path: Path, capsys, content: str | None, expected: str) -> None:
     spec = tmp_path / "job.json"
     if content is not None:
-        spec.write_text(content)
+        spec.write_text(content.replace("TMP", str(tmp_path)))  # were it run, its error record lands there
     assert train.main(["--spec", str(spec)]) == 2
     err = capsys.readouterr().err.strip()
     one_line(err)
