@@ -639,6 +639,25 @@ def test_the_gpu_memory_is_read_without_initialising_cuda_here(monkeypatch) -> N
     assert calls == []  # ...and this process never asked CUDA
 
 
+def test_a_gpu_memory_child_that_hangs_is_no_memory_check(monkeypatch, caplog) -> None:
+    """The child reading the GPU's memory has a timeout; one that ran past it (a wedged driver)
+    raised TimeoutExpired out of the cycle, where the docstring promises no check and a warning."""
+    import logging
+    import subprocess
+
+    import torch
+
+    from fastslow.slow import distill
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(distill, "GPU_MEMORY_TIMEOUT", 0.01, raising=False)
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: real_run(["sleep", "5"], **kw))
+    with caplog.at_level(logging.WARNING, logger=distill.log.name):
+        assert distill.gpu_memory_bytes() is None
+    assert "GPU memory not read (Command '['sleep', '5']' timed out after 0.01 seconds); no memory check" in caplog.text
+
+
 @pytest.mark.parametrize("accepted", [True, False])
 def test_the_cycle_says_whether_the_teacher_is_the_student(accepted: bool, tiny_model_dir: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch,

@@ -432,6 +432,10 @@ def memory_verdict(floor: dict[str, Any], device_bytes: int, device: str = "cuda
     return refusal, warning
 
 
+#: Seconds the child reading the GPU's memory may take (`gpu_memory_bytes`).
+GPU_MEMORY_TIMEOUT = 300.0
+
+
 def gpu_memory_bytes() -> int | None:
     """Total memory of this job's first GPU, None without one. Read in a child process: CUDA
     initialised in the job's own process would make a vLLM generator start its workers by
@@ -443,8 +447,12 @@ def gpu_memory_bytes() -> int | None:
 
     if not torch.cuda.is_available():
         return None
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).total_memory)"],
-                         capture_output=True, text=True, timeout=300)
+    try:  # a child that hangs (a wedged driver) or cannot start is no memory check, as one that fails
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).total_memory)"],
+                             capture_output=True, text=True, timeout=GPU_MEMORY_TIMEOUT)
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        log.warning("FST-distill: GPU memory not read (%s); no memory check", " ".join(str(exc).split())[-200:])
+        return None
     try:
         return int(out.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
