@@ -182,6 +182,107 @@ def test_the_format_notes_read_the_tail_the_answer_is_read_from() -> None:
     assert split[1:] == ["a </answer> tag appears without an opening <answer>"], split
 
 
+def test_tags_out_of_order_and_a_blank_completion_get_their_own_format_notes() -> None:
+    """Both tags present but never forming a block is "no block", not a missing tag (mutants that
+    dropped either side of `opens and not closes` survived); whitespace alone is "empty"."""
+    no_block = ["no <answer>…</answer> block was found (put the final answer inside <answer></answer> tags)"]
+    assert format_problems("</answer>7<answer>") == no_block
+    assert format_problems("<answer>7") == ["an <answer> tag is opened but never closed with </answer>"]
+    assert format_problems("7</answer>") == ["a </answer> tag appears without an opening <answer>"]
+    assert format_problems(" \n\t ") == format_problems("") == ["the completion is empty"]
+    assert format_problems(None) == ["the completion is not text (got NoneType)"]  # type: ignore[arg-type]
+
+
+def test_a_completion_that_is_not_text_is_read_as_text_or_as_nothing() -> None:
+    """`answered` and `extract_answer` take anything (None is no answer, never an error); the task
+    methods coerce first: bytes (bytearray too) are decoded leniently, so a right answer sent as
+    bytes scores 1, and None or an object whose str() raises is an empty completion."""
+    from fastslow.tasks.base import coerce_text
+
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    for value in (None, 42, b"<answer>7</answer>", ["<answer>7</answer>"]):
+        assert extract_answer(value) is None and not answered(value)  # type: ignore[arg-type]
+    assert coerce_text(None) == "" and coerce_text(Hostile()) == "" and coerce_text(7) == "7"
+    assert coerce_text(bytearray(b"a\xffb")) == "a\ufffdb" and coerce_text(b"\xc3\xa9") == "é"
+    task = get_task("math")
+    problem = Problem("p", "math", "What is 3 + 4? " + ANSWER_FORMAT, "7")
+    for value in (b"<answer>7</answer>", bytearray(b"<answer>7</answer>"), b"\xff<answer>7</answer>"):
+        assert task.reward(problem, value) == 1.0, value  # type: ignore[arg-type]
+    for value in (None, Hostile()):
+        fb = task.feedback(problem, value)  # type: ignore[arg-type]
+        assert fb.endswith("Format: the completion is empty.") and "Detailed feedback failed" not in fb, fb
+
+
+def test_rewards_and_verdicts_are_clipped_to_0_1_whatever_the_judge_returns() -> None:
+    """A judge's reward outside [0, 1] (or NaN) is clipped (NaN is 0) in both the reward and the
+    feedback's verdict line; an empty answer read is shown as "(empty)", the expected answer on one
+    line without its surrounding whitespace."""
+    from fastslow.tasks.base import Judgement, TaskBase
+
+    class Raw(TaskBase):
+        name = "raw"
+
+        def __init__(self, value: float, given: str | None = "x") -> None:
+            self.value, self.given = value, given
+
+        def judge(self, problem: Problem, completion: str) -> Judgement:
+            return Judgement(self.value, "  7\n", self.given)
+
+    p = Problem("p", "raw", "q", "7")
+    for value, reward, verdict in ((1.5, 1.0, "Correct (reward 1.00)."), (float("inf"), 1.0, "Correct (reward 1.00)."),
+                                   (-0.5, 0.0, "Incorrect (reward 0.00)."), (float("nan"), 0.0, "Incorrect (reward 0.00)."),
+                                   (0.25, 0.25, "Partially correct (reward 0.25).")):
+        assert Raw(value).reward(p, "x") == reward, value
+        assert Raw(value).feedback(p, "x").splitlines()[:3] == [verdict, "Expected answer: 7", "Answer given: x"], value
+    assert Raw(0.0, " \n ").feedback(p, "x").splitlines()[2] == "Answer given: (empty)"
+    assert Raw(0.0, None).feedback(p, "x").splitlines()[2] == "Answer given: none could be read."
+
+
+def test_an_expected_answer_of_exactly_the_limit_is_quoted_whole() -> None:
+    from fastslow.tasks.base import EXPECTED_CHARS, expected_line, shorten
+
+    assert expected_line("7" * EXPECTED_CHARS) == "7" * EXPECTED_CHARS
+    longer = expected_line("7" * (EXPECTED_CHARS + 1))
+    assert len(longer) <= EXPECTED_CHARS and longer.endswith("… [1,001 chars]")
+    assert shorten("abc", 3) == "abc"
+
+
+def test_the_policy_sees_the_context_as_a_system_turn_only_when_there_is_one() -> None:
+    from fastslow.tasks.base import build_messages
+
+    p = Problem("p", "math", "What is 3 + 4?", "7")
+    assert build_messages("", p) == [{"role": "user", "content": "What is 3 + 4?"}]
+    assert build_messages("Be brief.", p) == [{"role": "system", "content": "Be brief."},
+                                              {"role": "user", "content": "What is 3 + 4?"}]
+
+
+def test_duplicate_ids_names_them_in_first_seen_order_and_counts_only_the_rest() -> None:
+    from fastslow.tasks.base import duplicate_ids
+
+    def rows(*ids: str) -> list[Problem]:
+        return [Problem(i, "t", "q", "a") for i in ids]
+
+    assert duplicate_ids(rows("a", "b", "c")) == ""
+    assert duplicate_ids(rows("z", "b", "z", "b", "c")) == "'z', 'b'"
+    five = [f"p{i}" for i in range(5)]
+    assert duplicate_ids(rows(*five, *five)) == "'p0', 'p1', 'p2', 'p3', 'p4'"  # no " and 0 more"
+    assert duplicate_ids(rows(*five, *five), show=2) == "'p0', 'p1' and 3 more"
+
+
+def test_a_problems_metadata_round_trips_and_a_row_may_carry_it_as_a_mapping() -> None:
+    """`to_row` writes metadata as JSON with sorted keys, values JSON cannot hold as their str()
+    (a Path); `from_row` reads that back, and a mapping (a Parquet struct column) as it is."""
+    p = Problem("p", "t", "q", "a", {"path": Path("x/y"), "b": 2})
+    row = p.to_row()
+    assert row == {"id": "p", "task": "t", "prompt": "q", "answer": "a", "metadata": '{"b": 2, "path": "x/y"}'}
+    assert Problem.from_row(row) == replace(p, metadata={"b": 2, "path": "x/y"})
+    assert Problem.from_row({**row, "metadata": {"k": [1, 2]}}).metadata == {"k": [1, 2]}
+    assert Problem.from_row({**row, "id": 7, "answer": 12}) == Problem("7", "t", "q", "12", {"b": 2, "path": "x/y"})
+
+
 @pytest.mark.parametrize("text", ["42", "42.0", "$42", "4.2e1", "84/2", "\\frac{84}{2}", "\\boxed{42}",
                                   "$\\boxed{42}$", "+42", "42.", "**42**", "4.2 × 10^1", "42%"])
 def test_parse_number_accepts_forms_of_42(text: str) -> None:
