@@ -182,6 +182,18 @@ def test_the_format_notes_read_the_tail_the_answer_is_read_from() -> None:
     assert split[1:] == ["a </answer> tag appears without an opening <answer>"], split
 
 
+def test_an_answer_after_the_thinking_that_fell_out_of_the_window_is_no_draft() -> None:
+    """An <answer> block given after </think> but before the last MAX_PARSE_CHARS characters was
+    noted as "appears only inside the thinking" (the whole completion was searched): the fast loop
+    read a lesson about thinking beside the length note's about the window. It is "no block
+    found"; one written while thinking still gets the thinking note."""
+    block = "<answer>7</answer>"
+    late = format_problems("<think>x</think>" + block + "x" * MAX_PARSE_CHARS)
+    assert len(late) == 2 and late[0].startswith("the completion is 20,034 characters long"), late
+    assert late[1].startswith("no <answer>…</answer> block was found"), late
+    drafted = format_problems(f"<think>{block}</think>" + "x" * MAX_PARSE_CHARS)
+    assert drafted[1:] == ["an <answer> block appears only inside the thinking; only an answer after </think> counts"]
+
 def test_tags_out_of_order_and_a_blank_completion_get_their_own_format_notes() -> None:
     """Both tags present but never forming a block is "no block", not a missing tag (mutants that
     dropped either side of `opens and not closes` survived); whitespace alone is "empty"."""

@@ -196,7 +196,7 @@ def format_problems(completion: str) -> list[str]:
         if reopened and not opens and not closes:
             pass  # the note above says why no answer was read
         elif not opens and not closes and answering is not completion \
-                and re.search(r"<answer>", completion, re.IGNORECASE):
+                and re.search(r"<answer>", completion[:close], re.IGNORECASE):  # in the thinking itself
             notes.append(f"an <answer> block appears only inside the thinking; only an answer after "
                          f"{THINK_CLOSE} counts")
         elif opens and not closes:
