@@ -122,6 +122,7 @@ def test_extract_answer(text: str, expected: str | None) -> None:
     ("<think>\n\n</think>\n\n<answer>6</answer>", "6"),  # an empty trace
     # a second trace, cut off: its answer is a draft (it scored 5); one given before it counts
     ("<think>a</think> <think>b <answer>5</answer>", None),
+    ("<think>a</think><think>b <answer>5</answer>", None),  # reopened right at the close
     ("<think>a</think><answer>1</answer><think>b <answer>2</answer>", "1"),
     # answered, then thought again to the end: nothing follows the last trace
     ("<think>a</think><answer>1</answer><think>b <answer>2</answer></think>", None),
@@ -199,7 +200,8 @@ def test_tags_out_of_order_and_a_blank_completion_get_their_own_format_notes() -
     dropped either side of `opens and not closes` survived); whitespace alone is "empty"."""
     no_block = ["no <answer>…</answer> block was found (put the final answer inside <answer></answer> tags)"]
     assert format_problems("</answer>7<answer>") == no_block
-    assert format_problems("<answer>7") == ["an <answer> tag is opened but never closed with </answer>"]
+    assert format_problems("<answer>7") == format_problems("<ANSWER>7") == [
+        "an <answer> tag is opened but never closed with </answer>"]
     assert format_problems("7</answer>") == ["a </answer> tag appears without an opening <answer>"]
     assert format_problems(" \n\t ") == format_problems("") == ["the completion is empty"]
     assert format_problems(None) == ["the completion is not text (got NoneType)"]  # type: ignore[arg-type]
@@ -260,6 +262,7 @@ def test_an_expected_answer_of_exactly_the_limit_is_quoted_whole() -> None:
     longer = expected_line("7" * (EXPECTED_CHARS + 1))
     assert len(longer) <= EXPECTED_CHARS and longer.endswith("… [1,001 chars]")
     assert shorten("abc", 3) == "abc"
+    assert expected_line(" a \n  b\r\n c  ") == "a b c" and expected_line("a  b") == "a  b"
 
 
 def test_the_policy_sees_the_context_as_a_system_turn_only_when_there_is_one() -> None:
@@ -292,6 +295,8 @@ def test_a_problems_metadata_round_trips_and_a_row_may_carry_it_as_a_mapping() -
     assert row == {"id": "p", "task": "t", "prompt": "q", "answer": "a", "metadata": '{"b": 2, "path": "x/y"}'}
     assert Problem.from_row(row) == replace(p, metadata={"b": 2, "path": "x/y"})
     assert Problem.from_row({**row, "metadata": {"k": [1, 2]}}).metadata == {"k": [1, 2]}
+    with pytest.raises(ValueError, match=r"^problem 'p': invalid metadata JSON \(.*\): '\[1, 2\]'$"):
+        Problem.from_row({**row, "metadata": [1, 2]})  # a list column: one line naming the problem
     assert Problem.from_row({**row, "id": 7, "answer": 12}) == Problem("7", "t", "q", "12", {"b": 2, "path": "x/y"})
 
 
