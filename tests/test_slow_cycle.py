@@ -133,6 +133,32 @@ def test_cycle_outputs(runs: dict[str, Any]) -> None:
                                                   strict=True)), (metrics["truncated_fraction"], at_limit)
 
 
+def test_each_steps_metrics_row_is_its_rollouts_summed(runs: dict[str, Any]) -> None:
+    """The metrics row of a step reads off that step's rollout rows: its place in the cycle, the
+    pool size K, the reward's (population) spread and the completion lengths; and the step's time
+    splits into generation, scoring and the rest (training)."""
+    import numpy as np
+    import polars as pl
+
+    for name, steps in (("first", [0, 1]), ("second", [2, 3]), ("whole", [0, 1, 2, 3])):
+        result = runs[name]
+        metrics = pl.read_parquet(result.metrics_path).sort("step")
+        rollouts = pl.read_parquet(result.rollouts_path)
+        assert metrics["step"].to_list() == steps
+        assert metrics["step_in_cycle"].to_list() == list(range(len(steps))), name
+        assert set(metrics["num_contexts"]) == {len(CONTEXTS)}
+        for row in metrics.iter_rows(named=True):
+            step = rollouts.filter(pl.col("step") == row["step"])
+            rewards, tokens = step["reward"].to_numpy(), step["completion_tokens"].to_list()
+            assert row["reward_std"] == pytest.approx(float(np.std(rewards)))
+            assert row["completion_tokens"] == sum(tokens)
+            assert row["mean_completion_tokens"] == pytest.approx(sum(tokens) / len(tokens))
+            assert row["training_seconds"] == pytest.approx(
+                row["step_seconds"] - row["generation_seconds"] - row["scoring_seconds"])
+        # the rewards spread within a step, so the population and the sample std differ
+        assert any(pl.read_parquet(result.rollouts_path).group_by("step").agg(pl.col("reward").std())["reward"] > 0)
+
+
 def _tied_shares(rollouts: Any, group: list[str], size: int) -> Any:
     """Per step, the share of `group`'s reward groups (each of `size` rollouts) whose rewards all
     tie: frac_zero_std_groups as it should read off the rollouts table."""
@@ -372,6 +398,53 @@ def test_micro_batch_size_changes_memory_not_the_update(tiny_model_dir: Path, tm
     assert moved > 1e-4  # the step did change the weights
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=0, atol=1e-5 * max(1.0, moved))
+
+
+def test_kl_and_entropy_are_means_over_the_steps_completion_tokens(tiny_model_dir: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's kl_to_base and entropy average the per-token terms over its completion tokens
+    (the mask), not over the padded batch: completions shorter than the longest would otherwise
+    dilute both."""
+    from fastslow.slow import loop
+
+    seen: list[dict[str, Any]] = []
+    real_step, real_kl = loop._rl_step, loop.base_kl_terms
+
+    def kl_spy(batch: Any, logps: Any, mask: Any) -> Any:
+        terms = real_kl(batch, logps, mask)
+        seen.append({"kl": terms.detach().clone(), "mask": mask.detach().clone()})
+        return terms
+
+    def step_spy(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+        metrics, records = real_step(trainer, *args, **kwargs)
+        seen[-1]["entropies"] = torch.cat([ent for _, ent in trainer.stash]).float()
+        seen[-1]["metrics"] = metrics
+        return metrics, records
+
+    # the tiny model rarely stops before max_new_tokens: the round's rollouts, a pair's cut to 3
+    # tokens, give both steps completions of unequal length (step 1's weights moved: a nonzero KL)
+    cfg = dataclasses.replace(_cfg(2), bf16=False, warmup_steps=0)
+    task, cfg, problems, step, keys, gens, given = _first_step_sampled(tiny_model_dir, steps=2, shift=0.0, cfg=cfg)
+    for key in (keys[0], keys[-1]):
+        given[key] = [{**r, "completion_ids": r["completion_ids"][:3], "logprobs": r["logprobs"][:3]}
+                      for r in given[key]]
+    monkeypatch.setattr(loop, "base_kl_terms", kl_spy)
+    monkeypatch.setattr(loop, "_rl_step", step_spy)
+    result = run_cycle(tiny_model_dir, None, CONTEXTS, task, problems, cfg, tmp_path / "out", "toy/kl", 0,
+                       progress=False, round_rollouts=given)
+    assert len(seen) == 2
+    assert all(float(s["mask"].sum()) < s["mask"].numel() for s in seen), "no padding: the test could not fail"
+    for s in seen:
+        tokens = float(s["mask"].sum())
+        assert s["metrics"]["kl_to_base"] == pytest.approx(float(s["kl"].sum()) / tokens, rel=1e-5)
+        assert s["metrics"]["entropy"] == pytest.approx(float((s["entropies"] * s["mask"]).sum()) / tokens, rel=1e-5)
+    assert seen[1]["metrics"]["kl_to_base"] > 0
+    # and the mean completion length is the rollouts' mean, not a middle value
+    import polars as pl
+
+    rollouts = pl.read_parquet(result.rollouts_path)
+    means = rollouts.group_by("step", maintain_order=True).agg(pl.col("completion_tokens").mean())
+    assert [m["mean_completion_tokens"] for m in result.metrics] == pytest.approx(means["completion_tokens"].to_list())
 
 
 def test_steps_at_the_reference_skip_its_forward_and_train_alike(tiny_model_dir: Path, tmp_path: Path,
@@ -633,6 +706,50 @@ def test_later_steps_train_on_the_rounds_older_samples_with_their_importance_wei
     # each row says how many updates old its sampler was: the second step's are one
     per_step = rollouts.group_by("step").agg(pl.col("reused").sum(), pl.col("policy_lag").unique()).sort("step")
     assert per_step["reused"].to_list() == [8, 8, 0] and per_step["policy_lag"].to_list() == [[0], [1], [0]]
+
+
+def test_a_resumed_cycles_reused_rollouts_are_as_old_as_the_updates_since_their_sampler(
+        runs: dict[str, Any], tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The round of a later cycle samples with that cycle's initial weights (global step 2 here):
+    its rollouts' policy_lag counts the updates since then (0 in the cycle's first step, 1 in its
+    second), not since the run's start. A row whose given rollout was generated instead (other
+    prompt tokens) is on-policy: lag 0, whatever the rollout it replaced would have had."""
+    import polars as pl
+
+    from fastslow.model.convert import load_model, load_tokenizer
+    from fastslow.model.generation import HFGenerator, SamplingParams
+    from fastslow.slow.loop import cycle_step_problems
+    from fastslow.tasks.base import build_messages
+
+    task, first = LengthTask(), runs["first"]
+    problems = task.problems("train", 3, 0)  # the fixture's train set
+    cfg = _cfg(2)
+    step = cycle_step_problems(first.out_dir, problems, cfg, steps=2)
+    keys = [(context_hash(text), p.id) for p in step for _, text in CONTEXTS for _ in range(2)]
+    gen = HFGenerator(load_model(first.model_dir, dtype="float32"), load_tokenizer(first.model_dir))
+    gens = gen.generate([build_messages(text, p) for p in step for _, text in CONTEXTS for _ in range(2)],
+                        SamplingParams(max_new_tokens=8, temperature=1.0, seed=3))
+    given: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for key, g in zip(keys, gens, strict=True):
+        given.setdefault(key, []).append({"prompt_ids": g.prompt_ids, "completion_ids": g.completion_ids,
+                                          "logprobs": list(g.token_logprobs)})
+    # a pair of the second step whose rollouts dealt there (each pair's queue is dealt in order)
+    # have other prompt tokens: generated in that step
+    bad = (context_hash(CONTEXTS[0][1]), step[2].id)
+    assert len(given[bad]) == 4, step  # both steps draw it (seed 7): the first gets the first two
+    given[bad][2:] = [{**r, "prompt_ids": (*r["prompt_ids"], 0)} for r in given[bad][2:]]
+    result = run_cycle(tiny_model_dir, first.out_dir, CONTEXTS, task, problems, cfg, tmp_path / "c1", "toy/run", 1,
+                       progress=False, round_rollouts=given)
+    assert result.global_step == 4
+    rollouts = pl.read_parquet(result.rollouts_path)
+    assert rollouts["step"].unique().sort().to_list() == [2, 3]
+    is_bad = (pl.col("context_hash") == bad[0]) & (pl.col("problem_id") == bad[1]) & (pl.col("step") == 3)
+    assert not rollouts.filter(is_bad)["reused"].any()
+    assert set(rollouts.filter(is_bad)["policy_lag"]) == {0}
+    served = rollouts.filter(~is_bad)
+    assert served["reused"].all()
+    lags = served.group_by("step").agg(pl.col("policy_lag").unique()).sort("step")["policy_lag"].to_list()
+    assert lags == [[0], [1]]
 
 
 def test_a_step_that_generated_nothing_reports_no_rate(tiny_model_dir: Path, tmp_path: Path,

@@ -846,3 +846,49 @@ def test_the_rl_reward_reads_the_completion_tokens_not_trls_parsed_message(token
     assert TaskReward(task, {"p": problem}, opener="<think>")(prompts=[[]], completions=message,
                                                               problem_id=["p"]) == [0.0]
     assert TaskReward(task, {"p": problem})(prompts=[[]], completions=message, problem_id=["p"]) == [1.0]
+
+
+def test_a_cycles_prompt_budget_covers_every_step_it_draws(tokenizer) -> None:
+    """The context check and the vLLM engine's length read the longest prompt of all T*P problems
+    the cycle at a data position draws (not only its first step's), under the longest context."""
+    from fastslow.slow.loop import cycle_prompt_tokens
+    from fastslow.slow.trainer import longest_prompt_tokens
+
+    problems = [Problem(f"p{i}", "toy", " ".join(["word"] * (3 + 7 * i)), "0") for i in range(5)]
+    contexts = [("a", "Short."), ("b", "A much longer context than the other one, by some words.")]
+    cfg = SlowConfig(num_generations=4, problems_per_step=1, steps_per_cycle=3, seed=1)
+    beyond_first = 0
+    for cursor in range(10):
+        drawn = take_problems(len(problems), cfg.seed, cursor, 3)
+        want = max(longest_prompt_tokens(tokenizer, [problems[i]], contexts) for i in drawn)
+        assert cycle_prompt_tokens(tokenizer, problems, contexts, cfg, cursor) == want, cursor
+        beyond_first += want > longest_prompt_tokens(tokenizer, [problems[drawn[0]]], contexts)
+    assert beyond_first, "no cycle whose longest prompt comes after its first step: the test could not fail"
+
+
+def test_tied_groups_warn_from_the_threshold_on(caplog) -> None:
+    """`warn_tied_groups` warns once a cycle's mean share of tied groups reaches TIED_WARNING."""
+    import logging
+
+    from fastslow.slow.loop import TIED_WARNING, warn_tied_groups
+
+    def warned(share: float) -> bool:
+        caplog.clear()
+        rows = [{"frac_zero_std_groups": share, "reward_mean": 0.5, "answered_fraction": 1.0}] * 2
+        with caplog.at_level(logging.WARNING, logger="fastslow.slow"):
+            warn_tied_groups(rows, "slow r cycle 0")
+        return any("little learning signal" in r.getMessage() for r in caplog.records)
+
+    assert warned(TIED_WARNING) and warned(1.0)
+    assert not warned(TIED_WARNING - 0.01)
+
+
+def test_a_pool_with_a_repeated_context_id_is_refused_before_any_work(tiny_model_dir, tmp_path) -> None:
+    from fastslow.slow.loop import run_cycle
+
+    problems = [Problem(f"p{i}", "toy", f"question {i}", "0") for i in range(2)]
+    cfg = SlowConfig(num_generations=4, problems_per_step=2, steps_per_cycle=1, max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"context ids must be unique, got \['c0', 'c0'\]"):
+        run_cycle(tiny_model_dir, None, [("c0", "A."), ("c0", "B.")], object(), problems, cfg,
+                  tmp_path / "out", "r", 0, progress=False)
+    assert not tmp_path.joinpath("out").exists()
