@@ -727,6 +727,9 @@ def test_truncated_rows_are_those_whose_last_completion_token_is_no_eos() -> Non
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     assert truncated_rows(ids, mask, [2, 3]) == [False, True, False, False, False]
     assert truncated_rows(ids, mask, [2]) == [False, True, False, True, True]
+    # an empty completion (a reused rollout of no tokens) was not cut: its padding is no token of it
+    empty = torch.tensor([[0, 0], [5, 6]]), torch.tensor([[0, 0], [1, 1]])
+    assert truncated_rows(*empty, [2]) == [False, True]
 
 
 def test_the_kl_metric_estimates_kl_of_the_policy_to_the_reference_on_its_own_samples() -> None:
