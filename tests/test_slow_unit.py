@@ -895,3 +895,37 @@ def test_a_pool_with_a_repeated_context_id_is_refused_before_any_work(tiny_model
         run_cycle(tiny_model_dir, None, [("c0", "A."), ("c0", "B.")], object(), problems, cfg,
                   tmp_path / "out", "r", 0, progress=False)
     assert not tmp_path.joinpath("out").exists()
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_sampling_ahead_runs_in_eval_mode_with_the_cache_and_restores_the_training_state(
+        tiny_model_dir, tokenizer, monkeypatch, bf16: bool) -> None:
+    """`sample_ahead` generates as an evaluation does (eval mode, KV cache on, bf16 autocast only
+    under slow.bf16) and hands the trainer its model back as it was (training, no cache)."""
+    import torch
+
+    from fastslow.model import generation
+    from fastslow.model.convert import load_model
+    from fastslow.records import context_hash
+    from fastslow.slow.loop import sample_ahead
+
+    seen = []
+    real = generation.HFGenerator.generate
+
+    def spy(self, conversations, params):
+        seen.append((self.model.training, self.model.config.use_cache, torch.is_autocast_enabled("cpu")))
+        return real(self, conversations, params)
+
+    monkeypatch.setattr(generation.HFGenerator, "generate", spy)
+    model = load_model(tiny_model_dir, dtype="float32")
+    model.train()
+    model.config.use_cache = False
+    problems = [Problem("p0", "toy", "question 0", "0")]
+    contexts = [("c0", "Be brief.")]
+    cfg = SlowConfig(num_generations=2, problems_per_step=1, max_new_tokens=2, bf16=bf16)
+    left: dict = {}
+    out = sample_ahead(model, tokenizer, [expand_rows(problems, contexts, 2)], left, {"c0": context_hash("Be brief.")},
+                       {("p0", "c0"): (problems[0], "Be brief.")}, cfg, seed=0, sampled_at=3)
+    assert seen == [(False, True, bf16)]
+    assert model.training and model.config.use_cache is False
+    assert out[2] == 2 and [r["sampled_at"] for r in left[(context_hash("Be brief."), "p0")]] == [3, 3]
