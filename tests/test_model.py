@@ -1420,3 +1420,25 @@ def test_build_tiny_model_is_seeded_and_sized_as_asked(tmp_path: Path) -> None:
     assert config["pad_token_id"] == tok.pad_token_id and config["vocab_size"] == len(tok)
     assert not torch.equal(wa["model.embed_tokens.weight"][:, :32], wc["model.embed_tokens.weight"])
     assert load_tokenizer(c)("a  1")["input_ids"] == tok("a  1")["input_ids"]
+
+
+@pytest.mark.parametrize(("value", "why"), [("1", "HF_HUB_OFFLINE is set"), ("TRUE", "HF_HUB_OFFLINE is set"),
+                                            ("yes", "HF_HUB_OFFLINE is set"), ("0", "ConnectionError: Max retries"),
+                                            ("FALSE", "ConnectionError: Max retries"),
+                                            ("no", "ConnectionError: Max retries"),
+                                            ("off", "ConnectionError: Max retries")])
+def test_a_failed_fetch_blames_hf_hub_offline_only_when_the_hub_reads_it_as_set(
+        value: str, why: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """huggingface_hub is offline for HF_HUB_OFFLINE 1, ON, YES or TRUE (any case) only: "FALSE",
+    "no" or "off" leave it online, and a fetch that failed then (a DNS failure) had been blamed on
+    HF_HUB_OFFLINE, with the advice to unset it, and its own error hidden."""
+    import huggingface_hub
+
+    def failing(repo_id: str, **kwargs: Any) -> str:
+        raise ConnectionError("Max retries exceeded")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", failing)
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    with pytest.raises(RuntimeError, match=rf"the Hugging Face hub is unreachable \({why}"):
+        prepare_base_model("acme/chat", tmp_path / "out")

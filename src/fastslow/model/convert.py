@@ -426,7 +426,7 @@ def _snapshot(spec: str) -> Path:
 
 def _unreachable(repo_id: str, err: BaseException) -> RuntimeError:
     """The error of a hub fetch that failed for want of the hub (offline, DNS, timeouts)."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")  # huggingface_hub's rule
     lines = str(err).strip().splitlines() or [""]
     why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
     return RuntimeError(
