@@ -305,17 +305,7 @@ def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypat
     get an id and still find their untagged parents and runs."""
     from fastslow.tracking import TAG_PROJECT, retarget
 
-    store = f"sqlite:///{tmp_path / 'server.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    monkeypatch.chdir(tmp_path)  # the experiment made here keeps its artifacts in ./mlruns, not the checkout's
-    client = MlflowClient(store)
-    exp_id = client.create_experiment("fastslow")
-    folder = tmp_path / "old" / "results" / "mlflow"
-    parent = client.create_run(exp_id, tags={"fastslow.parent": "foundation"}).info.run_id
-    legacy = {"tracking_uri": store, "experiment": "fastslow", "experiment_id": exp_id}
-    (folder / "parents").mkdir(parents=True)
-    (folder / "experiment.json").write_text(json.dumps(legacy))
-    (folder / "parents" / "foundation.json").write_text(json.dumps({**legacy, "parents": {"foundation": parent}}))
+    folder, client, exp_id, parent = _legacy_files(tmp_path, monkeypatch)
     stale = client.create_run(exp_id, tags={"fastslow.job": "long/x=1"}).info.run_id  # the old project's, SIGKILLed
     other = client.create_run(exp_id, tags={"fastslow.job": "long/x=1", TAG_PROJECT: "another"}).info.run_id
     with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
@@ -328,7 +318,7 @@ def test_tracking_files_made_before_projects_keep_their_runs(tmp_path, monkeypat
     with job_run(rule="long", wildcards={"x": "1"}, config={}, tracking_json=folder / "parents/foundation.json",
                  parent="foundation"):
         pass
-    runs = sorted(_runs({"tracking_uri": store, "experiment_id": exp_id}, "long/x=1"), key=lambda r: r.info.start_time)
+    runs = sorted(_runs({"tracking_uri": client.tracking_uri, "experiment_id": exp_id}, "long/x=1"), key=lambda r: r.info.start_time)
     first, newest = [r for r in runs if r.info.run_id not in (stale, other)]
     assert newest.data.tags[TAG_PROJECT] == info["project"] and TAG_PROJECT not in first.data.tags
     assert newest.data.tags["fastslow.previous_run"] == first.info.run_id  # its own untagged run, adopted
@@ -1024,7 +1014,7 @@ def _legacy_files(tmp_path, monkeypatch):
     folder, the store's client, the experiment id and their (untagged) parent run."""
     store = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the experiment made here keeps its artifacts in ./mlruns, not the checkout's
     client = MlflowClient(store)
     exp_id = client.create_experiment("fastslow")
     folder = tmp_path / "old" / "results" / "mlflow"
