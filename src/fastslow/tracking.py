@@ -238,13 +238,19 @@ def _tracking_folder(tracking_json: str | Path) -> Path:
     return folder.parent if folder.name == "parents" else folder
 
 
+def _remake_command(folder: Path, experiment: str | None = None) -> str:
+    """The shell command that remakes the tracking files in `folder` (`main`), quoted to paste."""
+    words = [sys.executable, "-m", "fastslow.tracking", str(folder)]
+    return shlex.join(words + (["--experiment", experiment] if experiment is not None else []))
+
+
 def missing_experiment(info: Mapping[str, Any], tracking_json: str | Path) -> str:
     """The one line for tracking files whose experiment the store no longer holds (its database
     deleted or reset): the command that remakes them there."""
     folder = _tracking_folder(tracking_json)
     return (f"{tracking_json} names experiment {info['experiment_id']} ({info['experiment']!r}), which MLflow store "
             f"{info['tracking_uri']} does not hold (its database deleted or reset?): "
-            f"`{shlex.quote(sys.executable)} -m fastslow.tracking {shlex.quote(str(folder))}` remakes the files there "
+            f"`{_remake_command(folder)}` remakes the files there "
             f"(finished jobs stay up to date)")
 
 
@@ -450,8 +456,7 @@ def check_store(info: Mapping[str, Any], config: Mapping[str, Any], tracking_jso
     else:
         return
     raise RuntimeError(f"{tracking_json} was made for MLflow store {made}, experiment {exp!r}, but this run "
-                       f"asks for {asked}: `{shlex.quote(sys.executable)} -m fastslow.tracking {shlex.quote(str(folder))} "
-                       f"--experiment {shlex.quote(want)}` "
+                       f"asks for {asked}: `{_remake_command(folder, want)}` "
                        f"remakes them for it (finished jobs stay up to date)")
 
 
