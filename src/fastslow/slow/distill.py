@@ -450,14 +450,13 @@ def gpu_memory_bytes() -> int | None:
     try:  # a child that hangs (a wedged driver) or cannot start is no memory check, as one that fails
         out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).total_memory)"],
                              capture_output=True, text=True, timeout=GPU_MEMORY_TIMEOUT)
-    except (subprocess.TimeoutExpired, OSError) as exc:
-        log.warning("FST-distill: GPU memory not read (%s); no memory check", " ".join(str(exc).split())[-200:])
-        return None
-    try:
         return int(out.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        why = " ".join(str(exc).split())
     except (IndexError, ValueError):
-        log.warning("FST-distill: GPU memory not read (%s); no memory check", (out.stderr.strip() or "?")[-200:])
-        return None
+        why = out.stderr.strip() or "?"
+    log.warning("FST-distill: GPU memory not read (%s); no memory check", why[-200:])
+    return None
 
 
 def device_memory_check(model_dir: str | Path, cfg: SlowConfig, processes: int = 1,
