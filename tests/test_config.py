@@ -239,6 +239,21 @@ def test_an_overlay_drops_an_experiment_with_null(tmp_path):
     assert {s.experiment for s in expand(cfg).values()} == set(cfg["experiments"]) - {"radar", "plasticity"}
 
 
+def test_a_config_file_that_does_not_parse_is_one_line(tmp_path) -> None:
+    """load_config (the library's entry for notebooks) gave yaml's multi-line error naming
+    "<unicode string>", not the file; a file that is not text gave a UnicodeDecodeError."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("fast:\n  pool_size: 4\n rounds: 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "config" / "config.yaml", overlay)
+    assert str(err.value) == (f"config error: {overlay} does not parse as YAML "
+                              "(expected <block end>, but found '<block mapping start>', line 3)")
+    overlay.write_bytes(b"fast: \xff\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(overlay)
+    assert str(err.value) == f"config error: {overlay} is not UTF-8 text (invalid start byte at byte 6)"
+
+
 def test_task_options_reach_the_generator_and_are_checked() -> None:
     from fastslow.config import make_task
 

@@ -188,6 +188,13 @@ def test_training_strategy_refuses_deepspeed_and_settings_read_the_config(tmp_pa
     assert launch.strategy_settings(tmp_path / "fsdp2.yaml") == {"sharded": False, "bf16": False}
     (tmp_path / "empty.yaml").write_text("")
     assert launch.strategy_settings(tmp_path / "empty.yaml") == {"sharded": False, "bf16": False}
+    # an accelerate config being edited that does not parse: one line naming it (yaml's own error
+    # spans lines and names "<unicode string>"), before the cycle's fast round
+    (tmp_path / "fsdp2.yaml").write_text("distributed_type: FSDP\nfsdp_config: {fsdp_version: 2\nnum_machines: 1\n")
+    for call in (launch.check_training_strategy, lambda: launch.strategy_settings(tmp_path / "fsdp2.yaml")):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value) == f"{tmp_path / 'fsdp2.yaml'} does not parse as YAML (expected ',' or '}}', but got ':', line 3)"
 
 
 def test_cli_prints_the_command():

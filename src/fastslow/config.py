@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from fastslow.io import read_yaml
+
 #: The config schema, package data beside this module: found wherever fastslow is installed
 #: (in place, from a wheel, or imported from the checkout's src/).
 SCHEMA_PATH = Path(__file__).resolve().with_name("config.schema.yaml")
@@ -709,8 +711,10 @@ def load_config(*paths: str | Path, overrides: Mapping[str, Any] | None = None) 
     """Merge YAML files left to right (later wins, nested), apply overrides, validate."""
     merged: dict[str, Any] = {}
     for p in paths:
-        with open(p, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
+        try:
+            loaded = read_yaml(p)
+        except ValueError as err:  # one line naming the file (and the line)
+            raise ConfigError(f"config error: {err}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"config error: {p}: expected a mapping at the top level, got {type(loaded).__name__}")
         deep_update(merged, loaded or {})

@@ -411,6 +411,23 @@ def dotted(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's data. One that does not parse (a config or an accelerate config being
+    edited) is a one-line ValueError naming the file, yaml's problem and the line: yaml's own
+    error spans several lines and names "<unicode string>", not the file."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"{path} does not parse as YAML ({problem}"
+                         f"{f', line {mark.line + 1}' if mark else ''})") from None
+
+
 def json_text(obj: Any, **kwargs: Any) -> str:
     """`obj` as standard JSON text: a NaN or infinite number (no KL pass, no fit) is null,
     anything else JSON has no type for is its str()."""

@@ -126,10 +126,10 @@ def check_training_strategy(strategy: str | None = None, root: str | Path | None
     """The accelerate config the slow loop's ranks will launch with, refused now if it is DeepSpeed
     (its engine steps the optimiser inside backward(); our loop steps it itself), so a cycle job
     stops before its fast round rather than in every rank after it."""
-    import yaml
+    from fastslow.io import read_yaml
 
     path = accelerate_config(strategy, root)
-    kind = (yaml.safe_load(path.read_text()) or {}).get("distributed_type")
+    kind = (read_yaml(path) or {}).get("distributed_type")
     if str(kind).upper() == "DEEPSPEED":
         raise ValueError(f"accelerate config {path} is DeepSpeed (distributed_type: {kind}), which the slow loop "
                          f"does not support: set {ENV_STRATEGY}=fsdp2 or ddp")
@@ -141,9 +141,9 @@ def strategy_settings(path: str | Path) -> dict[str, bool]:
     and optimiser state split over the ranks) and `bf16` (mixed precision bf16; a launch on a
     machine without GPUs turns it off, and `fastslow.slow.distill.device_memory_check` then makes
     no check)."""
-    import yaml
+    from fastslow.io import read_yaml
 
-    settings = yaml.safe_load(Path(path).read_text()) or {}
+    settings = read_yaml(path) or {}
     return {"sharded": str(settings.get("distributed_type")).upper() == "FSDP",
             "bf16": str(settings.get("mixed_precision")).lower() == "bf16"}
 

@@ -238,16 +238,9 @@ def _data_bytes(path: Path) -> bytes:
     nothing, as a module's do not), any other file's bytes. A YAML file that does not parse is
     a one-line error naming it and the line."""
     if path.suffix in (".yaml", ".yml"):
-        import yaml
+        from fastslow.io import read_yaml
 
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-            raise ValueError(f"{path} does not parse as YAML ({problem}"
-                             f"{f', line {mark.line + 1}' if mark else ''})") from None
-        return json.dumps(data, sort_keys=True, default=str).encode()
+        return json.dumps(read_yaml(path), sort_keys=True, default=str).encode()
     return path.read_bytes()
 
 
