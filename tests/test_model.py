@@ -1366,6 +1366,12 @@ def test_a_mirrored_directory_links_files_from_the_threshold_up_and_skips_hidden
                                                                         "sub", "sub/extra.txt"]
     assert (dst / "model.safetensors").readlink() == blob.resolve()
     assert not (dst / "config.json").is_symlink() and (dst / "config.json").read_bytes() == b"c" * 99
+    # a broken symlink (a hub cache's blob deleted): one line naming it, not a traceback from stat()
+    blob.unlink()
+    with pytest.raises(ValueError) as err:
+        convert._link_or_copy_tree(src, tmp_path / "dst2")
+    assert str(err.value) == (f"{src / 'model.safetensors'} is a broken symlink (to {blob.resolve()}): "
+                              "the model folder is incomplete")
 
 
 def test_model_dir_checks_take_every_form_transformers_saves(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -1377,7 +1383,11 @@ def test_model_dir_checks_take_every_form_transformers_saves(tiny_model_dir: Pat
     assert convert.model_dir_error(model) is None
     (model / "chat_template.json").unlink()
     assert "has no chat template" in convert.model_dir_error(model)
-    (model / "additional_chat_templates").mkdir()
+    (model / "additional_chat_templates").mkdir()  # named templates: only "default" is taken unasked
+    assert "has no chat template" in convert.model_dir_error(model)
+    (model / "additional_chat_templates" / "tool_use.jinja").write_text("{{ messages }}")
+    assert "has no chat template" in convert.model_dir_error(model)
+    (model / "additional_chat_templates" / "default.jinja").write_text("{{ messages }}")
     assert convert.model_dir_error(model) is None
     long = "m" * 300
     assert convert.base_model_error(long) == f"{long!r}: File name too long"

@@ -358,6 +358,8 @@ def _link_or_copy_tree(src: Path, dst: Path) -> None:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         real = path.resolve()
+        if not real.exists():  # a hub cache's blob deleted, a folder moved: the model is incomplete
+            raise ValueError(f"{path} is a broken symlink (to {real}): the model folder is incomplete")
         if real.stat().st_size >= LINK_THRESHOLD_BYTES:
             target.symlink_to(real)
         else:
@@ -502,11 +504,14 @@ def base_model_error(spec: str) -> str | None:
 
 
 def _has_chat_template(src: Path) -> bool:
-    """Whether a model directory's tokenizer has a chat template, in any of the places
-    transformers keeps one (chat_template.jinja since 4.5x, tokenizer_config.json before)."""
+    """Whether a model directory's tokenizer has a chat template that `apply_chat_template` uses
+    unasked, in any of the places transformers keeps one (chat_template.jinja since 4.5x,
+    tokenizer_config.json before)."""
     if any((src / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
         return True
-    if (src / "additional_chat_templates").is_dir():
+    # named templates: apply_chat_template without a name takes only "default" (an empty folder,
+    # or one holding only "tool_use", leaves it none to take)
+    if (src / "additional_chat_templates" / "default.jinja").is_file():
         return True
     try:
         tok_config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
