@@ -1432,16 +1432,21 @@ def test_build_tiny_model_is_seeded_and_sized_as_asked(tmp_path: Path) -> None:
     assert load_tokenizer(c)("a  1")["input_ids"] == tok("a  1")["input_ids"]
 
 
-@pytest.mark.parametrize(("value", "why"), [("1", "HF_HUB_OFFLINE is set"), ("TRUE", "HF_HUB_OFFLINE is set"),
-                                            ("yes", "HF_HUB_OFFLINE is set"), ("0", "ConnectionError: Max retries"),
-                                            ("FALSE", "ConnectionError: Max retries"),
-                                            ("no", "ConnectionError: Max retries"),
-                                            ("off", "ConnectionError: Max retries")])
+OFFLINE = "HF_HUB_OFFLINE is set"
+ONLINE = "ConnectionError: Max retries"
+
+
+@pytest.mark.parametrize(("value", "transformers_offline", "why"), [
+    ("1", None, OFFLINE), ("TRUE", None, OFFLINE), ("yes", None, OFFLINE), ("0", None, ONLINE),
+    ("FALSE", None, ONLINE), ("no", None, ONLINE), ("off", None, ONLINE),
+    (None, "1", "TRANSFORMERS_OFFLINE is set"), ("", "on", "TRANSFORMERS_OFFLINE is set"),
+    ("0", "1", ONLINE), (None, "0", ONLINE)])
 def test_a_failed_fetch_blames_hf_hub_offline_only_when_the_hub_reads_it_as_set(
-        value: str, why: str, tmp_path: Path, monkeypatch: Any) -> None:
+        value: str | None, transformers_offline: str | None, why: str, tmp_path: Path, monkeypatch: Any) -> None:
     """huggingface_hub is offline for HF_HUB_OFFLINE 1, ON, YES or TRUE (any case) only: "FALSE",
     "no" or "off" leave it online, and a fetch that failed then (a DNS failure) had been blamed on
-    HF_HUB_OFFLINE, with the advice to unset it, and its own error hidden."""
+    HF_HUB_OFFLINE, with the advice to unset it, and its own error hidden. Without HF_HUB_OFFLINE
+    (unset or empty) the hub reads TRANSFORMERS_OFFLINE the same way, and the message names it."""
     import huggingface_hub
 
     def failing(repo_id: str, **kwargs: Any) -> str:
@@ -1449,6 +1454,12 @@ def test_a_failed_fetch_blames_hf_hub_offline_only_when_the_hub_reads_it_as_set(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", failing)
-    monkeypatch.setenv("HF_HUB_OFFLINE", value)
-    with pytest.raises(RuntimeError, match=rf"the Hugging Face hub is unreachable \({why}"):
+    for name, setting in (("HF_HUB_OFFLINE", value), ("TRANSFORMERS_OFFLINE", transformers_offline)):
+        if setting is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, setting)
+    with pytest.raises(RuntimeError, match=rf"the Hugging Face hub is unreachable \({why}") as err:
         prepare_base_model("acme/chat", tmp_path / "out")
+    unset = why.split()[0] if why.endswith("is set") else "HF_HUB_OFFLINE"
+    assert f"(unset {unset})" in str(err.value)

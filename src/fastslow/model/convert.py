@@ -428,12 +428,14 @@ def _snapshot(spec: str) -> Path:
 
 def _unreachable(repo_id: str, err: BaseException) -> RuntimeError:
     """The error of a hub fetch that failed for want of the hub (offline, DNS, timeouts)."""
-    offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")  # huggingface_hub's rule
+    # huggingface_hub's rule: HF_HUB_OFFLINE if set (non-empty), else TRANSFORMERS_OFFLINE, is 1/ON/YES/TRUE
+    name = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    offline = os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
     lines = str(err).strip().splitlines() or [""]
-    why = "HF_HUB_OFFLINE is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
+    why = f"{name} is set" if offline else f"{type(err).__name__}: {lines[0][:120]}"
     return RuntimeError(
         f"cannot fetch base model {repo_id!r}: the Hugging Face hub is unreachable ({why}); "
-        "run where the hub is reachable (unset HF_HUB_OFFLINE) or pass a local model directory "
+        f"run where the hub is reachable (unset {name if offline else 'HF_HUB_OFFLINE'}) or pass a local model directory "
         f"(there is none at {Path(repo_id).expanduser().resolve()})"
     )
 
