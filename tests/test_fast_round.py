@@ -262,6 +262,16 @@ def test_a_round_records_every_proposal_with_its_scores_and_feedback(tmp_path: P
     accepted = {r["hash"]: r["text"] for r in made if r["accepted"]}
     for r in rows[1:]:
         assert r["parent_text"] is None or r["parent_hash"] not in accepted
+    # ... and only then: a parent an earlier call read, or an earlier call's accepted child, has none
+    known: set[str] = set()
+    for r in rows:
+        assert (r["parent_text"] is None) == (r["parent_hash"] in known), r["call"]
+        known |= {r["parent_hash"]} | ({r["hash"]} if r["accepted"] else set())
+    assert len({r["parent_hash"] for r in rows}) < len(rows)  # some parent was read twice
+    # in the pool: accepted, and kept by the new pool (an accepted child it dropped is not)
+    pool = {e.hash for e in new.entries}
+    assert [r["in_pool"] for r in rows] == [r["accepted"] and r["hash"] in pool for r in rows]
+    assert any(r["accepted"] and not r["in_pool"] for r in rows)
 
 
 def test_a_proposal_repeating_a_candidates_text_is_no_acceptance(tmp_path: Path) -> None:
@@ -354,6 +364,7 @@ def test_the_same_child_proposed_on_several_minibatches_is_accepted_where_it_sco
                            log=quiet, proposer=proposer)
     rows = json.loads((tmp_path / "proposals.json").read_text())
     assert summary["accepted"] == 1 and len(rows) == 5  # 3 calls, then 2 on the budget left
+    assert [r["parent_text"] for r in rows[:3]] == [SEEDS[0], None, None]  # the seed's text once
     sums = [sum(r["child_scores"]) for r in rows]
     assert len(set(sums)) > 1  # the minibatches told the calls apart
     (accepted,) = [r for r in rows if r["accepted"]]
@@ -733,6 +744,7 @@ def test_a_round_whose_reflection_calls_all_fail_says_so(tmp_path: Path, caplog:
                            proposer=ReflectiveProposer(junk, logger=quiet))
     assert sorted(new.texts) == sorted(pool.texts)
     assert s["reflection_calls"] >= 2 and s["reflection_failed_calls"] == s["reflection_calls"]
+    assert s["proposed"] == s["accepted"] == 0  # calls that proposed nothing are no proposals
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "mostly non-letters" in errors[0].getMessage()
 
@@ -1077,3 +1089,132 @@ def test_no_edit_may_write_the_answer_of_a_problem_the_next_rl_steps_train_on(tm
     _, summary = run_round(Pool.seed(SEEDS[:2], 2), ScriptedGenerator(), TASK, TRAIN, VAL[:2], cfg, 0, tmp_path,
                            log=quiet, slow_problems=step, slow_samples=2)
     assert summary["val_problems"] == [p.id for p in step[:2]] and seen["private"] == {p.id for p in step}
+
+
+def test_a_search_that_charges_nothing_stops_after_patience_iterations() -> None:
+    """`fast.max_stalled_iterations`: the guard stops the search after `patience` iterations in a
+    row that charged no metric call (every evaluation a free cache hit), since the count it reads
+    would never reach the budget then; an iteration that charges one starts the count again.
+    Nothing ran the stall stop: a guard that waited one iteration more, or never reset its
+    count, passed the suite."""
+    from fastslow.fast.round import BudgetGuard
+
+    calls = iter([10, 10, 12, 12, 12, 12])
+    lines: list[str] = []
+    guard = BudgetGuard(100, 6, lambda: next(calls), patience=3, log=lines.append)
+    assert [guard(None) for _ in range(6)] == [False] * 5 + [True]
+    assert guard.reason == "stalled: 3 iterations generated nothing"
+    assert lines[-1] == "fast round stops (stalled: 3 iterations generated nothing)" and guard.iterations == 5
+
+
+def test_a_train_split_smaller_than_the_minibatch_makes_the_minibatch_smaller(tmp_path: Path) -> None:
+    """The config check cuts fast.minibatch_size to the train problems left beside the validation
+    ones (`fast_budget_error`), and so does the round: a budget that pays for a minibatch of the 2
+    train problems runs, each proposal reads both, and one below it names the minibatch it used."""
+    cfg = FastConfig(pool_size=1, max_metric_calls=16, minibatch_size=3)
+    proposer = CountingProposer()
+    _, summary = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN[:2], VAL, cfg, 0, tmp_path / "ok",
+                           log=quiet, proposer=proposer)
+    assert proposer.calls == 1 and proposer.problems == {p.id for p in TRAIN[:2]} and summary["metric_calls"] <= 16
+    rows = json.loads((tmp_path / "ok" / "proposals.json").read_text())
+    assert [len(r["minibatch"]) for r in rows] == [2]
+    cfg = FastConfig(pool_size=1, max_metric_calls=15, minibatch_size=3)
+    with pytest.raises(ValueError, match=r"^fast budget 15 metric calls is below one round's minimum 16 \(1 seed "
+                                         r"contexts x 6 val problems \+ one iteration of 2 x 2 minibatch \+ 6 val\)"):
+        run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN[:2], VAL, cfg, 0, tmp_path / "low", log=quiet)
+
+
+def test_minibatches_draw_from_every_train_problem_when_too_few_lie_outside_validation(tmp_path: Path) -> None:
+    """The next RL step's problems lead the validation set; taken from the train problems, they
+    may leave fewer than a minibatch outside it (2 of 4 here, minibatch 3): minibatches then come
+    from all the train problems, not from the 2 (too few for a minibatch of 3)."""
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3, prefetch_minibatches=False)
+    proposer = CountingProposer()
+    _, summary = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN[:4], VAL, cfg, 0, tmp_path, log=quiet,
+                           proposer=proposer, slow_problems=TRAIN[:2], slow_samples=2)
+    assert summary["val_problems"] == [p.id for p in TRAIN[:2]] + [p.id for p in VAL[:4]]
+    assert summary["train_problems"] == 4 and proposer.calls >= 1
+    assert proposer.problems <= {p.id for p in TRAIN[:4]}
+
+
+def test_reuse_tops_the_validation_set_up_when_fewer_problems_are_covered(tmp_path: Path) -> None:
+    """The slow loop rolled the seed out on 3 problems: they lead the validation set, which keeps
+    its 6 problems, topped up with the first 3 configured ones (the only ones generated for it)."""
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:3])
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=3, reuse_rollouts=True)
+    _, summary = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
+                           reuse_rollouts=parquet, log=quiet)
+    assert summary["val_problems"] == [p.id for p in TRAIN[:3]] + [p.id for p in VAL[:3]]
+    assert summary["seed_generations"] == 3
+
+
+def test_reused_problems_left_over_that_just_fill_a_minibatch_feed_the_minibatches(tmp_path: Path) -> None:
+    """10 reused problems, 6 of them the validation set: the 4 left over fill one minibatch of 4,
+    so the minibatches come from them (their rollouts reused, nothing prefetched), as from more."""
+    parquet = _rollouts(tmp_path / "rollouts.parquet", SEEDS[0], TRAIN[:10])
+    cfg = FastConfig(pool_size=1, max_metric_calls=40, minibatch_size=4, reuse_rollouts=True)
+    proposer = CountingProposer()
+    _, summary = run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path / "r",
+                           reuse_rollouts=parquet, log=quiet, proposer=proposer)
+    assert summary["train_problems"] == 4 and summary["prefetched"] == 0
+    assert proposer.calls >= 1 and proposer.problems == {p.id for p in TRAIN[6:10]}
+
+
+def test_an_accepted_child_is_matched_to_the_call_from_its_own_parent() -> None:
+    """Two calls of one iteration (proposals_per_iteration > 1) propose the same text from two
+    parents; GEPA accepts it as the second parent's child: that call is the accepted one, not the
+    first with the same text."""
+    from types import SimpleNamespace
+
+    from fastslow.fast.round import RecordedProposer
+
+    child = "Reply with <answer>N</answer>."
+    recorded = RecordedProposer(lambda candidate, dataset, components: {"context": child})
+    recorded.on_iteration_start({"iteration": 1})
+    for parent in SEEDS[:2]:
+        recorded({"context": parent}, {"context": []}, ["context"])
+    recorded.on_candidate_accepted({"iteration": 1, "new_candidate_idx": 2, "new_score": 2.0, "parent_ids": [1]})
+    result = SimpleNamespace(candidates=[{"context": SEEDS[0]}, {"context": SEEDS[1]}, {"context": child}],
+                             parents=[[None], [None], [1]])
+    assert recorded.accepted_calls(result) == {1: 2}
+
+
+def test_a_call_that_proposed_nothing_has_no_how_and_only_its_own_note() -> None:
+    """A proposal record says how its child was made and why a call made none: a failed call has
+    neither a child nor a `how` (the report's "—"), and its note is its own failure; a call that
+    proposed after it carries no note (the last failure of an earlier call was shown as its)."""
+    from fastslow.fast import ReflectiveProposer
+    from fastslow.fast.round import RecordedProposer
+
+    replies = iter([ConnectionError("server gone"), "```\nSolve it. Give the final answer as <answer>N</answer>.\n```"])
+
+    def lm(prompt: Any) -> str:
+        reply = next(replies)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    recorded = RecordedProposer(ReflectiveProposer(lm, logger=quiet))
+    dataset = {"context": [{"Inputs": "What is 1 + 1?", "Generated Outputs": "2", "Feedback": "Wrong format."}]}
+    for _ in range(2):
+        recorded({"context": SEEDS[0]}, dataset, ["context"])
+    failed, made = recorded.calls
+    assert (failed["text"], failed["how"], failed["note"]) == (None, None, "ConnectionError: server gone")
+    assert made["text"] and made["how"] == "reflection" and made["note"] is None
+
+
+def test_a_round_of_two_reflection_calls_that_both_raise_fails(tmp_path: Path) -> None:
+    """Two calls are enough: a round whose only two reflection calls raised fails as one of
+    more calls does (one call alone may be a blip, and only logs)."""
+    from fastslow.fast import ReflectiveProposer
+
+    def broken(prompt: Any) -> str:
+        raise ConnectionError("reflection server unreachable")
+
+    # 6 seed calls, then a parent on a minibatch of 3 each iteration; the third would pass 23 at worst
+    cfg = FastConfig(pool_size=1, max_metric_calls=23, minibatch_size=3, prefetch_minibatches=False)
+    proposer = ReflectiveProposer(broken, logger=quiet)
+    with pytest.raises(RuntimeError, match=r"^fast round 0: all 2 reflection calls raised"):
+        run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                  proposer=proposer)
+    assert proposer.calls == proposer.raised_calls == 2
