@@ -346,6 +346,7 @@ def test_each_chunk_of_an_evaluation_samples_with_its_own_seed():
     (0, 2, "evaluate_weights: k: expected an integer >= 1, got 0"),
     (2.0, 2, "evaluate_weights: k: expected an integer >= 1, got 2.0"),
     (2, 0, "evaluate_weights: problems: expected at least one problem, got []"),
+    (True, 2, "evaluate_weights: k: expected an integer >= 1, got True"),  # (YAML's `yes`: no count)
 ])
 def test_evaluate_weights_refuses_no_samples_before_loading_a_model(monkeypatch, k, n, expected):
     """k = 0 or no problems returned NaN scores (divergence off), k = 2.0 stopped in range(),
@@ -365,6 +366,97 @@ def test_evaluate_weights_refuses_no_samples_before_loading_a_model(monkeypatch,
         evaluate.evaluate_weights("no/model", task, task.problems("val", n, 0) if n else [], "ctx", k,
                                   SamplingParams(4), divergence=False)
     assert str(info.value) == expected
+
+
+class _FakeSampler:
+    """An HF generator as `evaluate_weights` sees it (`model`, `tokenizer`, prompt ids reported),
+    recording the size of each generate call; no model is loaded."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.model = torch.nn.Linear(1, 1)
+        self.tokenizer = object()
+        self.sizes: list[int] = []
+
+    def generate(self, conversations, params):
+        from fastslow.model.generation import Generation
+
+        self.sizes.append(len(conversations))
+        return [Generation(text="xx", prompt_tokens=2, completion_tokens=1, prompt_ids=(1, 2), completion_ids=(3,))
+                for _ in conversations]
+
+
+def _fake_evaluation(monkeypatch, **kwargs):
+    """`evaluate_weights` of a `_FakeSampler`, with the KL pass and model loading recorded: the
+    summary, the sampler, the (policy, base) pairs the KL pass got and the paths loaded."""
+    from slow_toys import LengthTask
+
+    from fastslow import evaluate
+    from fastslow.model import convert, generation
+    from fastslow.model.generation import SamplingParams
+    from fastslow.slow import divergence
+
+    sampler, pairs, loaded = _FakeSampler(), [], []
+    monkeypatch.setattr(generation, "make_generator", lambda *args, **kw: sampler)
+    monkeypatch.setattr(convert, "load_model", lambda path, **kw: loaded.append(str(path)) or object())
+    monkeypatch.setattr(divergence, "kl_and_entropy",
+                        lambda model, base, *args, **kw: pairs.append((model, base)) or (0.25, 1.5))
+    task = LengthTask()
+    model_dir = kwargs.pop("model_dir")
+    summary, _ = evaluate.evaluate_weights(model_dir, task, task.problems("val", kwargs.pop("n", 3), 0), "ctx",
+                                           kwargs.pop("k", 2), SamplingParams(4, 1.0, 1.0, 0), **kwargs)
+    return summary, sampler, pairs, loaded
+
+
+def test_an_evaluation_against_its_own_weights_loads_no_base_and_reports_no_kl(monkeypatch, tmp_path):
+    """`base_dir` naming the evaluated weights (however spelled) is the base model's evaluation:
+    its policy is its base, no second copy is loaded (an 8B model twice on the GPU), and its KL is
+    0; another base directory is loaded and its KL reported."""
+    model_dir = tmp_path / "model"
+    summary, _, pairs, loaded = _fake_evaluation(monkeypatch, model_dir=model_dir,
+                                                 base_dir=tmp_path / "x" / ".." / "model")
+    assert loaded == [] and [model is base for model, base in pairs] == [True]
+    assert (summary["kl_to_base"], summary["entropy"]) == (0.0, 1.5)
+    summary, _, pairs, loaded = _fake_evaluation(monkeypatch, model_dir=model_dir, base_dir=tmp_path / "base")
+    assert loaded == [str(tmp_path / "base")] and [model is base for model, base in pairs] == [False]
+    assert (summary["kl_to_base"], summary["entropy"]) == (0.25, 1.5)
+
+
+def test_an_hf_evaluation_samples_32_prompts_a_generate_call_whatever_its_batch_size(monkeypatch, tmp_path):
+    """The HF generator batches within a call (`batch_size` rows a forward pass), so an
+    evaluation hands it 32 prompts a call, as the chunk seeds (`params.seed + lo`) assume; vLLM
+    gets `batch_size` prompts a call (test_evaluate_gpu)."""
+    _, sampler, _, _ = _fake_evaluation(monkeypatch, model_dir=tmp_path / "model", n=20, k=2, batch_size=2,
+                                        divergence=False)
+    assert sampler.sizes == [32, 8]
+
+
+def test_progress_inside_a_later_chunk_counts_the_samples_of_the_chunks_before(caplog):
+    """A generator that reports its batches gets a line per batch inside a chunk; in the second
+    chunk the count goes on from the first chunk's samples (it restarted at the chunk's own)."""
+    import logging
+
+    from slow_toys import LengthTask
+
+    from fastslow.evaluate import sample_and_score
+    from fastslow.model.generation import Generation, SamplingParams
+
+    class Batched:  # two batches a call, each reported
+        on_batch = None
+
+        def generate(self, conversations, params):
+            half = len(conversations) // 2
+            self.on_batch(half, len(conversations))
+            self.on_batch(len(conversations), len(conversations))
+            return [Generation(text="x", prompt_tokens=1, completion_tokens=1) for _ in conversations]
+
+    task = LengthTask()
+    with caplog.at_level(logging.INFO, logger="fastslow.evaluate"):
+        sample_and_score(Batched(), task, task.problems("val", 4, 0), "Be brief.", 2, SamplingParams(3, 1.0, 1.0, 0),
+                         chunk=4)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fastslow.evaluate"]
+    assert [line.split(", ")[0] for line in lines] == [f"eval length: {n}/8 samples" for n in (2, 4, 6, 8)]
 
 
 def test_curves_put_each_point_at_the_rl_steps_behind_it(tmp_path):
