@@ -253,6 +253,9 @@ def test_a_round_records_every_proposal_with_its_scores_and_feedback(tmp_path: P
         assert r["hash"] == context_hash(r["text"]) and len(r["minibatch"]) == cfg.minibatch_size
         assert [f["problem_id"] for f in r["feedback"]] == r["minibatch"]
         assert all(isinstance(f["feedback"], str) and f["feedback"] for f in r["feedback"])
+        # each record's score: the parent's reward there as the proposer read it (no format credit;
+        # one sample a problem, so right exactly where the search score is 1)
+        assert [f["score"] for f in r["feedback"]] == [float(x == 1.0) for x in r["parent_scores"]]
         # the scores GEPA compared (with format credit): it accepts a strictly better child
         assert len(r["parent_scores"]) == len(r["child_scores"]) == len(r["minibatch"])
         assert r["accepted"] == (sum(r["child_scores"]) > sum(r["parent_scores"])), r
@@ -1218,3 +1221,12 @@ def test_a_round_of_two_reflection_calls_that_both_raise_fails(tmp_path: Path) -
         run_round(Pool.seed(SEEDS[0], 1), ScriptedGenerator(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
                   proposer=proposer)
     assert proposer.calls == proposer.raised_calls == 2
+
+
+def test_the_next_rl_steps_problems_change_nothing_without_samples_for_them(tmp_path: Path) -> None:
+    """`slow_problems` with `slow_samples` 0 (no G/K to sample for the step) leave the validation
+    set as configured and sample nothing for the slow loop."""
+    cfg = FastConfig(pool_size=1, max_metric_calls=30, minibatch_size=3)
+    _, s = run_round(Pool.seed(SEEDS[1], 1), NeverRight(), TASK, TRAIN, VAL, cfg, 0, tmp_path, log=quiet,
+                     slow_problems=TRAIN[-2:], slow_samples=0)
+    assert s["val_problems"] == [p.id for p in VAL] and s["slow_rollouts"] == s["slow_pairs"] == 0
