@@ -899,3 +899,123 @@ def test_activation_checkpointing_without_its_new_name(tiny_model_dir, tokenizer
                        activation_checkpointing=True)
     assert {"use_reentrant": False} in calls
     assert trainer.model.is_gradient_checkpointing
+
+
+# A pool whose two contexts have the same text (distinct ids, the same context hash): their
+# rollouts of a problem share one queue of the fast round's rollouts (`reuse_plan`).
+REPEATED = [("a", "context A"), ("b", "context A")]
+
+
+@pytest.mark.parametrize("baseline, expected", [
+    # One group of G=4 per problem, across both copies of the context, filled from the shared
+    # queue in order. p0: r=[1,0,0,0], mean .25, std .5; p1: r=[1,1,0,1], mean .75, std .5.
+    ("problem", [1.5, -0.5, -0.5, -0.5, 0.5, 0.5, -1.5, 0.5]),
+    # One group of G/K=2 per (problem, context id), though both contexts read the same:
+    # [1,0] -> ±1/sqrt(2); [0,0], [1,1] -> 0; [0,1] -> ∓1/sqrt(2).
+    ("prompt", [0.70711, -0.70711, 0.0, 0.0, 0.0, 0.0, -0.70711, 0.70711]),
+])
+def test_a_repeated_context_shares_its_problems_group_and_reuse_queue(tiny_model_dir, tokenizer, tmp_path,
+                                                                      baseline: str, expected: list[float]) -> None:
+    """The same context twice in the pool: a problem's G rows carry one prompt, and the fast
+    round's rollouts of that (context, problem) pair, one queue for both context ids, are each
+    dealt once, in row order. The advantage baseline is still the problem's G rows
+    (`baseline: problem`) or each context id's G/K (`prompt`), over the rollouts as dealt."""
+    from fastslow.records import context_hash
+    from fastslow.slow.loop import reuse_plan
+
+    hit = 7  # a completion starting with this token scores 1
+    scored: list[tuple[str, str, list[int]]] = []
+
+    def reward(prompts: list, completions: list, problem_id: list[str], context_id: list[str],
+               completion_ids: list[list[int]], **_: Any) -> list[float]:
+        scored.extend(zip(problem_id, context_id, [list(c) for c in completion_ids], strict=True))
+        return [1.0 if c[0] == hit else 0.0 for c in completion_ids]
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, reward, beta=0.0, baseline=baseline)
+    rows = expand_rows(PROBLEMS, REPEATED, 4)
+    assert [(r["problem_id"], r["context_id"]) for r in rows] == [
+        ("p0", "a"), ("p0", "a"), ("p0", "b"), ("p0", "b"), ("p1", "a"), ("p1", "a"), ("p1", "b"), ("p1", "b")]
+    first = trainer._generate_and_score_completions(rows)
+    prompt_ids = [first["prompt_ids"][i][first["prompt_mask"][i].bool()].tolist() for i in range(len(rows))]
+    assert prompt_ids[0] == prompt_ids[3] != prompt_ids[4] == prompt_ids[7]  # one prompt per problem
+
+    firsts = {"p0": [hit, 8, 8, 8], "p1": [hit, hit, 8, hit]}  # each queue's rollouts, in order
+    hashes = {cid: context_hash(text) for cid, text in REPEATED}
+    assert hashes["a"] == hashes["b"]
+    left = {(hashes["a"], pid): [{"prompt_ids": prompt_ids[4 * p], "completion_ids": [tok, 10 + j],
+                                  "logprobs": None} for j, tok in enumerate(firsts[pid])]
+            for p, pid in enumerate(("p0", "p1"))}
+    trainer.reuse_rows = reuse_plan(rows, left, hashes)
+    assert all(not queue for queue in left.values())  # every rollout dealt, none twice
+    scored.clear()
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(rows)
+    assert trainer.reused == set(range(8)) and trainer.reuse_mismatches == 0
+    assert scored == [(r["problem_id"], r["context_id"], [firsts[r["problem_id"]][i % 4], 10 + i % 4])
+                      for i, r in enumerate(rows)]
+    assert batch["advantages"].tolist() == pytest.approx(expected, abs=3e-4)
+    assert trainer.num_generations == {"problem": 4, "prompt": 2}[baseline]
+
+
+def test_a_reused_row_beyond_the_ranks_rows_is_a_mismatch_not_a_crash(tiny_model_dir, tokenizer, tmp_path) -> None:
+    """A given row whose index is past this rank's prompts (a plan made for other rows) is
+    counted with the mismatches and every prompt is generated; it raised IndexError."""
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, lambda prompts, **_: [0.0] * len(prompts), beta=0.0)
+    asked: list[list[list[int]]] = []
+
+    def fake_generate(prompt_ids: list, *_: Any, **__: Any) -> Any:
+        asked.append([list(p) for p in prompt_ids])
+        return [[100 + len(p)] for p in prompt_ids], None
+
+    trainer._generate_rows = fake_generate
+    trainer.reuse_rows = {1: ([3, 4], [11], [-0.1]), 2: ([5], [12], [-0.2])}
+    completions, _ = trainer._generate_single_turn([[1, 2], [3, 4]], None, {}, 2)
+    assert completions == [[102], [11]] and asked == [[[1, 2]]]
+    assert trainer.reuse_mismatches == 1 and trainer.reused == {1}
+
+
+@pytest.mark.parametrize("head_first", [True, False])
+def test_bf16_linear_weights_leave_a_tied_head_fp32_and_tied(head_first: bool) -> None:
+    """A Linear whose weight is another module's (a tied lm_head is the input embedding) keeps
+    fp32: rounding it would round the embedding's output too, which is not autocast. Untied
+    Linears are stored in bf16, their bytes saved counted; everything stays frozen."""
+    import torch
+    from torch import nn
+
+    from fastslow.slow.trainer import bf16_linear_weights
+
+    class Tied(nn.Module):
+        def __init__(self, head_first: bool) -> None:
+            super().__init__()
+            if head_first:  # the head's module is met before the embedding's
+                self.head = nn.Linear(4, 10, bias=False)
+            self.embed = nn.Embedding(10, 4)
+            self.proj = nn.Linear(4, 4)
+            if not head_first:
+                self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+    model = Tied(head_first)
+    embedding = model.embed.weight.detach().clone()
+    assert bf16_linear_weights(model) == 4 * 4 * 2  # proj's weight only: 2 bytes saved a value
+    assert model.proj.weight.dtype == torch.bfloat16 and model.proj.bias.dtype == torch.float32
+    assert model.head.weight is model.embed.weight and model.embed.weight.dtype == torch.float32
+    assert torch.equal(model.embed.weight, embedding)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_a_trainer_whose_accelerator_disagrees_with_world_size_is_refused(tiny_model_dir, tokenizer,
+                                                                         tmp_path) -> None:
+    """WORLD_SIZE sized the per-rank batches (`per_rank_batches`); an accelerator with another
+    number of processes would train a step of another size: one line naming both."""
+    with pytest.raises(RuntimeError, match=r"^slow loop: expected 2 processes \(WORLD_SIZE\) but the "
+                                           r"accelerator has 1$"):
+        build_trainer(_load(tiny_model_dir), tokenizer, SlowConfig(num_generations=4, problems_per_step=2,
+                                                                   max_new_tokens=4, beta=0.0),
+                      len(CONTEXTS), scripted_reward, tmp_path, num_processes=2)
+
+
+def _load(model_dir: Path) -> Any:
+    from fastslow.model.convert import load_model
+
+    return load_model(model_dir, dtype="float32")

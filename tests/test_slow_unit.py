@@ -929,3 +929,68 @@ def test_sampling_ahead_runs_in_eval_mode_with_the_cache_and_restores_the_traini
     assert seen == [(False, True, bf16)]
     assert model.training and model.config.use_cache is False
     assert out[2] == 2 and [r["sampled_at"] for r in left[(context_hash("Be brief."), "p0")]] == [3, 3]
+
+
+def test_per_rank_batches_refuses_no_processes_by_name() -> None:
+    from fastslow.slow.trainer import per_rank_batches
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2)
+    with pytest.raises(ValueError, match=r"^num_processes must be >= 1, got 0$"):
+        per_rank_batches(cfg, 0)
+
+
+@pytest.mark.parametrize("kind", ["deepspeed", "fsdp1", "fsdp2", "ddp"])
+def test_prepare_wraps_ddp_and_fsdp2_and_refuses_deepspeed_and_fsdp1(kind: str) -> None:
+    """DeepSpeed steps the optimiser inside backward() and FSDP1 is not FSDP2: both refused in one
+    line before anything is wrapped. DDP wraps the model for the forward/backward only
+    (`model_wrapped`); FSDP2's sharded model is the trainer's model too; the optimiser is the
+    prepared one either way."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from fastslow.slow.trainer import prepare
+
+    calls = []
+
+    def fake_prepare(model, optimizer):
+        calls.append((model, optimizer))
+        return f"wrapped {model}", f"wrapped {optimizer}"
+
+    distributed_type = {"deepspeed": DistributedType.DEEPSPEED, "fsdp1": DistributedType.FSDP,
+                        "fsdp2": DistributedType.FSDP, "ddp": DistributedType.MULTI_CPU}[kind]
+    accelerator = SimpleNamespace(distributed_type=distributed_type, is_fsdp2=kind == "fsdp2", prepare=fake_prepare)
+    trainer = SimpleNamespace(accelerator=accelerator, model="model", optimizer="adam", model_wrapped="model")
+    if kind in ("deepspeed", "fsdp1"):
+        message = r"DeepSpeed \(zero3\.yaml\) is not supported" if kind == "deepspeed" else "FSDP1 is not supported"
+        with pytest.raises(RuntimeError, match=rf"^slow loop: {message}"):
+            prepare(trainer)
+        assert calls == [] and (trainer.model, trainer.optimizer) == ("model", "adam")
+        return
+    prepare(trainer)
+    assert calls == [("model", "adam")]
+    assert (trainer.model_wrapped, trainer.optimizer) == ("wrapped model", "wrapped adam")
+    assert trainer.model == ("wrapped model" if kind == "fsdp2" else "model")
+
+
+def test_the_rl_reward_keeps_each_rows_feedback_on_its_own_problem_and_text() -> None:
+    """`TaskReward` records, row by row, the text (with the opener), the reward and the task's
+    feedback on that row's problem and text: the rollout table's `feedback` column (and GEPA's
+    reflection) reads `last_feedback`; a mutation that asked for feedback on an empty completion
+    survived every test."""
+    from fastslow.slow.trainer import TaskReward
+
+    class Echo:
+        def reward(self, problem: Problem, text: str) -> float:
+            return float(problem.answer in text)
+
+        def feedback(self, problem: Problem, text: str) -> str:
+            return f"{problem.id} read {text!r}"
+
+    problems = {p.id: p for p in (Problem("p0", "toy", "q0", "0"), Problem("p1", "toy", "q1", "1"))}
+    reward = TaskReward(Echo(), problems, opener="> ")
+    message = [[{"role": "assistant", "content": c}] for c in ("say 1", "say 0", "say 1")]
+    assert reward(prompts=[[]] * 3, completions=message, problem_id=["p1", "p1", "p0"]) == [1.0, 0.0, 0.0]
+    assert reward.last_texts == ["> say 1", "> say 0", "> say 1"]
+    assert reward.last_rewards == [1.0, 0.0, 0.0]
+    assert reward.last_feedback == ["p1 read '> say 1'", "p1 read '> say 0'", "p0 read '> say 1'"]
