@@ -1019,3 +1019,30 @@ def _load(model_dir: Path) -> Any:
     from fastslow.model.convert import load_model
 
     return load_model(model_dir, dtype="float32")
+
+
+def test_a_loss_that_read_the_skipped_reference_placeholder_is_an_error(tiny_model_dir, tokenizer, tmp_path,
+                                                                        monkeypatch) -> None:
+    """At the reference (`policy_is_reference`) the reference log-probs are NaN until the loss
+    forward fills them in with its own; a TRL whose loss no longer runs that forward the way we
+    hook it would train on NaN KL (or on none): one line instead, and the stashed inputs let go."""
+    import torch
+    from trl import GRPOTrainer
+
+    trainer = _trainer(tiny_model_dir, tokenizer, tmp_path, scripted_reward, beta=0.04)
+    trainer.reference_skipped = True
+    seen = []
+
+    def trl_loss(self: Any, model: Any, inputs: dict[str, Any]) -> Any:  # TRL's, minus the forward
+        seen.append(self._loss_inputs is inputs)
+        if fill:
+            inputs["ref_per_token_logps"] = torch.zeros(1, 2)  # what our hook writes
+        return torch.tensor(0.5)
+
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", trl_loss)
+    fill = True
+    assert float(trainer._compute_loss(trainer.model, {"ref_per_token_logps": torch.full((1, 2), float("nan"))})) == 0.5
+    fill = False
+    with pytest.raises(RuntimeError, match=r"^slow loop: the loss read the skipped reference forward's placeholder"):
+        trainer._compute_loss(trainer.model, {"ref_per_token_logps": torch.full((1, 2), float("nan"))})
+    assert seen == [True, True] and trainer._loss_inputs is None

@@ -994,3 +994,17 @@ def test_the_rl_reward_keeps_each_rows_feedback_on_its_own_problem_and_text() ->
     assert reward.last_texts == ["> say 1", "> say 0", "> say 1"]
     assert reward.last_rewards == [1.0, 0.0, 0.0]
     assert reward.last_feedback == ["p1 read '> say 1'", "p1 read '> say 0'", "p0 read '> say 1'"]
+
+
+def test_a_baseline_without_an_advantage_group_is_refused_by_name(tmp_path) -> None:
+    """A baseline name SlowConfig accepted but `grpo_args` has no group for (a new entry of
+    BASELINES) fails in one line naming it, not with a bare KeyError."""
+    from fastslow.slow.trainer import grpo_args
+
+    cfg = SlowConfig(num_generations=4, problems_per_step=2)
+    cfg.baseline = "context"  # past SlowConfig's own check, as a new BASELINES entry would be
+    with pytest.raises(ValueError, match=r"^slow\.baseline: 'context' has no advantage group in "
+                                         r"fastslow\.slow\.trainer\.grpo_args$"):
+        grpo_args(cfg, 2, tmp_path)
+    cfg.baseline = "prompt"
+    assert grpo_args(cfg, 2, tmp_path).num_generations == 2 and grpo_args(cfg, 1, tmp_path).num_generations == 4
