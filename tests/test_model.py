@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.metadata
 import json
@@ -822,6 +823,8 @@ def test_inverse_cdf_sample_draws_each_token_with_its_probability() -> None:
     assert inverse_cdf_sample(scores[:1], torch.tensor([[0.0]])).item() == 0
     assert inverse_cdf_sample(scores[:1], torch.tensor([[1 - 2**-53]])).item() == 3
     assert inverse_cdf_sample(scores[:1], torch.tensor([[0.5]])).item() == 3  # F(1) = 0.33
+    # u = 0 (torch.rand can draw it) under a cut first token: the first token that can be drawn
+    assert inverse_cdf_sample(torch.tensor([[float("-inf"), float("-inf"), 0.0, 1.0]]), torch.tensor([[0.0]])).item() == 2
 
 
 def test_generate_samples_from_the_processed_distribution(tiny_model: Any, tokenizer: Any) -> None:
@@ -871,6 +874,8 @@ def test_a_prompt_longer_than_the_models_positions_is_one_line(tokenizer: Any) -
     short = gen.encode_prompts([conv("x")])[0]
     assert len(short) + 8 <= 64
     assert len(gen.generate([conv("x")], params)) == 1  # fits: generates
+    exact = SamplingParams(max_new_tokens=64 - len(short), temperature=0.0)  # fills every position: generates
+    assert gen.generate([conv("x")], exact)[0].completion_tokens <= 64 - len(short)
     long = conv("word " * 60)
     n = len(gen.encode_prompts([long])[0])
     with pytest.raises(ValueError) as err:
@@ -915,6 +920,173 @@ def test_a_row_map_without_its_batch_width_refuses_to_follow_compaction() -> Non
 def test_split_completion_stops_at_eos() -> None:
     assert _split_completion([5, 6, 2, 2, 2], {2}) == ([5, 6, 2], "stop")
     assert _split_completion([5, 6, 7], {2}) == ([5, 6, 7], "length")
+
+
+def test_samples_of_one_prompt_in_different_batches_differ(tiny_model: Any, tokenizer: Any) -> None:
+    """k samples of one prompt (an evaluation's pass@k, RL's group) that fill several batches
+    are k draws: each batch samples from its own seed, so the second batch does not repeat the
+    first one's completions."""
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=2)
+    out = gen.generate([MIXED[1]] * 4, SamplingParams(max_new_tokens=8, temperature=1.0, seed=0))
+    assert len({g.completion_ids for g in out}) == 4
+
+
+def test_a_checkpoints_generation_defaults_do_not_change_the_sampling(tiny_model: Any, tokenizer: Any,
+                                                                    monkeypatch: Any) -> None:
+    """A checkpoint's generation_config.json (hub models ship repetition_penalty, top_k, ...)
+    is hidden during a call: greedy and sampled completions are those of a plain config, and the
+    model's own config is back afterwards, also after a call that failed."""
+    from transformers import GenerationConfig
+
+    params = [SamplingParams(max_new_tokens=8, temperature=0.0),
+              SamplingParams(max_new_tokens=8, temperature=1.0, seed=2)]
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=4)
+    want = [[g.completion_ids for g in gen.generate(MIXED[:3], p)] for p in params]
+    saved = tiny_model.generation_config
+    shipped = GenerationConfig(bos_token_id=saved.bos_token_id, eos_token_id=saved.eos_token_id,
+                               pad_token_id=saved.pad_token_id, repetition_penalty=50.0, no_repeat_ngram_size=1,
+                               suppress_tokens=sorted({t for ids in want for c in ids for t in c}))
+    monkeypatch.setattr(tiny_model, "generation_config", shipped)
+    assert [[g.completion_ids for g in gen.generate(MIXED[:3], p)] for p in params] == want
+    assert tiny_model.generation_config is shipped
+    monkeypatch.setattr(gen, "_generate_batch", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        gen.generate(MIXED[:1], params[0])
+    assert tiny_model.generation_config is shipped
+
+
+def test_the_models_own_eos_tokens_end_a_completion(tiny_model: Any, tokenizer: Any, monkeypatch: Any) -> None:
+    """A chat model whose generation_config names more EOS tokens than its tokenizer (Llama-3's
+    <|eot_id|> beside <|end_of_text|>) stops at any of them: the completion ends with that token,
+    finish_reason "stop", as transformers' own generate() would stop."""
+    from transformers import GenerationConfig
+
+    params = SamplingParams(max_new_tokens=8, temperature=0.0)
+    free = HFGenerator(tiny_model, tokenizer, batch_size=2).generate([MIXED[1]], params)[0]
+    assert free.finish_reason == "length" and free.completion_tokens == 8
+    stop = free.completion_ids[3]
+    cut = free.completion_ids.index(stop) + 1
+    saved = tiny_model.generation_config
+    monkeypatch.setattr(tiny_model, "generation_config", GenerationConfig(
+        bos_token_id=saved.bos_token_id, eos_token_id=[tokenizer.eos_token_id, stop], pad_token_id=saved.pad_token_id))
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=2)
+    assert gen.eos == {tokenizer.eos_token_id, stop}
+    out = gen.generate([MIXED[1]], params)[0]
+    assert (out.completion_ids, out.finish_reason) == (free.completion_ids[:cut], "stop")
+
+
+def test_an_eos_in_the_prompt_does_not_end_a_compacting_call(tiny_model: Any, tokenizer: Any,
+                                                           monkeypatch: Any) -> None:
+    """Every turn the chat template closes ends with the EOS token (<|im_end|>), so prompts
+    hold it: the compaction's stop counts only EOS tokens generated in the call. Counted from
+    the prompt, every row was "done" at once and each token became a generate() call of its own."""
+    from fastslow.model.generation import _stop_for_compaction
+
+    convs = [conv("What is 2+2?", system="Answer briefly."), conv("Name three colours.", system="Be terse.")]
+    assert all(tokenizer.eos_token_id in p for p in encode_prompts(tokenizer, convs))
+    calls: list[int] = []
+    generate = tiny_model.generate
+    monkeypatch.setattr(tiny_model, "generate", lambda *a, **kw: calls.append(1) or generate(*a, **kw))
+    out = HFGenerator(tiny_model, tokenizer, batch_size=2).generate(convs, SamplingParams(max_new_tokens=6, temperature=0.0))
+    assert [g.finish_reason for g in out] == ["length", "length"] and len(calls) == 1
+    stop = _stop_for_compaction()(3, torch.tensor([2]), 1)
+    assert stop(torch.tensor([[2, 5, 6, 7], [1, 2, 5, 8]]), None).tolist() == [False, False]
+    assert stop(torch.tensor([[2, 5, 6, 7], [1, 2, 5, 2]]), None).tolist() == [True, True]
+
+
+def test_prefill_rows_alone_takes_only_left_padding(tiny_model: Any, tokenizer: Any) -> None:
+    """Each row's keys are stitched at the right end of its row: a right-padded batch (or a row
+    with a hole) is not stitched (None: the caller's padded forward), where it would put a
+    row's keys under the wrong columns."""
+    from fastslow.model.generation import left_aligned, prefill_rows_alone
+
+    left = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]])
+    assert left_aligned(left)
+    for mask in (torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), torch.tensor([[0, 1, 0, 1]])):
+        assert not left_aligned(mask)
+    prompts = encode_prompts(tokenizer, [MIXED[0], MIXED[3]])
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    with torch.inference_mode():
+        assert prefill_rows_alone(tiny_model, ids, mask) is not None
+        assert prefill_rows_alone(tiny_model, ids.flip(1), mask.flip(1)) is None
+
+
+def test_masked_decoding_pads_a_batch_in_which_any_row_is_full() -> None:
+    """A column of masked padding is added when some row has none (once it alone is left after
+    compaction, its mask would be all ones and dropped), not only when no row has any; none when
+    every row is padded already, or off the CPU."""
+    from fastslow.model.generation import masked_decoding
+
+    ids, mask = torch.tensor([[9, 5, 6], [7, 8, 4]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
+    new_ids, new_mask, added = masked_decoding(ids, mask, pad_id=2)
+    assert added == 1
+    assert new_ids.tolist() == [[2, 9, 5, 6], [2, 7, 8, 4]] and new_mask.tolist() == [[0, 0, 1, 1], [0, 1, 1, 1]]
+    assert masked_decoding(ids[:1], mask[:1], pad_id=2)[2] == 0
+    assert masked_decoding(ids, mask, pad_id=2, device=torch.device("cuda"))[2] == 0
+
+
+def test_distinct_rows_tell_a_real_token_from_padding_of_the_same_id() -> None:
+    """The pad token is often the EOS token (<|im_end|>), which prompts hold: rows of the same
+    ids are one prompt only when their masks agree too."""
+    from fastslow.model.generation import distinct_rows
+
+    ids = torch.tensor([[2, 5, 6], [2, 5, 6], [2, 5, 6], [3, 5, 6]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])
+    assert distinct_rows(ids, mask) == ([0, 1, 0, 2], [0, 1, 3])
+
+
+def test_only_plain_full_attention_caches_are_stitched() -> None:
+    """Sliding-window layers drop old keys: such a model's prompts are not stitched row by row."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, MistralConfig
+
+    from fastslow.model.generation import plain_dynamic_cache
+
+    sizes = {"vocab_size": 32, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 1}
+    assert plain_dynamic_cache(SimpleNamespace(config=MistralConfig(sliding_window=8, **sizes))) is None
+    assert plain_dynamic_cache(SimpleNamespace(config=LlamaConfig(**sizes))) is not None
+
+
+def test_derived_seeds_are_fixed_63_bit_and_distinct() -> None:
+    """Sub-stream seeds are the same in every run and version (a change re-draws every sample of
+    a recorded experiment) and fit a signed 64-bit integer (parquet, torch, vLLM)."""
+    from fastslow.model.generation import derive_seed
+
+    seeds = [derive_seed(s, i) for s in (0, 1, 2**40) for i in [*range(200), "x"]]
+    assert all(0 <= s < 2**63 for s in seeds) and len(set(seeds)) == len(seeds)
+    assert (derive_seed(0, 0), derive_seed(7, "x")) == (4690615940414861996, 3273362006640795868)
+
+
+def test_a_generator_without_a_pad_token_pads_with_eos_and_refuses_an_empty_batch(
+        tiny_model: Any, tokenizer: Any) -> None:
+    """A tokenizer without a pad token (base Llama's) pads with its EOS, as generate() does; a
+    batch size below 1 is one line naming it."""
+    padless = copy.deepcopy(tokenizer)
+    padless.pad_token = None
+    assert padless.pad_token_id is None
+    gen = HFGenerator(tiny_model, padless, batch_size=2)
+    assert gen.pad_id == tokenizer.eos_token_id
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    assert [g.completion_ids for g in gen.generate(MIXED[:3], params)] == \
+        [g.completion_ids for g in HFGenerator(tiny_model, tokenizer, batch_size=2).generate(MIXED[:3], params)]
+    with pytest.raises(ValueError, match=r"^batch_size must be >= 1, got 0$"):
+        HFGenerator(tiny_model, tokenizer, batch_size=0)
+
+
+def test_encode_prompts_adds_no_special_tokens_of_the_tokenizers_own() -> None:
+    """The chat template writes the BOS itself: a Llama-style tokenizer that adds one by default
+    would give the prompt two."""
+
+    class BosTokenizer:
+        def apply_chat_template(self, conv: Any, tokenize: bool, add_generation_prompt: bool) -> str:
+            return "<s>" + conv[0]["content"]
+
+        def __call__(self, texts: list[str], add_special_tokens: bool = True) -> dict[str, Any]:
+            return {"input_ids": [[1] * add_special_tokens + [ord(c) for c in t] for t in texts]}
+
+    assert encode_prompts(BosTokenizer(), [conv("hi")]) == [[ord(c) for c in "<s>hi"]]
 
 
 def test_make_generator(tiny_model_dir: Path) -> None:
