@@ -1089,6 +1089,65 @@ def test_encode_prompts_adds_no_special_tokens_of_the_tokenizers_own() -> None:
     assert encode_prompts(BosTokenizer(), [conv("hi")]) == [[ord(c) for c in "<s>hi"]]
 
 
+def test_copies_of_a_prompt_share_a_batch_among_prompts_of_their_length(tiny_model: Any, tokenizer: Any,
+                                                                        monkeypatch: Any) -> None:
+    """Copies of one prompt go into one batch even among other prompts of the same length, so
+    `shared_prefill` runs each prompt once."""
+    gen = HFGenerator(tiny_model, tokenizer, batch_size=2)
+    params = SamplingParams(max_new_tokens=3, temperature=1.0, seed=1)
+    batches: list[list[tuple[int, ...]]] = []
+    run = gen._generate_batch
+    monkeypatch.setattr(gen, "_generate_batch", lambda prompts, *a: batches.append(list(map(tuple, prompts)))
+                        or run(prompts, *a))
+    convs = [conv("a"), conv("b"), conv("a"), conv("b")]
+    assert len({len(p) for p in encode_prompts(tokenizer, convs)}) == 1  # one length: only the content sorts them
+    out = gen.generate(convs, params)
+    assert len(batches) == 2 and all(len(set(b)) == 1 for b in batches)
+    assert [g.prompt_ids for g in out] == [tuple(p) for p in encode_prompts(tokenizer, convs)]
+
+
+def test_the_trace_opener_a_template_writes_starts_each_completion(tiny_model: Any, tokenizer: Any) -> None:
+    """A template whose generation prompt ends with "<think>" (and a newline: Qwen3-Thinking's)
+    leaves the completion inside the trace: `trace_opener` names it and the generators' texts
+    start with it; with the template's thinking off, or a template that cannot render a lone
+    user turn, there is none."""
+    from fastslow.model.generation import trace_opener
+
+    thinking = copy.deepcopy(tokenizer)
+    thinking.chat_template = (
+        "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif -%}")
+    assert trace_opener(thinking) == "<think>"
+    assert trace_opener(thinking, {"enable_thinking": False}) == ""
+    assert trace_opener(tokenizer) == ""
+    refusing = copy.deepcopy(tokenizer)
+    refusing.chat_template = "{{ raise_exception('no user turns here') }}"
+    assert trace_opener(refusing) == ""
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    opened = HFGenerator(tiny_model, thinking, batch_size=2).generate([conv("x")], params)[0]
+    plain = HFGenerator(tiny_model, thinking, batch_size=2, chat_template_kwargs={"enable_thinking": False}
+                        ).generate([conv("x")], params)[0]
+    assert opened.text == "<think>" + tokenizer.decode(list(opened.completion_ids), skip_special_tokens=True)
+    assert plain.text == tokenizer.decode(list(plain.completion_ids), skip_special_tokens=True)
+
+
+def test_longest_prompt_reads_every_chunk_with_the_templates_options(tokenizer: Any) -> None:
+    """The longest prompt sizes a vLLM engine's context: it is found in any chunk, the last
+    (partial) one included, and rendered with the template's options, as the prompts are."""
+    from fastslow.model.generation import longest_prompt
+
+    convs = [conv("x"), conv("y"), conv("z"), conv("a"), conv("word " * 30)]
+    lengths = [len(p) for p in encode_prompts(tokenizer, convs)]
+    for chunk in (1, 2, 3, 256):
+        assert longest_prompt(tokenizer, convs, chunk=chunk) == max(lengths) > lengths[0]
+    assert longest_prompt(tokenizer, []) == 0
+    padded = copy.deepcopy(tokenizer)
+    padded.chat_template = "{{ messages[-1]['content'] }}{% if extra %}{{ ' word' * extra }}{% endif %}"
+    assert longest_prompt(padded, convs[:1], chunk=1, chat_template_kwargs={"extra": 5}) == \
+        len(encode_prompts(padded, convs[:1], {"extra": 5})[0]) == len(encode_prompts(padded, convs[:1], {"extra": 0})[0]) + 5
+
+
 def test_make_generator(tiny_model_dir: Path) -> None:
     g = make_generator("hf", tiny_model_dir, dtype="float32", batch_size=4)
     out = g.generate([conv("hello")], SamplingParams(max_new_tokens=3, seed=0))
