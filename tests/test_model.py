@@ -1089,6 +1089,14 @@ def test_encode_prompts_adds_no_special_tokens_of_the_tokenizers_own() -> None:
     assert encode_prompts(BosTokenizer(), [conv("hi")]) == [[ord(c) for c in "<s>hi"]]
 
 
+def test_no_conversations_give_no_prompts_and_no_completions(tiny_model: Any, tokenizer: Any) -> None:
+    """An empty call (a chunk with nothing left to sample) returns nothing: the fast tokenizer
+    raised IndexError on an empty batch of texts, from encode_prompts, before generate()'s own
+    guard for it."""
+    assert encode_prompts(tokenizer, []) == []
+    assert HFGenerator(tiny_model, tokenizer, batch_size=2).generate([], SamplingParams(max_new_tokens=3)) == []
+
+
 def test_copies_of_a_prompt_share_a_batch_among_prompts_of_their_length(tiny_model: Any, tokenizer: Any,
                                                                         monkeypatch: Any) -> None:
     """Copies of one prompt go into one batch even among other prompts of the same length, so

@@ -122,6 +122,8 @@ def encode_prompts(
     """Token ids of `render_prompts`. The template already holds the special tokens, so the
     tokenizer must not add a BOS of its own (it would appear twice for Llama-style templates)."""
     texts = render_prompts(tokenizer, conversations, chat_template_kwargs)
+    if not texts:  # (a fast tokenizer raises IndexError on an empty batch)
+        return []
     return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
