@@ -602,6 +602,22 @@ def test_prefill_rows_alone_matches_the_padded_batch(tiny_model: Any, tokenizer:
         assert x.logprob_sum == pytest.approx(y.logprob_sum, abs=1e-4)
 
 
+def test_shared_prefill_as_one_padded_batch_matches_the_padded_forward(tiny_model: Any, tokenizer: Any) -> None:
+    """A GPU's way (`alone=False`): the distinct prompts prefilled as one left-padded batch, with
+    positions counted from each row's first real token as generate() counts them, and expanded
+    to their copies: the next-token logits equal a padded forward of every row."""
+    prompts = encode_prompts(tokenizer, [MIXED[1], MIXED[0], MIXED[1], MIXED[3]])
+    ids, mask = left_padded(prompts, tokenizer.pad_token_id)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        cache = shared_prefill(tiny_model, ids, mask, alone=False)
+        assert cache is not None and cache.get_seq_length() == ids.shape[1] - 1
+        got = tiny_model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                         past_key_values=cache).logits[:, -1]
+        want = tiny_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 def test_prefix_tree_runs_shared_spans_once() -> None:
     """Rows split where they first differ: a span several rows share is run once if long
     enough, each row's spans cover its tokens in order, and no shared span takes a row's last
@@ -645,6 +661,9 @@ def test_prefix_tree_runs_shared_spans_once() -> None:
     calls.clear()
     prefix_tree([[0] * 20 + [1] * 60, [0] * 20 + [2] * 60], extend)
     assert calls == [(0, 0, 20), (0, 20, 80), (1, 20, 80)]
+    calls.clear()  # the longest rest decides: 20 shared tokens before 100 and 10 stay each row's
+    prefix_tree([[0] * 20 + [1] * 10, [0] * 20 + [2] * 100], extend)
+    assert calls == [(0, 0, 30), (1, 0, 120)]
     # Deeper spans need only min_shared: they add no masked attention.
     calls.clear()
     prefix_tree([[0] * 40 + [1] * 16 + [3] * 200, [0] * 40 + [1] * 16 + [4] * 200, [0] * 40 + [2] * 5], extend,
