@@ -227,3 +227,6 @@ def test_vllm_generator_asks_and_reads_the_engine_as_the_hf_path_does(tiny_model
     asked.clear()
     gen.generate(chats[:1], SamplingParams(3, 0.0, 0.9, seed=11))  # greedy: no nucleus either
     assert (asked[0][1][0]["temperature"], asked[0][1][0]["top_p"]) == (0.0, 1.0)
+    # a template that opens the reasoning trace: its "<think>" in front of vLLM's text, as HFGenerator puts it
+    monkeypatch.setattr(generation, "trace_opener", lambda tokenizer, kwargs=None: "<think>")
+    assert [g.text for g in gen.generate(chats, SamplingParams(3, 0.7, 0.9, seed=11))] == ["<think>answer 0", "<think>answer 1"]
