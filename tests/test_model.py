@@ -1413,7 +1413,8 @@ def test_a_hub_fetch_says_what_it_does_and_a_full_disk_is_no_unreachable_hub(tmp
                                      "the Hugging Face cache ([Errno 28] No space left on device); free space")
     assert "base model acme/big-chat: fetching it from the Hugging Face hub" in caplog.text
     monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # (conftest sets both: either takes the hub offline)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     with pytest.raises(RuntimeError, match=r"the Hugging Face hub is unreachable \(ConnectionError: Max retries"):
         prepare_base_model("acme/big-chat", tmp_path / "out")
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **_: (_ for _ in ()).throw(
