@@ -415,6 +415,72 @@ def test_a_disk_too_full_for_the_cycles_weights_stops_it_before_the_fast_round(
     assert not stale.exists()
 
 
+
+def test_the_space_a_first_cycle_needs_counts_every_shard_and_falls_back_to_the_models_size(tmp_path: Path) -> None:
+    """`first_cycle_bytes`: 12 bytes a parameter over every safetensors shard of a sharded
+    checkpoint (an 8B model comes in several), whatever their dtype; a model without safetensors
+    (pytorch_model.bin) asks for its directory's size, not for nothing."""
+    import torch
+    from safetensors.torch import save_file
+
+    from fastslow.cycle import first_cycle_bytes
+
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    save_file({"a": torch.zeros(3, 4, dtype=torch.bfloat16), "b": torch.zeros(2)},
+              str(sharded / "model-00001-of-00002.safetensors"))
+    save_file({"c": torch.zeros(5, dtype=torch.float16)}, str(sharded / "model-00002-of-00002.safetensors"))
+    assert first_cycle_bytes(sharded) == 12 * (12 + 2 + 5)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "pytorch_model.bin").write_bytes(b"0" * 1000)
+    (legacy / "config.json").write_text("{}")
+    assert first_cycle_bytes(legacy) == 1002
+
+
+def test_a_cycle_outside_its_schedule_or_without_its_previous_cycle_stops_in_one_line(tmp_path: Path) -> None:
+    """A negative cycle (Python would index the schedule from its end) and a later cycle given no
+    previous cycle's directory (it would start from the initial weights and the seed pool) are
+    refused before anything is read or written."""
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math", "math_hard"), seed=0)
+    with pytest.raises(ValueError) as err:
+        run_cycle(spec, {}, -1, tmp_path / "base", None, tmp_path / "train.parquet", tmp_path / "c")
+    assert one_line(err) == ("cycle -1 of e/fst/r: its schedule has 2 cycle(s) (math, math_hard); "
+                             "it lists each cycle's training task")
+    with pytest.raises(ValueError) as err:
+        run_cycle(spec, {}, 1, tmp_path / "base", None, tmp_path / "train.parquet", tmp_path / "c")
+    assert one_line(err) == "cycle 1 of e/fst/r: prev_dir is None; give cycle 0's out_dir"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("own_file", [False, True], ids=["generated", "data-files"])
+def test_a_train_split_too_small_for_a_fast_round_stops_the_cycle_in_one_line(
+        own_file: bool, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A train split of one problem (a user's file with one train row) leaves a fast round
+    nothing to reflect on or nothing to validate on: the cycle stops before its generator is
+    built, naming the split, the count and what to change; two problems are enough to start."""
+    from fastslow.cycle import run_cycle
+    from fastslow.tasks.data import write_problems
+
+    spec, config, _ = _cycle_that_must_not_start(monkeypatch, tmp_path)
+    path = Path(__file__).resolve().parents[1] / "config" / "parity.jsonl"
+    if own_file:
+        config["data"]["files"] = {"math": {"path": str(path)}}
+    one = write_problems([Problem("p0", "math", "What is 0 + 1?", "1")], tmp_path / "one.parquet")
+    with pytest.raises(ValueError) as err:
+        run_cycle(spec, config, 0, tiny_model_dir, None, one, tmp_path / "c0")
+    fix = f"add train rows to {path}" if own_file else "raise data.sizes.train"
+    assert one_line(err) == (f"task 'math': its train split {one} has 1 problem(s), and a fast round needs at least 2 "
+                             f"(one to validate on, one to reflect on): {fix}")
+    two = write_problems([Problem(f"p{i}", "math", f"What is {i} + 1?", str(i + 1)) for i in range(2)],
+                         tmp_path / "two.parquet")
+    with pytest.raises(AssertionError, match="^the fast round started$"):
+        run_cycle(spec, config, 0, tiny_model_dir, None, two, tmp_path / "c0")
+
+
 HOLD_LOCK = """
 import sys, time
 from fastslow.io import exclusive_lock

@@ -440,3 +440,39 @@ def test_a_fast_round_samples_the_weights_its_run_has_at_that_cycle(tmp_path, mo
     key = real_key({"code": "a"}, fst, 1, keyed[0])
     (prev / "pool.json").write_text((prev / "pool.json").read_text() + " ")  # the previous cycle's pool rewritten
     assert real_key({"code": "a"}, fst, 1, keyed[0]) != key
+
+
+def test_a_round_key_changes_with_each_thing_the_round_depends_on_and_a_bad_marker_is_no_round(tmp_path):
+    """`round_key`: the same job, run, cycle and input files give the same key; another job's
+    params, run or cycle, or an input file written again, another one (a rerun must not take a
+    round that is not its own). An input not on disk is left out. `_finished_round` takes the
+    marker only with the same key: none without a key, without the file, or with a file that is
+    not JSON (a hand edit, a disk error) rather than failing the rerun."""
+    from fastslow.cycle import ROUND_DONE, _finished_round, round_key
+    from fastslow.experiments import RunSpec
+
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math", "math"), seed=0)
+    other = RunSpec(experiment="e", method="fst", name="r2", schedule=("math", "math"), seed=0)
+    train = tmp_path / "train.parquet"
+    train.write_bytes(b"rows")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "w.safetensors").write_bytes(b"w")
+    inputs = [tmp_path / "model", train]
+    job = {"code": "a", "settings": {"slow": {"lr": 1e-3}}}
+    key = round_key(job, spec, 1, inputs)
+    assert round_key(dict(job), spec, 1, list(inputs)) == key
+    assert round_key(job, spec, 1, [*inputs, tmp_path / "missing"]) == key  # not on disk: left out
+    changed = [round_key({**job, "code": "b"}, spec, 1, inputs), round_key(job, other, 1, inputs),
+               round_key(job, spec, 0, inputs), round_key(job, spec, 1, inputs[:1])]
+    os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 10**9))  # written again
+    changed.append(round_key(job, spec, 1, inputs))
+    assert len({key, *changed}) == 1 + len(changed)
+
+    scratch = tmp_path / "cycle1.fast"
+    scratch.mkdir()
+    assert _finished_round(scratch, key) is None  # no marker
+    (scratch / ROUND_DONE).write_text(json.dumps({"key": key, "pool": {}, "summary": {}}))
+    assert _finished_round(scratch, key) == {"key": key, "pool": {}, "summary": {}}
+    assert _finished_round(scratch, None) is None and _finished_round(scratch, changed[0]) is None
+    (scratch / ROUND_DONE).write_text('{"key": "' + key[:10])  # cut off
+    assert _finished_round(scratch, key) is None

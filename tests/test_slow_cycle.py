@@ -1167,3 +1167,57 @@ def test_the_readmes_library_example_runs(tmp_path: Path) -> None:
         get_task("file", path="x.jsonl", difficulty="hard")
     with pytest.raises(ValueError, match=r"^task 'file': labels= is only for scorer='label'"):
         get_task("file", path="x.jsonl", labels=["A", "B"])
+
+
+def test_cycle_json_and_a_gepa_cycles_metrics_row_give_its_step_task_weights_and_cpu_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a cycle records of itself, which the curves and the report read: cycle.json's run,
+    method, cycle, task (the schedule's, per cycle), global step (the steps done by its end),
+    weights (its own for a trained method, θ0 for gepa) and CPU share (of all its threads); a
+    gepa cycle's one metrics row sits at its last step with the round's time, and the round's
+    metrics are logged at the slow step it precedes. (Slow steps, generator and round stubbed.)"""
+    import json
+
+    import polars as pl
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.cycle
+    import fastslow.fast
+    import fastslow.model.generation
+    from fastslow.cycle import run_cycle
+    from fastslow.experiments import RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    steps = config["slow"]["steps_per_cycle"]
+    monkeypatch.setattr(fastslow.cycle, "_torch_threads", lambda: 4)
+    init = tmp_path / "init"
+    rl = RunSpec(experiment="e", method="rl", name="r", schedule=("math", "math_hard"), seed=0)
+    for c in (0, 1):
+        out = tmp_path / f"rl{c}"
+        summary = run_cycle(rl, config, c, init, tmp_path / "rl0" if c else None, train, out)
+        assert summary == json.loads((out / "cycle.json").read_text())
+        assert (summary["run"], summary["method"], summary["cycle"], summary["task"], summary["global_step"],
+                summary["weights"]) == ("e/rl/r", "rl", c, rl.schedule[c], (c + 1) * steps, str(out / "model"))
+        assert summary["torch_threads"] == 4 and summary["device"] == "cpu"
+        assert summary["cpu_share"] == pytest.approx(summary["cpu_seconds"] / (summary["seconds"] * 4))
+
+    def round_(pool, *args, **kwargs):
+        return pool, {"best_val_mean": 0.25, "generations": 7, "metric_calls": 3, "proposed": 1, "accepted": 0,
+                      "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0, "slow_sample_seconds": 0.0}
+
+    class Tracker(RecordingTracker):
+        def set_tags(self, tags: dict) -> None:
+            pass
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", lambda *a, **k: object())
+    gepa = RunSpec(experiment="e", method="gepa", name="r", schedule=("math", "math"), seed=0)
+    run_cycle(gepa, config, 0, init, None, train, tmp_path / "g0")
+    tracker = Tracker()
+    summary = run_cycle(gepa, config, 1, init, tmp_path / "g0", train, tmp_path / "g1", tracker=tracker)
+    assert (summary["global_step"], summary["weights"], summary["rollouts_sampled"]) == (2 * steps, str(init), 7)
+    fast = json.loads((tmp_path / "g1" / "fast.json").read_text())
+    assert pl.read_parquet(tmp_path / "g1" / "metrics.parquet").select("run", "cycle", "step", "fast_seconds").rows() \
+        == [("e/gepa/r", 1, 2 * steps - 1, fast["seconds"])]
+    assert [(m["fast/metric_calls"], m["fast/seconds"], step) for m, step in tracker.calls] == [
+        (3, fast["seconds"], steps)]

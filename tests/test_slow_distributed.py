@@ -152,7 +152,7 @@ def test_launched_slow_part_writes_a_spec_and_logs_the_result(tmp_path, monkeypa
     assert not list(tmp_path.glob("cycle0.*"))  # spec and result removed after a success
 
 
-@pytest.mark.parametrize("how", ["failed", "stopped"])
+@pytest.mark.parametrize("how", ["failed", "stopped", "stopped-then-failed"])
 def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: str, tmp_path, monkeypatch) -> None:
     """A multi-GPU cycle's ranks never track; the job logged their metrics from the result they
     write at the end. Ranks that crashed at step T-1 (an OOM, NCCL) or were stopped (scancel,
@@ -179,10 +179,12 @@ def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: s
             steps.log_metrics({"slow/reward_mean": 0.25 * s, "slow/kl_to_base": float("nan")}, step=s)
         with default_steps_path(out_dir).open("a") as f:
             f.write('{"step": 2, "metr')  # step 2 killed while writing its line
-        if how == "stopped":  # launch.run: the ranks stopped, then the callback, then the handler
+        if how.startswith("stopped"):  # launch.run: the ranks stopped, then the callback, then the handler
             before_stop()
             order.append("handler")
-            raise KeyboardInterrupt
+            if how == "stopped":
+                raise KeyboardInterrupt
+        # (a replaced handler that returns: launch.run goes on to report the ranks' exit status)
         raise subprocess.CalledProcessError(1, command)
 
     monkeypatch.setattr(launch, "run", fake_run)
@@ -200,7 +202,7 @@ def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: s
                               SlowConfig(**{**SLOW, "steps_per_cycle": 3}), out_dir, {}, 2, tracker)
     assert [step for _, step in tracker.calls] == [0, 1]  # once each, the stale file's step 99 not
     assert tracker.calls[1][0]["slow/reward_mean"] == 0.25 and math.isnan(tracker.calls[1][0]["slow/kl_to_base"])
-    assert order == ["logged", "logged"] + (["handler"] if how == "stopped" else [])
+    assert order == ["logged", "logged"] + (["handler"] if how.startswith("stopped") else [])
 
 
 def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_path, monkeypatch) -> None:
@@ -255,6 +257,25 @@ def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_pat
     assert "exit status 1) and no rank recorded an error: one was killed outright (out of memory?)" in launched()
 
 
+def test_the_line_for_failed_ranks_counts_them_and_names_a_killing_signal() -> None:
+    """`ranks_failed`: how many other ranks recorded an error (plural past one) and how many
+    recorded none; with none recorded, a rank killed by a signal (a negative return code) is
+    named by the signal's number, an exit by its status."""
+    from fastslow.cycle import ranks_failed
+
+    head = "cycle 2 of e/fst/r: the slow steps failed in their 4 processes"
+    assert ranks_failed(2, "e/fst/r", 4, 1, [(3, "OSError: disk full"), (0, "E: peer"), (1, "E: peer")]) == (
+        f"{head}: rank 3 was the first to record an error: OSError: disk full; 2 other ranks recorded one after it; "
+        "1 recorded none (killed outright, out of memory?, or failed before it started); every rank's traceback "
+        "is in this job's log")
+    assert ranks_failed(2, "e/fst/r", 4, 1, [(2, "E: x")] * 4).endswith(
+        "3 other ranks recorded one after it; every rank's traceback is in this job's log")
+    assert ranks_failed(2, "e/fst/r", 4, -9, []) == (
+        f"{head} (killed by signal 9) and no rank recorded an error: one was killed outright (out of memory?) or "
+        "crashed; the ranks' output is in this job's log")
+    assert ranks_failed(2, "e/fst/r", 4, 137, []).startswith(f"{head} (exit status 137) and no rank recorded")
+
+
 def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(tmp_path, monkeypatch, capfd) -> None:
     """A multi-GPU cycle's ranks write to the rule's log file; the lines of our loggers (a step's
     line, a warning) also reach the console, labelled with the job, as a one-process cycle's do.
@@ -274,7 +295,8 @@ def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(
         "spec = json.load(open(sys.argv[sys.argv.index('--spec') + 1]))\n"
         "for line in ('2026-12-04 17:00:01,250 rank0 INFO fastslow.slow.loop: step 1/2 reward 0.500',\n"
         "             '/site-packages/torch/x.py:3: UserWarning: a library warning',\n"
-        "             '2026-12-04 17:00:02,500 rank1 WARNING fastslow.slow.trainer: rank 1 is slow'):\n"
+        "             '2026-12-04 17:00:02,500 rank1 WARNING fastslow.slow.trainer: rank 1 is slow',\n"
+        "             '2026-12-04 17:00:02,750 rank0 WARNING accelerate.utils.other: a library logger'):\n"
         "    print(line, file=sys.stderr, flush=True)\n"
         "print('Loading weights:  50%|#####     \\rLoading weights: 100%|##########', file=sys.stderr)\n"
         "json.dump({'global_step': 2, 'metrics': []}, open(spec['result'], 'w'))\n")
@@ -294,10 +316,10 @@ def test_the_ranks_own_log_lines_reach_the_console_and_all_their_output_the_log(
     console = capfd.readouterr().err
     assert " [cycle e/rl/r cycle=1] rank0 step 1/2 reward 0.500" in console
     assert " WARNING [cycle e/rl/r cycle=1] rank1 rank 1 is slow" in console
-    assert "a library warning" not in console
+    assert "a library warning" not in console and "a library logger" not in console  # ours alone
     log = log_file.read_bytes().decode()  # as written: a progress bar's carriage returns kept
     assert all(x in log for x in ("rank0 INFO fastslow.slow.loop: step 1/2", "UserWarning: a library warning",
-                                  "rank1 WARNING fastslow.slow.trainer: rank 1 is slow",
+                                  "rank1 WARNING fastslow.slow.trainer: rank 1 is slow", "a library logger",
                                   "Loading weights:  50%|#####     \rLoading weights: 100%|##########\n"))
 
 
@@ -590,6 +612,44 @@ def test_rollouts_that_do_not_split_over_the_ranks_are_refused_before_the_round(
     monkeypatch.setenv(ENV_TRAIN_PROCESSES, "2")  # 4 over 2 ranks splits: on to the (missing) files
     with pytest.raises(FileNotFoundError, match="train.parquet"):
         run_cycle(spec, config, 0, tmp_path / "init", None, tmp_path / "train.parquet", tmp_path / "c0")
+
+
+def test_a_cycle_launches_its_slow_steps_only_on_several_processes_and_records_the_ranks_metrics(
+        monkeypatch, tmp_path) -> None:
+    """One process (FASTSLOW_TRAIN_PROCESSES=1, or a job of at most one GPU) trains in the cycle's
+    own process; two launch ranks (`launch_slow`), handed the run's contexts, the cycle's task
+    and a continual run's new-data flag, and the cycle records the metrics the ranks returned.
+    (The in-process slow steps and the launch are stubbed.)"""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    from fastslow import cycle as cycle_mod
+    from fastslow.cycle import ENV_TRAIN_PROCESSES, run_cycle
+    from fastslow.experiments import RunSpec
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    launched: list[tuple] = []
+
+    def fake_launch(spec, cfg, task_name, cycle, init_model, prev_dir, contexts, train_file, slow_cfg, out_dir,
+                    extra, processes, tracker=None):
+        launched.append((task_name, cycle, prev_dir, contexts, extra, processes))
+        out_dir.mkdir(parents=True)
+        return [{"reward_mean": 0.5, "answered_fraction": 1.0}, {"reward_mean": 0.25, "answered_fraction": 0.5}]
+
+    monkeypatch.setattr(cycle_mod, "launch_slow", fake_launch)
+    for key in (launch.ENV_STRATEGY, launch.ENV_CONFIG_DIR):
+        monkeypatch.delenv(key, raising=False)
+    spec = RunSpec(experiment="e", method="rl", name="r", schedule=("math", "math_hard"), seed=0)
+    monkeypatch.setenv(ENV_TRAIN_PROCESSES, "1")
+    summary = run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0", gpus=4)
+    assert launched == [] and summary["slow_reward_mean"] is None  # in this process (the stub: no steps)
+    monkeypatch.delenv(ENV_TRAIN_PROCESSES)
+    run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "one", gpus=1)
+    assert launched == []
+    run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "two", gpus=2)
+    summary = run_cycle(spec, config, 1, tmp_path / "init", tmp_path / "c0", train, tmp_path / "c1", gpus=2)
+    seed = [("seed", config["seed_context"])]
+    assert launched == [("math", 0, None, seed, {}, 2), ("math_hard", 1, tmp_path / "c0", seed, {"new_data": True}, 2)]
+    assert summary["slow_reward_mean"] == pytest.approx(0.375) and summary["slow_answered_fraction"] == 0.75
 
 
 # ---------------------------------------------------------------- two real ranks
