@@ -476,3 +476,66 @@ def test_a_round_key_changes_with_each_thing_the_round_depends_on_and_a_bad_mark
     assert _finished_round(scratch, None) is None and _finished_round(scratch, changed[0]) is None
     (scratch / ROUND_DONE).write_text('{"key": "' + key[:10])  # cut off
     assert _finished_round(scratch, key) is None
+
+
+def test_a_resumed_round_is_tagged_logged_and_its_pool_trains(tmp_path, monkeypatch):
+    """The rerun that takes its failed run's round says so (the `fastslow.round_resumed` tag),
+    logs the round's metrics as the first run did, and hands its pool's contexts to the slow
+    steps. (Round, generator and slow steps stubbed: no model.)"""
+    import types
+
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.fast
+    import fastslow.model.generation
+    import fastslow.slow.loop
+    from fastslow.cycle import ROUND_DONE, run_cycle, unique_contexts
+    from fastslow.experiments import RunSpec
+    from fastslow.fast import Pool
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    k = config["fast"]["pool_size"]
+    found = Pool.seed(["Add the numbers.", "Think, then answer."], k)
+    rounds: list[int] = []
+
+    def round_(pool, *args, **kwargs):
+        rounds.append(kwargs["round_index"])
+        return found, {"best_val_mean": 0.5, "generations": 5, "metric_calls": 9, "proposed": 2, "accepted": 1,
+                       "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0, "slow_sample_seconds": 0.0}
+
+    handed: list = []
+
+    def slow_steps(model_dir, state_in, contexts, task, train_problems, cfg, out_dir, **kwargs):
+        handed.append(contexts)
+        if len(handed) == 1:
+            raise RuntimeError("killed in the slow steps")
+        Path(out_dir).mkdir(parents=True)
+        return types.SimpleNamespace(metrics=[])
+
+    class Tracker:
+        run_id = "r2"
+
+        def __init__(self):
+            self.tags, self.calls = {}, []
+
+        def set_tags(self, tags):
+            self.tags.update(tags)
+
+        def log_metrics(self, metrics, step=None):
+            self.calls.append((metrics, step))
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", lambda *a, **kw: object())
+    monkeypatch.setattr(fastslow.slow.loop, "run_cycle", slow_steps)
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=0)
+    job = {"code": "a"}
+    with pytest.raises(RuntimeError, match="killed in the slow steps"):
+        run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0", job=job, tracker=Tracker())
+    assert rounds == [0] and (tmp_path / "c0.fast" / ROUND_DONE).exists()
+    tracker = Tracker()
+    summary = run_cycle(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0", job=job, tracker=tracker)
+    assert rounds == [0] and tracker.tags["fastslow.round_resumed"] == "true"
+    assert handed[1] == handed[0] == unique_contexts(found.contexts(k))
+    assert [(m["fast/metric_calls"], m["fast/generations"], step) for m, step in tracker.calls] == [(9, 5, 0)]
+    assert summary["pool_best"] == found.entries[0].id and summary["rollouts_sampled"] == 5
+    assert not (tmp_path / "c0.fast").exists() and not (tmp_path / "c0" / "fast" / ROUND_DONE).exists()

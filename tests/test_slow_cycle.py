@@ -1202,6 +1202,8 @@ def test_cycle_json_and_a_gepa_cycles_metrics_row_give_its_step_task_weights_and
         assert summary["cpu_share"] == pytest.approx(summary["cpu_seconds"] / (summary["seconds"] * 4))
 
     def round_(pool, *args, **kwargs):
+        kwargs["run_dir"].mkdir(parents=True)
+        (kwargs["run_dir"] / "proposals.json").write_text(json.dumps([kwargs["round_index"]]))
         return pool, {"best_val_mean": 0.25, "generations": 7, "metric_calls": 3, "proposed": 1, "accepted": 0,
                       "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0, "slow_sample_seconds": 0.0}
 
@@ -1212,7 +1214,10 @@ def test_cycle_json_and_a_gepa_cycles_metrics_row_give_its_step_task_weights_and
     monkeypatch.setattr(fastslow.fast, "run_round", round_)
     monkeypatch.setattr(fastslow.model.generation, "make_generator", lambda *a, **k: object())
     gepa = RunSpec(experiment="e", method="gepa", name="r", schedule=("math", "math"), seed=0)
-    run_cycle(gepa, config, 0, init, None, train, tmp_path / "g0")
+    for _ in range(2):  # run again over its own directory: the new round's files replace the old ones
+        run_cycle(gepa, config, 0, init, None, train, tmp_path / "g0")
+        assert json.loads((tmp_path / "g0" / "fast" / "proposals.json").read_text()) == [0]
+        assert not (tmp_path / "g0.fast").exists()
     tracker = Tracker()
     summary = run_cycle(gepa, config, 1, init, tmp_path / "g0", train, tmp_path / "g1", tracker=tracker)
     assert (summary["global_step"], summary["weights"], summary["rollouts_sampled"]) == (2 * steps, str(init), 7)
@@ -1221,3 +1226,4 @@ def test_cycle_json_and_a_gepa_cycles_metrics_row_give_its_step_task_weights_and
         == [("e/gepa/r", 1, 2 * steps - 1, fast["seconds"])]
     assert [(m["fast/metric_calls"], m["fast/seconds"], step) for m, step in tracker.calls] == [
         (3, fast["seconds"], steps)]
+    assert json.loads((tmp_path / "g1" / "fast" / "proposals.json").read_text()) == [1]

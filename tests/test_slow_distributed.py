@@ -150,6 +150,14 @@ def test_launched_slow_part_writes_a_spec_and_logs_the_result(tmp_path, monkeypa
     assert [step for _, step in tracker.calls] == [0, 1]
     assert set(tracker.calls[0][0]) == {"slow/reward_mean", "slow/kl_to_base"}
     assert not list(tmp_path.glob("cycle0.*"))  # spec and result removed after a success
+    # a later cycle's ranks start from the previous cycle's weights and state, with its extras
+    cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math_hard", 1, tmp_path / "init", out_dir,
+                          [("seed", "Be brief.")], tmp_path / "train.parquet", SlowConfig(**SLOW),
+                          tmp_path / "cycle1", {"new_data": True}, 2, None)
+    job = seen["spec"]
+    assert (job["prev_dir"], job["cycle"], job["init_model"], job["train_file"], job["extra"]) == (
+        str(out_dir), 1, str(tmp_path / "init"), str(tmp_path / "train.parquet"), {"new_data": True})
+    assert job["task"]["name"] == "math_hard" and job["out_dir"] == str(tmp_path / "cycle1")
 
 
 @pytest.mark.parametrize("how", ["failed", "stopped", "stopped-then-failed"])
