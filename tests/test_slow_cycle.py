@@ -1227,3 +1227,52 @@ def test_cycle_json_and_a_gepa_cycles_metrics_row_give_its_step_task_weights_and
     assert [(m["fast/metric_calls"], m["fast/seconds"], step) for m, step in tracker.calls] == [
         (3, fast["seconds"], steps)]
     assert json.loads((tmp_path / "g1" / "fast" / "proposals.json").read_text()) == [1]
+
+
+def test_the_round_samples_the_first_steps_problems_but_never_more_than_the_cycles_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fast.reuse_in_slow`: the round samples, G/K a context, the problems of the first
+    `fast.reuse_steps` RL steps (the data stream's next P a step), capped at the cycle's T (a
+    larger value serves all T: nothing sampled for steps the cycle does not run). (Round,
+    generator and slow steps stubbed.)"""
+    from slow_toys import stub_slow_steps_and_write_math
+
+    import fastslow.fast
+    import fastslow.model.generation
+    from fastslow.cycle import run_cycle as cycle_job
+    from fastslow.experiments import RunSpec
+    from fastslow.slow.loop import take_problems
+    from fastslow.tasks.data import load_problems
+
+    config, train = stub_slow_steps_and_write_math(monkeypatch, tmp_path / "data")
+    config["fast"].update(reuse_in_slow=True, reuse_steps=5)
+    steps, per_step = config["slow"]["steps_per_cycle"], config["slow"]["problems_per_step"]
+    seen: list[tuple[list[str], int]] = []
+
+    def round_(pool, *args, **kwargs):
+        seen.append(([p.id for p in kwargs["slow_problems"]], kwargs["slow_samples"]))
+        return pool, {"best_val_mean": 0.0, "generations": 0, "metric_calls": 0, "proposed": 0, "accepted": 0,
+                      "seed_eval_seconds": 0.0, "search_eval_seconds": 0.0, "slow_sample_seconds": 0.0}
+
+    monkeypatch.setattr(fastslow.fast, "run_round", round_)
+    monkeypatch.setattr(fastslow.model.generation, "make_generator", lambda *a, **k: object())
+    spec = RunSpec(experiment="e", method="fst", name="r", schedule=("math",), seed=3)
+    cycle_job(spec, config, 0, tmp_path / "init", None, train, tmp_path / "c0")
+    problems = load_problems(train)
+    stream = [problems[i].id for i in take_problems(len(problems), 3, 0, per_step * steps)]
+    assert steps < 5 and seen == [(stream, config["slow"]["num_generations"] // config["fast"]["pool_size"])]
+    # a later cycle: where the previous one left the stream, or its start on a continual run's new task
+    import json
+
+    from fastslow.fast import Pool
+    from fastslow.slow.loop import STATE_FILE
+
+    prev = tmp_path / "prev"
+    (prev / "trainer_state").mkdir(parents=True)
+    (prev / "trainer_state" / STATE_FILE).write_text(json.dumps({"cursor": 5, "global_step": steps}))
+    Pool.seed([config["seed_context"]], config["fast"]["pool_size"]).to_json(prev / "pool.json")
+    for schedule, cursor in ((("math", "math"), 5), (("math", "math_hard"), 0)):
+        seen.clear()
+        run = RunSpec(experiment="e", method="fst", name="r", schedule=schedule, seed=3)
+        cycle_job(run, config, 1, tmp_path / "init", prev, train, tmp_path / f"c1-{schedule[1]}")
+        assert seen[0][0] == [problems[i].id for i in take_problems(len(problems), 3, cursor, per_step * steps)]
