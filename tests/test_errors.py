@@ -431,6 +431,13 @@ def test_the_space_a_first_cycle_needs_counts_every_shard_and_falls_back_to_the_
               str(sharded / "model-00001-of-00002.safetensors"))
     save_file({"c": torch.zeros(5, dtype=torch.float16)}, str(sharded / "model-00002-of-00002.safetensors"))
     assert first_cycle_bytes(sharded) == 12 * (12 + 2 + 5)
+    # a consolidated copy beside the shards (Mistral ships one): the index names what is loaded
+    save_file({"a": torch.zeros(3, 4), "b": torch.zeros(2), "c": torch.zeros(5)},
+              str(sharded / "consolidated.safetensors"))
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
+        "c": "model-00002-of-00002.safetensors"}}))
+    assert first_cycle_bytes(sharded) == 12 * (12 + 2 + 5)
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     (legacy / "pytorch_model.bin").write_bytes(b"0" * 1000)

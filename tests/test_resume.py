@@ -476,6 +476,8 @@ def test_a_round_key_changes_with_each_thing_the_round_depends_on_and_a_bad_mark
     assert _finished_round(scratch, None) is None and _finished_round(scratch, changed[0]) is None
     (scratch / ROUND_DONE).write_text('{"key": "' + key[:10])  # cut off
     assert _finished_round(scratch, key) is None
+    (scratch / ROUND_DONE).write_text("[]")  # JSON, but no record (a hand edit): no round to take
+    assert _finished_round(scratch, key) is None
 
 
 def test_a_resumed_round_is_tagged_logged_and_its_pool_trains(tmp_path, monkeypatch):

@@ -158,18 +158,27 @@ def _finished_round(scratch: Path, key: str | None) -> dict[str, Any] | None:
         done = json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-    return done if done.get("key") == key else None
+    return done if isinstance(done, dict) and done.get("key") == key else None
 
 
 def first_cycle_bytes(init_model: Path) -> int:
     """About what a training cycle saves, from its initial weights: the weights in float32 and
     AdamW's two float32 moments, 12 bytes a parameter (the parameters counted from the
-    safetensors headers; a bf16 checkpoint's own size is a sixth of this). Without safetensors,
-    the directory's size (a lower bound)."""
+    safetensors headers; a bf16 checkpoint's own size is a sixth of this). A sharded checkpoint's
+    shards are those its index names, as transformers loads them: a consolidated copy shipped
+    beside them (Mistral's) is not counted twice. Without safetensors, the directory's size (a
+    lower bound)."""
+    import json
+
     from safetensors import safe_open
 
+    index = init_model / "model.safetensors.index.json"
+    try:
+        files = sorted({init_model / name for name in json.loads(index.read_text())["weight_map"].values()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no index (one file), or unreadable
+        files = sorted(init_model.glob("*.safetensors"))
     params = 0
-    for path in sorted(init_model.glob("*.safetensors")):
+    for path in files:
         with safe_open(str(path), "np") as f:  # the header only
             for key in f.keys():
                 n = 1
