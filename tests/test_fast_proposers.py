@@ -336,6 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         srv: Any = self.server
+        srv.auth.append(self.headers.get("Authorization"))
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
         srv.requests.append(body)
@@ -366,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[Any]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.requests, srv.modes, srv.gets = [], ["good"], []
+    srv.requests, srv.modes, srv.gets, srv.auth = [], ["good"], [], []
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     try:
@@ -742,3 +743,239 @@ def test_a_proposer_name_without_a_proposer_is_one_line_naming_it() -> None:
     with pytest.raises(ValueError, match=r"^fast\.proposer: 'fixed_hint' has no proposer in "
                                          r"fastslow\.fast\.round\.make_proposer$"):
         round_.make_proposer(cfg, TRAIN, log=lambda _: None)
+
+
+# -- second-pass review: behaviour that mutants of proposers.py changed without a test failing --
+
+
+def test_junk_reason_bounds_and_a_parent_with_surrounding_whitespace() -> None:
+    """The limits are inclusive where the docstring says "at most": 16 characters are enough, and
+    exactly `max_chars` is allowed. A parent as a YAML block scalar leaves it (a trailing
+    newline): the same text back is still "unchanged", and its whitespace buys no extra length.
+    GEPA's own placeholders echoed back, either of them, are the template, not a context."""
+    parent = "Solve the problem."
+    assert junk_reason("a" * 15, parent) == "too short (15 chars)"
+    assert junk_reason("Solve it, please", parent) is None  # 16 characters
+    exact = " ".join(f"Rule {i}: check case {i} before answering." for i in range(40))[:999] + "."
+    assert len(exact.strip()) == 1000 and junk_reason(exact, parent, max_chars=1000) is None
+    assert junk_reason(exact + "x", parent, max_chars=1000).startswith("too long (1001 chars, at most 1000")
+    assert junk_reason("Solve the problem.", "Solve the problem.\n") == "unchanged"
+    assert junk_reason("  Solve the problem.\n", "\nSolve the problem.  ") == "unchanged"
+    long_parent = exact + "\n" * 50  # its trailing newlines do not raise the limit
+    assert junk_reason(exact + " More.", long_parent, max_chars=100).startswith("too long (1006 chars, at most 1000")
+    assert junk_reason("Use the facts in <side_info> to answer.", parent) == "echoed the reflection template"
+
+
+def test_a_reflection_reply_with_whitespace_before_its_trace_loses_the_trace() -> None:
+    """A reply that opens with a newline or spaces before "<think>" (chat templates often leave
+    one) is still a thinking reply: its trace stays out of the context."""
+    reply = "\n  <think>\nThe format fails.\n</think>\n\nSolve the problem. End with <answer>N</answer>."
+    prop = ReflectiveProposer(lambda prompt: reply)
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {
+        "context": "Solve the problem. End with <answer>N</answer>."}
+
+
+def test_the_reflective_proposers_counts_tell_proposals_junk_and_errors_apart() -> None:
+    """`calls` every call; `proposed` the proposals that passed `junk_reason`; `failed_calls` the
+    calls that proposed nothing for a failure, `raised_calls` only those that raised. The round's
+    ERROR (every call failed) and its stop (every call raised) are read from these."""
+    replies = iter(["```\nSolve the problem step by step. End with <answer>N</answer>.\n```",
+                    "```\n#### !!!! ???? ....\n```", ConnectionError("gone")])
+
+    def lm(prompt: Any) -> str:
+        reply = next(replies)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    prop = ReflectiveProposer(lm, logger=lambda _m: None)
+    counts = []
+    for _ in range(3):
+        prop({"context": "Solve."}, DATASET, ["context"])
+        counts.append((prop.calls, prop.proposed, prop.failed_calls, prop.raised_calls))
+    assert counts == [(1, 1, 0, 0), (2, 1, 1, 0), (3, 1, 2, 1)]
+    assert prop.failures == ["mostly non-letters", "ConnectionError: gone"]
+
+
+def test_a_call_with_no_records_asks_nothing_and_fails_nothing() -> None:
+    """A component without records is not reflected on (gepa skips it): no model call, no
+    proposal, and no failure counted against the reflection setup."""
+    def lm(prompt: Any) -> str:
+        raise AssertionError("the reflection model was called")
+
+    prop = ReflectiveProposer(lm, logger=lambda _m: None)
+    assert prop({"context": "Solve."}, {"context": []}, ["context"]) == {}
+    assert (prop.calls, prop.failed_calls, prop.raised_calls, prop.failures) == (1, 0, 0, [])
+
+
+def test_a_reflection_error_is_recorded_clipped() -> None:
+    """An error with a long message (a server's HTML error page) is recorded as its type and its
+    message's first 200 characters: the round summary's failures stay readable."""
+    def lm(prompt: Any) -> str:
+        raise RuntimeError("<html>" + "x" * 5000)
+
+    prop = ReflectiveProposer(lm, logger=lambda _m: None)
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {}
+    assert prop.failures == ["RuntimeError: " + ("<html>" + "x" * 5000)[:200]]
+
+
+def test_a_reflection_that_returns_its_parent_or_too_much_proposes_nothing() -> None:
+    """The proposer judges a reply against the parent it reflected on (the same context back
+    proposes nothing) and against its own `max_chars` (fast.reflection.max_context_chars)."""
+    lines: list[str] = []
+    parent = "Solve the problem step by step. End with <answer>N</answer>."
+    echo = ReflectiveProposer(lambda prompt: f"```\n{parent}\n```", logger=lines.append)
+    assert echo({"context": parent}, DATASET, ["context"]) == {}
+    assert echo.failures == ["unchanged"] and echo.failed_calls == 1 and "unchanged" in lines[-1]
+    long = " ".join(f"Rule {i}: check case {i} before answering." for i in range(10))
+    capped = ReflectiveProposer(lambda prompt: f"```\n{long}\n```", logger=lambda _m: None, max_chars=100)
+    assert capped({"context": "Solve."}, DATASET, ["context"]) == {}
+    assert capped.failures == [f"too long ({len(long)} chars, at most 100: fast.reflection.max_context_chars)"]
+    assert ReflectiveProposer(lambda prompt: f"```\n{long}\n```")({"context": "Solve."}, DATASET, ["context"]) == {
+        "context": long}  # the default limit takes it
+
+
+def test_the_openai_reflection_model_sends_its_settings_and_key(fake_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request carries the configured max_tokens and temperature, and the key from the
+    variable `api_key_env` names."""
+    monkeypatch.setenv("FASTSLOW_TEST_REFLECTION_KEY", "sekrit")
+    lm = build_reflection_lm({**_settings(fake_server), "temperature": 0.25,
+                              "api_key_env": "FASTSLOW_TEST_REFLECTION_KEY"})
+    assert lm("hello") == GOOD
+    req = fake_server.requests[-1]
+    assert (req["max_tokens"], req["temperature"]) == (64, 0.25)
+    assert fake_server.auth[-1] == "Bearer sekrit"
+
+
+def test_the_connection_check_waits_no_longer_than_the_models_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`connection_error` asks within its own timeout, or the model's if that is shorter (a
+    cycle's start must not wait 10 s on a model configured for 0.5 s)."""
+    from fastslow.fast.proposers import OpenAICompatibleLM
+
+    asked: list[float | None] = []
+
+    class Client:
+        class models:  # noqa: N801 - openai's attribute
+            @staticmethod
+            def list() -> None:
+                return None
+
+    monkeypatch.setattr(OpenAICompatibleLM, "client", lambda self, timeout_s=None: asked.append(timeout_s) or Client)
+    assert OpenAICompatibleLM("http://h:1", "m", timeout_s=0.5).connection_error() is None
+    assert OpenAICompatibleLM("http://h:1", "m", timeout_s=60).connection_error(timeout_s=3) is None
+    assert asked == [0.5, 3]
+
+
+def test_a_local_reflection_model_samples_each_call_with_its_own_seed() -> None:
+    """Call n samples with seed + n: two reflections on the same parent and records are two
+    draws, not the same reply twice."""
+    from fastslow.fast.proposers import HFReflectionLM
+
+    seen = []
+
+    class Generator:
+        def generate(self, convs: list[Any], params: Any) -> list[Any]:
+            seen.append((convs, params.seed))
+            return [type("R", (), {"text": "reply"})()]
+
+    lm = HFReflectionLM("unused", seed=7)
+    lm._generator = Generator()
+    assert lm("p") == lm("p") == "reply"
+    assert seen == [([[{"role": "user", "content": "p"}]], 8), ([[{"role": "user", "content": "p"}]], 9)]
+
+
+def test_rules_are_mined_from_failures_only_and_never_name_a_number() -> None:
+    """A passing rollout's feedback is not mined; a recurring sentence with a number in it is
+    about an instance, not the task."""
+    rule = "The answer must be a single integer."
+    fb = f"Incorrect.\n{rule}"
+    passed = [rec(f"train-{i}", 1.0, "<answer>x</answer>", fb) for i in range(3)]
+    assert mine_rules(passed, {}) == []
+    assert mine_rules([passed[0], {**passed[1], "Score": 0.0}], {}) == []  # one failure: not recurring
+    numbered = "Incorrect.\nYou must add all 2 numbers."
+    assert mine_rules([rec(f"train-{i}", 0.0, "<answer>x</answer>", numbered) for i in range(3)], {}) == []
+
+
+def test_a_passing_rollout_is_not_banked_for_demonstration() -> None:
+    ed = FeedbackEditor(BY_ID, seed=0)
+    ed.edit("Solve.", [rec("train-0", 1.0, "<answer>2</answer>"), rec("train-1", 0.0, "<answer>0</answer>")])
+    assert list(ed.bank) == ["train-1"]
+
+
+def test_the_first_failure_of_a_round_is_demonstrated_from_its_own_minibatch() -> None:
+    """An editor with no earlier failures falls back on the minibatch's own (after the rule
+    edits): the first calls of a round are not left without a demonstration."""
+    ed = FeedbackEditor(BY_ID, seed=0)
+    base = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."]).render()
+    new = ContextDoc.parse(ed.edit(base, [rec("train-5", 0.0, "<answer>0</answer>")]))
+    assert new.demos == [Demo(demo_text(BY_ID["train-5"]), BY_ID["train-5"].answer)]
+
+
+def test_the_weakest_demonstration_goes_and_an_unobserved_one_stays() -> None:
+    """Full, the editor drops the demonstration whose minibatches scored lowest; one not yet
+    observed (no evidence against it) is kept."""
+    from fastslow.fast.proposers import _key
+
+    ed = FeedbackEditor(BY_ID, seed=0, max_demos=2)
+    strong, weak, new = Demo("strong?", "1"), Demo("weak?", "2"), Demo("new?", "3")
+    ed.with_demo[_key(strong.problem)] = [0.9, 0.8]
+    ed.with_demo[_key(weak.problem)] = [0.1, 0.2]
+    doc = ContextDoc("Solve.", [], [weak, strong])
+    assert ed._with_demo(doc, new).demos == [strong, new]
+    unseen = Demo("unseen?", "4")
+    assert ed._with_demo(ContextDoc("Solve.", [], [unseen, strong]), new).demos == [unseen, new]
+
+
+def test_a_demonstration_is_observed_both_with_and_without_it() -> None:
+    """Minibatch means are kept for contexts holding a demonstration and for those without it,
+    so a demonstration that stopped helping becomes stale and is dropped."""
+    from fastslow.fast.proposers import _key
+
+    ed = FeedbackEditor(BY_ID, seed=0)
+    demo = Demo("What is 9 + 9?", "18")
+    with_it = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}."], [demo]).render()
+    without = ContextDoc("Solve.", [f"{FORMAT_RULE_PREFIX}."]).render()
+    for ctx, score in ((with_it, 0.0), (without, 1.0), (with_it, 0.0), (without, 1.0)):
+        ed.edit(ctx, [rec("train-0", score, "<answer>2</answer>")])
+    k = _key(demo.problem)
+    assert ed.with_demo[k] == [0.0, 0.0] and ed.without_demo[k] == [1.0, 1.0] and ed._stale(k)
+    new = ContextDoc.parse(ed.edit(with_it, [rec("train-1", 0.0, "<answer>0</answer>")]))
+    assert new.demos == [] and ed.edits[-1] == f"drop-demo:{k}"
+
+
+def test_a_mined_rule_never_displaces_the_format_rule() -> None:
+    from fastslow.fast.proposers import _with_rule
+
+    fmt = f"{FORMAT_RULE_PREFIX}, for example <answer>1</answer>."
+    doc = ContextDoc("Solve.", [fmt, "Old rule."])
+    assert _with_rule(doc, "New rule.", 2).rules == [fmt, "New rule."]  # the oldest mined rule goes
+    assert _with_rule(ContextDoc("Solve.", [fmt]), "New rule.", 1) is None  # no room beside it
+
+
+def test_the_format_rules_example_is_a_short_answer() -> None:
+    """The example in the format rule is the first answer of at most 80 characters: a long one
+    would teach the format with a wall of text."""
+    from fastslow.tasks.base import Problem
+
+    probs = {"a": Problem("a", "t", "Q a?", "x" * 200), "b": Problem("b", "t", "Q b?", "short answer")}
+    rule = FeedbackEditor(probs)._with_format_rule(ContextDoc("Solve."), set()).rules[0]
+    assert "<answer>short answer</answer>" in rule
+
+
+def test_an_instruction_that_mentions_a_section_header_round_trips() -> None:
+    """The sections are found from the last header: an instruction paragraph that itself begins
+    with "Rules:" or "Worked examples:" stays part of the instruction."""
+    doc = ContextDoc("Intro.\n\nRules:\nread them all.\n\nWorked examples:\nnone below.", ["Be brief."],
+                     [("What is 1 + 2?", "3")])
+    assert ContextDoc.parse(doc.render()) == doc
+
+
+def test_working_with_markup_is_not_shown_as_a_demonstrations_working() -> None:
+    """A "<" in a near miss's or a feedback line's working (a tag fragment) could break the
+    demonstration's answer markup: no working is taken from it."""
+    from fastslow.tasks.base import Problem
+
+    assert near_miss_working("Since 3 < 5, it is 111", "111") is None
+    long = {"p": Problem("p", "t", "Documents:\n" + "x " * 400 + "\n\nClaim: c is d.", "SUPPORTED")}
+    ed = FeedbackEditor(long, working_labels=("Why:",), max_demo_chars=200, gist=lambda p: "Claim: c is d.")
+    assert ed.condensed_demo(long["p"], "Why: d holds <answer>x</answer>.") is None
