@@ -979,3 +979,23 @@ def test_working_with_markup_is_not_shown_as_a_demonstrations_working() -> None:
     long = {"p": Problem("p", "t", "Documents:\n" + "x " * 400 + "\n\nClaim: c is d.", "SUPPORTED")}
     ed = FeedbackEditor(long, working_labels=("Why:",), max_demo_chars=200, gist=lambda p: "Claim: c is d.")
     assert ed.condensed_demo(long["p"], "Why: d holds <answer>x</answer>.") is None
+
+
+def test_a_batching_reflection_models_replies_lose_their_traces_too() -> None:
+    """gepa sends several prompts (one per component) through the model's `batch_complete` when
+    it has one (gepa's litellm `LM` does). The trace filter read that attribute through from the
+    wrapped model, so batched replies reached the contexts with their "<think>" traces."""
+    reply = "<think>\nAdd the format.\n</think>\n\nSolve the problem. End with <answer>N</answer>."
+
+    class Batching:
+        def __call__(self, prompt: Any) -> str:
+            return reply
+
+        def batch_complete(self, messages_list: list[Any]) -> list[str]:
+            return [reply for _ in messages_list]
+
+    prop = ReflectiveProposer(Batching())
+    both = {"context": DATASET["context"], "other": DATASET["context"]}
+    assert prop({"context": "Solve.", "other": "Answer."}, both, ["context", "other"]) == {
+        "context": "Solve the problem. End with <answer>N</answer>.",
+        "other": "Solve the problem. End with <answer>N</answer>."}

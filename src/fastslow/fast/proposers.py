@@ -641,7 +641,8 @@ class WithoutThinking:
     of the reply is a trace, up to its first `</think>`: a proposal that mentions the tags ("reason
     inside <think></think>, then …", likely when the rollouts reflected on are Qwen3's) stays
     whole. A trace that never ends raises `ReflectionThinkingCutOff`: the call proposes nothing
-    (`ReflectiveProposer`). The wrapped model's attributes read through (`.model`, `.max_tokens`)."""
+    (`ReflectiveProposer`). The wrapped model's attributes read through (`.model`, `.max_tokens`), but for
+    `batch_complete`: gepa's batched replies (several components) would skip the filter."""
 
     def __init__(self, lm: LanguageModel) -> None:
         self.lm = lm
@@ -658,6 +659,8 @@ class WithoutThinking:
 
     def __getattr__(self, name: str) -> Any:
         if name == "lm" or name.startswith("__"):  # not set yet (copy, unpickling); copy's own protocol
+            raise AttributeError(name)
+        if name == "batch_complete":  # gepa's batched replies would bypass the filter: it calls us in turn
             raise AttributeError(name)
         return getattr(self.lm, name)
 
