@@ -351,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "malformed":  # a 200 without choices
             payload: dict[str, Any] = {"nope": True}
         else:
-            content = {"junk": "#### !!!! ???? ....", "empty": "", "good": GOOD, "timeout": GOOD}[mode]
+            content = {"junk": "#### !!!! ???? ....", "empty": "", "null": None, "good": GOOD, "timeout": GOOD}[mode]
             payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
         data = json.dumps(payload).encode()
         try:
@@ -999,3 +999,50 @@ def test_a_batching_reflection_models_replies_lose_their_traces_too() -> None:
     assert prop({"context": "Solve.", "other": "Answer."}, both, ["context", "other"]) == {
         "context": "Solve the problem. End with <answer>N</answer>.",
         "other": "Solve the problem. End with <answer>N</answer>."}
+
+
+def test_a_reply_without_content_is_an_empty_reply_not_an_error(fake_server: Any) -> None:
+    """A server may answer with `"content": null` (vLLM with a reasoning parser, when the whole
+    budget went to reasoning): that is a reply with nothing in it, judged as junk ("empty"), not a
+    call that raised (which, on every call of a round, stops the round as a broken setup)."""
+    fake_server.modes = ["null"]
+    lm = build_reflection_lm(_settings(fake_server))
+    assert lm("hello") == ""
+    prop = ReflectiveProposer(lm, logger=lambda _m: None)
+    assert prop({"context": "Solve."}, DATASET, ["context"]) == {}
+    assert prop.failures == ["empty"] and (prop.failed_calls, prop.raised_calls) == (1, 0)
+
+
+def test_the_endpoint_path_is_normalised() -> None:
+    """A bare host (with or without a trailing slash) gets OpenAI's /v1; a given path is kept,
+    without its trailing slash; litellm retries a failed call once."""
+    from fastslow.fast.proposers import OpenAICompatibleLM
+
+    assert OpenAICompatibleLM("http://h:1/", "m").base_url == "http://h:1/v1"
+    assert OpenAICompatibleLM("http://h:1", "m").base_url == "http://h:1/v1"
+    assert OpenAICompatibleLM("http://h:1/api/v1/", "m").base_url == "http://h:1/api/v1"
+    assert build_reflection_lm({"kind": "litellm", "model": "openai/m"}).num_retries == 1
+
+
+def test_without_room_for_rules_the_editor_edits_otherwise() -> None:
+    """max_rules 0: parse failures get no format rule (nor a no-op edit in its name); the call
+    edits the demonstrations instead."""
+    ed = FeedbackEditor(BY_ID, seed=0, max_rules=0)
+    ed.edit("Another parent.", [rec("train-5", 0.0, "no tags")])
+    new = ContextDoc.parse(ed.edit("Solve.", [rec("train-6", 0.0, "It is 5."), rec("train-7", 0.0, "maybe")]))
+    assert new.rules == [] and new.demos and "add-format-rule" not in ed.edits
+
+
+def test_small_details_of_mining_and_demonstrations() -> None:
+    """A recurring sentence over 200 characters is not a rule; an upper-case answer tag is a
+    tag (no near miss); a demonstration's answer is the stripped answer."""
+    from fastslow.tasks.base import Problem
+
+    long = "You must " + "always check every step " * 10 + "before answering."
+    assert len(long) > 200
+    assert mine_rules([rec(f"train-{i}", 0.0, "<answer>x</answer>", f"Incorrect.\n{long}") for i in range(3)], {}) == []
+    assert near_miss_working("111, so: <ANSWER>111</ANSWER>", "111") is None
+    padded = {"p": Problem("p", "t", "What is 40 + 2?", " 42\n"), "q": Problem("q", "t", "What is 1 + 1?", "2")}
+    ed = FeedbackEditor(padded)
+    ed.edit("Solve.", [{"problem_id": "p", "Score": 0.0, "Generated Outputs": "<answer>0</answer>", "Feedback": ""}])
+    assert ed.demo("p").answer == "42"
