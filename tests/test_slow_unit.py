@@ -17,6 +17,8 @@ def test_defaults_are_paper_values() -> None:
     assert (cfg.lr, cfg.warmup_steps, cfg.beta, cfg.epsilon_high) == (1e-6, 10, 0.001, 4.0)
     assert (cfg.num_generations, cfg.problems_per_step, cfg.steps_per_cycle) == (8, 32, 6)
     assert cfg.baseline == "problem"
+    # as the help texts state them: on-policy sampling of the raw distribution, no clipping
+    assert (cfg.temperature, cfg.top_p, cfg.steps_per_generation, cfg.max_grad_norm) == (1.0, 1.0, 1, None)
     assert all(SlowConfig.help_text().values()), "every field documents itself"
 
 
@@ -31,10 +33,35 @@ def test_defaults_are_paper_values() -> None:
     ({"vllm_mode": "server"}, "vllm_mode"),
     ({"top_p": 0.0}, "top_p"),
     ({"temperature": 1e-40}, "temperature"),  # the loss's logits / T overflow: NaN
+    ({"lr": 0.0}, "lr"),
+    ({"max_grad_norm": 0.0}, "max_grad_norm"),
+    ({"vllm_gpu_memory_utilization": 1.0}, "vllm_gpu_memory_utilization"),
+    ({"scale_rewards": "std"}, "scale_rewards"),
+    ({"problems_per_step": True}, "problems_per_step"),
+    ({"warmup_steps": True}, "warmup_steps"),
+    ({"chat_template_kwargs": {1: True}}, "chat_template_kwargs"),
+    ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
 ])
 def test_config_rejects_bad_values_naming_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=rf"SlowConfig\.{field}: expected"):
+    with pytest.raises(ValueError, match=rf"SlowConfig\.{field}: expected") as err:
         SlowConfig(**kwargs)
+    assert "\n" not in str(err.value) and str(err.value).endswith(f"got {kwargs[field]!r}")
+
+
+def test_config_accepts_the_boundary_values() -> None:
+    """Warm-up 0, beta 0 (no reference model), the lowest temperature the config check takes,
+    top_p 1 and a positive clip are all valid settings."""
+    from fastslow.config import MIN_TEMPERATURE
+
+    cfg = SlowConfig(warmup_steps=0, beta=0.0, temperature=MIN_TEMPERATURE, top_p=1.0, max_grad_norm=1e-3,
+                     vllm_gpu_memory_utilization=0.99)
+    assert (cfg.warmup_steps, cfg.beta, cfg.temperature) == (0, 0.0, MIN_TEMPERATURE)
+
+
+def test_vllm_refuses_sampling_ahead_in_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^SlowConfig\.steps_per_generation: 2 samples ahead.*set it to 1$"):
+        SlowConfig(use_vllm=True, steps_per_generation=2)
+    assert SlowConfig(use_vllm=True).steps_per_generation == 1
 
 
 def test_from_dict_rejects_unknown_keys() -> None:
@@ -49,6 +76,8 @@ def test_pool_size_must_divide_g() -> None:
         cfg.check_pool(k)
     with pytest.raises(ValueError, match=r"K=3 does not divide num_generations G=8.*\[1, 2, 4, 8\]"):
         cfg.check_pool(3)
+    with pytest.raises(ValueError, match=r"K=0 does not divide"):
+        cfg.check_pool(0)
     with pytest.raises(ValueError, match="groups of one rollout"):
         SlowConfig(num_generations=8, baseline="prompt").check_pool(8)
 
@@ -340,6 +369,82 @@ def test_kl_and_entropy_are_those_of_both_models_at_the_given_temperature(tiny_m
     assert got == pytest.approx(tempered, rel=1e-4)
 
 
+def test_a_soft_capped_models_logits_are_capped_before_the_temperature_divides_them() -> None:
+    """Gemma 2 caps its logits inside its forward; a sampler at temperature T divides those capped
+    logits. Capping logits already divided by T gives other numbers (tested at T=1 only, so the
+    order went unseen)."""
+    import types
+
+    import torch
+    import transformers
+
+    from fastslow.slow import kl_and_entropy
+
+    config = transformers.Gemma2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                       num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+                                       final_logit_softcapping=0.5)
+    torch.manual_seed(0)
+    policy, base = transformers.Gemma2ForCausalLM(config).eval(), transformers.Gemma2ForCausalLM(config).eval()
+    with torch.no_grad():  # logits well past the cap, where capping and dividing do not commute
+        policy.lm_head.weight.mul_(20)
+        base.lm_head.weight.mul_(20)
+    prompts, completions, t = [[1, 2, 3], [4, 5]], [[6, 7, 8], [9, 10]], 0.5
+
+    def direct(cap_first: bool) -> tuple[float, float]:
+        kl = ent = 0.0
+        with torch.no_grad():
+            for p, c in zip(prompts, completions, strict=True):
+                ids = torch.tensor([p + c])
+                if cap_first:  # the models' own (capped) logits, then / T
+                    lp, lq = (torch.log_softmax(m(ids).logits[0, len(p) - 1: -1].float() / t, -1)
+                              for m in (policy, base))
+                else:
+                    raw = [m.lm_head(m.model(ids).last_hidden_state)[0, len(p) - 1: -1].float() / t
+                           for m in (policy, base)]
+                    lp, lq = (torch.log_softmax(torch.tanh(r / 0.5) * 0.5, -1) for r in raw)
+                kl += float((lp.exp() * (lp - lq)).sum()) / 5
+                ent += float(-(lp.exp() * lp).sum()) / 5
+        return kl, ent
+
+    right, wrong = direct(True), direct(False)
+    assert abs(right[1] - wrong[1]) > 1e-2 * right[1]
+    got = kl_and_entropy(policy, base, types.SimpleNamespace(pad_token_id=0), prompts, completions,
+                         batch_size=2, temperature=t)
+    assert got == pytest.approx(right, rel=1e-4)
+
+
+def test_a_pass_width_counts_the_longest_completion_of_every_prompt_it_takes(tiny_model_dir, tokenizer,
+                                                                           monkeypatch) -> None:
+    """Prompts run shortest first; a later, longer prompt with a short completion widens the pass
+    to its prompt plus the longest completion already taken (2 x (3 + 10) = 26 > 24), not its own."""
+    from fastslow.slow import divergence
+
+    policy, base = _policy_and_base(tiny_model_dir, seed=4)
+    passes = _policy_passes(monkeypatch, policy)
+    prompts, completions = [[1, 2], [3, 4, 5]], [list(range(10, 20)), [6]]
+    whole = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16)
+    passes.clear()
+    bounded = divergence.kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=16,
+                                        max_tokens=24)
+    assert passes == [(1, 2 + 10), (1, 3 + 1)]
+    assert bounded == pytest.approx(whole, rel=1e-4)
+
+
+def test_a_model_without_a_decoder_backbone_is_refused_by_its_type() -> None:
+    import types
+
+    from fastslow.slow.divergence import _decoder
+
+    class Bare:
+        def get_decoder(self):
+            return self
+
+    with pytest.raises(TypeError, match=r"^Bare exposes no decoder backbone"):
+        _decoder(Bare())
+    with pytest.raises(TypeError, match=r"^SimpleNamespace exposes no decoder backbone"):
+        _decoder(types.SimpleNamespace())
+
+
 def test_kl_and_entropy_run_in_eval_mode_and_leave_each_models_mode_as_it_was() -> None:
     """A model handed over in training mode (dropout on) is measured without dropout, and each
     model goes back to the mode it came in: the policy to training, the base to eval."""
@@ -357,6 +462,7 @@ def test_kl_and_entropy_run_in_eval_mode_and_leave_each_models_mode_as_it_was() 
     prompts, completions = [[1, 2, 3, 4], [5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14]]
     tokenizer = types.SimpleNamespace(pad_token_id=0)
     evaluated = kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2)
+    assert not policy.training and not base.training  # eval in, eval out
     policy.train()
     assert kl_and_entropy(policy, base, tokenizer, prompts, completions, batch_size=2) == pytest.approx(
         evaluated, rel=1e-5)
