@@ -145,6 +145,38 @@ def test_fast_config_errors_name_the_field(data: dict, field: str) -> None:
     assert field in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize(("data", "message"), [
+    ({"budgets": {"light": 0, "full": 160}}, "fast.budgets must be"),
+    ({"max_metric_calls": 0}, "fast.max_metric_calls must be a positive integer or null, got 0"),
+    ({"format_credit": 1.0}, "fast.format_credit must be a number in [0, 1), got 1.0"),
+    ({"top_p": 0.0}, "fast.top_p must be a number in (0, 1], got 0.0"),
+    ({"reuse_in_slow": "yes"}, "fast.reuse_in_slow must be true or false, got 'yes'"),
+    ({"prefetch_minibatches": 1}, "fast.prefetch_minibatches must be true or false, got 1"),
+    # the kind left out is 'openai', which needs a base_url
+    ({"proposer": "reflective", "reflection": {"model": "m"}},
+     "fast.reflection.base_url is required when fast.reflection.kind='openai'"),
+    ({"proposer": "reflective", "reflection": {"kind": "hf", "path": "m", "max_context_chars": None}},
+     "fast.reflection.max_context_chars must be an integer >= 100, got None"),
+])
+def test_fast_config_refuses_a_bad_value_in_one_line(data: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        FastConfig.from_dict(data)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_fast_config_defaults_and_boundary_values() -> None:
+    """The toy-scale defaults config/README.md documents, greedy sampling (temperature 0), the
+    shortest record a reflection reads, and preset budgets merged key by key."""
+    cfg = FastConfig()
+    assert (cfg.pool_size, cfg.preset, cfg.minibatch_size, cfg.temperature) == (2, "light", 4, 0.7)
+    assert cfg.budgets == {"light": 48, "full": 160}
+    assert FastConfig(temperature=0).temperature == 0
+    assert FastConfig(proposer="reflective", reflection={"kind": "hf", "path": "m",
+                                                         "max_record_chars": 200}).record_chars == 200
+    merged = FastConfig.from_dict({"budgets": {"light": 5, "full": 7}, "max_metric_calls": {"full": 9}})
+    assert merged.budgets == {"light": 5, "full": 9} and merged.budget() == 5
+
+
 def test_fast_config_accepts_a_template_with_both_placeholders() -> None:
     cfg = FastConfig(proposer="reflective", reflection={
         "kind": "hf", "path": "m", "prompt_template": "Improve <curr_param> given <side_info>"})
