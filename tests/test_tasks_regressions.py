@@ -1489,3 +1489,105 @@ def test_codeio_feedback_names_where_two_json_values_differ() -> None:
         if leaf is not None:
             node.append(leaf)
     assert json_diff(deep, other) == ["$: too deeply nested to compare"]
+
+
+# --- mutation review of physics.py and units.py ----------------------------------------------
+class _FixedGivens:
+    """A stand-in for physics._Given: hands out the givens listed (SI), shown in SI; its rng
+    draws a fixed μ (0.25) and never a non-SI unit."""
+
+    class _Rng:
+        def uniform(self, lo: float, hi: float) -> float:
+            return 0.25
+
+        def random(self) -> float:
+            return 0.99
+
+    def __init__(self, *values: float) -> None:
+        self.values, self.rng = iter(values), self._Rng()
+
+    def __call__(self, dim: str, lo: float, hi: float, alt: str | None = None, digits: int = 2) -> tuple[float, str]:
+        x = next(self.values)
+        return x, f"{x:g} {SI[dim]}"
+
+
+@pytest.mark.parametrize("generator, givens, expected", [
+    ("final_speed", (3, 2, 5), 13.0),              # 3 m/s + 2 m/s² · 5 s
+    ("distance", (2, 1, 10), 70.0),                # 2·10 + ½·1·10²
+    ("stopping", (20, 5), 40.0),                   # 20²/(2·5)
+    ("avg_speed", (1200, 300), 4.0),
+    ("fall_time", (19.6,), 2.0),                   # √(2·19.6/9.8)
+    ("fall_speed", (20,), 19.79898987),            # √(2·9.8·20)
+    ("kinetic", (2, 3), 9.0),
+    ("potential", (10, 2), 196.0),
+    ("lift_power", (100, 10, 49), 200.0),          # 100·9.8·10/49
+    ("ohm", (12, 400), 0.03),
+    ("series", (12, 100, 200), 0.04),
+    ("parallel", (30, 60), 20.0),
+    ("power_dissipated", (12, 48), 3.0),
+    ("momentum", (2, 3), 6.0),
+    ("collision", (2, 3, 1), 2.0),
+    ("force", (50, 2), 100.0),
+    ("braking_force", (1000, 20, 50), 4000.0),     # a = 400/100 = 4 m/s²
+    ("series_power", (12, 4, 2), 8.0),             # I = 2 A, P2 = 4·2
+    ("fall_momentum", (0.5, 5), 4.949747468),      # 0.5·√(2·9.8·5)
+    ("collision_loss", (2, 3, 1), 3.0),            # v = 2 m/s: 9 J − 6 J
+    ("slide", (0.5,), 2.0),                        # d = h/μ, μ = 0.25
+    ("horizontal_launch", (19.6, 3), 6.0),         # t = 2 s
+])
+def test_each_physics_generator_computes_its_answer_worked_by_hand(generator: str, givens: tuple, expected: float) -> None:
+    """Each generator's answer for round givens, worked out by hand (the formula test recomputes
+    from the metadata the generator itself writes)."""
+    import fastslow.tasks.physics as physics
+
+    spec = getattr(physics, "_" + generator)(_FixedGivens(*givens))
+    assert spec.value == pytest.approx(expected, rel=1e-9), (generator, spec.value)
+
+
+def test_glued_per_second_kilo_ohm_names_and_latex_omega_convert_to_the_unit_asked() -> None:
+    """"12.5 ms^-1" is 45 km/h (m·s⁻¹, the glued form), "2.5 kilohms" and "2500 \\Omega" are
+    2.5 kΩ: read in the unit asked they had passed anyway, so they are checked against another."""
+    task = get_task("physics")
+    assert parse_unit("ms^-1") == parse_unit("ms-1") == parse_unit("m/s") and parse_unit("kgms-1") == parse_unit("N s")
+    assert task.reward(physics_problem(45.0, "km/h"), "<answer>12.5 ms^-1</answer>") == 1.0
+    assert task.reward(physics_problem(12.5, "m/s"), "<answer>45 ms^-1</answer>") == 0.0
+    kohm = physics_problem(2.5, "kΩ")
+    for answer in ("2500 \\Omega", "2500\\,\\Omega", "2.5 kilohms", "2.5 kilohm"):
+        assert task.reward(kohm, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(kohm, f"<answer>{answer}</answer>"))
+    assert task.reward(physics_problem(2500.0, "Ω"), "<answer>2.5 kilohms</answer>") == 1.0
+
+
+def test_a_unit_followed_by_a_word_is_read_longest_first_and_powers_up_to_four() -> None:
+    """"3.2 kg m/s approx" is kg·m/s, not its first word kg (the longest reading that ends cleanly
+    wins); a power up to 4 reads ("s^4·A^2/(kg·m^2)", the farad), 5 does not."""
+    assert parse_quantity("3.2 kg m/s approx")[:2] == (3.2, "kg·m/s")
+    assert parse_quantity("1.5 kilowatt hours roughly")[:2] == (1.5, "kW·h")
+    assert parse_unit("s^4·A^2/(kg·m^2)") == ((-2, -1, 4, 2), 1.0) and parse_unit("m^4") is not None
+    assert parse_unit("m^5") is None
+
+
+@pytest.mark.parametrize("rel_tol", [0, 0.0, 1, 1.5, -0.01])
+def test_physics_rel_tol_outside_zero_one_is_one_line_naming_it(rel_tol: float) -> None:
+    with pytest.raises(ValueError, match=rf"^physics: rel_tol: expected a number in \(0, 1\), got {rel_tol!r}$"):
+        get_task("physics", rel_tol=rel_tol)
+
+
+def test_physics_feedback_names_the_default_tolerance_to_two_figures() -> None:
+    task, p = get_task("physics"), physics_problem(100.0, "m")
+    p.metadata["rel_tol"] = 0.0075
+    assert "(tolerance 0.75%)" in task.feedback(p, "<answer>101 m</answer>")
+
+
+def test_physics_hard_states_more_givens_in_non_si_units_than_default() -> None:
+    """physics_hard shows a given in km/h, g, kΩ... about twice as often as physics (0.6 against 0.3)."""
+    non_si = re.compile(r"\d (?:km/h|km|cm|g|kΩ|min)\b")
+    share = {name: sum(bool(non_si.search(p.prompt.split("\n\n")[0])) for p in get_task(name).problems("train", 300, seed=5)) / 300
+             for name in ("physics", "physics_hard")}
+    assert 0.4 <= share["physics_hard"] <= 0.75 and share["physics_hard"] > 1.5 * share["physics"], share
+
+
+def test_sig_writes_extreme_magnitudes_with_an_exponent_of_n_figures() -> None:
+    from fastslow.tasks.physics import sig
+
+    assert sig(1.5e20) == "1.500e+20" and sig(0.00001234) == "1.234e-05" and sig(-2.5e-7, 2) == "-2.5e-07"
+    assert sig(123456789012345.0) == "123500000000000" and sig(0.0001) == "0.0001" and sig(0.0) == "0"
