@@ -1591,3 +1591,14 @@ def test_sig_writes_extreme_magnitudes_with_an_exponent_of_n_figures() -> None:
 
     assert sig(1.5e20) == "1.500e+20" and sig(0.00001234) == "1.234e-05" and sig(-2.5e-7, 2) == "-2.5e-07"
     assert sig(123456789012345.0) == "123500000000000" and sig(0.0001) == "0.0001" and sig(0.0) == "0"
+
+
+def test_physics_reads_space_grouped_thousands_with_decimals_as_one_number() -> None:
+    """"1 234.5 J" is 1234.5 J, as the math scorer reads "96 800.5": it was read as 234.5 J (the
+    "1" taken for a bare number before it), so a right answer scored 0 and 234.5 J's scored 1."""
+    task = get_task("physics")
+    assert parse_quantity("1 234.5 J")[:2] == (1234.5, "J") and parse_quantity("12 000.25 N")[:2] == (12000.25, "N")
+    assert task.reward(physics_problem(1234.5, "J"), "<answer>1 234.5 J</answer>") == 1.0
+    assert task.reward(physics_problem(234.5, "J"), "<answer>1 234.5 J</answer>") == 0.0
+    assert task.reward(physics_problem(1.2345, "kJ"), "<answer>1\u202f234.5 J</answer>") == 1.0
+    assert parse_quantity("1 234,5 J")[0] is None  # a decimal comma after a space group: not guessed

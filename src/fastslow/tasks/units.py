@@ -320,7 +320,7 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
     s = re.sub(r"\\[()\[\]]", " ", s)  # LaTeX math delimiters \( \) \[ \]: a trailing "\)" hid the unit
     s = re.sub(r"(\*\*|__)(.+?)\1", r"\2", s)  # markdown bold, before "**" means a power
     s = re.sub(r"(?<=\d)(?:\\,|\u2009|\u202f)(?=\d{3}(?!\d))", "", s)  # 1\,200 thousands
-    s = re.sub(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?![.,]?\d)", lambda m: m.group(0).replace(" ", ""), s)  # 1 200
+    s = re.sub(r"(?<![\d.,])\d{1,3}(?: \d{3})+(?!,?\d)", lambda m: m.group(0).replace(" ", ""), s)  # 1 200, 1 234.5
     for junk in ("$", "\\,", "\\ ", "\\!", "~"):
         s = s.replace(junk, " " if junk != "$" else "")
     whole = parse_number(s.strip())
