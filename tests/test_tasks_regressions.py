@@ -1602,3 +1602,18 @@ def test_physics_reads_space_grouped_thousands_with_decimals_as_one_number() -> 
     assert task.reward(physics_problem(234.5, "J"), "<answer>1 234.5 J</answer>") == 0.0
     assert task.reward(physics_problem(1.2345, "kJ"), "<answer>1\u202f234.5 J</answer>") == 1.0
     assert parse_quantity("1 234,5 J")[0] is None  # a decimal comma after a space group: not guessed
+
+
+def test_physics_reads_a_unit_restated_in_brackets_once() -> None:
+    """"12.5 m/s (meters per second)" was m²/s² (the bracket's terms multiplied in): a right answer
+    scored 0, its feedback saying it was the wrong kind of unit. A bracket restating the unit
+    before it is read once; any other bracket is read as before."""
+    task = get_task("physics")
+    speed = physics_problem(12.5, "m/s")
+    for answer in ("12.5 m/s (meters per second)", "12.5 m/s [m s^-1]", "45 km/h (kilometres per hour)",
+                   "12.5 m/s (metres per second) approx"):
+        assert task.reward(speed, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(speed, f"<answer>{answer}</answer>"))
+    assert parse_quantity("1500 J (joules)")[:2] == (1500.0, "J")
+    assert parse_quantity("3.2 kg m/s (N s)")[:2] == (3.2, "kg·m/s")
+    assert parse_quantity("12 m (s)")[1] == "m·s" and parse_quantity("4.5 kJ (joules)")[1] == "kJ·J"
+    assert task.reward(speed, "<answer>12.5 m (metres)</answer>") == 0.0

@@ -283,10 +283,24 @@ _QUANTITY_RE = re.compile(
     r"\s*([^\d\s=,;](?:[^\d=,;]|(?<=[\^\-+A-Za-z])\d){0,45})?")
 
 
+#: A unit restated in brackets after itself: "J (joules)", "m/s [meters per second]".
+_RESTATED_RE = re.compile(r"(.*[^\s/(\[])\s*[(\[]([^()\[\]]+)[)\]]")
+
+
+def _unit_text(text: str) -> str | None:
+    """`canonical_unit(text)`, a unit restated in brackets read once ("J (joules)" is J, not J²)."""
+    m = _RESTATED_RE.fullmatch(text.strip())
+    if m:
+        a, b = parse_unit(m.group(1)), parse_unit(m.group(2))
+        if a is not None and b is not None and _same(a, b):
+            return canonical_unit(m.group(1))
+    return canonical_unit(text)
+
+
 def _read_unit(raw: str) -> str | None:
     """The unit of `raw`, or of its longest leading words that end cleanly ("m/s approx" -> m/s;
     "meters per secnd" -> None, never "meters")."""
-    unit = canonical_unit(raw)
+    unit = _unit_text(raw)
     if unit is not None:
         return unit
     words = raw.split()
@@ -295,7 +309,7 @@ def _read_unit(raw: str) -> str | None:
         if head[-1].lower() in ("per", "/", "square", "sq", "cubic") or head[-1].endswith("/") \
                 or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")):
             continue  # the words dropped would be part of the unit
-        unit = canonical_unit(" ".join(head))
+        unit = _unit_text(" ".join(head))
         if unit is not None:
             return unit
     return None
