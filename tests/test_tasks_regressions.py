@@ -1617,3 +1617,18 @@ def test_physics_reads_a_unit_restated_in_brackets_once() -> None:
     assert parse_quantity("3.2 kg m/s (N s)")[:2] == (3.2, "kg·m/s")
     assert parse_quantity("12 m (s)")[1] == "m·s" and parse_quantity("4.5 kJ (joules)")[1] == "kJ·J"
     assert task.reward(speed, "<answer>12.5 m (metres)</answer>") == 0.0
+
+
+def test_physics_refuses_a_bare_number_just_before_one_with_a_unit() -> None:
+    """"3 1/2 m" (3.5 m written as a mixed number) was read as 0.5 m and "1 2000 J" as 2000 J: the
+    bare number before was dropped, so an answer meaning another value scored 1. Two numbers with
+    only a space between, the unit written once, are not one reading: 0, and feedback says so."""
+    task = get_task("physics")
+    for answer, problem in (("3 1/2 m", physics_problem(0.5, "m")), ("1 2000 J", physics_problem(2000.0, "J")),
+                            ("12 3.5 m/s", physics_problem(3.5, "m/s"))):
+        assert parse_quantity(answer)[0] is None, answer
+        assert task.reward(problem, f"<answer>{answer}</answer>") == 0.0, answer
+        assert "Could not read one number" in task.feedback(problem, f"<answer>{answer}</answer>"), answer
+    # a number with words between, a numbered step, and thousands grouped by a space still read
+    assert parse_quantity("2 significant figures: 250 m")[:2] == (250.0, "m")
+    assert parse_quantity("1. 250 m")[:2] == (250.0, "m") and parse_quantity("1 250 m")[:2] == (1250.0, "m")

@@ -325,8 +325,8 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
     The text after the last "=" is read. With several numbers, the first one followed by a known
     unit wins; a lone number may carry no unit. Value None means no number could be read, or the
     answer hedges: two values with units that differ ("250 m or 300 m"), or a bare number offered
-    beside one with a unit ("100 or 679.1 J", "between 1 and 679.1 J"). Digits grouped by spaces
-    are one number ("1 200 J").
+    beside one with a unit ("100 or 679.1 J", "between 1 and 679.1 J", "3 1/2 m": 3.5 m or 0.5 m?).
+    Digits grouped by spaces are one number ("1 200 J", "1 234.5 J").
     """
     if not isinstance(text, str) or not text.strip():
         return None, None, ""
@@ -349,9 +349,9 @@ def parse_quantity(text: str) -> tuple[float | None, str | None, str]:
         raw = (m.group(2) or "").strip()
         readings.append((value, _read_unit(raw) if raw else None, raw, m.start(), m.end(1)))
     first = next((r for r in readings if r[1] is not None), None)
-    if first is not None and any(r[1] is None and _HEDGE_RE.search(s[r[4]:first[3]])
+    if first is not None and any(r[1] is None and (_HEDGE_RE.search(s[r[4]:first[3]]) or not s[r[4]:first[3]].strip())
                                  for r in readings if r[4] <= first[3]):
-        return None, None, ""  # "100 or 679.1 J": two answers, the unit written once
+        return None, None, ""  # "100 or 679.1 J": two answers, the unit written once; "3 1/2 m": 3.5 or 0.5?
     readings = [r[:3] for r in readings]
     with_unit = [r for r in readings if r[1] is not None]
     if with_unit:
