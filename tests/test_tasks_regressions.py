@@ -1632,3 +1632,17 @@ def test_physics_refuses_a_bare_number_just_before_one_with_a_unit() -> None:
     # a number with words between, a numbered step, and thousands grouped by a space still read
     assert parse_quantity("2 significant figures: 250 m")[:2] == (250.0, "m")
     assert parse_quantity("1. 250 m")[:2] == (250.0, "m") and parse_quantity("1 250 m")[:2] == (1250.0, "m")
+
+
+def test_an_upper_case_glued_newton_product_is_not_read_as_a_nano_unit() -> None:
+    """"3.2 NS" was read as 3.2 ns (case ignored: "ns" alone was taken for unambiguous, though "Ns"
+    is N·s) and "1500 NM" as nanometres: right answers scored 0 as the wrong kind of unit. Case
+    decides between them, so neither is read: the number is taken in the unit asked, and feedback
+    says the unit was not recognised. "ns", "nm", "Ns" and "Nm" read as written."""
+    task = get_task("physics")
+    for answer, problem in (("3.2 NS", physics_problem(3.2, "kg·m/s")), ("1500 NM", physics_problem(1500.0, "J"))):
+        assert task.reward(problem, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(problem, f"<answer>{answer}</answer>"))
+        assert "was not recognised" in task.feedback(problem, f"<answer>{answer}</answer>")
+    assert parse_unit("NS") is None and parse_unit("NM") is None
+    assert parse_unit("ns").scale == pytest.approx(1e-9) and parse_unit("nm") == ((1, 0, 0, 0), pytest.approx(1e-9))
+    assert parse_unit("Ns") == parse_unit("kg·m/s") and parse_unit("Nm") == parse_unit("J")

@@ -13,7 +13,7 @@ grammar covers what a model may write: "m/s", "m s^-1", "m·s⁻¹", "meters per
   ("kph^2") is not read.
 
 Only when the case-sensitive reading fails is a token's case ignored, and only where that is
-unambiguous: "KJ" and "kw" are kilo-units, but "mj" (mJ or MJ?) and "mw" are not read.
+unambiguous: "KJ" and "kw" are kilo-units, but "mj" (mJ or MJ?), "mw" and "NS" (N·s or ns?) are not read.
 Dimensions are exponent vectors over (m, kg, s, A); the named ones are those of `SI`. A unit the
 grammar cannot read is reported back (the number is then compared as if it were in the requested
 unit, and feedback says so) — it is never guessed from its first word.
@@ -70,6 +70,8 @@ _WORD_PREFIXES = {"giga": "G", "mega": "M", "kilo": "k", "centi": "c", "milli": 
 _PREFIX_APART_RE = re.compile(rf"(?i)\b({'|'.join(_WORD_PREFIXES)})[\s\-·]+(?=(?!per\b)[^\W\d_])")
 #: Glued products, case-exact ("nm" is a nanometre, "Nm" a newton metre) and any-case.
 _GLUED = {"Nm": "N·m", "Ns": "N·s", "Wh": "W·h", "kWh": "kW·h"}
+for _glued in _GLUED:  # "NS": N·s or ns? "NM": N·m or nm? Case decides, so it is not ignored.
+    _SYMBOLS_ANYCASE.pop(_glued.lower(), None)
 _GLUED_ANYCASE = {"kph": "km/h", "kmh": "km/h", "kmph": "km/h", "mps": "m/s", "kwh": "kW·h",
                   "kgm": "kg·m"}
 #: "ms^-1", "kgms-1": with a negative exponent the trailing s is its own term (m·s⁻¹).
