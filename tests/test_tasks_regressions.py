@@ -1646,3 +1646,26 @@ def test_an_upper_case_glued_newton_product_is_not_read_as_a_nano_unit() -> None
     assert parse_unit("NS") is None and parse_unit("NM") is None
     assert parse_unit("ns").scale == pytest.approx(1e-9) and parse_unit("nm") == ((1, 0, 0, 0), pytest.approx(1e-9))
     assert parse_unit("Ns") == parse_unit("kg·m/s") and parse_unit("Nm") == parse_unit("J")
+
+
+def test_spelt_and_latex_units_convert_and_a_broken_per_is_not_read() -> None:
+    """"12000 \\mu\\text{A}" is 12 mA, "45 km/hr" and "12.5 mps" are 12.5 m/s — checked against another
+    unit, where reading them as the unit asked would fail; "m//s" and "m per squared s" are no unit."""
+    task = get_task("physics")
+    for answer, problem in ((r"12000\,\mu\text{A}", physics_problem(12.0, "mA")), (r"12000 \mu\mathrm{A}", physics_problem(12.0, "mA")),
+                            ("45 km/hr", physics_problem(12.5, "m/s")), ("12.5 mps", physics_problem(45.0, "km/h"))):
+        assert task.reward(problem, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(problem, f"<answer>{answer}</answer>"))
+    assert parse_unit("m//s") is None and parse_unit("m per / s") is None and parse_unit("m per squared s") is None
+
+
+def test_an_unread_case_ambiguous_unit_read_as_the_one_asked_says_case_matters() -> None:
+    """"4.5 ma" for 4.5 mA scores 1, and its feedback says the number was read as mA and that MA and mA differ."""
+    task, p = get_task("physics"), physics_problem(4.5, "mA")
+    fb = task.feedback(p, "<answer>4.5 ma</answer>")
+    assert "was read as mA. Unit symbols are case-sensitive: MA and mA are different units." in fb, fb
+
+
+def test_physics_easy_draws_only_the_one_formula_generators() -> None:
+    problems = get_task("physics_easy").problems("train", 200, seed=5)
+    assert {p.metadata["generator"] for p in problems} == {"final_speed", "ohm", "momentum", "kinetic", "potential",
+                                                          "force", "avg_speed"}
