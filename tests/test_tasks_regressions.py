@@ -1669,3 +1669,12 @@ def test_physics_easy_draws_only_the_one_formula_generators() -> None:
     problems = get_task("physics_easy").problems("train", 200, seed=5)
     assert {p.metadata["generator"] for p in problems} == {"final_speed", "ohm", "momentum", "kinetic", "potential",
                                                           "force", "avg_speed"}
+
+
+def test_latex_mu_written_apart_from_its_unit_is_the_micro_prefix() -> None:
+    """"12000 \\mu A" (LaTeX's spacing, rendered μA) was not read, so the number was taken in the
+    unit asked: 12 mA written so scored 0 (read as 12000 mA). A lone μ is still no unit."""
+    task, p = get_task("physics"), physics_problem(12.0, "mA")
+    for answer in (r"12000 \mu A", r"12000\ \mu \text{A}", r"$12000 \, \mu A$"):
+        assert task.reward(p, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(p, f"<answer>{answer}</answer>"))
+    assert parse_unit(r"\mu \Omega") == parse_unit("μΩ") and parse_quantity(r"12 \mu")[1] is None

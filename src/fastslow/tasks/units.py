@@ -99,6 +99,7 @@ def tidy_unit_text(text: str) -> str:
         s = _LATEX_WRAP_RE.sub(r"\1", s)
     s = _LATEX_FRAC_RE.sub(r"\1/(\2)", s)  # \frac{m}{s} -> m/(s)
     s = re.sub(r"\\[dt]?frac\s*\{\s*([+-]?[\d.]+)\s*\}\s*\{\s*([\d.]+)\s*\}", r"\1/\2", s)  # \frac{3}{4} -> 3/4
+    s = re.sub(r"\\mu\s+(?=[^\W\d_]|\\Omega)", "μ", s)  # "\mu A" is μA (a lone μ is no unit)
     for old, new in (("\\cdot", "·"), ("\\times", "·"), ("\\Omega", "Ω"), ("\\omega", "Ω"),
                      ("\\mu", "μ"), ("\\,", " "), ("\\;", " "), ("\\:", " "), ("\\!", ""), ("\\ ", " "),
                      ("$", ""), ("{", ""), ("}", ""), ("~", " "), ("**", "^"), ("\u2126", "Ω"), ("\u00b5", "μ"),
