@@ -1678,3 +1678,22 @@ def test_latex_mu_written_apart_from_its_unit_is_the_micro_prefix() -> None:
     for answer in (r"12000 \mu A", r"12000\ \mu \text{A}", r"$12000 \, \mu A$"):
         assert task.reward(p, f"<answer>{answer}</answer>") == 1.0, (answer, task.feedback(p, f"<answer>{answer}</answer>"))
     assert parse_unit(r"\mu \Omega") == parse_unit("μΩ") and parse_quantity(r"12 \mu")[1] is None
+
+
+def test_a_case_ambiguous_unit_followed_by_words_is_still_not_read_as_the_unit_asked() -> None:
+    """"4.5 mj" for 4.5 kJ scores 0 (mJ or MJ, neither is kJ), but "4.5 mj approx" scored 1, and
+    "0.068 mj roughly" 1 for 0.068 A: with a word after it the unit was "not recognised" and the
+    number taken in the unit asked. The unit's leading word decides, as it does for a unit read."""
+    task = get_task("physics")
+    for value, unit, answer, note in ((4.5, "kJ", "4.5 mj approx", "could be MJ or mJ, and neither is the kJ asked for"),
+                                      (4.5, "kJ", "4.5 mj (rounded)", "could be MJ or mJ"),
+                                      (4.5, "kW", "4.5 mw approx", "could be MW or mW"),
+                                      (0.068, "A", "0.068 mj roughly", "Wrong kind of unit: MJ or mJ measures energy")):
+        p = physics_problem(value, unit)
+        assert task.reward(p, f"<answer>{answer}</answer>") == 0.0, answer
+        fb = task.feedback(p, f"<answer>{answer}</answer>")
+        assert note in fb and "case-sensitive" in fb, (answer, fb)
+    # one of its readings is the unit asked: read as it, words after or not
+    assert task.reward(physics_problem(4.5, "mA"), "<answer>4.5 ma approx</answer>") == 1.0
+    # words that continue the unit ("per s") make it another unit, unread: not judged by "mj" alone
+    assert "Wrong kind" not in task.feedback(physics_problem(4.5, "kW"), "<answer>4.5 mj per s</answer>")

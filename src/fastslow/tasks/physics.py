@@ -29,14 +29,13 @@ from fastslow.tasks.base import ANSWER_FORMAT, Judgement, Problem, extract_answe
 from fastslow.tasks.generated import Candidate, GeneratedTask
 from fastslow.tasks.scoring import relative_error
 from fastslow.tasks.units import (
-    CASE_AMBIGUOUS,
     SI,
     UNITS,
     case_hint,
+    case_readings,
     convert,
     dimension_name,
     parse_quantity,
-    tidy_unit_text,
 )
 
 G = 9.8  # m/s², stated in every prompt that needs it
@@ -367,7 +366,7 @@ class PhysicsTask(GeneratedTask):
             compared = converted
             notes.insert(0, f"Your {sig(value)} {got_unit} is {sig(converted)} {unit}.")
         elif got_unit is None and raw_unit:
-            readings = CASE_AMBIGUOUS.get(tidy_unit_text(raw_unit).strip(" .,;:").lower(), ())
+            readings = case_readings(raw_unit)
             if readings and all(convert(1.0, sym, unit) is None for sym in readings):
                 # "0.068 mj" for 0.068 A: mJ or MJ, an energy either way, was read as amperes
                 notes.insert(0, f"Wrong kind of unit: {' or '.join(readings)} measures "

@@ -260,9 +260,24 @@ def convert(value: float, from_unit: str, to_unit: str) -> float | None:
     return value * a.scale / b.scale
 
 
+def case_readings(raw: str) -> tuple[str, ...]:
+    """The symbols an unread unit whose case decides its meaning could be ("mj": MJ, mJ), also
+    when words follow it ("mj approx"), as `_read_unit` reads a unit's leading words; () if none."""
+    words = tidy_unit_text(raw).strip(" .,;:").split()
+    if not words:
+        return ()
+    whole = CASE_AMBIGUOUS.get(" ".join(words).lower())
+    if whole or len(words) == 1:
+        return whole or ()
+    nxt = words[1]
+    if words[0].endswith("/") or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")):
+        return ()  # "mj per s": the words after it are part of the unit
+    return CASE_AMBIGUOUS.get(words[0].strip(" .,;:").lower(), ())
+
+
 def case_hint(raw: str) -> str:
     """For an unread unit whose case decides its meaning ("mj"), which symbols it could be."""
-    options = CASE_AMBIGUOUS.get(tidy_unit_text(raw).strip(" .,;:").lower())
+    options = case_readings(raw)
     if not options:
         return ""
     return f" Unit symbols are case-sensitive: {' and '.join(options)} are different units."
