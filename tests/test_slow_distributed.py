@@ -213,6 +213,31 @@ def test_ranks_that_fail_or_are_stopped_leave_their_finished_steps_logged(how: s
     assert order == ["logged", "logged"] + (["handler"] if how.startswith("stopped") else [])
 
 
+def test_a_launcher_that_is_not_there_says_so_and_no_step_stopped(tmp_path, monkeypatch, caplog) -> None:
+    """Without accelerate on PATH no rank starts: the job ends on `run`'s one line naming the
+    command, not after a warning that "the ranks stopped after 0 of 2 steps"."""
+    import errno
+    import logging
+
+    from fastslow import cycle as cycle_mod
+    from fastslow.experiments import RunSpec
+
+    for key in (launch.ENV_STRATEGY, launch.ENV_CONFIG_DIR):
+        monkeypatch.delenv(key, raising=False)
+
+    def fake_run(command: list[str], **kwargs: Any) -> None:
+        raise FileNotFoundError(errno.ENOENT, "no such command", command[0])
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    spec = RunSpec(experiment="e", method="rl", name="r", schedule=("math",), seed=3)
+    tracker = RecordingTracker()
+    with caplog.at_level(logging.WARNING, logger="fastslow.cycle"), pytest.raises(FileNotFoundError):
+        cycle_mod.launch_slow(spec, {"data": {"source": "offline"}}, "math", 0, tmp_path / "init", None,
+                              [("seed", "Be brief.")], tmp_path / "train.parquet", SlowConfig(**SLOW),
+                              tmp_path / "cycle0", {}, 2, tracker)
+    assert "ranks stopped" not in caplog.text and tracker.calls == []
+
+
 def test_ranks_that_fail_are_named_with_the_first_ones_error_in_one_line(tmp_path, monkeypatch) -> None:
     """Every rank's traceback and the launcher's report are in the job's log; the job ends on
     one line naming the rank that failed first and its error (`record_error` by

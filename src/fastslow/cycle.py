@@ -531,6 +531,8 @@ def launch_slow(spec: RunSpec, cfg: dict[str, Any], task_name: str, cycle: int, 
     except subprocess.CalledProcessError as err:
         log_finished_steps()
         raise RuntimeError(ranks_failed(cycle, spec.key, processes, err.returncode, read_errors(result_path))) from err
+    except FileNotFoundError:  # `run`'s "no such command" (accelerate missing): no rank started, none stopped
+        raise
     except Exception:
         log_finished_steps()
         raise
