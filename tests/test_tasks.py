@@ -557,6 +557,11 @@ def test_hover_feedback_shows_the_near_miss_after_a_right_answer_too(generated: 
     p = next(q for q in generated["hover"] if q.answer == "NOT_SUPPORTED")
     fb = task.feedback(p, "<answer>NOT_SUPPORTED</answer>")
     assert fb.startswith("Correct") and "\nNear miss: [" in fb
+    # the near miss explains a NOT_SUPPORTED label only: a problem relabelled SUPPORTED (its
+    # metadata kept) does not argue against its own label
+    relabelled = replace(p, answer="SUPPORTED")
+    for given in ("SUPPORTED", "NOT_SUPPORTED"):
+        assert "Near miss" not in task.feedback(relabelled, f"<answer>{given}</answer>"), given
 
 
 def test_hover_feedback_quotes_the_label_as_read_or_the_unreadable_answer_as_written(

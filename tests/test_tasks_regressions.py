@@ -1266,6 +1266,47 @@ def test_a_hover_square_whose_truth_is_a_document_of_another_path_is_refused():
     assert any(made)
 
 
+@pytest.mark.parametrize("name", ["hover_easy", "hover", "hover_hard"])
+def test_a_hover_claim_is_a_sentence_and_its_perturbation_names_the_swap(name):
+    """A claim starts with a capital ("The birthplace of ...", not "the birthplace of ..."), and
+    a NOT_SUPPORTED claim's perturbation names the swapped hop's sibling relation in place of the
+    claim's own: two different relations, the claim's one its phrase uses (for an inner hop)."""
+    problems = _hover_problems(name, 200)
+    assert any(p.metadata["claim"].startswith("The ") for p in problems)
+    for p in problems:
+        m = p.metadata
+        assert m["claim"][0].isupper() and m["true_statement"][0].isupper(), p.id
+        if p.answer != "NOT_SUPPORTED":
+            continue
+        found = re.search(r"with '(.+?)' at hop (\d+) in place of the claim's '(.+?)'", m["perturbation"])
+        assert found, m["perturbation"]
+        swapped, hop, claimed = found.group(1), int(found.group(2)), found.group(3)
+        assert swapped != claimed and 1 <= hop <= m["hops"], m["perturbation"]
+        if hop < m["hops"]:  # an inner hop's relation is a noun phrase of the claim
+            assert claimed.split("…")[0].lower() in m["claim"].lower(), (claimed, m["claim"])
+
+
+def test_a_hover_demo_gist_is_the_claim_or_none():
+    """The condensed worked example quotes the claim; a problem without one (blank or missing)
+    has no gist rather than "Claim: " with nothing after it."""
+    from dataclasses import replace
+
+    task = get_task("hover")
+    p = _hover_problems("hover", 1)[0]
+    assert task.demo_gist(p) == f"Claim: {p.metadata['claim']}"
+    for claim in ("", "  ", None):
+        assert task.demo_gist(replace(p, metadata={**p.metadata, "claim": claim})) is None, claim
+
+
+def test_no_hover_town_is_named_as_a_surname():
+    """"The mayor of Corford is Tobin Corford" named the town twice: a town's name is never one
+    of the surnames people are drawn with."""
+    from fastslow.tasks import hover
+
+    assert hover._TOWN_NAMES and set(hover._TOWN_NAMES).isdisjoint(hover._SURNAMES)
+    assert {n.split()[-1] for n in hover._PERSON_NAMES} == set(hover._SURNAMES)
+
+
 def test_physics_feedback_names_a_tolerance_under_half_a_percent():
     """`{tol:.0%}` said "tolerance 0%" for rel_tol 0.004: false feedback the fast loop learns from."""
     task, p = get_task("physics"), physics_problem(100.0, "m")
