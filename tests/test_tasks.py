@@ -591,6 +591,27 @@ def test_a_hover_gold_label_is_compared_in_upper_case(generated: dict[str, list[
         assert task.reward(lower, f"<answer>{other}</answer>") == 0.0, p.answer
 
 
+
+def test_a_hover_gold_label_written_with_spaces_or_hyphens_is_read_as_its_label(
+        generated: dict[str, list[Problem]]) -> None:
+    """A hand-written gold label "not supported" / "Not-Supported" is NOT_SUPPORTED, as the same
+    words are when a model answers them: it was only upper-cased ("NOT SUPPORTED"), matched
+    neither label, and scored the right answer 0 (and the feedback said "matches" for a false
+    claim's verdict: any label but SUPPORTED read as a contradiction)."""
+    task = get_task("hover")
+    p = next(q for q in generated["hover"] if q.answer == "NOT_SUPPORTED")
+    for gold in ("not supported", "Not-Supported", " NOT SUPPORTED "):
+        written = replace(p, answer=gold)
+        assert task.reward(written, "<answer>NOT_SUPPORTED</answer>") == 1.0, gold
+        assert task.reward(written, "<answer>not supported</answer>") == 1.0, gold
+        assert task.reward(written, "<answer>SUPPORTED</answer>") == 0.0, gold
+        assert "Near miss: [" in task.feedback(written, "<answer>SUPPORTED</answer>"), gold
+    s = next(q for q in generated["hover"] if q.answer == "SUPPORTED")
+    written = replace(s, answer="Supported.")
+    assert task.reward(written, "<answer>SUPPORTED</answer>") == 1.0
+    assert task.reward(written, "<answer>NOT_SUPPORTED</answer>") == 0.0
+
+
 def test_stargraph_lenient_separators_and_arm_feedback(generated: dict[str, list[Problem]]) -> None:
     task = get_task("stargraph")
     p = generated["stargraph"][0]

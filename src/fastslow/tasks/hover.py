@@ -245,7 +245,8 @@ class HoverTask(GeneratedTask):
         return Candidate(prompt=prompt, answer=label, metadata=meta)
 
     def judge(self, problem: Problem, completion: str) -> Judgement:
-        expected = problem.answer.strip().upper()
+        # a gold label read as an answer is ("not supported" is NOT_SUPPORTED), else as written
+        expected = normalize_label(problem.answer, LABELS) or problem.answer.strip().upper()
         raw = extract_answer(completion)
         got = normalize_label(raw, LABELS) if raw is not None else None
         m = problem.metadata
