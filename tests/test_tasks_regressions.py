@@ -325,6 +325,16 @@ def test_a_sign_before_brackets_is_not_dropped() -> None:
     ("unsupported", None),
     ("non-supported", None),
     ("I cannot tell", None),
+    # a label with its own negation as the alternative is a hedge, as two labels are
+    ("supported or not", None),
+    ("SUPPORTED or not", None),
+    ("Either SUPPORTED or NOT.", None),
+    ("SUPPORTED, or not", None),
+    ("SUPPORTED (or not)", None),
+    ("SUPPORTED/not", None),
+    ("SUPPORTED or no", None),
+    ("SUPPORTED whether or not doc 2 names the year", "SUPPORTED"),
+    ("SUPPORTED or NOTHING else", "SUPPORTED"),
 ])
 def test_a_label_inside_a_sentence_is_found_and_negation_is_never_read_as_support(text: str, expected: str | None) -> None:
     assert normalize_label(text, LABELS) == expected
@@ -339,6 +349,7 @@ def test_hover_rewards_labels_written_in_sentences() -> None:
             assert task.reward(p, f"<answer>{form.format(p.answer)}</answer>") == 1.0, form
             assert task.reward(p, f"<answer>{form.format(other)}</answer>") == 0.0, form
         assert task.reward(p, "<answer>SUPPORTED or NOT_SUPPORTED</answer>") == 0.0
+        assert task.reward(p, "<answer>supported or not</answer>") == 0.0  # a hedge, whatever the label
         if p.answer == "SUPPORTED":
             assert task.reward(p, "<answer>The claim is not supported</answer>") == 0.0
 

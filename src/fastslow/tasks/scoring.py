@@ -208,6 +208,9 @@ def label_form(text: str) -> str:
 #: Words that negate a label named after them in the same clause ("isn't supported").
 _NEGATIONS = frozenset({"NOT", "NO", "NEVER", "NOR", "NEITHER", "CANNOT", "HARDLY"})
 _CLAUSE_END = re.compile(r"[.,;:!?()\[\]{}<>\n]")
+# "SUPPORTED or not", "SUPPORTED (or not)", "SUPPORTED/no": the label's own negation as its
+# alternative, a hedge as "SUPPORTED or NOT_SUPPORTED" is
+_OR_NOT = re.compile(r"[\s,;(\-]*(?:\bOR\b|/)\s*(?:NOT|NO)(?![\w\-])")
 
 
 def _negated(before: str) -> bool:
@@ -223,8 +226,8 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     label inside a sentence: "The claim is NOT_SUPPORTED", "Answer: not supported (doc 3)". A
     label's words may be joined by spaces, hyphens or underscores; a longer label containing a
     shorter one ("NOT_SUPPORTED" ⊃ "SUPPORTED") never counts as both. Text naming two labels
-    ("SUPPORTED or NOT_SUPPORTED"), or negating the one it names in the same clause ("isn't
-    supported", "not fully supported"), is ambiguous: None.
+    ("SUPPORTED or NOT_SUPPORTED", "supported or not"), or negating the one it names in the same
+    clause ("isn't supported", "not fully supported"), is ambiguous: None.
     """
     if not isinstance(text, str):
         return None
@@ -245,7 +248,7 @@ def normalize_label(text: Any, labels: tuple[str, ...]) -> str | None:
     for m in re.finditer(rf"(?:(?<![\w\-])|(?<={edge})(?!{edge}))(?:{parts})(?:(?![\w\-])|(?<!{edge})(?={edge}))", s):
         if m.end() - m.start() == 1 and len(t) == len(s) and t[m.start()] == "a":
             continue  # the article is no label A: "C, a prime" is C
-        if _negated(s[:m.start()]):
+        if _negated(s[:m.start()]) or _OR_NOT.match(s, m.end()):
             return None
         found.add(label_form(m.group(0)))
     found &= set(labels)
