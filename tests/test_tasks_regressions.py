@@ -1192,6 +1192,30 @@ def test_hover_hard_claims_the_one_swap_year_nearest_the_truth(monkeypatch):
     assert set(asked) == {True, False} and asked[0] is True and asked[-1] is False
 
 
+
+@pytest.mark.parametrize("far", [1990, 1910])
+def test_hover_hard_takes_the_nearest_false_year_below_the_truth_as_above_it(far):
+    """Nearest is by distance: a one-swap year 40 years before the truth (1910 for 1950) is
+    farther than one 2 years after (1952), as one 40 years after is; hover draws either."""
+    import random
+
+    from fastslow.tasks import hover
+
+    for near, expected in ((True, {"1952"}), (False, {"1952", str(far)})):
+        claimed = set()
+        for seed in range(12):
+            world, ents, rels = _near_miss_world(seed)
+            world._set(world.get(world.towns[1], "mayor"), "birth_year", hover.Entity(str(far), "year"))
+            claimed.add(hover._square(world, random.Random(seed), ents, rels, near=near).near_miss[-1].name)
+        assert claimed == expected, (near, far)
+
+
+def test_hover_draws_two_and_three_hops_twice_as_often_as_four():
+    """hover's hops are drawn from 2, 2, 3, 3, 4 (a world redrawn for the same hops until one
+    holds a square): about 40% / 40% / 20% of 1200 claims, not a third each."""
+    drawn = Counter(p.metadata["hops"] for p in _hover_problems("hover", 1200))
+    assert drawn[2] >= 420 and drawn[3] >= 420 and 150 <= drawn[4] <= 300, drawn
+
 def test_a_false_hover_year_is_one_the_claims_subject_could_hold():
     """The near miss is a one-swap path's end that fits the claim's subject as the world draws
     years: the mayor born in 1950 founded an organisation in 2000, so 1990 (10 years before
