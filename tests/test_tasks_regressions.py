@@ -1773,3 +1773,85 @@ def test_a_case_ambiguous_unit_followed_by_words_is_still_not_read_as_the_unit_a
     assert task.reward(physics_problem(4.5, "mA"), "<answer>4.5 ma approx</answer>") == 1.0
     # words that continue the unit ("per s") make it another unit, unread: not judged by "mj" alone
     assert "Wrong kind" not in task.feedback(physics_problem(4.5, "kW"), "<answer>4.5 mj per s</answer>")
+
+
+@pytest.mark.parametrize("gold, answer", [("4", "x = 3 or x = 4"), ("4", "Either x=3 or x=4"), ("4", "3 or x = 4"),
+                                          ("4", "x = 3, x = 4"), ("4", "x = 3; x = 4"), ("4", "x = 3\nx = 4"),
+                                          ("4", "x = 3 and x = 4 apples"), ("4", "y = 3 OR y = 4")])
+def test_math_refuses_a_hedge_written_as_two_equations(gold: str, answer: str) -> None:
+    """Only the part after the last "=" was read, so "x = 3 or x = 4" scored 1 for 4: two values
+    of one variable, or alternatives joined by "or", are a hedge and read as no number."""
+    from fastslow.tasks.scoring import extract_number
+
+    assert extract_number(answer)[0] is None, answer
+    task = get_task("math")
+    p = Problem("m", "math", "…", gold, {})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 0.0
+    assert "give exactly one" in task.feedback(p, f"<answer>{answer}</answer>")
+
+
+@pytest.mark.parametrize("answer", ["x = 6/2, so x = 3", "x = 3, x = 3.0", "a = 1, b = 3", "x = 2 + 1 = 3",
+                                    "For y = 2, x = 3", "x = 3"])
+def test_math_still_reads_a_derivation_that_ends_in_one_value(answer: str) -> None:
+    task = get_task("math")
+    assert task.reward(Problem("m", "math", "…", "3", {}), f"<answer>{answer}</answer>") == 1.0, answer
+
+
+@pytest.mark.parametrize("gold, answer", [("3", "±3"), ("-3", "±3"), ("3", "x = ±3"), ("3", "∓3"), ("3", "+/- 3"),
+                                          ("-3", "+/-3"), ("3", "-/+3")])
+def test_math_refuses_a_plus_minus_hedge(gold: str, answer: str) -> None:
+    """"±3" is the two numbers 3 and -3: it scored 1 for 3 (and "+/-3" 1 for -3)."""
+    task = get_task("math")
+    p = Problem("m", "math", "…", gold, {})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 0.0
+    assert "± gives two numbers" in task.feedback(p, f"<answer>{answer}</answer>")
+
+
+@pytest.mark.parametrize("gold, answer", [("42", "x < 42"), ("3", "x > 3"), ("42", "x ≤ 42"), ("42", "≥42"),
+                                          ("3", "x ≠ 3"), ("3", "x != 3"), ("3", "x <= 3"), ("3", "x >= 3"),
+                                          ("3", "3 < x"), ("3", "3<x")])
+def test_math_refuses_an_inequality(gold: str, answer: str) -> None:
+    """An inequality's number was read as the answer: "x != 3" (after its "=") and "x > 3" scored 1
+    for 3. A relation is no number."""
+    task = get_task("math")
+    p = Problem("m", "math", "…", gold, {})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 0.0
+    assert "the answer is a relation" in task.feedback(p, f"<answer>{answer}</answer>")
+
+
+@pytest.mark.parametrize("answer", ["-> 42", "=> 42", "x ≈ 42", "x == 42"])
+def test_math_reads_an_arrow_or_approximation_before_the_number(answer: str) -> None:
+    task = get_task("math")
+    assert task.reward(Problem("m", "math", "…", "42", {}), f"<answer>{answer}</answer>") == 1.0, answer
+
+
+@pytest.mark.parametrize("gold, answer", [("1000", "1,0000"), ("12345", "about 12,3456"), ("1000", "1,0005 apples")])
+def test_a_thousands_group_of_four_digits_is_not_cut_to_three(gold: str, answer: str) -> None:
+    """Free text's thousands groups stopped after three digits: "1,0000" read 1000 (and "12,3456"
+    12345), scoring 1 for a number with a misplaced separator."""
+    from fastslow.tasks.scoring import find_numbers
+
+    assert len(find_numbers(answer)) != 1 or find_numbers(answer)[0] != float(gold)
+    task = get_task("math")
+    assert task.reward(Problem("m", "math", "…", gold, {}), f"<answer>{answer}</answer>") == 0.0
+    assert find_numbers("1,000 and 2,345,678") == [1000.0, 2345678.0]
+
+
+@pytest.mark.parametrize("gold, answer", [("4", "4²"), ("2", "2³"), ("10", "10⁵")])
+def test_a_superscript_power_is_not_its_base(gold: str, answer: str) -> None:
+    """"4²" is 16; its only number 4 was read, and it scored 1 for 4 ("4^2" read as an expression)."""
+    task = get_task("math")
+    p = Problem("m", "math", "…", gold, {})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 0.0
+    assert task.reward(Problem("m", "math", "…", "42", {}), "<answer>42 m²</answer>") == 1.0  # a unit's power
+
+
+def test_math_feedback_on_a_difference_past_floats_range() -> None:
+    """A wrong answer of 1e308 to -1e308 is off by an infinity; formatting it raised OverflowError,
+    so the judge failed instead of explaining the miss."""
+    from fastslow.tasks.scoring import format_number
+
+    assert format_number(math.inf) == "inf" and format_number(-math.inf) == "-inf" and format_number(math.nan) == "nan"
+    task = get_task("math")
+    p = Problem("m", "math", "…", "-1e308", {})
+    assert "Your 1e+308 is not -1e+308 (off by inf)" in task.judge(p, "<answer>1e308</answer>").notes[0]

@@ -29,7 +29,7 @@ NO_SPACE_SCRIPTS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\
 STANDALONE_BEFORE = rf"(?:(?<![\w.])|(?<=[{NO_SPACE_SCRIPTS}]))"
 # A number token inside free text: optional sign, thousands commas, decimals, exponent, fraction.
 _TOKEN_RE = re.compile(
-    STANDALONE_BEFORE + r"[+\-−]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+    STANDALONE_BEFORE + r"[+\-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
 )
 _WRAPPERS = (
     (re.compile(r"^\\boxed\s*\{(.*)\}$", re.DOTALL), 1),
@@ -126,7 +126,7 @@ def find_numbers(text: str) -> list[float]:
 #: the wrappers parse_number takes off (\\boxed, \\text, ...), a power, an index, a factorial, a
 #: root or pi sign, or a letter stuck to a digit ("7i", "16pi", "3x").
 _SYMBOLIC_RE = re.compile(r"\\(?!(?:boxed|text|textbf|textrm|mathrm|mathbf|mbox|displaystyle|left|right)\b)[A-Za-z]+"
-                          r"|[\^_!√π∞]|\d(?:[A-Za-z]|pi)\b")
+                          r"|[\^_!√π∞]|\d(?:[A-Za-z]|pi)\b|\d[¹²³⁰⁴-⁹]")
 
 
 def extract_number(text: Any) -> tuple[float | None, str]:
@@ -135,16 +135,26 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     The whole answer is tried first; then the part after the last "=" ("x = 42"); then the only
     number in the text ("42 apples"), unless the text around it is mathematics ("16\\pi", "\\sqrt{2}",
     "x^5", "10!", "7i": another value, which happens to contain the number). Several candidate
-    numbers make it ambiguous: None.
+    numbers make it ambiguous: None; so do a hedge ("±3", "x = 3 or x = 4", "x = 3, x = 4") and a
+    relation ("x < 42", "x != 3").
     """
     if not isinstance(text, str) or not text.strip():
         return None, "the answer is empty"
     value = parse_number(text)
     if value is not None:
         return value, "read as a number"
-    tail = text.rsplit("=", 1)[-1] if "=" in text else text
+    relation = re.search(r"(<|(?<![-=])>|[≤≥≠]|!=)=?[ \t]*[+\-−]?\.?\d|\d[ \t]*([<>≤≥≠]|!=)", text)
+    if relation:  # "x < 42", "x != 3", "3 < x": not the number
+        return None, f"the answer is a relation ({relation.group(1) or relation.group(2)!r} in it), not a number"
+    if re.search(r"[±∓]|[+\-−][ \t]*/[ \t]*[+\-−]", text):  # "±3", "+/- 3": two numbers
+        return None, "a ± gives two numbers, not one"
+    head, tail = text.rsplit("=", 1) if "=" in text else ("", text)
+    if re.search(r"\bor\b", head, re.IGNORECASE):  # "x = 3 or x = 4": alternatives
+        return None, "the answer gives alternatives ('or'); give exactly one"
     value = parse_number(tail)
     if value is not None:
+        if _reassigned(head, value):
+            return None, "the answer gives its variable two values; give exactly one"
         return value, "read the value after the last '='"
     tail = re.sub(r"(^|[\s=(:])([+\-−])\s+(?=\d)", r"\1\2", tail)  # "- 7" keeps its sign
     if re.search(r"[+\-−][ \t]*[+\-−][ \t]*\.?\d", tail):  # "--5", "- -5": not -5 (a "---" rule's line ends)
@@ -156,10 +166,25 @@ def extract_number(text: Any) -> tuple[float | None, str]:
         symbolic = _SYMBOLIC_RE.search(tail)
         if symbolic:
             return None, f"the answer is an expression ({symbolic.group(0).strip()!r} in it), not a number"
+        if _reassigned(head, numbers[0]):
+            return None, "the answer gives its variable two values; give exactly one"
         return numbers[0], "read the only number in the answer"
     if not numbers:
         return None, "no number could be read from the answer"
     return None, f"the answer holds {len(numbers)} numbers; give exactly one"
+
+
+def _reassigned(head: str, value: float) -> bool:
+    """Whether the text before an answer's last "=" ("x = 3, x =" of "x = 3, x = 4") gives the
+    variable that "=" assigns another number (a hedge); "x = 6/2, so x = 3" gives it the same."""
+    name = re.search(r"(?<![\w\\])([A-Za-z]\w*)\s*$", head)
+    if name is None:
+        return False
+    for m in re.finditer(rf"(?<![\w\\]){re.escape(name.group(1))}\s*=\s*([^\s=,;]+)", head):
+        earlier = parse_number(m.group(1))
+        if earlier is not None and earlier != value:
+            return True
+    return False
 
 
 def numbers_close(got: float, expected: float, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> bool:
@@ -193,7 +218,7 @@ def relative_error(got: float, expected: float) -> float:
 
 def format_number(value: float) -> str:
     """A short, readable rendering: integers without ".0", others to 4 significant digits."""
-    if value == int(value) and abs(value) < 1e15:
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
 
