@@ -307,7 +307,8 @@ def test_parse_number_accepts_forms_of_42(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "forty-two", "4 2", "1e999", "1/0", "42 or 43", "x" * 1000, "nan",
-                                  "1 × 10^{400}", "2.5 \\times 10^{-400}"])  # overflow, or read as 0
+                                  "1 × 10^{400}", "2.5 \\times 10^{-400}",  # overflow, or read as 0
+                                  "0." + "0" * 400 + "1"])  # longer than any number a model means
 def test_parse_number_rejects(text: str) -> None:
     assert parse_number(text) is None
 
@@ -2650,6 +2651,7 @@ def test_gsm_exact_keeps_exact_items_and_drops_truncating_ones(template: str, ex
     ("-3 * 4", "-12", True), ("-3 * 4", "12", False), ("7 / 2", "3.5", True), ("7 / 2", "3", False),
     ("5 / 9", "10", False), ("5 / 0", "1", False), ("1 + 2 + 3 + 4 + 5 + 6 + 7 + 8", "35", False),
     ("1 + 2 + 3 + 4 + 5 + 6 + 7 + 8", "36", True), ("sqrt(16)", "4", True),
+    ("0.1 + 0.2", "0.3", True),  # decimals are not integer arithmetic: not checked (0.1 as a float is not 1/10)
 ])
 def test_a_math_item_is_kept_only_when_its_gold_is_its_expressions_exact_value(expression: str, answer: str,
                                                                                kept: bool) -> None:
@@ -2741,3 +2743,70 @@ def test_the_math_mixture_draws_word_problems_by_their_weight() -> None:
     problems = get_task("math").problems("train", 300, seed=0)
     share = sum(p.metadata["source"] == "gsm_symbolic" for p in problems) / len(problems)
     assert 0.42 < share < 0.58, share
+
+
+@pytest.mark.parametrize("text", ["1,2345", "1,234,5678", "12,3456.5", "0.123,456"])
+def test_parse_number_takes_no_thousands_group_that_runs_on(text: str) -> None:
+    """A thousands group is three digits between separators: "1,2345" is no number (it read 12345
+    if the group's edges were not checked)."""
+    assert parse_number(text) is None
+
+
+@pytest.mark.parametrize(("text", "value"), [("42.5.", 42.5), ("\\boxed{42}.", 42), ("**42**.", 42),
+                                             ("5.0.", 5.0)])
+def test_parse_number_drops_a_sentences_full_stop(text: str, value: float) -> None:
+    """An answer ending a sentence ("\\boxed{42}.") is the number itself, read as one (no
+    "answer with the number alone" note)."""
+    assert parse_number(text) == value
+    assert extract_number(text) == (value, "read as a number")
+
+
+def test_numbers_close_tolerance_is_one_in_a_million() -> None:
+    """A non-integer gold is matched within a relative 1e-6, not more: 2.35 * (1 + 1e-5) is wrong."""
+    from fastslow.tasks.scoring import numbers_close
+
+    assert numbers_close(2.35 * (1 + 5e-7), 2.35) and not numbers_close(2.35 * (1 + 1e-5), 2.35)
+    assert not numbers_close(2.35 * (1 - 1e-5), 2.35)
+
+
+@pytest.mark.parametrize(("gold", "answer", "reward"), [("123456.789", "123456.7891", 1.0),
+                                                         ("0.000001234", "0.000001", 0.0),
+                                                         ("0.000001234", "0.0000012340001", 1.0),
+                                                         ("42", "42.0000001", 0.0)])
+def test_math_compares_a_decimal_gold_relatively(gold: str, answer: str, reward: float) -> None:
+    """The math judge's tolerance is relative (numbers_close): a large decimal gold takes an answer
+    off in its 10th digit, and a tiny one is not matched by any answer within 1e-6 of it."""
+    task = get_task("math")
+    assert task.reward(Problem("m", "math", "?", gold, {}), f"<answer>{answer}</answer>") == reward
+
+
+@pytest.mark.parametrize(("value", "text"), [(42.0, "42"), (-3.0, "-3"), (2.5, "2.5"), (1 / 3, "0.3333"),
+                                             (1e20, "1e+20"), (-1e15, "-1e+15"), (999999999999999.0, "999999999999999")])
+def test_format_number_writes_integers_whole_and_others_to_four_digits(value: float, text: str) -> None:
+    """Feedback's numbers: an integer whole, up to 15 digits; past that, or not an integer, 4 significant digits."""
+    from fastslow.tasks.scoring import format_number
+
+    assert format_number(value) == text
+
+
+def test_a_linear_equation_is_one_problem_whatever_its_variable() -> None:
+    """simple_equations names its variable at random: "3*y + 2 = 11" and "3*x + 2 = 11" are one
+    problem (one key), but a variable's letter inside another name is no variable."""
+    from fastslow.tasks.math_task import problem_identity
+
+    assert problem_identity("", "3*y + 2 = 11", "y") == problem_identity("", "3*x + 2 = 11", "x") == "math|equation|3*x+2=11"
+    assert problem_identity("", "3*y + 2 = 11", "y") != problem_identity("", "3*y + 2 = 12", "y")
+    assert problem_identity("", "ab*b + 1 = 5", "b") == "math|equation|ab*x+1=5"
+
+
+def test_a_word_problems_identity_holds_its_answer_and_only_its_numbers() -> None:
+    """A template told with the same numbers but a different word ("per week" / "per month") has another
+    answer: two keys. Names, and variables that are no number (or an empty list), are not in the key."""
+    from fastslow.tasks.math_task import _numbers, problem_identity
+
+    week = {"name": "Ann", "rate": 16, "period": "week"}
+    assert problem_identity("", variables=week, answer="112") != problem_identity("", variables=week, answer="480")
+    assert problem_identity("", variables=week, answer="112") == problem_identity(
+        "", variables={**week, "name": "Bo"}, answer=" 112 ")
+    assert problem_identity("", variables={"n": [], "m": 2}) == problem_identity("", variables={"n": "few", "m": 2})
+    assert _numbers([1, 2.5]) and _numbers(3) and not _numbers([]) and not _numbers(True) and not _numbers([1, "a"])

@@ -1777,7 +1777,8 @@ def test_a_case_ambiguous_unit_followed_by_words_is_still_not_read_as_the_unit_a
 
 @pytest.mark.parametrize("gold, answer", [("4", "x = 3 or x = 4"), ("4", "Either x=3 or x=4"), ("4", "3 or x = 4"),
                                           ("4", "x = 3, x = 4"), ("4", "x = 3; x = 4"), ("4", "x = 3\nx = 4"),
-                                          ("4", "x = 3 and x = 4 apples"), ("4", "y = 3 OR y = 4")])
+                                          ("4", "x = 3 and x = 4 apples"), ("4", "y = 3 OR y = 4"),
+                                          ("4", "3 OR x = 4")])
 def test_math_refuses_a_hedge_written_as_two_equations(gold: str, answer: str) -> None:
     """Only the part after the last "=" was read, so "x = 3 or x = 4" scored 1 for 4: two values
     of one variable, or alternatives joined by "or", are a hedge and read as no number."""
