@@ -1856,3 +1856,21 @@ def test_math_feedback_on_a_difference_past_floats_range() -> None:
     task = get_task("math")
     p = Problem("m", "math", "…", "-1e308", {})
     assert "Your 1e+308 is not -1e+308 (off by inf)" in task.judge(p, "<answer>1e308</answer>").notes[0]
+
+
+@pytest.mark.parametrize("gold, answer", [("0.5", "$\\frac{1}{2}$."), ("-0.5", "$-\\frac{1}{2}$."),
+                                          ("42", "$\\boxed{42}$."), ("42", "**$42$**."), ("0.75", "$$\\frac{3}{4}$$."),
+                                          ("0.5", "**$\\frac{1}{2}$**"), ("0.5", "`$\\frac{1}{2}$`")])
+def test_a_number_in_dollar_delimiters_ending_a_sentence_is_read(gold: str, answer: str) -> None:
+    """The full stop was taken off only after the wrappers were tried, and then a leading "$" as
+    a currency sign: "$\\frac{1}{2}$." left "\\frac{1}{2}$", read as two numbers, and scored 0 for
+    0.5 ("$42$." passed only as "the only number", with a note to answer with the number alone).
+    A "$" a wrapper laid bare ("**$\\frac{1}{2}$**") was likewise taken as a currency sign."""
+    from fastslow.tasks.scoring import extract_number, parse_number
+
+    assert parse_number(answer) == float(gold)
+    assert extract_number(answer) == (float(gold), "read as a number")
+    task = get_task("math")
+    p = Problem("m", "math", "…", gold, {})
+    assert task.reward(p, f"<answer>{answer}</answer>") == 1.0
+    assert "answer with the number alone" not in task.feedback(p, f"<answer>{answer}</answer>")

@@ -49,12 +49,13 @@ def _unwrap(text: str) -> str:
     s = s.replace("\\left", "").replace("\\right", "")
     for _ in range(6):  # a few nested layers at most, e.g. $\boxed{42}$
         before = s
+        s = s.rstrip(".").strip()  # first: "$\\frac{1}{2}$." is the $…$ wrapper, not a "$" sign
         for pattern, group in _WRAPPERS:
             m = pattern.match(s)
             if m:
                 s = m.group(group).strip()
-        s = s.rstrip(".").strip()
-        s = re.sub(r"^(?:\\\$|[$€£¥])\s*", "", s)
+        if not (len(s) > 1 and s[0] == s[-1] == "$"):  # "$42$" left by "**$42$**": math, unwrapped next pass
+            s = re.sub(r"^(?:\\\$|[$€£¥])\s*", "", s)
         s = re.sub(r"^([+-])\s*(?:\\\$|[$€£¥])\s*", r"\1", s)
         if s == before:
             break
