@@ -144,12 +144,16 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     value = parse_number(text)
     if value is not None:
         return value, "read as a number"
-    relation = re.search(r"(<|(?<![-=])>|[≤≥≠]|!=)=?[ \t]*[+\-−]?\.?\d|\d[ \t]*([<>≤≥≠]|!=)", text)
+    head, tail = text.rsplit("=", 1) if "=" in text else ("", text)
+    # the answer's own clause only, the one after its last "=" with the sign before it ("x <= 3"):
+    # a derivation's inequality ("since 3 < 4, x = 4") is not the answer
+    sign = head.rstrip()[-1:] if head.rstrip().endswith(("<", ">", "!")) else ""
+    relation = re.search(r"(<|(?<![-=])>|[≤≥≠]|!=)=?[ \t]*[+\-−]?\.?\d|\d[ \t]*([<>≤≥≠]|!=)",
+                         sign + ("=" if "=" in text else "") + tail)
     if relation:  # "x < 42", "x != 3", "3 < x": not the number
         return None, f"the answer is a relation ({relation.group(1) or relation.group(2)!r} in it), not a number"
     if re.search(r"[±∓]|[+\-−][ \t]*/[ \t]*[+\-−]", text):  # "±3", "+/- 3": two numbers
         return None, "a ± gives two numbers, not one"
-    head, tail = text.rsplit("=", 1) if "=" in text else ("", text)
     if re.search(r"\bor\b", head, re.IGNORECASE):  # "x = 3 or x = 4": alternatives
         return None, "the answer gives alternatives ('or'); give exactly one"
     value = parse_number(tail)
