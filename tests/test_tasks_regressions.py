@@ -1792,7 +1792,8 @@ def test_math_refuses_a_hedge_written_as_two_equations(gold: str, answer: str) -
 
 
 @pytest.mark.parametrize("answer", ["x = 6/2, so x = 3", "x = 3, x = 3.0", "a = 1, b = 3", "x = 2 + 1 = 3",
-                                    "For y = 2, x = 3", "x = 3", "Since 2 < 4, x = 3", "x > 2, so x = 3"])
+                                    "For y = 2, x = 3", "x = 3", "Since 2 < 4, x = 3", "x > 2, so x = 3",
+                                    "apples or pears: total = 3"])
 def test_math_still_reads_a_derivation_that_ends_in_one_value(answer: str) -> None:
     task = get_task("math")
     assert task.reward(Problem("m", "math", "…", "3", {}), f"<answer>{answer}</answer>") == 1.0, answer

@@ -154,7 +154,8 @@ def extract_number(text: Any) -> tuple[float | None, str]:
         return None, f"the answer is a relation ({relation.group(1) or relation.group(2)!r} in it), not a number"
     if re.search(r"[±∓]|[+\-−][ \t]*/[ \t]*[+\-−]", text):  # "±3", "+/- 3": two numbers
         return None, "a ± gives two numbers, not one"
-    if re.search(r"\bor\b", head, re.IGNORECASE):  # "x = 3 or x = 4": alternatives
+    if re.search(r"[=\d][^=]*\bor\b", head, re.IGNORECASE):  # "x = 3 or x = 4", "3 or x = 4": alternatives
+        # (an "or" after a value; "apples or pears: total = 12" offers none)
         return None, "the answer gives alternatives ('or'); give exactly one"
     value = parse_number(tail)
     if value is not None:
