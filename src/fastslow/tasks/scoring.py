@@ -149,7 +149,7 @@ def extract_number(text: Any) -> tuple[float | None, str]:
     # a derivation's inequality ("since 3 < 4, x = 4") is not the answer
     sign = head.rstrip()[-1:] if head.rstrip().endswith(("<", ">", "!")) else ""
     relation = re.search(r"(<|(?<![-=])>|[≤≥≠]|!=)=?[ \t]*[+\-−]?\.?\d|\d[ \t]*([<>≤≥≠]|!=)",
-                         sign + ("=" if "=" in text else "") + tail)
+                         sign + text[len(head):])  # the last "=" and what follows it
     if relation:  # "x < 42", "x != 3", "3 < x": not the number
         return None, f"the answer is a relation ({relation.group(1) or relation.group(2)!r} in it), not a number"
     if re.search(r"[±∓]|[+\-−][ \t]*/[ \t]*[+\-−]", text):  # "±3", "+/- 3": two numbers
