@@ -260,6 +260,13 @@ def convert(value: float, from_unit: str, to_unit: str) -> float | None:
     return value * a.scale / b.scale
 
 
+def _unit_goes_on(last: str, nxt: str) -> bool:
+    """Whether the word after a unit's `last` word is still part of the unit ("m per s", "m /s",
+    "m squared"): a reading must not stop between them."""
+    return (last.lower() in ("per", "/", "square", "sq", "cubic") or last.endswith("/")
+            or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")))
+
+
 def case_readings(raw: str) -> tuple[str, ...]:
     """The symbols an unread unit whose case decides its meaning could be ("mj": MJ, mJ), also
     when words follow it ("mj approx"), as `_read_unit` reads a unit's leading words; () if none."""
@@ -269,8 +276,7 @@ def case_readings(raw: str) -> tuple[str, ...]:
     whole = CASE_AMBIGUOUS.get(" ".join(words).lower())
     if whole or len(words) == 1:
         return whole or ()
-    nxt = words[1]
-    if words[0].endswith("/") or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")):
+    if _unit_goes_on(words[0], words[1]):
         return ()  # "mj per s": the words after it are part of the unit
     return CASE_AMBIGUOUS.get(words[0].strip(" .,;:").lower(), ())
 
@@ -323,9 +329,8 @@ def _read_unit(raw: str) -> str | None:
         return unit
     words = raw.split()
     for k in range(len(words) - 1, 0, -1):
-        head, nxt = words[:k], words[k]
-        if head[-1].lower() in ("per", "/", "square", "sq", "cubic") or head[-1].endswith("/") \
-                or nxt.lower() in ("per", "squared", "cubed") or nxt.startswith(("/", "^", "·")):
+        head = words[:k]
+        if _unit_goes_on(head[-1], words[k]):
             continue  # the words dropped would be part of the unit
         unit = _unit_text(" ".join(head))
         if unit is not None:
